@@ -1,0 +1,29 @@
+"""hypviz: executable teaching and verification suite for Lorentz-model geometry.
+
+Submodules (imported on first use, so ``import hypviz`` stays fast):
+
+``lorentz``  points, inner products, distances, maps, projections (torch)
+``symbolic`` the sympy derivations, as functions returning checked equations
+``attention`` score kinds, softmax / focused-linear maps, streaming comparison
+``data``     point sets: near-origin Gaussians, tree embeddings, Hypformer-like Q/K
+``plots``    matplotlib and plotly figures
+``cli``      the ``hypviz`` command
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_SUBMODULES = ("lorentz", "symbolic", "attention", "data", "plots", "cli")
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'hypviz' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_SUBMODULES))

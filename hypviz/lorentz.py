@@ -1,0 +1,369 @@
+"""Points of the Lorentz model (hyperboloid) and their geometry.
+
+Conventions (the same as geoopt and Hypformer's code):
+
+* a point is ``x = (x_t, x_s)``, time coordinate **first**, shape ``(..., d + 1)``;
+* the curvature parameter ``k > 0``: the hyperboloid is ``<x, x>_L = -k``, its
+  sectional curvature is ``-1/k`` and its origin is ``(sqrt(k), 0, ..., 0)``;
+* ``<x, y>_L = -x_t y_t + x_s . y_s``.
+
+Every function accepts numpy arrays or torch tensors (float32 or float64, any
+leading batch shape, any device) and returns torch tensors of the same dtype and
+device.  Nothing here depends on the rest of hypviz.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "as_tensor",
+    "check_k",
+    "check_points",
+    "lift",
+    "inner",
+    "sqdist",
+    "dist",
+    "pairwise_inner",
+    "pairwise_sqdist",
+    "expmap0",
+    "logmap0",
+    "to_poincare",
+    "from_poincare",
+    "to_klein",
+    "from_klein",
+    "origin",
+]
+
+ArrayLike = Any  # numpy array, torch tensor, or a nested list of floats
+
+
+# --------------------------------------------------------------------------- #
+# input handling: the one place where bad input is turned into a clear error
+# --------------------------------------------------------------------------- #
+def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
+    """Return ``x`` as a floating-point torch tensor without changing its dtype.
+
+    numpy arrays keep their dtype (``float64`` stays ``float64``); nested lists
+    go through ``numpy.asarray``.  Integer, boolean and complex inputs are refused.
+    """
+    if isinstance(x, torch.Tensor):
+        t = x
+    else:
+        try:
+            arr = np.asarray(x)
+        except (ValueError, TypeError) as exc:
+            raise TypeError(f"{name}: expected a numpy array or torch tensor, got {type(x).__name__}") from exc
+        if arr.dtype == object:
+            raise TypeError(f"{name}: expected a numeric array, got an array of Python objects")
+        t = torch.from_numpy(np.ascontiguousarray(arr))
+    if not t.is_floating_point():
+        raise TypeError(f"{name}: expected a floating-point array (float32 or float64), got dtype {t.dtype}")
+    return t
+
+
+def check_k(k: float) -> float:
+    """Return the curvature parameter ``k`` as a Python float, or raise if ``k <= 0``."""
+    try:
+        kf = float(k)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"k must be a positive number (<x,x>_L = -k), got {k!r}") from exc
+    if not math.isfinite(kf) or kf <= 0.0:
+        raise ValueError(f"k must be a positive finite number (<x,x>_L = -k, curvature -1/k), got {k!r}")
+    return kf
+
+
+def _check_last_dim(x: torch.Tensor, name: str, minimum: int = 2) -> None:
+    if x.dim() == 0 or x.shape[-1] < minimum:
+        got = "a scalar" if x.dim() == 0 else f"shape {tuple(x.shape)}"
+        what = "(..., d + 1) with d >= 1 (time coordinate first)" if minimum == 2 else "(..., d) with d >= 1"
+        raise ValueError(f"{name}: expected {what}, got {got}")
+
+
+def _check_pair(x: torch.Tensor, y: torch.Tensor, names: tuple[str, str] = ("x", "y")) -> None:
+    a, b = names
+    if x.shape[-1] != y.shape[-1]:
+        raise ValueError(
+            f"{a} and {b} have different numbers of coordinates: {a} is {tuple(x.shape)}, {b} is {tuple(y.shape)}"
+        )
+    if x.dtype != y.dtype:
+        raise TypeError(f"{a} is {x.dtype} but {b} is {y.dtype}; convert one of them so both dtypes match")
+    if x.device != y.device:
+        raise ValueError(f"{a} is on {x.device} but {b} is on {y.device}; move both to one device")
+
+
+def _default_rtol(dtype: torch.dtype) -> float:
+    if dtype == torch.float64:
+        return 1e-10
+    if dtype == torch.float32:
+        return 1e-5
+    return 1e-2  # float16 / bfloat16
+
+
+def _row_name(flat_index: int, batch_shape: torch.Size) -> str:
+    if len(batch_shape) == 0:
+        return "the point"
+    idx = np.unravel_index(flat_index, tuple(batch_shape))
+    idx = tuple(int(i) for i in idx)
+    return f"row {idx[0]}" if len(idx) == 1 else f"row {idx}"
+
+
+def check_points(
+    x: ArrayLike, k: float = 1.0, atol: float | None = None, rtol: float | None = None, name: str = "x"
+) -> torch.Tensor:
+    """Validate points on the upper sheet of ``<x, x>_L = -k`` and return them as a tensor.
+
+    A point passes when it is finite, ``x_t > 0`` and
+    ``|<x, x>_L + k| <= atol + rtol * (x_t**2 + |x_s|**2)``.
+    The defaults are ``rtol = 1e-5`` (float32) or ``1e-10`` (float64) and ``atol = rtol * k``.
+
+    Raises
+    ------
+    ValueError
+        naming the worst row and its ``<x, x>_L`` when points are off the
+        hyperboloid or on the lower sheet, hold NaN/Inf, have fewer than 2
+        coordinates, or when ``k <= 0``.
+    """
+    kf = check_k(k)
+    t = as_tensor(x, name)
+    _check_last_dim(t, name)
+    batch = t.shape[:-1]
+    if t.numel() == 0:
+        return t
+    flat = t.detach().reshape(-1, t.shape[-1])
+    finite = torch.isfinite(flat).all(dim=-1)
+    if not bool(finite.all()):
+        bad = int((~finite).nonzero()[0, 0])
+        raise ValueError(f"{name}: {_row_name(bad, batch)} holds NaN or Inf: {flat[bad].tolist()[:6]}")
+    rtol_ = _default_rtol(t.dtype) if rtol is None else float(rtol)
+    atol_ = rtol_ * kf if atol is None else float(atol)
+    time = flat[:, 0]
+    sq_s = (flat[:, 1:] ** 2).sum(dim=-1)
+    lorentz_norm = sq_s - time**2
+    residual = (lorentz_norm + kf).abs()
+    excess = residual - (atol_ + rtol_ * (time**2 + sq_s))
+    worst = int(torch.argmax(excess))
+    if float(excess[worst]) > 0:
+        raise ValueError(
+            f"{name}: points are off the hyperboloid <x,x>_L = -k (k={kf:g}): worst is {_row_name(worst, batch)} "
+            f"with <x,x>_L = {float(lorentz_norm[worst]):.10g} (tolerance {atol_:.1e} + {rtol_:.1e}*|x|^2); "
+            f"lift spatial parts with hypviz.lorentz.lift(x_s, k)"
+        )
+    if not bool((time > 0).all()):
+        bad = int((time <= 0).nonzero()[0, 0])
+        raise ValueError(
+            f"{name}: {_row_name(bad, batch)} is on the lower sheet (x_t = {float(time[bad]):.6g} <= 0); "
+            f"expected the upper sheet x_t > 0 (time coordinate first)"
+        )
+    return t
+
+
+# --------------------------------------------------------------------------- #
+# points
+# --------------------------------------------------------------------------- #
+def origin(d: int, k: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The origin ``(sqrt(k), 0, ..., 0)`` of the ``d``-dimensional hyperboloid, shape ``(d + 1,)``."""
+    o = torch.zeros(d + 1, dtype=dtype)
+    o[0] = math.sqrt(check_k(k))
+    return o
+
+
+def lift(x_s: ArrayLike, k: float = 1.0) -> torch.Tensor:
+    """Lift spatial parts onto the hyperboloid: ``x = (sqrt(|x_s|^2 + k), x_s)``.
+
+    ``x_s`` has shape ``(..., d)``; the result has shape ``(..., d + 1)``, time first.
+    """
+    kf = check_k(k)
+    s = as_tensor(x_s, "x_s")
+    _check_last_dim(s, "x_s", minimum=1)
+    if s.numel() and not bool(torch.isfinite(s).all()):
+        raise ValueError("x_s holds NaN or Inf; expected finite spatial coordinates")
+    time = torch.sqrt((s * s).sum(dim=-1, keepdim=True) + kf)
+    return torch.cat([time, s], dim=-1)
+
+
+def inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
+    """Lorentzian inner product ``<x, y>_L = -x_t y_t + x_s . y_s`` over the last axis (broadcasting)."""
+    a, b = as_tensor(x, "x"), as_tensor(y, "y")
+    _check_last_dim(a, "x")
+    _check_last_dim(b, "y")
+    _check_pair(a, b)
+    return -a[..., 0] * b[..., 0] + (a[..., 1:] * b[..., 1:]).sum(dim=-1)
+
+
+def _sqdist_checked(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # identity 3: |x - y|^2_L = |x_s - y_s|^2 - (x_t - y_t)^2,
+    #             x_t - y_t  = (x_s - y_s) . (x_s + y_s) / (x_t + y_t)
+    xs, ys = a[..., 1:], b[..., 1:]
+    diff = xs - ys
+    time_diff = (diff * (xs + ys)).sum(dim=-1) / (a[..., 0] + b[..., 0])
+    return ((diff * diff).sum(dim=-1) - time_diff * time_diff).clamp_min(0.0)
+
+
+def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
+    """Squared Lorentzian distance ``|x - y|^2_L = -2k - 2<x, y>_L`` (broadcasting), never negative.
+
+    Computed by the stable decomposition (MATH.md identity 3)
+    ``|x_s - y_s|^2 - (x_t - y_t)^2`` with ``x_t - y_t = (x_s - y_s).(x_s + y_s) / (x_t + y_t)``,
+    which keeps its relative accuracy for nearby points where the textbook
+    ``-2k - 2<x, y>_L`` cancels catastrophically.
+    """
+    a = check_points(x, k, name="x")
+    b = check_points(y, k, name="y")
+    _check_pair(a, b)
+    return _sqdist_checked(a, b)
+
+
+def dist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
+    """Geodesic distance ``d(x, y) = sqrt(k) arcosh(-<x, y>_L / k)`` (broadcasting).
+
+    Evaluated as ``2 sqrt(k) arsinh(sqrt(|x - y|^2_L) / (2 sqrt(k)))`` (identity 2), accurate
+    for nearby points, unlike ``arcosh`` of a clamped inner product.
+    """
+    kf = check_k(k)
+    root_k = math.sqrt(kf)
+    return 2.0 * root_k * torch.asinh(torch.sqrt(sqdist(x, y, kf)) / (2.0 * root_k))
+
+
+def _pairwise_operands(x: ArrayLike, y: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
+    a, b = as_tensor(x, "x"), as_tensor(y, "y")
+    for t, name in ((a, "x"), (b, "y")):
+        if t.dim() < 2:
+            raise ValueError(f"{name}: expected (..., N, d + 1) for a pairwise product, got shape {tuple(t.shape)}")
+        _check_last_dim(t, name)
+    _check_pair(a, b)
+    return a, b
+
+
+def pairwise_inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
+    """All Lorentzian inner products ``<x_i, y_j>_L = (x J y^T)_ij``, ``J = diag(-1, 1, ..., 1)``.
+
+    ``x`` is ``(..., N, d + 1)``, ``y`` is ``(..., M, d + 1)``; the result is ``(..., N, M)``,
+    built by one matrix product (no ``N x M x (d + 1)`` intermediate).
+    """
+    a, b = _pairwise_operands(x, y)
+    a_j = torch.cat([-a[..., :1], a[..., 1:]], dim=-1)
+    return a_j @ b.transpose(-1, -2)
+
+
+def pairwise_sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
+    """All squared Lorentzian distances ``|x_i - y_j|^2_L``, shape ``(..., N, M)``, never negative.
+
+    ``|x_s|^2_i + |y_s|^2_j - 2 (x_s y_s^T)_ij - (x_{t,i} - y_{t,j})^2`` (identity 3): one matrix
+    product plus element-wise work on ``(N, M)``; no ``N x M x d`` intermediate.
+    """
+    a = check_points(x, k, name="x")
+    b = check_points(y, k, name="y")
+    a, b = _pairwise_operands(a, b)
+    return _pairwise_sqdist_checked(a, b)
+
+
+def _pairwise_sqdist_checked(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    xs, ys = a[..., 1:], b[..., 1:]
+    out = xs @ ys.transpose(-1, -2)
+    out.mul_(-2.0)
+    out.add_((xs * xs).sum(dim=-1).unsqueeze(-1))
+    out.add_((ys * ys).sum(dim=-1).unsqueeze(-2))
+    time_diff = a[..., 0].unsqueeze(-1) - b[..., 0].unsqueeze(-2)
+    out.sub_(time_diff.square_())
+    return out.clamp_min_(0.0)
+
+
+# --------------------------------------------------------------------------- #
+# maps between the hyperboloid, the tangent space at the origin and the disks
+# --------------------------------------------------------------------------- #
+def expmap0(u: ArrayLike, k: float = 1.0) -> torch.Tensor:
+    """Exponential map at the origin: tangent vector ``u = (0, u_s)`` -> point on the hyperboloid.
+
+    ``x_s = sqrt(k) sinh(|u_s| / sqrt(k)) u_s / |u_s|`` and ``x_t = sqrt(|x_s|^2 + k)``
+    (equal to ``sqrt(k) cosh(|u_s| / sqrt(k))``).  ``u`` is ``(..., d + 1)`` with
+    ``u[..., 0] == 0``, as in geoopt.
+    """
+    kf = check_k(k)
+    v = as_tensor(u, "u")
+    _check_last_dim(v, "u")
+    if v.numel():
+        if not bool(torch.isfinite(v).all()):
+            raise ValueError("u holds NaN or Inf; expected a finite tangent vector")
+        scale = v.abs().amax().clamp_min(1.0)
+        if float(v[..., 0].abs().amax()) > 1e3 * torch.finfo(v.dtype).eps * float(scale):
+            raise ValueError(
+                "u: expected a tangent vector at the origin, (..., d + 1) with u[..., 0] == 0 (time first); "
+                f"got max |u[..., 0]| = {float(v[..., 0].abs().amax()):.3g}. For a spatial vector v of shape "
+                "(..., d), pass torch.nn.functional.pad(v, (1, 0))"
+            )
+    root_k = math.sqrt(kf)
+    us = v[..., 1:]
+    norm = torch.linalg.vector_norm(us, dim=-1, keepdim=True)
+    theta = norm / root_k
+    # sinh(theta) / theta, exact 1 at theta = 0
+    safe = torch.where(theta > 0, theta, torch.ones_like(theta))
+    sinhc = torch.where(theta > 0, torch.sinh(safe) / safe, torch.ones_like(theta))
+    xs = us * sinhc
+    return torch.cat([torch.sqrt((xs * xs).sum(dim=-1, keepdim=True) + kf), xs], dim=-1)
+
+
+def logmap0(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
+    """Logarithmic map at the origin, the inverse of :func:`expmap0`.
+
+    ``u_s = sqrt(k) arsinh(|x_s| / sqrt(k)) x_s / |x_s|``, ``u_t = 0``; shape ``(..., d + 1)``.
+    """
+    kf = check_k(k)
+    p = check_points(x, kf)
+    root_k = math.sqrt(kf)
+    xs = p[..., 1:]
+    norm = torch.linalg.vector_norm(xs, dim=-1, keepdim=True)
+    r = norm / root_k
+    safe = torch.where(r > 0, r, torch.ones_like(r))
+    ratio = torch.where(r > 0, torch.asinh(safe) / safe, torch.ones_like(r))  # arsinh(r) / r
+    return torch.cat([torch.zeros_like(p[..., :1]), xs * ratio], dim=-1)
+
+
+def to_poincare(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
+    """Hyperboloid -> Poincare ball of radius ``sqrt(k)``: ``p = sqrt(k) x_s / (x_t + sqrt(k))``, shape ``(..., d)``."""
+    kf = check_k(k)
+    p = check_points(x, kf)
+    root_k = math.sqrt(kf)
+    return root_k * p[..., 1:] / (p[..., :1] + root_k)
+
+
+def _check_ball(p: torch.Tensor, kf: float, name: str) -> torch.Tensor:
+    _check_last_dim(p, name, minimum=1)
+    if p.numel() == 0:
+        return (p * p).sum(dim=-1, keepdim=True)
+    if not bool(torch.isfinite(p).all()):
+        raise ValueError(f"{name} holds NaN or Inf; expected finite points of the disk")
+    sq = (p * p).sum(dim=-1, keepdim=True)
+    if not bool((sq < kf).all()):
+        worst = float(sq.max().sqrt())
+        raise ValueError(f"{name}: points must lie inside the ball |p| < sqrt(k) = {math.sqrt(kf):.6g}, got |p| = {worst:.6g}")
+    return sq
+
+
+def from_poincare(p: ArrayLike, k: float = 1.0) -> torch.Tensor:
+    """Poincare ball -> hyperboloid: ``x_s = 2k p / (k - |p|^2)``, ``x_t = sqrt(k) (k + |p|^2) / (k - |p|^2)``."""
+    kf = check_k(k)
+    q = as_tensor(p, "p")
+    sq = _check_ball(q, kf, "p")
+    xs = 2.0 * kf * q / (kf - sq)
+    return torch.cat([torch.sqrt((xs * xs).sum(dim=-1, keepdim=True) + kf), xs], dim=-1)
+
+
+def to_klein(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
+    """Hyperboloid -> Klein (Beltrami-Klein) ball of radius ``sqrt(k)``: ``K = sqrt(k) x_s / x_t``, shape ``(..., d)``."""
+    kf = check_k(k)
+    p = check_points(x, kf)
+    return math.sqrt(kf) * p[..., 1:] / p[..., :1]
+
+
+def from_klein(q: ArrayLike, k: float = 1.0) -> torch.Tensor:
+    """Klein ball -> hyperboloid: ``x_t = k / sqrt(k - |K|^2)``, ``x_s = x_t K / sqrt(k)``."""
+    kf = check_k(k)
+    t = as_tensor(q, "q")
+    sq = _check_ball(t, kf, "q")
+    time = kf / torch.sqrt(kf - sq)
+    return torch.cat([time, time * t / math.sqrt(kf)], dim=-1)
