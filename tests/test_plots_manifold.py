@@ -1,0 +1,289 @@
+"""Tests of hypviz.plots.manifold: geometry of what is drawn, figure structure, images, JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hypviz import lorentz as L
+from hypviz.plots import manifold as M
+
+matplotlib = pytest.importorskip("matplotlib")
+go = pytest.importorskip("plotly.graph_objects")
+
+
+def wrapped_normal(n: int, d: int, k: float, scale: float = 0.8, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(n, d, generator=g, dtype=torch.float64) * scale
+    return L.expmap0(torch.nn.functional.pad(u, (1, 0)), k)
+
+
+def circle_through(p: np.ndarray, q: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, float]:
+    """Centre and radius of the circle through three points of the plane."""
+    a = np.array([[q[0] - p[0], q[1] - p[1]], [r[0] - p[0], r[1] - p[1]]]) * 2.0
+    b = np.array([q @ q - p @ p, r @ r - p @ p])
+    c = np.linalg.solve(a, b)
+    return c, float(np.linalg.norm(p - c))
+
+
+def split_polylines(xs, ys) -> list[np.ndarray]:
+    """Undo the None separators of a single plotly line trace."""
+    lines, cur = [], []
+    for x, y in zip(xs, ys):
+        if x is None or y is None or (isinstance(x, float) and math.isnan(x)):
+            if cur:
+                lines.append(np.array(cur))
+            cur = []
+        else:
+            cur.append((x, y))
+    if cur:
+        lines.append(np.array(cur))
+    return lines
+
+
+def trace(fig, name_start: str):
+    found = [t for t in fig.data if (t.name or "").startswith(name_start)]
+    assert found, f"no trace named {name_start!r} among {[t.name for t in fig.data]}"
+    return found[0]
+
+
+# --------------------------------------------------------------------------- #
+# the geodesic helper
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("k", [0.5, 1.0, 3.0])
+@pytest.mark.parametrize("d", [2, 5])
+def test_geodesic_points_are_a_constant_speed_minimising_geodesic(k, d):
+    x = wrapped_normal(6, d, k, scale=2.0, seed=1)
+    y = wrapped_normal(6, d, k, scale=2.0, seed=2)
+    n = 33
+    g = M._geodesic_points(x, y, n, k)
+    assert g.shape == (6, n, d + 1)
+    L.check_points(g, k)
+    torch.testing.assert_close(g[:, 0], x, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(g[:, -1], y, rtol=1e-9, atol=1e-9)
+    t = torch.linspace(0, 1, n, dtype=torch.float64)
+    total = L.dist(x, y, k)[:, None]
+    # on a geodesic the triangle inequality is an equality and the speed is constant
+    torch.testing.assert_close(L.dist(x[:, None], g, k), t * total, rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(L.dist(g, y[:, None], k), (1 - t) * total, rtol=1e-7, atol=1e-9)
+
+
+def test_geodesic_points_far_apart_and_coincident():
+    k = 2.0
+    far = L.lift(torch.tensor([[30.0, 0.0], [0.0, -30.0]], dtype=torch.float64), k)
+    g = M._geodesic_points(far[0], far[1], 17, k)
+    assert torch.isfinite(g).all()
+    L.check_points(g, k)
+    mid = g[8]
+    torch.testing.assert_close(L.dist(far[0], mid, k), L.dist(mid, far[1], k), rtol=1e-8, atol=1e-8)
+    same = M._geodesic_points(far[0], far[0], 5, k)
+    torch.testing.assert_close(same, far[0].expand(5, 3), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="at least 2"):
+        M._geodesic_points(far[0], far[1], 1, k)
+    with pytest.raises(ValueError, match="off the hyperboloid"):
+        M._geodesic_points(far[0], far[1] * 2, 5, k)
+
+
+@pytest.mark.parametrize("k", [0.5, 1.0, 4.0])
+def test_poincare_geodesics_are_arcs_orthogonal_to_the_boundary(k):
+    x = wrapped_normal(5, 2, k, scale=1.5, seed=3)
+    y = wrapped_normal(5, 2, k, scale=1.5, seed=4)
+    p = L.to_poincare(M._geodesic_points(x, y, 41, k), k).numpy()
+    for arc in p:
+        c, rho = circle_through(arc[0], arc[20], arc[-1])
+        # every sample on that circle, and the circle meets |p| = sqrt(k) at right angles
+        np.testing.assert_allclose(np.linalg.norm(arc - c, axis=1), rho, rtol=1e-7)
+        assert c @ c == pytest.approx(rho**2 + k, rel=1e-7)
+
+
+@pytest.mark.parametrize("k", [0.5, 2.0])
+def test_klein_geodesics_are_straight(k):
+    x = wrapped_normal(5, 2, k, scale=1.5, seed=5)
+    y = wrapped_normal(5, 2, k, scale=1.5, seed=6)
+    q = L.to_klein(M._geodesic_points(x, y, 41, k), k).numpy()
+    for chord in q:
+        a, b = chord[-1] - chord[0], chord[1:-1] - chord[0]
+        cross = a[0] * b[:, 1] - a[1] * b[:, 0]
+        assert np.abs(cross).max() <= 1e-10 * max(1.0, float(a @ a))
+
+
+def test_drawn_disk_geodesics_and_grid_have_the_right_shape():
+    k = 2.0
+    x = wrapped_normal(12, 2, k, seed=7)
+    edges = [(0, 1), (2, 3), (4, 5), (6, 7)]
+    poincare = M.poincare_figure_plotly(x, k, edges=edges, grid=True)
+    klein = M.klein_figure_plotly(x, k, edges=edges, grid=True)
+    for name in ("geodesics", "geodesic grid"):
+        arcs = split_polylines(trace(poincare, name).x, trace(poincare, name).y)
+        assert len(arcs) >= (len(edges) if name == "geodesics" else 4)
+        for arc in arcs:
+            m = len(arc) // 2
+            u, v = arc[-1] - arc[0], arc[m] - arc[0]
+            if abs(u[0] * v[1] - u[1] * v[0]) < 1e-3:
+                continue  # a diameter: a circle of infinite radius
+            c, rho = circle_through(arc[0], arc[m], arc[-1])
+            np.testing.assert_allclose(np.linalg.norm(arc - c, axis=1), rho, rtol=1e-4, atol=1e-5)
+            assert c @ c == pytest.approx(rho**2 + k, rel=1e-3)
+        chords = split_polylines(trace(klein, name).x, trace(klein, name).y)
+        for chord in chords:
+            a, b = chord[-1] - chord[0], chord[1:-1] - chord[0]
+            assert np.abs(a[0] * b[:, 1] - a[1] * b[:, 0]).max() < 1e-4
+    # the points are where to_poincare / to_klein put them
+    pts = trace(poincare, "points")
+    np.testing.assert_allclose(np.c_[pts.x, pts.y], L.to_poincare(x, k).numpy(), atol=1e-6)
+    pts = trace(klein, "points")
+    np.testing.assert_allclose(np.c_[pts.x, pts.y], L.to_klein(x, k).numpy(), atol=1e-6)
+
+
+# --------------------------------------------------------------------------- #
+# plotly figures
+# --------------------------------------------------------------------------- #
+def test_hyperboloid_plotly_structure_labels_and_round_trip():
+    k = 1.5
+    x = wrapped_normal(20, 2, k, seed=8)
+    values = L.inner(x, L.origin(2, k))
+    fig = M.hyperboloid_figure_plotly(x, k, values=values, value_label="<x, o>_L", edges=[(0, 1), (2, 3)], grid=True)
+    assert [t.type for t in fig.data] == ["surface", "scatter3d", "scatter3d", "scatter3d", "scatter3d"]
+    assert [t.name for t in fig.data][1:] == ["geodesic grid", "geodesics", "points", "origin (√k, 0, 0)"]
+    plain = M.hyperboloid_figure_plotly(x, k, show_origin=False)
+    assert [t.type for t in plain.data] == ["surface", "scatter3d"]
+    assert plain.layout.coloraxis.colorbar.title.text is None
+    scene = fig.layout.scene
+    assert "x₁" in scene.xaxis.title.text and "x₂" in scene.yaxis.title.text
+    assert "time" in scene.zaxis.title.text
+    assert "⟨x,x⟩_L = −k" in fig.layout.title.text and "k = 1.5" in fig.layout.title.text
+    assert fig.layout.coloraxis.colorbar.title.text == "<x, o>_L"
+    assert fig.layout.coloraxis.colorscale[0][1] == "#440154"  # viridis
+    text = fig.to_json()
+    assert len(text) < 200_000
+    loaded = json.loads(text)
+    again = go.Figure(loaded)
+    assert json.loads(again.to_json()) == loaded
+    # points drawn as (x_1, x_2, x_t), rounded to 6 decimals
+    pts = trace(fig, "points")
+    drawn = np.c_[pts.z, pts.x, pts.y]
+    np.testing.assert_allclose(drawn, x.numpy(), atol=1e-6)
+    assert np.array_equal(np.round(drawn, 6), drawn)
+    np.testing.assert_allclose(pts.marker.color, values.numpy(), atol=1e-6)
+    # the sheet is on the hyperboloid (to rounding)
+    s = fig.data[0]
+    sx, sy, sz = (np.array(v, dtype=float) for v in (s.x, s.y, s.z))
+    assert np.abs(sx**2 + sy**2 - sz**2 + k).max() < 1e-3
+    # deterministic
+    fig2 = M.hyperboloid_figure_plotly(x, k, values=values, value_label="<x, o>_L", edges=[(0, 1), (2, 3)], grid=True)
+    assert fig2.to_json() == text
+
+
+def test_disk_and_three_panel_plotly_structure():
+    k = 1.0
+    x = wrapped_normal(15, 2, k, seed=9)
+    fig = M.disk_figure_plotly(x, k, model="klein", values=np.arange(15.0), value_label="index", edges=[(0, 1)])
+    assert [t.name for t in fig.data] == [
+        "boundary |K| = √k (ideal points)", "geodesic grid", "geodesics", "points", "origin"]
+    assert fig.layout.xaxis.title.text == "K₁" and fig.layout.yaxis.title.text == "K₂"
+    assert fig.layout.yaxis.scaleanchor == "x"
+    assert "Klein" in fig.layout.title.text
+    boundary = fig.data[0]
+    np.testing.assert_allclose(np.hypot(boundary.x, boundary.y), 1.0, atol=1e-6)
+    three = M.three_models_figure_plotly(x, k, values=np.arange(15.0), value_label="index", edges=[(0, 1)])
+    kinds = [t.type for t in three.data]
+    assert kinds.count("surface") == 1 and kinds.count("scatter3d") == 4 and kinds.count("scatter") == 10
+    poincare_panel, klein_panel = three.get_subplot(1, 2), three.get_subplot(1, 3)
+    assert poincare_panel.xaxis.title.text == "p₁" and klein_panel.xaxis.title.text == "K₁"
+    assert klein_panel.yaxis.title.text == "K₂" and klein_panel.yaxis.scaleanchor == klein_panel.yaxis.anchor
+    assert three.layout.scene.zaxis.title.text.startswith("xₜ")
+    assert three.layout.coloraxis.colorbar.title.text == "index"
+    assert len(three.to_json()) < 200_000
+    json.loads(three.to_json())
+
+
+def test_higher_dimension_is_projected_and_says_so():
+    k = 1.0
+    x = wrapped_normal(25, 6, k, seed=10)
+    proj = M.project_for_display(x, k)
+    assert proj.points.shape == (25, 3) and proj.basis.shape == (6, 2)
+    L.check_points(proj.points, k)
+    assert 0.0 < proj.kept <= 1.0 and "PCA of logmap0" in proj.note and "d=6" in proj.note
+    torch.testing.assert_close(proj.basis.T @ proj.basis, torch.eye(2, dtype=torch.float64))
+    fig = M.hyperboloid_figure_plotly(x, k, edges=[(0, 1)])
+    assert "display projection" in fig.layout.title.text
+    fig_mpl = M.poincare_figure_mpl(x, k)
+    assert "display projection" in fig_mpl.axes[0].get_title()
+    # points that already lie in a coordinate plane keep their distances exactly
+    flat = wrapped_normal(10, 2, k, seed=11)
+    embedded = torch.cat([flat, torch.zeros(10, 3, dtype=torch.float64)], dim=1)
+    p = M.project_for_display(embedded, k)
+    assert p.kept == pytest.approx(1.0)
+    torch.testing.assert_close(L.pairwise_sqdist(p.points, p.points, k), L.pairwise_sqdist(flat, flat, k))
+    two = M.project_for_display(flat, k)
+    assert two.basis is None and two.note == "" and torch.equal(two.points, flat)
+    with pytest.raises(ValueError, match="d >= 2"):
+        M.project_for_display(L.lift(torch.ones(4, 1, dtype=torch.float64)), k)
+
+
+def test_bad_input_is_refused_with_a_clear_message():
+    x = wrapped_normal(5, 2, 1.0)
+    with pytest.raises(ValueError, match="one value per point"):
+        M.hyperboloid_figure_plotly(x, values=np.zeros(4))
+    with pytest.raises(ValueError, match=r"indices must lie in 0\.\.4"):
+        M.poincare_figure_plotly(x, edges=[(0, 5)])
+    with pytest.raises(ValueError, match=r"\(E, 2\)"):
+        M.poincare_figure_mpl(x, edges=[0, 1, 2])
+    with pytest.raises(ValueError, match="model"):
+        M.disk_figure_plotly(x, model="halfplane")
+    with pytest.raises(ValueError, match="off the hyperboloid"):
+        M.hyperboloid_figure_mpl(x, k=2.0)
+
+
+# --------------------------------------------------------------------------- #
+# matplotlib figures
+# --------------------------------------------------------------------------- #
+def rendered(fig) -> np.ndarray:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].astype(float)
+
+
+def test_matplotlib_figures_are_labelled_and_not_blank():
+    k = 1.0
+    x = wrapped_normal(20, 2, k, seed=12)
+    values = L.inner(x, L.origin(2, k))
+    label = r"$\langle x,o\rangle_L$"
+    hyp = M.hyperboloid_figure_mpl(x, k, values=values, value_label=label, edges=[(0, 1)], grid=True)
+    ax = hyp.axes[0]
+    assert ax.name == "3d"
+    assert "x_1" in ax.get_xlabel() and "x_2" in ax.get_ylabel() and "x_t" in ax.get_zlabel()
+    assert r"\langle x,x\rangle_L=-k" in ax.get_title()
+    assert hyp.axes[1].get_ylabel() == label  # the colourbar says what it measures
+    disk = M.poincare_figure_mpl(x, k, values=values, value_label=label, edges=[(0, 1), (2, 3)])
+    ax = disk.axes[0]
+    assert ax.get_xlabel() == "$p_1$" and ax.get_ylabel() == "$p_2$" and "Poincaré" in ax.get_title()
+    assert disk.axes[1].get_ylabel() == label
+    assert [c.get_label() for c in ax.collections] == ["geodesic grid", "geodesics", "points", "origin"]
+    assert len(ax.collections[1].get_segments()) == 2  # one exact geodesic per edge
+    klein = M.klein_figure_mpl(x, k)
+    assert klein.axes[0].get_xlabel() == "$K_1$" and len(klein.axes) == 1  # no values: no colourbar
+    for fig in (hyp, disk, klein):
+        img = rendered(fig)
+        assert img.std() > 10.0, "figure rendered (almost) blank"
+        assert len(np.unique(img.reshape(-1, 3), axis=0)) > 50
+
+
+def test_three_panel_matplotlib_figure():
+    k = 0.5
+    x = wrapped_normal(15, 2, k, seed=13)
+    fig = M.three_models_figure_mpl(x, k, values=np.linspace(0, 1, 15), value_label="t", edges=[(0, 1)])
+    axes = fig.axes
+    assert len(axes) == 4 and axes[0].name == "3d" and axes[3].get_ylabel() == "t"
+    assert "Poincaré" in axes[1].get_title() and "Klein" in axes[2].get_title()
+    assert "k=0.5" in fig._suptitle.get_text()
+    img = rendered(fig)
+    w = img.shape[1]
+    for lo, hi in ((0, w // 3), (w // 3, 2 * w // 3), (2 * w // 3, w)):
+        assert img[:, lo:hi].std() > 10.0
