@@ -1,57 +1,303 @@
-"""Execute the notebooks in place, deterministically (and render them as HTML).
+"""Execute the notebooks in place, deterministically, and render them as offline HTML.
 
-    python scripts/notebooks.py execute [NOTEBOOK ...]   # all of notebooks/ when none given
+    python scripts/notebooks.py execute [--notebooks-dir DIR] [NOTEBOOK ...]
+    python scripts/notebooks.py render --out DIR [--notebooks-dir DIR] [NOTEBOOK ...]
 
-Each notebook runs top to bottom in a fresh kernel of the current environment, with
-its working directory set to notebooks/, and is written back with its outputs.
+``execute``: each notebook runs top to bottom in a fresh kernel of the current environment,
+with its working directory set to the notebook's folder, and is written back in place (via a
+temporary file, then a rename).  Re-running it gives a byte-identical file apart from image
+bytes: no execution timestamps, streams coalesced, cell ids kept (missing ones get a stable
+id from the cell's position), fixed kernelspec, ``PYTHONHASHSEED=0``.
+
+``render``: executes *copies* of the notebooks (the committed files are not touched) and
+writes ``DIR/NN_topic.html`` for each, ``DIR/index.html`` listing them with their first
+heading, and ``DIR/plotly.min.js`` (from the installed plotly) referenced relatively by every
+page.  Plotly figures stored as ``application/vnd.plotly.v1+json`` become rendered plotly
+divs.  The pages make no network requests: nbconvert's require.js, MathJax and mermaid CDN
+scripts are left out (equations then show as their TeX source; pass ``--mathjax-url`` to
+typeset them from a MathJax you choose, which needs that URL reachable).  The site is built
+in a temporary folder beside DIR and renamed into place, so DIR is never half-written.
+
+All notebooks are ``NN_*.ipynb`` in ``--notebooks-dir`` (default: the repository's
+``notebooks/``) unless paths are given.
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import os
+import re
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+PLOTLY_JS = "plotly.min.js"
+
+# What a page may not load from the network: script sources, module imports, stylesheets.
+_NETWORK_REF = re.compile(
+    r"""<script[^>]*\bsrc\s*=\s*["']?(?:https?:)?//|import\s*\(\s*["'](?:https?:)?//|"""
+    r"""<link[^>]*\bhref\s*=\s*["']?(?:https?:)?//|@import\s+(?:url\()?\s*["']?(?:https?:)?//""",
+    re.IGNORECASE,
+)
 
 
-def notebook_paths(paths: list[str]) -> list[Path]:
-    found = [Path(p).resolve() for p in paths] if paths else sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+# --------------------------------------------------------------------------- #
+# finding and executing notebooks
+# --------------------------------------------------------------------------- #
+def notebook_paths(paths: list[str], notebooks_dir: Path = NOTEBOOKS) -> list[Path]:
+    """The notebooks named by ``paths``, or every ``NN_*.ipynb`` of ``notebooks_dir``."""
+    found = [Path(p).resolve() for p in paths] if paths else sorted(Path(notebooks_dir).glob("[0-9][0-9]_*.ipynb"))
     missing = [str(p) for p in found if not p.is_file()]
     if missing:
         raise SystemExit(f"notebooks.py: no such notebook: {', '.join(missing)}")
+    if not found:
+        raise SystemExit(f"notebooks.py: no NN_*.ipynb notebooks in {notebooks_dir}")
     return found
 
 
+def _stable_ids(nb: nbformat.NotebookNode) -> None:
+    """Give every cell an id; keep the ones it has, make missing or repeated ones from the position."""
+    seen: set[str] = set()
+    for i, cell in enumerate(nb.cells):
+        cid = cell.get("id")
+        if not cid or cid in seen:
+            cid = f"cell-{i:03d}"
+            while cid in seen:
+                cid += "x"
+            cell["id"] = cid
+        seen.add(cid)
+
+
 def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
-    """Run ``path`` top to bottom in a fresh kernel and return the executed notebook."""
+    """Run ``path`` top to bottom in a fresh kernel and return the executed notebook (not written)."""
+    from nbclient import NotebookClient
+
     nb = nbformat.read(path, as_version=4)
-    os.environ.setdefault("PYTHONHASHSEED", "0")
+    nb.nbformat, nb.nbformat_minor = 4, max(int(nb.get("nbformat_minor", 5)), 5)
+    _stable_ids(nb)
+    os.environ["PYTHONHASHSEED"] = "0"
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(Path(path).resolve().parent)}},
+        record_timing=False,
+        coalesce_streams=True,
+        store_widget_state=False,
     )
     client.execute()
     for cell in nb.cells:  # drop per-run metadata so re-executions diff cleanly
         cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            for out in cell.get("outputs", []):
+                out.get("metadata", {}).pop("execution", None)
+    nb.metadata.pop("widgets", None)
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     return nb
 
 
+def _write_atomic(nb: nbformat.NotebookNode, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        nbformat.write(nb, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def cmd_execute(args: argparse.Namespace) -> int:
-    for path in notebook_paths(args.notebooks):
+    for path in notebook_paths(args.notebooks, args.notebooks_dir):
         start = time.perf_counter()
         nb = execute(path)
-        tmp = path.with_suffix(".ipynb.tmp")
-        nbformat.write(nb, tmp)
-        tmp.replace(path)
-        print(f"executed {path.relative_to(ROOT)} in {time.perf_counter() - start:.1f} s")
+        _write_atomic(nb, path)
+        print(f"executed {_show(path)} in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _show(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+# --------------------------------------------------------------------------- #
+# rendering
+# --------------------------------------------------------------------------- #
+_TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}
+<script src="__PLOTLY_JS__" charset="utf-8"></script>
+{%- endblock html_head_js -%}
+{% block jupyter_widgets %}{% endblock jupyter_widgets %}
+{%- block html_head_js_mathjax -%}
+__MATHJAX__
+{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+"""
+
+
+def _exporter(mathjax_url: str | None):
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    if mathjax_url:
+        mathjax = "{{ mathjax(resources.mathjax_url) }}"
+    else:
+        mathjax = "<!-- equations are shown as TeX source: no MathJax is loaded (offline page) -->"
+    source = _TEMPLATE.replace("__PLOTLY_JS__", PLOTLY_JS).replace("__MATHJAX__", mathjax)
+    exporter = HTMLExporter(
+        template_name="lab",
+        extra_loaders=[DictLoader({"hypviz_offline.html.j2": source})],
+        template_file="hypviz_offline.html.j2",
+        embed_images=True,
+    )
+    if mathjax_url:
+        exporter.mathjax_url = mathjax_url
+    return exporter
+
+
+def plotly_to_html(nb: nbformat.NotebookNode, stem: str) -> int:
+    """Replace each plotly JSON output by a rendered plotly div (plotly.js loaded by the page); return the count."""
+    import plotly.io as pio
+
+    count = 0
+    for ci, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for oi, out in enumerate(cell.get("outputs", [])):
+            data = out.get("data")
+            if not data or PLOTLY_MIME not in data:
+                continue
+            fig = data[PLOTLY_MIME]
+            fig = dict(fig) if isinstance(fig, dict) else fig
+            config = dict(fig.pop("config", None) or {})
+            height = (fig.get("layout") or {}).get("height") or 525
+            div = pio.to_html(
+                fig,
+                config=config,
+                include_plotlyjs=False,
+                include_mathjax=False,
+                full_html=False,
+                validate=False,
+                div_id=f"plotly-{stem}-{ci}-{oi}",
+                default_height=f"{int(height)}px",
+            )
+            out["data"] = {"text/html": div}
+            count += 1
+    return count
+
+
+def first_heading(nb: nbformat.NotebookNode, default: str) -> str:
+    """The text of the notebook's first Markdown heading (``# ...``), or ``default``."""
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for line in cell.source.splitlines():
+            m = re.match(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if m and m.group(1):
+                return m.group(1)
+    return default
+
+
+def network_references(text: str) -> list[str]:
+    """Fragments of an HTML page that would load something from the network."""
+    return [text[max(m.start() - 20, 0) : m.end() + 60] for m in _NETWORK_REF.finditer(text)]
+
+
+_INDEX = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8" />
+<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<title>hypviz notebooks</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 48rem; margin: 2rem auto; padding: 0 1rem; line-height: 1.5; }}
+li {{ margin: 0.4rem 0; }} code {{ font-size: 0.95em; }} .note {{ color: #555; font-size: 0.9em; }}
+</style>
+</head>
+<body>
+<h1>hypviz notebooks</h1>
+<p>Lorentz-model (hyperboloid) geometry for hyperbolic transformers, executed and rendered.</p>
+<ol>
+{items}
+</ol>
+<p class="note">Pages work offline: interactive figures use the local <code>{plotly}</code>.
+{math_note}</p>
+</body>
+</html>
+"""
+
+
+def render(
+    out: Path,
+    paths: list[str] | None = None,
+    notebooks_dir: Path = NOTEBOOKS,
+    mathjax_url: str | None = None,
+    timeout: int = 600,
+    log=print,
+) -> list[Path]:
+    """Execute copies of the notebooks and write the offline HTML site to ``out``; return the pages."""
+    import plotly.offline
+
+    notebooks = notebook_paths(list(paths or []), notebooks_dir)
+    out = Path(out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        (tmp / PLOTLY_JS).write_text(plotly.offline.get_plotlyjs(), encoding="utf-8")
+        exporter = _exporter(mathjax_url)
+        items, pages = [], []
+        for path in notebooks:
+            start = time.perf_counter()
+            nb = execute(path, timeout=timeout)
+            n_fig = plotly_to_html(nb, path.stem)
+            body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
+            if not mathjax_url:
+                bad = network_references(body)
+                if bad:
+                    raise RuntimeError(f"{path.name}: the page would load from the network: {bad[:3]}")
+            page = tmp / f"{path.stem}.html"
+            page.write_text(body, encoding="utf-8")
+            pages.append(out / page.name)
+            title = first_heading(nb, path.stem)
+            items.append(f'<li><a href="{html.escape(page.name)}">{html.escape(path.stem)}</a>: {html.escape(title)}</li>')
+            log(f"rendered {_show(path)} -> {page.name} ({n_fig} interactive figures) in {time.perf_counter() - start:.1f} s")
+        math_note = (
+            f"Equations are typeset by MathJax from {html.escape(mathjax_url)}."
+            if mathjax_url
+            else "Equations are shown as their TeX source (no MathJax is loaded, so nothing comes from the network)."
+        )
+        (tmp / "index.html").write_text(
+            _INDEX.format(items="\n".join(items), plotly=PLOTLY_JS, math_note=math_note), encoding="utf-8"
+        )
+        os.chmod(tmp, 0o755)
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / out.name)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log(f"wrote {len(pages)} pages and index.html to {out}")
+    return pages
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    render(args.out, args.notebooks, args.notebooks_dir, mathjax_url=args.mathjax_url)
     return 0
 
 
@@ -59,8 +305,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p_exec = sub.add_parser("execute", help="re-execute notebooks in place")
-    p_exec.add_argument("notebooks", nargs="*")
+    p_exec.add_argument("notebooks", nargs="*", help="notebook paths (default: every NN_*.ipynb)")
+    p_exec.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, help="where to find NN_*.ipynb")
     p_exec.set_defaults(func=cmd_execute)
+    p_render = sub.add_parser("render", help="execute copies and write an offline HTML site")
+    p_render.add_argument("notebooks", nargs="*", help="notebook paths (default: every NN_*.ipynb)")
+    p_render.add_argument("--out", type=Path, required=True, help="output folder (replaced as a whole)")
+    p_render.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, help="where to find NN_*.ipynb")
+    p_render.add_argument(
+        "--mathjax-url", default=None, help="typeset equations with MathJax 2 from this URL (the page then needs it)"
+    )
+    p_render.set_defaults(func=cmd_render)
     args = parser.parse_args(argv)
     return args.func(args)
 
