@@ -1,0 +1,781 @@
+"""Point sets on the hyperboloid: near-origin Gaussians, tree embeddings, Hypformer-like Q/K.
+
+Everything returns torch tensors of points ``(..., d + 1)``, time coordinate first, on
+``<x, x>_L = -k`` (the conventions of :mod:`hypviz.lorentz`), and is deterministic given
+``seed`` (an ``int``, a ``torch.Generator`` or a ``numpy.random.Generator``; ``None`` uses
+torch's global generator, which the notebooks seed).
+
+* :func:`wrapped_normal`, :func:`lifted_gaussian` -- samples near the origin;
+* :func:`embed_tree`, :func:`balanced_tree`, :func:`karate_club` -- trees (and a real graph,
+  through a BFS spanning tree) embedded in the hyperbolic plane by Sarkar's construction,
+  returned as a :class:`TreeEmbedding` with the measured distortion (:func:`distortion`);
+* :func:`htc_layer`, :func:`random_htc_qk` -- Hypformer's HTC linear layer, curvature change included.
+
+Numerical range of the tree embeddings
+--------------------------------------
+A low-distortion tree embedding puts its leaves far from the origin: the branching-3, depth-5
+tree needs them at hyperbolic radius 26.9 (edge length 5.37, k = 1) for worst-case distortion
+1.1, so its float64 coordinates are large (spatial norm 2.3e11).  Measured against the same
+construction in mpmath (60 digits), float64 still places every point to about ``1.5 eps |x_s|``
+in hyperbolic distance (1.2e-4 at norm 3.4e11; relative to the edge length, 2e-5).  The
+distortion figures use a cancellation-free pairwise distance (identity 3 split into a radial
+and an angular part, see ``_pairwise_dist``), exact up to that placement error.  Generic
+formulas lose such points: the Gram-matrix form of :func:`hypviz.lorentz.pairwise_sqdist` errs
+by ~10 in the distance at norm 1e11, and the element-wise form of :func:`hypviz.lorentz.dist` as
+first committed returns 0 for some radially aligned pairs at radius ~27 (fine at radius <= ~15).
+The error grows like ``eps e^r``, so no embedding here goes farther than
+``MAX_RADIUS * sqrt(k)`` (28, spatial norm ``sqrt(k) sinh(28) ~ 7.2e11 sqrt(k)``) from the
+origin.  Do not cast the embeddings to float32 (good to radius ~8 only).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import torch
+
+from hypviz.lorentz import as_tensor, check_k, check_points, expmap0, lift
+
+__all__ = [
+    "MAX_RADIUS",
+    "PARENT_GAP",
+    "wrapped_normal",
+    "lifted_gaussian",
+    "TreeEmbedding",
+    "distortion",
+    "embed_tree",
+    "balanced_tree",
+    "karate_club",
+    "htc_layer",
+    "random_htc_qk",
+]
+
+
+#: Largest hyperbolic distance from the origin, in units of ``sqrt(k)``, of a tree embedding.
+MAX_RADIUS: float = 28.0
+#: Default angular gap between a node's parent edge and its nearest child edge, in units of the
+#: gap between neighbouring children (1.0 is Sarkar's even spacing).
+PARENT_GAP: float = 1.35
+_MAX_NODES = 5000
+ArrayLike = Any  # numpy array, torch tensor, or a nested list of floats
+
+
+# --------------------------------------------------------------------------- #
+# argument checks and random numbers
+# --------------------------------------------------------------------------- #
+def _check_int(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if int(value) < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_positive(value: Any, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a positive number, got {value!r}") from exc
+    if not math.isfinite(v) or v <= 0.0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return v
+
+
+def _check_shape(n: int | Sequence[int]) -> tuple[int, ...]:
+    if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
+        return (_check_int(n, "n", 1),)
+    if isinstance(n, (tuple, list, torch.Size)) and len(n) > 0:
+        return tuple(_check_int(m, "n", 1) for m in n)
+    raise ValueError(f"n must be a positive integer or a non-empty tuple of them (the batch shape), got {n!r}")
+
+
+def _check_dtype(dtype: torch.dtype) -> torch.dtype:
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
+    return dtype
+
+
+def _generator(seed: Any) -> torch.Generator | np.random.Generator | None:
+    if seed is None or isinstance(seed, (torch.Generator, np.random.Generator)):
+        return seed
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or int(seed) < 0:
+        raise TypeError(
+            f"seed must be a non-negative int, a torch.Generator, a numpy.random.Generator or None, got {seed!r}"
+        )
+    return torch.Generator().manual_seed(int(seed))
+
+
+def _standard_normal(shape: tuple[int, ...], gen: Any, dtype: torch.dtype) -> torch.Tensor:
+    if isinstance(gen, np.random.Generator):
+        return torch.from_numpy(gen.standard_normal(shape)).to(dtype)
+    return torch.randn(shape, generator=gen, dtype=dtype)
+
+
+def _uniform(shape: tuple[int, ...], bound: float, gen: Any, dtype: torch.dtype) -> torch.Tensor:
+    if isinstance(gen, np.random.Generator):
+        u = torch.from_numpy(gen.random(shape)).to(dtype)
+    else:
+        u = torch.rand(shape, generator=gen, dtype=dtype)
+    return (2.0 * u - 1.0) * bound
+
+
+# --------------------------------------------------------------------------- #
+# near-origin samples
+# --------------------------------------------------------------------------- #
+def wrapped_normal(
+    n: int | Sequence[int],
+    d: int,
+    scale: float = 1.0,
+    *,
+    k: float = 1.0,
+    seed: Any = 0,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Wrapped normal at the origin: a Gaussian in the tangent space at the origin, then ``expmap0``.
+
+    ``u_s ~ N(0, scale^2 I_d)``, ``x = expmap0((0, u_s), k)``, i.e.
+    ``x_s = sqrt(k) sinh(|u_s| / sqrt(k)) u_s / |u_s|``, ``x_t = sqrt(|x_s|^2 + k)``;
+    so ``logmap0(x)`` is exactly Gaussian and ``d(o, x) = |u_s|`` (about ``scale sqrt(d)``).
+
+    Parameters
+    ----------
+    n : int or tuple of int
+        Number of points, or a batch shape ``(...)``.
+    d : int
+        Dimension of the hyperbolic space (points have ``d + 1`` coordinates).
+    scale : float
+        Standard deviation of each tangent coordinate, ``> 0``.
+    k, seed, dtype, device
+        Curvature parameter (``<x, x>_L = -k``), random seed, float32/float64, device.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(*n, d + 1)``, on the hyperboloid ``<x, x>_L = -k``.
+    """
+    shape = _check_shape(n)
+    d = _check_int(d, "d", 1)
+    s = _check_positive(scale, "scale")
+    kf = check_k(k)
+    dtype = _check_dtype(dtype)
+    u = s * _standard_normal(shape + (d,), _generator(seed), torch.float64)
+    x = expmap0(torch.nn.functional.pad(u, (1, 0)), kf)
+    return x.to(dtype=dtype, device=device)
+
+
+def _mean_chi(d: int) -> float:
+    """``E|z|`` for ``z ~ N(0, I_d)``: ``sqrt(2) Gamma((d + 1) / 2) / Gamma(d / 2)``."""
+    return math.sqrt(2.0) * math.exp(math.lgamma((d + 1) / 2.0) - math.lgamma(d / 2.0))
+
+
+def lifted_gaussian(
+    n: int | Sequence[int],
+    d: int,
+    mean_norm: float,
+    *,
+    k: float = 1.0,
+    seed: Any = 0,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Gaussian spatial parts of mean norm ``r``, lifted onto the hyperboloid (MATH.md's attention setting).
+
+    ``x_s = sigma z`` with ``z ~ N(0, I_d)`` and ``sigma = r / E|z|``,
+    ``E|z| = sqrt(2) Gamma((d + 1) / 2) / Gamma(d / 2)``, so ``E|x_s| = r``; then
+    ``x_t = sqrt(|x_s|^2 + k)`` (:func:`hypviz.lorentz.lift`).
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(*n, d + 1)``, on ``<x, x>_L = -k``.
+    """
+    shape = _check_shape(n)
+    d = _check_int(d, "d", 1)
+    r = _check_positive(mean_norm, "mean_norm")
+    kf = check_k(k)
+    dtype = _check_dtype(dtype)
+    xs = (r / _mean_chi(d)) * _standard_normal(shape + (d,), _generator(seed), torch.float64)
+    return lift(xs, kf).to(dtype=dtype, device=device)
+
+
+# --------------------------------------------------------------------------- #
+# distortion
+# --------------------------------------------------------------------------- #
+def distortion(d_hyp: ArrayLike, d_graph: ArrayLike, scale: float = 1.0) -> tuple[float, float]:
+    """Worst-case and average distortion of an embedding (Sala et al. 2018's definitions).
+
+    Over all pairs ``i < j``, with ``rho_ij = d_hyp[i, j] / (scale * d_graph[i, j])``:
+
+    * worst-case distortion ``max_ij rho_ij / min_ij rho_ij`` (``>= 1``; invariant to ``scale``;
+      1 means the embedding is a scaled isometry);
+    * average distortion ``mean_ij |d_hyp[i, j] - scale * d_graph[i, j]| / (scale * d_graph[i, j])``
+      (the mean relative error against the metric scaled by ``scale``; 0 is exact).
+
+    Parameters
+    ----------
+    d_hyp, d_graph : (N, N)
+        Hyperbolic distances and graph (hop) distances; only the upper triangle is read and
+        ``d_graph`` must be positive and finite there.
+    scale : float
+        The edge length the graph metric is scaled by.
+    """
+    h = as_tensor(d_hyp, "d_hyp").to(torch.float64)
+    g = as_tensor(d_graph, "d_graph").to(torch.float64)
+    if h.dim() != 2 or h.shape[0] != h.shape[1] or h.shape != g.shape or h.shape[0] < 2:
+        raise ValueError(
+            f"d_hyp and d_graph: expected two (N, N) matrices with N >= 2, got {tuple(h.shape)} and {tuple(g.shape)}"
+        )
+    s = _check_positive(scale, "scale")
+    iu = torch.triu_indices(h.shape[0], h.shape[0], offset=1)
+    hh, gg = h[iu[0], iu[1]], g[iu[0], iu[1]]
+    if not bool(torch.isfinite(gg).all()) or not bool((gg > 0).all()):
+        raise ValueError("d_graph: expected positive finite distances between distinct nodes (a connected graph)")
+    if not bool(torch.isfinite(hh).all()):
+        raise ValueError("d_hyp holds NaN or Inf")
+    ref = s * gg
+    ratio = hh / ref
+    if float(ratio.min()) <= 0.0:
+        return math.inf, float(((hh - ref).abs() / ref).mean())
+    return float(ratio.max() / ratio.min()), float(((hh - ref).abs() / ref).mean())
+
+
+def _pairwise_dist(points: torch.Tensor, k: float, block: int = 256) -> torch.Tensor:
+    """All geodesic distances ``(N, N)`` between ``(N, d + 1)`` points, accurate at any radius.
+
+    Identity 3 split into a radial and an angular part, each a sum of non-negative terms: with
+    ``n = |x_s|``, ``t = sqrt(n^2 + k)``, ``a = t + n`` (so ``t - n = k / a``) and ``u = x_s / n``,
+
+    ``|x_i - x_j|^2_L = (n_i - n_j)^2 (k / a_i + k / a_j) (a_i + a_j) / (t_i + t_j)^2 + n_i n_j |u_i - u_j|^2``
+
+    (the first term is ``(n_i - n_j)^2 - (t_i - t_j)^2``, the second ``|x_s,i - x_s,j|^2 - (n_i - n_j)^2``),
+    then ``d = 2 sqrt(k) arsinh(sqrt(|x_i - x_j|^2_L) / (2 sqrt(k)))`` as in :func:`hypviz.lorentz.dist`.
+    Nothing cancels, so the error is the points' own float64 placement, ~eps |x_s|.  It agrees with
+    :func:`hypviz.lorentz.dist` wherever that is accurate (to 1e-12 relative at radius ~10); it is
+    used here because the form of :func:`hypviz.lorentz.dist` as committed returns 0 for some
+    root-to-leaf pairs at radius ~27, where these embeddings live.  Row blocks of ``block x N x d``.
+    """
+    x = points.to(torch.float64)
+    root_k = math.sqrt(k)
+    xs = x[:, 1:]
+    n = torch.linalg.vector_norm(xs, dim=-1)
+    t = torch.sqrt(n * n + k)
+    a = t + n
+    u = xs / torch.where(n > 0, n, torch.ones_like(n)).unsqueeze(-1)
+    radial = (n[:, None] - n[None, :]) ** 2
+    radial *= (k / a)[:, None] + (k / a)[None, :]
+    radial *= a[:, None] + a[None, :]
+    radial /= (t[:, None] + t[None, :]) ** 2
+    out = torch.empty_like(radial)
+    for i0 in range(0, x.shape[0], block):
+        du = u[i0 : i0 + block, None, :] - u[None, :, :]
+        angular = n[i0 : i0 + block, None] * n[None, :] * (du * du).sum(dim=-1)
+        out[i0 : i0 + block] = radial[i0 : i0 + block] + angular
+    return 2.0 * root_k * torch.asinh(torch.sqrt(out) / (2.0 * root_k))
+
+
+def _hop_matrix(graph: nx.Graph, nodes: Sequence[Hashable]) -> np.ndarray:
+    index = {v: i for i, v in enumerate(nodes)}
+    out = np.full((len(nodes), len(nodes)), np.inf)
+    for source, lengths in nx.all_pairs_shortest_path_length(graph):
+        row = out[index[source]]
+        for target, length in lengths.items():
+            row[index[target]] = length
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# trees in the hyperbolic plane (Sarkar's construction)
+# --------------------------------------------------------------------------- #
+@dataclass(frozen=True, repr=False)
+class TreeEmbedding:
+    """A tree (or a graph through a spanning tree) embedded in the hyperbolic plane.
+
+    Attributes
+    ----------
+    points : torch.Tensor
+        ``(N, 3)`` float64 points on ``<x, x>_L = -k``, time first; row ``i`` is ``nodes[i]``.
+    nodes : tuple
+        The node labels, in the graph's node order.
+    edges : torch.Tensor
+        ``(E, 2)`` int64 row indices of the tree edges.
+    root : hashable
+        The node placed at the origin.
+    depth : torch.Tensor
+        ``(N,)`` int64 hop distance of each node from the root in the tree.
+    scale : float
+        Edge length (hyperbolic distance, same units as :func:`hypviz.lorentz.dist`).
+    k : float
+        Curvature parameter.
+    worst_distortion, average_distortion : float
+        :func:`distortion` of all pairwise geodesic distances against ``scale`` times the
+        tree's hop distance.
+    graph_edges : torch.Tensor or None
+        For a graph embedded through a spanning tree: ``(E', 2)`` row indices of all its edges.
+    graph_worst_distortion, graph_average_distortion : float or None
+        The same distortion figures against the original graph's shortest-path hop distances.
+    node_data : dict
+        Per-node attributes carried over from the source graph (tuples in row order).
+    """
+
+    points: torch.Tensor
+    nodes: tuple
+    edges: torch.Tensor
+    root: Hashable
+    depth: torch.Tensor
+    scale: float
+    k: float
+    worst_distortion: float
+    average_distortion: float
+    graph_edges: torch.Tensor | None = None
+    graph_worst_distortion: float | None = None
+    graph_average_distortion: float | None = None
+    node_data: dict = field(default_factory=dict)
+
+    @property
+    def max_norm(self) -> float:
+        """Largest spatial norm ``|x_s|`` of the embedded points."""
+        return float(torch.linalg.vector_norm(self.points[:, 1:], dim=-1).max())
+
+    @property
+    def max_radius(self) -> float:
+        """Largest hyperbolic distance from the origin, ``sqrt(k) arsinh(max |x_s| / sqrt(k))``."""
+        root_k = math.sqrt(self.k)
+        return root_k * math.asinh(self.max_norm / root_k)
+
+    def __repr__(self) -> str:
+        text = (
+            f"TreeEmbedding(nodes={len(self.nodes)}, edges={self.edges.shape[0]}, k={self.k:.4g}, "
+            f"scale={self.scale:.4g}, max_radius={self.max_radius:.4g}, max_norm={self.max_norm:.4g}, "
+            f"worst_distortion={self.worst_distortion:.4g}, average_distortion={self.average_distortion:.4g}"
+        )
+        if self.graph_edges is not None:
+            text += (
+                f", graph_edges={self.graph_edges.shape[0]}, graph_worst_distortion={self.graph_worst_distortion:.4g}"
+                f", graph_average_distortion={self.graph_average_distortion:.4g}"
+            )
+        return text + ")"
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The combinatorial part of Sarkar's construction: who hangs where, at which angle."""
+
+    nodes: tuple
+    parent: np.ndarray  # (N,) row of the parent, -1 for the root
+    angle: np.ndarray  # (N,) direction of the node seen from its parent, in the parent's frame
+    levels: list  # BFS levels, each an int array of rows (level 0 is the root)
+    depth: np.ndarray  # (N,)
+
+
+def _layout(tree: nx.Graph, root: Hashable, parent_gap: float) -> _Layout:
+    """Directions of the children of every node, in that node's own frame.
+
+    In the frame of a node ``v`` (``v`` at the origin, its parent in direction 0), its ``n``
+    children get the directions ``pi + (j - (n - 1) / 2) a``, ``j = 0 .. n - 1``, with
+    ``a = 2 pi / (n - 1 + 2 g)``: neighbouring children are ``a`` apart and the two outermost are
+    ``g a`` from the parent (``g = parent_gap``; ``g = 1`` is Sarkar's even spacing of all
+    ``n + 1`` edges).  The root's ``n`` children get ``2 pi j / n``.
+    """
+    nodes = tuple(tree.nodes)
+    index = {v: i for i, v in enumerate(nodes)}
+    n = len(nodes)
+    parent = np.full(n, -1, dtype=np.int64)
+    angle = np.zeros(n)
+    depth = np.zeros(n, dtype=np.int64)
+    levels = [np.array([index[root]], dtype=np.int64)]
+    seen = {index[root]}
+    while True:
+        nxt = []
+        for u in levels[-1]:
+            children = sorted(index[w] for w in tree.neighbors(nodes[u]) if index[w] not in seen)
+            m = len(children)
+            if parent[u] < 0:
+                dirs = [2.0 * math.pi * j / m for j in range(m)]
+            else:
+                a = 2.0 * math.pi / (m - 1 + 2.0 * parent_gap)
+                dirs = [math.pi + (j - (m - 1) / 2.0) * a for j in range(m)]
+            for c, th in zip(children, dirs):
+                parent[c], angle[c], depth[c] = u, th, depth[u] + 1
+                seen.add(c)
+                nxt.append(c)
+        if not nxt:
+            break
+        levels.append(np.array(nxt, dtype=np.int64))
+    return _Layout(nodes, parent, angle, levels, depth)
+
+
+def _rotation(theta: np.ndarray) -> np.ndarray:
+    """Lorentz rotations about the time axis, ``(M, 3, 3)``."""
+    c, s = np.cos(theta), np.sin(theta)
+    out = np.zeros(theta.shape + (3, 3))
+    out[..., 0, 0] = 1.0
+    out[..., 1, 1], out[..., 1, 2], out[..., 2, 1], out[..., 2, 2] = c, -s, s, c
+    return out
+
+
+def _sarkar_points(layout: _Layout, tau: float, k: float) -> torch.Tensor:
+    """Place the nodes with edge length ``tau * sqrt(k)``; returns ``(N, 3)`` float64 points.
+
+    Each node carries a frame ``F_v`` in SO+(1, 2) (a float64 3 x 3 Lorentz matrix) mapping the origin to
+    ``v`` and direction 0 to its parent: ``F_root = I`` and
+    ``F_c = F_v R(theta_c) B(tau) R(pi)``, with ``R`` the rotation about the time axis and ``B(tau)``
+    the boost along the first spatial axis by rapidity ``tau``.  Then ``x_v = sqrt(k) F_v e_0``,
+    re-lifted from its spatial part.  Composing isometries keeps every point to ~1.5 eps |x_s|
+    (no Poincare-disk coordinates near the boundary are ever formed).
+    """
+    n = len(layout.nodes)
+    frames = np.zeros((n, 3, 3))
+    frames[layout.levels[0]] = np.eye(3)
+    boost = np.array([[math.cosh(tau), math.sinh(tau), 0.0], [math.sinh(tau), math.cosh(tau), 0.0], [0.0, 0.0, 1.0]])
+    step_tail = boost @ _rotation(np.array(math.pi))
+    for level in layout.levels[1:]:
+        local = _rotation(layout.angle[level]) @ step_tail
+        frames[level] = frames[layout.parent[level]] @ local
+    spatial = math.sqrt(k) * frames[:, 1:, 0]
+    return lift(torch.from_numpy(np.ascontiguousarray(spatial)), k)
+
+
+def _check_tree(tree: Any, name: str = "tree") -> nx.Graph:
+    if not isinstance(tree, nx.Graph):
+        raise TypeError(f"{name}: expected a networkx Graph or DiGraph, got {type(tree).__name__}")
+    if tree.is_multigraph():
+        raise TypeError(
+            f"{name}: expected a networkx Graph or DiGraph, got a {type(tree).__name__}; convert with nx.Graph(...)"
+        )
+    count = tree.number_of_nodes()
+    if count < 2:
+        raise ValueError(f"{name}: expected a tree with at least 2 nodes, got {count}")
+    if count > _MAX_NODES:
+        raise ValueError(f"{name}: {count} nodes; at most {_MAX_NODES} (all-pairs distortion is O(N^2))")
+    und = tree.to_undirected(as_view=False) if tree.is_directed() else tree
+    if not nx.is_tree(und):
+        raise ValueError(
+            f"{name}: expected a tree (connected and acyclic), got a graph with {count} nodes, "
+            f"{und.number_of_edges()} edges and {nx.number_connected_components(und)} connected component(s)"
+        )
+    return und
+
+
+def _measure(points: torch.Tensor, k: float, hops: np.ndarray, scale: float) -> tuple[float, float]:
+    return distortion(_pairwise_dist(points, k), torch.from_numpy(hops), scale)
+
+
+def embed_tree(
+    tree: nx.Graph,
+    root: Hashable | None = None,
+    *,
+    scale: float | None = None,
+    k: float = 1.0,
+    parent_gap: float = PARENT_GAP,
+    max_distortion: float = 1.1,
+) -> TreeEmbedding:
+    """Embed a networkx tree in the hyperbolic plane (Sarkar's combinatorial construction).
+
+    The root sits at the origin; every node's children lie on the circle of radius ``scale``
+    around it, spread over the arc facing away from its parent (directions in the docstring of
+    the private ``_layout``: neighbouring children ``a = 2 pi / (n - 1 + 2 g)`` apart, the outermost
+    ``g a`` from the parent edge, ``g = parent_gap``; ``g = 1`` is Sarkar's even spacing).  Nodes
+    are moved by composing Lorentz rotations and boosts (3 x 3 float64 matrices) on the hyperboloid
+    -- never through Poincare coordinates near the boundary -- see ``_sarkar_points``.  Sarkar
+    (2011) and Sala et al. (2018) show the distortion tends to 1 as the edge length grows:
+    a path of ``m`` edges whose consecutive edges meet at angle ``theta`` has hyperbolic length about
+    ``m scale - (m - 1) 2 sqrt(k) log(1 / sin(theta / 2))``.
+
+    Distortion (see :func:`distortion`): with ``rho_ij = d_H(x_i, x_j) / (scale d_T(i, j))`` over
+    all pairs, ``d_H`` the geodesic distance (computed without cancellation, see the module
+    docstring) and ``d_T`` the tree's hop distance,
+    worst-case = ``max rho / min rho`` and average = ``mean |rho - 1|``.
+
+    Parameters
+    ----------
+    tree : networkx.Graph
+        A tree (a directed tree such as ``nx.bfs_tree`` output is read as undirected), 2 to 5000 nodes.
+    root : node, optional
+        The node placed at the origin; default the tree's centre (``nx.center``, first one), which
+        minimises the largest radius.
+    scale : float, optional
+        Edge length (hyperbolic distance).  Default: the smallest edge length (to 0.1 %, found by
+        bisection on the measured worst-case distortion, searched from ``sqrt(k)`` up) whose
+        worst-case distortion is ``<= max_distortion`` -- capped so that no node lies farther than
+        ``MAX_RADIUS sqrt(k)`` from the origin (the float64 limit above); when the cap binds the
+        target is not met and ``worst_distortion`` says by how much.  An explicit ``scale`` putting
+        a node beyond that radius raises ``ValueError``.
+    k : float
+        Curvature parameter (``<x, x>_L = -k``).
+    parent_gap : float
+        ``g`` above, ``> 0``.  The default 1.35 minimises the edge length the branching-3, depth-5
+        tree needs for worst-case distortion 1.1 (5.37 against Sarkar's even spacing's 6.7).
+    max_distortion : float
+        Target worst-case distortion for the default ``scale``, ``> 1``; unused when ``scale`` is given.
+
+    Returns
+    -------
+    TreeEmbedding
+        ``points`` are ``(N, 3)`` float64 (time first), row ``i`` is ``list(tree.nodes)[i]``.
+    """
+    und = _check_tree(tree)
+    kf = check_k(k)
+    g = _check_positive(parent_gap, "parent_gap")
+    target = _check_positive(max_distortion, "max_distortion")
+    if target <= 1.0:
+        raise ValueError(f"max_distortion must be > 1 (1 would be an isometry), got {max_distortion!r}")
+    if root is None:
+        root = nx.center(und)[0]
+    elif root not in und:
+        raise ValueError(f"root {root!r} is not a node of the tree")
+    layout = _layout(und, root, g)
+    hops = _hop_matrix(und, layout.nodes)
+    root_k = math.sqrt(kf)
+    height = int(layout.depth.max())
+
+    if scale is None:
+        tau = _default_tau(layout, kf, hops, height, target)
+    else:
+        tau = _check_positive(scale, "scale") / root_k
+    points = _sarkar_points(layout, tau, kf)
+    radius = math.asinh(float(torch.linalg.vector_norm(points[:, 1:], dim=-1).max()) / root_k)
+    if radius > MAX_RADIUS * (1.0 + 1e-9):
+        raise ValueError(
+            f"scale={scale!r} puts nodes {radius * root_k:.4g} from the origin, beyond "
+            f"MAX_RADIUS*sqrt(k) = {MAX_RADIUS * root_k:.4g} where float64 coordinates stop giving accurate "
+            f"distances; use scale <= {MAX_RADIUS * root_k / height:.4g} for this tree"
+        )
+    worst, average = _measure(points, kf, hops, tau * root_k)
+    index = {v: i for i, v in enumerate(layout.nodes)}
+    edges = torch.tensor([[index[a], index[b]] for a, b in und.edges()], dtype=torch.int64).reshape(-1, 2)
+    return TreeEmbedding(
+        points=points,
+        nodes=layout.nodes,
+        edges=edges,
+        root=root,
+        depth=torch.from_numpy(layout.depth.copy()),
+        scale=tau * root_k,
+        k=kf,
+        worst_distortion=worst,
+        average_distortion=average,
+    )
+
+
+def _default_tau(layout: _Layout, k: float, hops: np.ndarray, height: int, target: float) -> float:
+    """Smallest edge length (units of sqrt(k)) in ``[1, MAX_RADIUS / height]`` meeting ``target``.
+
+    The worst-case distortion behaves like ``1 + c / (tau - c')``, so ``1 / (worst - 1)`` is
+    nearly linear in ``tau``: Illinois (safeguarded regula falsi) on
+    ``f(tau) = 1 / (worst(tau) - 1) - 1 / (target - 1)``, keeping a bracket whose upper end meets
+    the target; stops once that end is within ``1e-4`` of the target or the bracket is 0.1 % wide.
+    """
+    root_k = math.sqrt(k)
+
+    def worst(tau: float) -> float:
+        return _measure(_sarkar_points(layout, tau, k), k, hops, tau * root_k)[0]
+
+    def f(w: float) -> float:
+        return (1.0 / (w - 1.0) if w > 1.0 else math.inf) - 1.0 / (target - 1.0)
+
+    hi = MAX_RADIUS / height
+    lo = min(1.0, hi)
+    w_hi = worst(hi)
+    if w_hi > target or lo == hi:
+        return hi
+    w_lo = worst(lo)
+    if w_lo <= target:
+        return lo
+    f_lo, f_hi, side = f(w_lo), f(w_hi), 0
+    for _ in range(50):
+        if hi - lo <= 1e-3 * hi or w_hi >= target - 1e-4:
+            break
+        mid = lo - f_lo * (hi - lo) / (f_hi - f_lo) if math.isfinite(f_hi) else 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            mid = 0.5 * (lo + hi)
+        w_mid = worst(mid)
+        if w_mid <= target:
+            hi, w_hi, f_hi = mid, w_mid, f(w_mid)
+            if side == -1:
+                f_lo *= 0.5
+            side = -1
+        else:
+            lo, f_lo = mid, f(w_mid)
+            if side == 1:
+                f_hi *= 0.5
+            side = 1
+    return hi
+
+
+def balanced_tree(
+    branching: int,
+    depth: int,
+    *,
+    scale: float | None = None,
+    k: float = 1.0,
+    parent_gap: float = PARENT_GAP,
+    max_distortion: float = 1.1,
+) -> TreeEmbedding:
+    """The balanced tree ``nx.balanced_tree(branching, depth)`` embedded by :func:`embed_tree`, root at the origin.
+
+    ``branching >= 1`` children per inner node, ``depth >= 1`` levels below the root
+    (``(branching^(depth + 1) - 1) / (branching - 1)`` nodes).  With the defaults, branching 3 and
+    depth 5 (364 nodes) get worst-case distortion ``<= 1.1`` (edge length about 5.37 sqrt(k)).
+    """
+    b = _check_int(branching, "branching", 1)
+    h = _check_int(depth, "depth", 1)
+    count = h + 1 if b == 1 else (b ** (h + 1) - 1) // (b - 1)
+    if count > _MAX_NODES:
+        raise ValueError(
+            f"balanced_tree({b}, {h}) has {count} nodes; at most {_MAX_NODES} (all-pairs distortion is O(N^2))"
+        )
+    return embed_tree(
+        nx.balanced_tree(b, h), 0, scale=scale, k=k, parent_gap=parent_gap, max_distortion=max_distortion
+    )
+
+
+def karate_club(
+    *,
+    root: int = 0,
+    scale: float | None = None,
+    k: float = 1.0,
+    parent_gap: float = PARENT_GAP,
+    max_distortion: float = 1.1,
+) -> TreeEmbedding:
+    """Zachary's karate club (``nx.karate_club_graph()``, 34 members, 78 ties) through a BFS spanning tree.
+
+    The tree is ``nx.bfs_tree(G, root)`` (default root 0, the instructor "Mr. Hi", a centre of the
+    graph), embedded by :func:`embed_tree` with that root at the origin.  Both distortions are
+    reported: against the spanning tree's hop metric (``worst_distortion``,
+    ``average_distortion``; what the construction controls) and against the original graph's
+    shortest paths (``graph_worst_distortion``, ``graph_average_distortion``; worse, because the 44
+    ties left out of the tree are stretched to tree paths).  ``node_data["club"]`` holds each
+    member's faction after the split ("Mr. Hi" or "Officer").
+    """
+    graph = nx.karate_club_graph()
+    if isinstance(root, bool) or root not in graph:
+        raise ValueError(f"root must be a member of the karate club, an int in 0..33, got {root!r}")
+    spanning = nx.Graph()
+    spanning.add_nodes_from(graph.nodes)
+    spanning.add_edges_from(nx.bfs_tree(graph, root).edges())
+    emb = embed_tree(spanning, root, scale=scale, k=k, parent_gap=parent_gap, max_distortion=max_distortion)
+    graph_hops = _hop_matrix(graph, emb.nodes)
+    g_worst, g_avg = _measure(emb.points, emb.k, graph_hops, emb.scale)
+    index = {v: i for i, v in enumerate(emb.nodes)}
+    graph_edges = torch.tensor([[index[a], index[b]] for a, b in graph.edges()], dtype=torch.int64)
+    clubs = tuple(graph.nodes[v]["club"] for v in emb.nodes)
+    return TreeEmbedding(
+        points=emb.points,
+        nodes=emb.nodes,
+        edges=emb.edges,
+        root=emb.root,
+        depth=emb.depth,
+        scale=emb.scale,
+        k=emb.k,
+        worst_distortion=emb.worst_distortion,
+        average_distortion=emb.average_distortion,
+        graph_edges=graph_edges,
+        graph_worst_distortion=g_worst,
+        graph_average_distortion=g_avg,
+        node_data={"club": clubs},
+    )
+
+
+# --------------------------------------------------------------------------- #
+# Hypformer-like queries and keys
+# --------------------------------------------------------------------------- #
+def htc_layer(
+    x: ArrayLike,
+    weight: ArrayLike,
+    bias: ArrayLike | None = None,
+    *,
+    k_in: float = 1.0,
+    k_out: float = 1.0,
+) -> torch.Tensor:
+    """Hypformer's HTC linear layer: a linear map of the full point, time recomputed, curvature ``k_in -> k_out``.
+
+    ``y_s = sqrt(k_out / k_in) (W x + b)``, ``y_t = sqrt(|y_s|^2 + k_out)``.
+
+    ``W`` acts on the whole point, time coordinate included (Hypformer's ``HypLinear`` has
+    ``in_features + 1`` inputs).  Hypformer's code computes ``z_s = W x + b``,
+    ``z_t = sqrt(|z_s|^2 + k_in)`` and then scales the point by ``sqrt(k_out / k_in)``; that is
+    the formula above, a point of ``<y, y>_L = -k_out``.  With ``W = [0 | I]`` and no bias the
+    layer is the homothety ``y = sqrt(k_out / k_in) x``, which multiplies every distance by
+    ``sqrt(k_out / k_in)``.
+
+    Parameters
+    ----------
+    x : (..., d_in + 1)
+        Points on ``<x, x>_L = -k_in``.
+    weight : (d_out, d_in + 1)
+        Same dtype and device as ``x``.
+    bias : (d_out,), optional
+    k_in, k_out : float
+        Curvature parameters of the input and output hyperboloids.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., d_out + 1)`` on ``<y, y>_L = -k_out``.
+    """
+    ki, ko = check_k(k_in), check_k(k_out)
+    p = check_points(x, ki, name="x")
+    w = as_tensor(weight, "weight")
+    if w.dim() != 2 or w.shape[1] != p.shape[-1] or w.shape[0] < 1:
+        raise ValueError(
+            f"weight: expected (d_out, d_in + 1) = (d_out, {p.shape[-1]}) acting on the full point, "
+            f"got {tuple(w.shape)}"
+        )
+    if w.dtype != p.dtype or w.device != p.device:
+        raise TypeError(f"weight is {w.dtype} on {w.device} but x is {p.dtype} on {p.device}; match them")
+    z = p @ w.transpose(0, 1)
+    if bias is not None:
+        b = as_tensor(bias, "bias")
+        if b.shape != (w.shape[0],) or b.dtype != p.dtype or b.device != p.device:
+            raise ValueError(
+                f"bias: expected shape ({w.shape[0]},), {p.dtype} on {p.device}; "
+                f"got {tuple(b.shape)}, {b.dtype} on {b.device}"
+            )
+        z = z + b
+    ys = math.sqrt(ko / ki) * z
+    return torch.cat([torch.sqrt((ys * ys).sum(dim=-1, keepdim=True) + ko), ys], dim=-1)
+
+
+def random_htc_qk(
+    points: ArrayLike,
+    d_out: int,
+    *,
+    k_in: float = 1.0,
+    k_out: float = 1.0,
+    seed: Any = 0,
+    gain: float = math.sqrt(2.0),
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys of one random Hypformer-like attention head: two random :func:`htc_layer` maps.
+
+    ``Q = HTC(points; W_q)``, ``K = HTC(points; W_k)`` (no bias, as Hypformer's initialisation),
+    each ``W`` of shape ``(d_out, d_in + 1)`` drawn independently from Hypformer's initialisation
+    ``xavier_uniform(gain)``: uniform on ``[-a, a]``, ``a = gain sqrt(6 / (d_in + 1 + d_out))``.
+
+    Parameters
+    ----------
+    points : (..., N, d_in + 1)
+        Points on ``<x, x>_L = -k_in`` (from this module or anywhere).
+    d_out : int
+        Spatial dimension of the queries and keys.
+    k_in, k_out, seed, gain
+        Curvatures, random seed, Xavier gain.
+
+    Returns
+    -------
+    (queries, keys) : tuple of torch.Tensor
+        Each ``(..., N, d_out + 1)`` on ``<y, y>_L = -k_out``, dtype and device of ``points``.
+    """
+    ki = check_k(k_in)
+    p = check_points(points, ki, name="points")
+    d_out = _check_int(d_out, "d_out", 1)
+    a = _check_positive(gain, "gain") * math.sqrt(6.0 / (p.shape[-1] + d_out))
+    gen = _generator(seed)
+    shape = (d_out, p.shape[-1])
+    w_q = _uniform(shape, a, gen, p.dtype).to(p.device)
+    w_k = _uniform(shape, a, gen, p.dtype).to(p.device)
+    return htc_layer(p, w_q, k_in=ki, k_out=k_out), htc_layer(p, w_k, k_in=ki, k_out=k_out)
