@@ -1,0 +1,144 @@
+"""Numerical-error and bound curves for the derivation notebooks (matplotlib).
+
+Both functions take arrays (numpy or torch) that were computed elsewhere and return a
+:class:`matplotlib.figure.Figure`; nothing here computes geometry.  Figures are built with
+the object-oriented API (not ``pyplot``), so a notebook cell shows a returned figure once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+from matplotlib.colors import LogNorm, Normalize
+from matplotlib.figure import Figure
+
+__all__ = ["error_curves", "bound_scatter", "OKABE_ITO"]
+
+# Okabe & Ito's colour-blind-safe palette (black first)
+OKABE_ITO = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#CC79A7", "#F0E442")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def _array(x: Any, name: str) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError(f"{name}: got an empty array; expected values to plot")
+    return arr
+
+
+def error_curves(
+    x: Any,
+    curves: Mapping[str, Any],
+    *,
+    reference_lines: Mapping[str, float] | None = None,
+    xlabel: str = r"separation $\|x_s - y_s\|$ (spatial units)",
+    ylabel: str = "relative error (dimensionless)",
+    title: str = r"Relative error of $\|x - y\|_L^2$",
+    floor: float = 1e-18,
+    figsize: tuple[float, float] = (6.4, 4.4),
+) -> Figure:
+    """Log-log error curves: one line per entry of ``curves``, against ``x``.
+
+    Parameters
+    ----------
+    x : (n,) positive values (e.g. separations)
+    curves : label -> (n,) values, or (n, m) samples per ``x`` (drawn as the median with a
+        shaded min-max band; NaN samples are ignored)
+    reference_lines : label -> value, drawn as dotted horizontal lines (e.g. machine epsilons)
+    floor : values below it (exact zeros included) are drawn at ``floor``
+    xlabel, ylabel, title : axis labels with units and a (LaTeX) title
+
+    Returns
+    -------
+    matplotlib.figure.Figure with one log-log axes.
+    """
+    xs = _array(x, "x")
+    if xs.ndim != 1 or not np.all(xs > 0):
+        raise ValueError(f"x: expected a 1-D array of positive values, got shape {xs.shape}")
+    if not curves:
+        raise ValueError("curves: expected at least one labelled curve")
+    fig = Figure(figsize=figsize, layout="constrained")
+    ax = fig.add_subplot()
+    for i, (label, values) in enumerate(curves.items()):
+        ys = _array(values, f"curves[{label!r}]")
+        if ys.shape[0] != xs.shape[0] or ys.ndim not in (1, 2):
+            raise ValueError(f"curves[{label!r}]: expected shape ({xs.shape[0]},) or ({xs.shape[0]}, m), got {ys.shape}")
+        color = OKABE_ITO[i % len(OKABE_ITO)]
+        style = "--" if "float32" in label else "-"
+        if ys.ndim == 2:
+            with np.errstate(all="ignore"):
+                med = np.nanmedian(ys, axis=1)
+                lo, hi = np.nanmin(ys, axis=1), np.nanmax(ys, axis=1)
+            ax.fill_between(xs, np.maximum(lo, floor), np.maximum(hi, floor), color=color, alpha=0.15, linewidth=0)
+        else:
+            med = ys
+        ax.plot(xs, np.maximum(med, floor), style, color=color, marker=_MARKERS[i % len(_MARKERS)], label=label)
+    for j, (label, value) in enumerate((reference_lines or {}).items()):
+        ax.axhline(value, color="0.45", linestyle=":", linewidth=1.0)
+        ax.annotate(label, (xs.min(), value), xytext=(2, 3), textcoords="offset points", fontsize=8, color="0.3")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return fig
+
+
+def bound_scatter(
+    bound: Any,
+    measured: Any,
+    *,
+    color: Any | None = None,
+    color_label: str = "spatial norm scale $r$ (spatial units)",
+    log_color: bool = True,
+    xlabel: str = r"bound $\tanh(\Delta/4)$ (probability)",
+    ylabel: str = r"measured $\mathrm{TV}(P, S)$ (probability)",
+    title: str = r"Measured total variation against the bound $\tanh(\Delta/4)$",
+    figsize: tuple[float, float] = (6.4, 5.0),
+) -> Figure:
+    """Scatter of measured values against their bound, with the line ``y = x`` (log-log).
+
+    Points on or below the line respect the bound.  ``color`` (same length) colours the points
+    with ``viridis`` and a colourbar labelled ``color_label``.  Non-positive values are left out
+    of the log axes (their count is written in the legend).
+
+    Returns
+    -------
+    matplotlib.figure.Figure with one log-log axes (and a colourbar when ``color`` is given).
+    """
+    b = _array(bound, "bound").ravel()
+    m = _array(measured, "measured").ravel()
+    if b.shape != m.shape:
+        raise ValueError(f"bound and measured must have the same number of values, got {b.size} and {m.size}")
+    keep = (b > 0) & (m > 0) & np.isfinite(b) & np.isfinite(m)
+    fig = Figure(figsize=figsize, layout="constrained")
+    ax = fig.add_subplot()
+    label = f"{int(keep.sum())} rows"
+    if int((~keep).sum()):
+        label += f" ({int((~keep).sum())} with a zero left out)"
+    if color is not None:
+        c = _array(color, "color").ravel()
+        if c.shape != b.shape:
+            raise ValueError(f"color must have one value per point ({b.size}), got {c.size}")
+        norm = LogNorm(c[keep].min(), c[keep].max()) if log_color and np.all(c[keep] > 0) else Normalize()
+        sc = ax.scatter(b[keep], m[keep], c=c[keep], cmap="viridis", norm=norm, s=4, alpha=0.6, linewidths=0, rasterized=True, label=label)
+        fig.colorbar(sc, ax=ax, label=color_label)
+    else:
+        ax.scatter(b[keep], m[keep], color=OKABE_ITO[5], s=4, alpha=0.6, linewidths=0, rasterized=True, label=label)
+    lo = min(b[keep].min(), m[keep].min())
+    hi = max(b[keep].max(), m[keep].max())
+    line = np.array([lo, hi])
+    ax.plot(line, line, color=OKABE_ITO[4], linewidth=1.5, label="bound ($y = x$)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    return fig

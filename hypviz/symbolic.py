@@ -1,0 +1,1505 @@
+"""The derivations of MATH.md as code: every step an equation, its justification and its check.
+
+A :class:`Derivation` is a titled list of :class:`Step` objects.  Each step states
+``lhs <relation> rhs`` and says how it is verified:
+
+``"simplify"``  exact identity: ``lhs - rhs`` reduces to 0 (``expand``, ``cancel``,
+                ``simplify``, ``simplify`` of the ``exp`` form);
+``"series"``    ``lhs - rhs = O(var**order)``: the series of ``lhs - rhs`` up to that order is 0;
+``"limit"``     ``lim_{var -> point} lhs == rhs``;
+``"bound"``     ``lhs <= rhs``: ``rhs - lhs`` equals a ``certificate`` that is non-negative by its
+                form (squares, products and quotients of non-negative symbols);
+``"nonzero"``   ``lhs != rhs`` as functions: ``lhs - rhs`` is non-zero at a ``witness`` point;
+``"check"``     any other argument, written as a callable (e.g. a concavity argument, or a
+                high-precision quadrature).
+
+:meth:`Derivation.verify` checks every step and returns a :class:`Report` naming the first
+step that failed; :func:`verify_all` does that for every derivation of the project.
+
+Dimension is handled honestly: the two-point derivations are written with symbols for the
+norms ``|x_s|``, ``|y_s|`` and the dot product ``x_s . y_s`` (everything depends on the
+spatial parts only through those, so the argument holds in every dimension ``d``), and every
+step is re-checked with explicit coordinates ``x_1 .. x_d`` for a small ``d`` (3 by default),
+where ``|x_s - y_s|^2`` and ``(x_s - y_s).(x_s + y_s)`` are written out coordinate by
+coordinate.  The curvature ``k`` is a positive symbol; pass ``k=1`` to get the formulas of the
+question-and-answer thread exactly.
+
+The module ends with numerical companions of the derivations, in float64 torch or mpmath:
+:func:`softmax_gap_bounds` (per-row KL, TV and the bounds of the bias), :func:`worst_case_row`
+(real points attaining ``TV = tanh(Delta / 4)``), :func:`sqdist_textbook`, :func:`sqdist_mpmath`
+and :func:`sqdist_accuracy` (the float32 / float64 accuracy study of notebook 02).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
+
+import mpmath
+import numpy as np
+import sympy as sp
+import torch
+from sympy.core.function import AppliedUndef
+
+from hypviz import lorentz
+
+__all__ = [
+    # the framework
+    "Step",
+    "Definition",
+    "Derivation",
+    "StepResult",
+    "Report",
+    "Reports",
+    "DerivationError",
+    # the derivations (MATH.md)
+    "lifted_norm",
+    "squared_distance",
+    "geodesic_distance",
+    "decomposition",
+    "time_taylor",
+    "thread_approximation",
+    "approximation_error",
+    "query_constant",
+    "softmax_shift",
+    "bias_in_softmax",
+    "lorentz_attention",
+    "kl_identity",
+    "hoeffding_bound",
+    "tv_bound",
+    "derivations",
+    "verify_all",
+    "softmax",
+    # numerical companions
+    "BoundCheck",
+    "softmax_gap_bounds",
+    "worst_case_row",
+    "sqdist_textbook",
+    "sqdist_mpmath",
+    "SqdistAccuracy",
+    "sqdist_accuracy",
+]
+
+KINDS = ("simplify", "series", "limit", "bound", "nonzero", "check")
+
+
+# =========================================================================== #
+# the framework
+# =========================================================================== #
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One step of a derivation: ``lhs <relation> rhs``, why it holds, and how that is checked.
+
+    Parameters
+    ----------
+    lhs, rhs
+        sympy expressions (or matrices).  They may use the abbreviation symbols of the
+        :class:`Derivation` (e.g. ``x_t``), which are replaced by their definitions first.
+    why
+        the justification, one sentence, shown next to the equation.
+    kind
+        one of ``"simplify"``, ``"series"``, ``"limit"``, ``"bound"``, ``"nonzero"``, ``"check"``
+        (see the module docstring).
+    var, point, order
+        series: ``lhs - rhs = O((var - point)**order)``; limit: ``lim_{var -> point} lhs = rhs``.
+    scale
+        a symbol ``eps``: before a series or limit, every spatial quantity of the derivation
+        is shrunk by ``eps`` (norms and coordinates times ``eps``, dot products times ``eps**2``),
+        so that ``O(eps**4)`` reads "fourth order in the size of the points".
+    certificate
+        bound: an expression equal to ``rhs - lhs`` that is visibly non-negative.
+    witness
+        nonzero: a substitution at which ``lhs - rhs`` is not zero.
+    check
+        check: a callable returning ``True``/``False`` or ``(ok, detail)``.
+    given
+        substitutions (earlier steps, hypotheses such as ``|y_s| = |x_s|``) applied before checking.
+    expand
+        whether to substitute the derivation's definitions (``False``: the step holds for every
+        value of the abbreviation symbols, e.g. a half-angle formula).
+    coordinates
+        whether to re-check the step with explicit coordinates (``False`` for statements about
+        the norm symbols themselves, e.g. a derivative with respect to ``|x_s|``).
+    relation, order_label
+        display only: the relation sign and the O-term (e.g. ``"O(r^{4})"``).
+    """
+
+    lhs: Any
+    rhs: Any
+    why: str
+    kind: str = "simplify"
+    var: Any = None
+    point: Any = 0
+    order: int | None = None
+    scale: Any = None
+    certificate: Any = None
+    witness: Mapping | None = None
+    check: Callable[[], Any] | None = None
+    given: Mapping | None = None
+    expand: bool = True
+    coordinates: bool = True
+    relation: str | None = None
+    order_label: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Step kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind in ("series", "limit") and self.var is None:
+            raise ValueError(f"a {self.kind} step needs var=, the variable of the expansion")
+        if self.kind == "series" and self.order is None:
+            raise ValueError("a series step needs order=: lhs - rhs = O(var**order)")
+        if self.kind == "bound" and self.certificate is None:
+            raise ValueError("a bound step needs certificate= (an expression equal to rhs - lhs, >= 0 by its form)")
+        if self.kind == "nonzero" and self.witness is None:
+            raise ValueError("a nonzero step needs witness=, a substitution where lhs - rhs != 0")
+        if self.kind == "check" and self.check is None:
+            raise ValueError("a check step needs check=, a callable returning True/False or (ok, detail)")
+
+
+@dataclass(frozen=True, eq=False)
+class Definition:
+    """An abbreviation ``symbol := expr``.
+
+    ``components(d)`` gives its form in ``d`` explicit coordinates (when that differs from
+    substituting the coordinates into ``expr``); ``tex`` replaces the displayed
+    ``symbol = expr`` (``""`` hides it, e.g. for the 2nd and 3rd members of a family
+    ``P_1, P_2, P_3`` displayed once as ``P_j = ...``).  Display never affects checking.
+    """
+
+    symbol: Any
+    expr: Any
+    components: Callable[[int], Any] | None = None
+    tex: str | None = None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The outcome of checking one step (``index`` counts from 1)."""
+
+    index: int
+    ok: bool
+    how: str
+    components: str = ""
+
+    def __str__(self) -> str:
+        mark = "ok  " if self.ok else "FAIL"
+        extra = f"; {self.components}" if self.components else ""
+        return f"  {mark} step {self.index}: {self.how}{extra}"
+
+
+class DerivationError(AssertionError):
+    """A derivation step did not verify; the message names the derivation and the step."""
+
+
+@dataclass
+class Report:
+    """The checks of one derivation.  ``ok`` when every step verified; ``str()`` tells which did not."""
+
+    title: str
+    results: list[StepResult] = field(default_factory=list)
+    d: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    @property
+    def failures(self) -> list[StepResult]:
+        return [r for r in self.results if not r.ok]
+
+    @property
+    def first_failure(self) -> StepResult | None:
+        bad = self.failures
+        return bad[0] if bad else None
+
+    def summary(self) -> str:
+        n = len(self.results)
+        if self.ok:
+            where = f"; re-checked with d = {self.d} explicit coordinates" if self.d else ""
+            return f"{self.title}: all {n} steps verified{where}"
+        first = self.first_failure
+        return f"{self.title}: FAILED at step {first.index} of {n} ({first.how}); {len(self.failures)} failing"
+
+    def raise_if_failed(self) -> Report:
+        if not self.ok:
+            raise DerivationError(self.summary() + "\n" + "\n".join(str(r) for r in self.failures))
+        return self
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+class Reports(list):
+    """The reports of :func:`verify_all`; prints one line per derivation."""
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self)
+
+    def __repr__(self) -> str:
+        n_steps = sum(len(r.results) for r in self)
+        head = f"{len(self)} derivations, {n_steps} steps: " + ("all verified" if self.ok else "FAILURES")
+        return "\n".join([head] + ["  " + r.summary() for r in self])
+
+    __str__ = __repr__
+
+
+def _is_zero(expr: Any) -> tuple[bool, str]:
+    """Decide ``expr == 0`` by exact transformations; return (ok, which one succeeded)."""
+    if isinstance(expr, sp.MatrixBase):
+        hows = []
+        for entry in expr:
+            ok, how = _is_zero(entry)
+            if not ok:
+                return False, how
+            hows.append(how)
+        return True, max(hows, key=len) if hows else "identical"
+    e = sp.sympify(expr)
+    if e.has(sp.Integral, sp.Sum, sp.Subs, sp.Derivative):
+        e = e.doit()
+    if e == 0:
+        return True, "identical"
+    tries: list[tuple[str, Callable]] = [
+        ("expand", sp.expand),
+        ("cancel", lambda x: sp.cancel(sp.together(x))),
+        ("simplify", sp.simplify),
+    ]
+    if e.has(sp.Sum):
+        tries.append(("simplify(expanded powers)", lambda x: sp.simplify(sp.expand(sp.expand_power_exp(x)))))
+    if e.has(sp.sinh, sp.cosh, sp.tanh, sp.exp):
+        tries.insert(1, ("rational in exponentials", _exp_rational_zero))
+    if e.has(sp.sinh, sp.cosh, sp.tanh, sp.asinh, sp.acosh, sp.exp):
+        tries.append(("simplify(exp form)", lambda x: sp.simplify(sp.expand(x.rewrite(sp.exp)))))
+    for name, f in tries:
+        try:
+            if f(e) == 0:
+                return True, name
+        except Exception:  # noqa: BLE001 - a failed transformation is simply not a proof
+            continue
+    return False, "lhs - rhs does not reduce to 0"
+
+
+def _exp_rational_zero(e: Any) -> Any:
+    """Rewrite hyperbolic functions as exponentials, name every distinct exponential and cancel.
+
+    Each exponent is expanded into a sum of terms ``q * m`` (``q`` rational), each ``exp(q m)``
+    becomes ``w_m ** (q L)`` with ``L`` the common denominator of the ``q`` of ``m``, and the
+    result is a rational function of the ``w``.  Treating the ``w`` as independent variables is
+    a stronger claim than the original one, so ``cancel(...) == 0`` proves ``e == 0``.
+    Returns the cancelled expression.
+    """
+    f = e.rewrite(sp.exp)
+    f = f.replace(lambda x: isinstance(x, sp.exp), lambda x: sp.exp(sp.expand(x.args[0])))
+    f = sp.expand(f, power_exp=True, mul=False, multinomial=False, power_base=False, log=False)
+    exps = sorted(f.atoms(sp.exp), key=sp.default_sort_key)
+    denominators: dict = {}
+    parts = {}
+    for a in exps:
+        coeff, rest = a.args[0].as_coeff_Mul()
+        if not coeff.is_Rational:
+            coeff, rest = sp.Integer(1), a.args[0]
+        parts[a] = (coeff, rest)
+        denominators.setdefault(rest, []).append(int(coeff.q))
+    ws = {rest: sp.Dummy("w", positive=True) for rest in denominators}
+    reps = {}
+    for a, (coeff, rest) in parts.items():
+        m = math.lcm(*denominators[rest])
+        reps[a] = ws[rest] ** int(coeff * m)
+    return sp.cancel(sp.together(f.xreplace(reps)))
+
+
+def _series_head(expr: Any, var: sp.Symbol, point: Any, order: int) -> Any:
+    """The part of the series of ``expr`` in ``var`` around ``point`` below ``var**order``.
+
+    Fast path (``point = 0``, ``expr`` a polynomial in ``var`` and in fractional powers such as
+    ``sqrt(eps**2 a + k)``): each fractional power ``A`` is replaced by its own Taylor polynomial
+    plus ``var**order * R_A`` (``R_A`` bounded near 0), the result is expanded and the terms below
+    ``var**order`` are returned.  Otherwise ``sympy.series``.
+    """
+    e = sp.sympify(expr)
+    if point == 0 and not isinstance(e, sp.MatrixBase):
+        atoms = sorted((a for a in e.atoms(sp.Pow) if a.has(var) and not a.exp.is_Integer), key=sp.default_sort_key)
+        reps = {}
+        for i, a in enumerate(atoms):
+            reps[a] = sp.series(a, var, 0, order).removeO() + var**order * sp.Dummy(f"R{i}")
+        poly = e.xreplace(reps)
+        if poly.is_polynomial(var):
+            p = sp.expand(poly)
+            return sum(p.coeff(var, j) * var**j for j in range(order))
+    return sp.series(e, var, point, order).removeO()
+
+
+def _nonneg(expr: Any) -> bool:
+    """``True`` when ``expr >= 0`` follows from its form and the symbols' assumptions."""
+    e = sp.sympify(expr)
+    if e.is_nonnegative:
+        return True
+    if isinstance(e, sp.Mul):
+        factors = e.args
+        negatives = [f for f in factors if f.is_negative]
+        rest = [f for f in factors if not f.is_negative]
+        return len(negatives) % 2 == 0 and all(_nonneg(f) for f in rest)
+    if isinstance(e, sp.Add):
+        return all(_nonneg(t) for t in e.args)
+    if isinstance(e, sp.Pow):
+        base, ex = e.args
+        if ex.is_integer and ex.is_even:
+            return base.is_real is True
+        if base.is_positive:
+            return True
+        return _nonneg(base) and bool(ex.is_positive)
+    return False
+
+
+class Derivation:
+    """A titled sequence of checked steps.
+
+    Parameters
+    ----------
+    title
+        what is derived, shown as a heading.
+    steps
+        the :class:`Step` objects, in reading order.
+    definitions
+        abbreviations ``symbol := expr`` used by the steps (substituted before checking).
+    names
+        LaTeX names of symbols for display, e.g. ``{x_norm: r"\\|x_s\\|"}``.
+    intro
+        one or two sentences shown under the title.
+    coords
+        ``coords(d)`` returns the substitution of the norm and dot-product symbols by explicit
+        coordinates (``|x_s| -> sqrt(x_1**2 + ... + x_d**2)``); ``None`` when the derivation has
+        no spatial vectors.
+    spatial
+        ``symbol -> degree`` for :attr:`Step.scale` (norms and coordinates 1, dot products 2).
+    d
+        the dimension of the explicit-coordinate re-check.
+    """
+
+    def __init__(
+        self,
+        title: str,
+        steps: Sequence[Step],
+        definitions: Sequence[Definition] = (),
+        names: Mapping[sp.Symbol, str] | None = None,
+        intro: str = "",
+        coords: Callable[[int], tuple[dict, dict]] | None = None,
+        d: int = 3,
+    ) -> None:
+        self.title = title
+        self.steps = list(steps)
+        self.definitions = list(definitions)
+        self.names = dict(names or {})
+        self.intro = intro
+        self.coords = coords
+        self.d = d
+
+    # ------------------------------------------------------------------ checking
+    def _substitutions(self, step: Step, d: int | None) -> dict:
+        subs: dict = {}
+        if step.expand:
+            for df in self.definitions:
+                subs[df.symbol] = df.components(d) if (d and df.components is not None) else df.expr
+            if d and self.coords is not None:
+                subs.update(self.coords(d)[0])
+        if step.given:
+            subs.update({sp.sympify(a): sp.sympify(b) for a, b in step.given.items()})
+        return subs
+
+    def _scaling(self, eps: Any, d: int | None) -> dict:
+        if self.coords is None:
+            return {}
+        general, by_d = self.coords(d or 1)
+        if d:
+            degrees = dict(by_d)
+        else:
+            degrees = {sym: (2 if "_dot" in sym.name else 1) for sym in general}
+        return {sym: eps**deg * sym for sym, deg in degrees.items()}
+
+    def _expand(self, expr: Any, subs: Mapping) -> Any:
+        if not subs:
+            return expr
+        plain = {a: b for a, b in subs.items() if not isinstance(a, AppliedUndef)}
+        funcs = {a.func: sp.Lambda(a.args, b) for a, b in subs.items() if isinstance(a, AppliedUndef)}
+        for _ in range(30):
+            new = expr.xreplace(plain) if hasattr(expr, "xreplace") else expr
+            for fn, lam in funcs.items():
+                new = new.replace(fn, lam)
+            if new == expr:
+                return new
+            expr = new
+        return expr
+
+    def _check_step(self, step: Step, d: int | None) -> tuple[bool, str]:
+        subs = self._substitutions(step, d)
+        lhs = self._expand(sp.sympify(step.lhs), subs)
+        rhs = self._expand(sp.sympify(step.rhs), subs)
+        if step.kind != "check":
+            lhs, rhs = lhs.doit(), rhs.doit()
+        if step.scale is not None:
+            scaling = self._scaling(step.scale, d)
+            lhs, rhs = lhs.xreplace(scaling), rhs.xreplace(scaling)
+        kind = step.kind
+        if kind == "simplify":
+            ok, how = _is_zero(lhs - rhs)
+            return ok, f"lhs - rhs = 0 by {how}" if ok else how
+        if kind == "series":
+            head = _series_head(lhs - rhs, step.var, step.point, step.order)
+            ok, how = _is_zero(head)
+            if ok:
+                return True, f"lhs - rhs = O({step.var}^{step.order}): its series below that order is 0"
+            return False, f"the series of lhs - rhs has terms below order {step.order}: {sp.sstr(sp.simplify(head))[:120]}"
+        if kind == "limit":
+            value = sp.limit(lhs, step.var, step.point)
+            ok, how = _is_zero(value - rhs)
+            return ok, (f"limit = rhs by {how}" if ok else f"limit is {sp.sstr(value)[:120]}, not rhs")
+        if kind == "bound":
+            cert = self._expand(sp.sympify(step.certificate), subs)
+            ok, how = _is_zero(rhs - lhs - cert)
+            if not ok:
+                return False, "rhs - lhs differs from the certificate"
+            if not _nonneg(cert):
+                return False, "the certificate is not visibly non-negative"
+            return True, f"rhs - lhs = certificate ({how}), non-negative by its form"
+        if kind == "nonzero":
+            witness = {sp.sympify(a): sp.sympify(b) for a, b in step.witness.items()}
+            value = self._expand(lhs - rhs, witness)
+            if isinstance(value, sp.MatrixBase):
+                values = [sp.simplify(v) for v in value]
+            else:
+                values = [sp.simplify(value)]
+            nonzero = [v for v in values if v.free_symbols == set() and abs(complex(sp.N(v, 30))) > 1e-25]
+            if nonzero:
+                return True, f"lhs - rhs = {sp.sstr(nonzero[0])} != 0 at the witness"
+            return False, "lhs - rhs vanishes (or is not a number) at the witness"
+        # check
+        out = step.check()
+        if isinstance(out, tuple):
+            return bool(out[0]), str(out[1])
+        return bool(out), "custom check " + ("passed" if out else "failed")
+
+    def verify(self, d: int | None = -1) -> Report:
+        """Check every step; return a :class:`Report` (``report.ok``, ``report.first_failure``).
+
+        With explicit coordinates available (two-point derivations) every step without
+        ``given`` hypotheses is checked twice: with norm / dot-product symbols (any ``d``) and
+        with ``d`` explicit coordinates (``d=-1``: the derivation's default, ``None``: skip).
+        """
+        dd = self.d if d == -1 else d
+        if self.coords is None:
+            dd = None
+        report = Report(self.title, d=dd)
+        for i, step in enumerate(self.steps, start=1):
+            try:
+                ok, how = self._check_step(step, None)
+            except Exception as exc:  # noqa: BLE001 - report, do not crash
+                ok, how = False, f"error while checking: {type(exc).__name__}: {exc}"
+            comp = ""
+            if ok and dd and step.expand and step.coordinates and not step.given and step.kind in ("simplify", "series", "limit"):
+                try:
+                    ok_c, how_c = self._check_step(step, dd)
+                except Exception as exc:  # noqa: BLE001
+                    ok_c, how_c = False, f"error: {type(exc).__name__}: {exc}"
+                comp = f"d = {dd} coordinates: " + ("ok" if ok_c else how_c)
+                ok = ok and ok_c
+            report.results.append(StepResult(i, ok, how, comp))
+        return report
+
+    def check(self, d: int | None = -1) -> Report:
+        """:meth:`verify`, raising :class:`DerivationError` naming the first failing step."""
+        return self.verify(d).raise_if_failed()
+
+    def evaluate(self, index: int, values: Mapping[Any, float], d: int | None = None) -> tuple[Any, Any]:
+        """Numerical values of both sides of step ``index`` (from 1) at ``values`` (symbol -> number).
+
+        The derivation's definitions (and the step's ``given``) are substituted first; with ``d``
+        the explicit-coordinate form is used.  Returns two floats, or two numpy arrays for matrices.
+        """
+        step = self.steps[index - 1]
+        subs = self._substitutions(step, d)
+        vals = {sp.sympify(a): sp.sympify(b) for a, b in values.items()}
+        out = []
+        for side in (step.lhs, step.rhs):
+            e = self._expand(sp.sympify(side), subs).doit()
+            e = e.xreplace(vals)
+            if isinstance(e, sp.MatrixBase):
+                out.append(np.array([[complex(sp.N(v, 30)).real for v in row] for row in e.tolist()]))
+            else:
+                out.append(complex(sp.N(e, 30)).real)
+        return out[0], out[1]
+
+    # ------------------------------------------------------------------ display
+    def latex(self, expr: Any) -> str:
+        """LaTeX of ``expr`` with this derivation's symbol names (deterministic)."""
+        return sp.latex(sp.sympify(expr), symbol_names=self.names)
+
+    def step_latex(self, step: Step) -> str:
+        """The step as one LaTeX equation."""
+        L, R = self.latex(step.lhs), self.latex(step.rhs)
+        if step.kind == "series":
+            if step.order_label:
+                o = step.order_label
+            else:
+                o = sp.latex(sp.O(step.var**step.order), symbol_names=self.names)
+            return f"{L} = {R} + {o}"
+        if step.kind == "limit":
+            return rf"\lim_{{{self.latex(step.var)} \to {self.latex(step.point)}}} {L} = {R}"
+        rel = step.relation or {"bound": r"\le", "nonzero": r"\ne"}.get(step.kind, "=")
+        return f"{L} {rel} {R}"
+
+    def to_markdown(self) -> str:
+        """The derivation as Markdown with inline LaTeX: title, definitions, numbered steps."""
+        lines = [f"**{self.title}**", ""]
+        if self.intro:
+            lines += [self.intro, ""]
+        used = self._used_definitions()
+        if used:
+            shown = [
+                f"${self.latex(df.symbol)} = {self.latex(df.expr)}$" if df.tex is None else f"${df.tex}$"
+                for df in used
+                if df.tex != ""
+            ]
+            defs = ", ".join(shown)
+            lines += [f"where {defs}.", ""]
+        for i, step in enumerate(self.steps, start=1):
+            note = step.why
+            if step.kind == "bound":
+                note += rf" (rhs $-$ lhs $= {self.latex(step.certificate)} \ge 0$)"
+            if step.kind == "nonzero":
+                w = ", ".join(f"${self.latex(a)} = {self.latex(b)}$" for a, b in step.witness.items())
+                note += f" (at {w})"
+            lines.append(rf"{i}. $\displaystyle {self.step_latex(step)}$ — {note} *[{step.kind}]*")
+        return "\n".join(lines)
+
+    def _used_definitions(self) -> list[Definition]:
+        """The definitions that the steps use, directly or through other definitions (display order kept)."""
+
+        def symbols_of(e: Any) -> set:
+            e = sp.sympify(e)
+            out = set(getattr(e, "free_symbols", set()))
+            if hasattr(e, "atoms"):
+                out |= e.atoms(AppliedUndef)
+                out |= {f.func for f in e.atoms(AppliedUndef)}
+            return out
+
+        by_symbol = {}
+        for df in self.definitions:
+            key = df.symbol.func if isinstance(df.symbol, AppliedUndef) else df.symbol
+            by_symbol[key] = df
+        todo: set = set()
+        for st in self.steps:
+            for e in (st.lhs, st.rhs, st.certificate):
+                if e is not None:
+                    todo |= symbols_of(e)
+        seen: set = set()
+        while todo:
+            sym = todo.pop()
+            if sym in seen:
+                continue
+            seen.add(sym)
+            if sym in by_symbol:
+                todo |= symbols_of(by_symbol[sym].expr)
+        used = []
+        for df in self.definitions:
+            key = df.symbol.func if isinstance(df.symbol, AppliedUndef) else df.symbol
+            if key in seen:
+                used.append(df)
+        # a family is displayed through its first member: keep it when any member is used
+        for i, df in enumerate(self.definitions):
+            if df.tex and df not in used:
+                later = self.definitions[i + 1 :]
+                members = []
+                for other in later:
+                    if other.tex != "":
+                        break
+                    members.append(other)
+                if any(m in used for m in members):
+                    used.append(df)
+        return [df for df in self.definitions if df in used]
+
+    def _repr_markdown_(self) -> str:
+        return self.to_markdown()
+
+    def __repr__(self) -> str:
+        return f"<Derivation {self.title!r}: {len(self.steps)} steps>"
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+# =========================================================================== #
+# symbols
+# =========================================================================== #
+def _curvature(k: Any) -> sp.Expr:
+    if k is None:
+        return sp.Symbol("k", positive=True)
+    kk = sp.sympify(k)
+    if kk.is_positive is not True:
+        raise ValueError(f"k must be a positive symbol or number (<x,x>_L = -k), got {k!r}")
+    return kk
+
+
+def _dot_symbol(name: str) -> sp.Symbol:
+    """A dot-product symbol: its name contains ``_dot``, so it scales like ``eps**2`` under :attr:`Step.scale`."""
+    return sp.Symbol(name, real=True)
+
+
+class _Pair:
+    """Two points ``a = (a_t, a_s)``, ``b = (b_t, b_s)`` on the hyperboloid, as symbols.
+
+    General form: norms ``|a_s|``, ``|b_s|`` and dot product ``a_s . b_s``; explicit form:
+    coordinates ``a_1 .. a_d``.  ``tex_a``/``tex_b`` are the LaTeX letters.
+    """
+
+    def __init__(self, a: str, b: str, k: sp.Expr, tex_a: str | None = None, tex_b: str | None = None) -> None:
+        ta, tb = tex_a or a, tex_b or b
+        self.a, self.b, self.k = a, b, k
+        self.ta, self.tb = ta, tb
+        self.ra = sp.Symbol(f"{a}_norm", nonnegative=True)
+        self.rb = sp.Symbol(f"{b}_norm", nonnegative=True)
+        self.c = _dot_symbol(f"{a}{b}_dot")
+        self.at = sp.Symbol(f"{a}_t", positive=True)
+        self.bt = sp.Symbol(f"{b}_t", positive=True)
+        self.inner = sp.Symbol(f"{a}{b}_inner")
+        self.aa = sp.Symbol(f"{a}{a}_inner")
+        self.bb = sp.Symbol(f"{b}{b}_inner")
+        self.sq = sp.Symbol(f"{a}{b}_sqdist")
+        self.es = sp.Symbol(f"{a}{b}_spatial_sqdist")
+        self.dd = sp.Symbol(f"{a}{b}_diff_dot_sum")
+        self.names = {
+            self.ra: rf"\|{ta}_s\|",
+            self.rb: rf"\|{tb}_s\|",
+            self.c: rf"{ta}_s \cdot {tb}_s",
+            self.at: rf"{ta}_t",
+            self.bt: rf"{tb}_t",
+            self.inner: rf"\langle {ta}, {tb} \rangle_L",
+            self.aa: rf"\langle {ta}, {ta} \rangle_L",
+            self.bb: rf"\langle {tb}, {tb} \rangle_L",
+            self.sq: rf"\|{ta} - {tb}\|_L^2",
+            self.es: rf"\|{ta}_s - {tb}_s\|^2",
+            self.dd: rf"({ta}_s - {tb}_s)\cdot({ta}_s + {tb}_s)",
+        }
+
+    def comps(self, d: int) -> tuple[list[sp.Symbol], list[sp.Symbol]]:
+        xs = [sp.Symbol(f"{self.a}_{i}", real=True) for i in range(1, d + 1)]
+        ys = [sp.Symbol(f"{self.b}_{i}", real=True) for i in range(1, d + 1)]
+        return xs, ys
+
+    def definitions(self) -> list[Definition]:
+        k = self.k
+
+        def es_c(d: int) -> sp.Expr:
+            xs, ys = self.comps(d)
+            return sum((x - y) ** 2 for x, y in zip(xs, ys))
+
+        def dd_c(d: int) -> sp.Expr:
+            xs, ys = self.comps(d)
+            return sum((x - y) * (x + y) for x, y in zip(xs, ys))
+
+        return [
+            Definition(self.at, sp.sqrt(self.ra**2 + k)),
+            Definition(self.bt, sp.sqrt(self.rb**2 + k)),
+            Definition(self.inner, -self.at * self.bt + self.c),
+            Definition(self.aa, -self.at**2 + self.ra**2),
+            Definition(self.bb, -self.bt**2 + self.rb**2),
+            Definition(self.es, self.ra**2 + self.rb**2 - 2 * self.c, es_c),
+            Definition(self.sq, -((self.at - self.bt) ** 2) + self.es),
+            Definition(self.dd, self.ra**2 - self.rb**2, dd_c),
+        ]
+
+    def coords(self, d: int) -> tuple[dict, dict]:
+        xs, ys = self.comps(d)
+        subs = {
+            self.ra: sp.sqrt(sum(x**2 for x in xs)),
+            self.rb: sp.sqrt(sum(y**2 for y in ys)),
+            self.c: sum(x * y for x, y in zip(xs, ys)),
+        }
+        degrees = {s: 1 for s in xs + ys}
+        return subs, degrees
+
+
+def _pair_derivation(pair: _Pair, title: str, steps: list[Step], intro: str, extra_defs=(), names=None, d=3):
+    allnames = dict(pair.names)
+    allnames.update(names or {})
+    return Derivation(
+        title, steps, pair.definitions() + list(extra_defs), allnames, intro, coords=pair.coords, d=d
+    )
+
+
+_EPS = sp.Symbol("epsilon", positive=True)
+
+
+# =========================================================================== #
+# notebook 02: squared distance, geodesic distance, decomposition
+# =========================================================================== #
+def lifted_norm(k: Any = None, d: int = 3) -> Derivation:
+    """A lifted point lies on the hyperboloid: ``<x, x>_L = -x_t^2 + |x_s|^2 = -k``."""
+    k = _curvature(k)
+    P = _Pair("x", "y", k)
+    steps = [
+        Step(P.at**2, P.ra**2 + k, "squaring the lift $x_t = \\sqrt{\\|x_s\\|^2 + k}$"),
+        Step(P.aa, -k, "so the Lorentzian norm of the lifted point is $-k$: it lies on the hyperboloid"),
+        Step(P.at, sp.sqrt(k), "at $x_s = 0$: the origin is $(\\sqrt{k}, 0, \\dots, 0)$", given={P.ra: 0}),
+    ]
+    return _pair_derivation(
+        P, "A lifted point lies on the hyperboloid $\\langle x, x\\rangle_L = -k$", steps,
+        "Any spatial vector $x_s$ becomes a point of the hyperboloid by choosing its time coordinate.", d=d,
+    )
+
+
+def squared_distance(k: Any = None, d: int = 3) -> Derivation:
+    """MATH.md identity 1: ``|x - y|^2_L = <x - y, x - y>_L = -2k - 2<x, y>_L``."""
+    k = _curvature(k)
+    P = _Pair("x", "y", k)
+    steps = [
+        Step(P.sq, P.aa - 2 * P.inner + P.bb,
+             "bilinearity and symmetry of $\\langle \\cdot, \\cdot \\rangle_L$ (expand the product of $x - y$ with itself)"),
+        Step(P.aa, -k, "$x$ lies on the hyperboloid (the lift), and so does $y$: $\\langle y, y\\rangle_L = -k$"),
+        Step(P.sq, -2 * k - 2 * P.inner, "**identity 1**"),
+        Step(P.inner, -P.sq / 2 - k, "rearranged (for $k = 1$ the thread's $\\langle i, j\\rangle_L = -\\frac{1}{2}\\|i - j\\|_L^2 - 1$)"),
+        Step(P.sq, 0, "the squared distance of a point to itself is 0", given={P.rb: P.ra, P.c: P.ra**2}),
+    ]
+    return _pair_derivation(
+        P, "Identity 1: the squared Lorentzian distance", steps,
+        "The squared Lorentzian distance is the Lorentzian inner product of the difference with itself.", d=d,
+    )
+
+
+def geodesic_distance(k: Any = None, d: int = 3) -> Derivation:
+    """MATH.md identity 2: ``d = sqrt(k) arcosh(-<x, y>_L / k)`` and ``|x - y|^2_L = 4k sinh^2(d / (2 sqrt k))``."""
+    k = _curvature(k)
+    P = _Pair("x", "y", k)
+    dist = sp.Symbol("geodesic_d", nonnegative=True)
+    s = sp.Symbol("S_sq", nonnegative=True)  # a free stand-in for |x - y|^2_L in steps 5-6
+    rk = sp.sqrt(k)
+    half = dist / (2 * rk)
+
+    def arsinh_inverse() -> tuple[bool, str]:
+        w = sp.Symbol("w", real=True)
+        claim = 2 * rk * sp.asinh(sp.sqrt(4 * k * sp.sinh(half) ** 2) / (2 * rk))
+        same = _is_zero(sp.sinh(claim / (2 * rk)) - sp.sinh(half))[0]
+        increasing = sp.diff(sp.sinh(w), w).is_positive
+        return bool(same and increasing), "sinh(rhs / (2 sqrt k)) = sinh(d / (2 sqrt k)) and sinh' = cosh > 0"
+
+    steps = [
+        Step((k + P.ra * P.rb) ** 2, P.at**2 * P.bt**2,
+             "$-\\langle x, y\\rangle_L \\ge k$, so the arcosh is defined: square both sides of "
+             "$k + \\|x_s\\|\\|y_s\\| \\le x_t y_t$ (then Cauchy–Schwarz, $x_s \\cdot y_s \\le \\|x_s\\|\\|y_s\\|$)",
+             kind="bound", certificate=k * (P.ra - P.rb) ** 2),
+        Step(-P.inner, k * sp.cosh(dist / rk), "invert the definition of $d$ ($\\cosh$ undoes $\\operatorname{arcosh}$ on $[1, \\infty)$)"),
+        Step(P.sq, -2 * k + 2 * k * sp.cosh(dist / rk), "identity 1 with the line above"),
+        Step(-2 * k + 2 * k * sp.cosh(dist / rk), 4 * k * sp.sinh(half) ** 2,
+             "half-angle formula $\\cosh u - 1 = 2 \\sinh^2(u/2)$ (holds for every $d$)", expand=False),
+        Step(P.sq, 4 * k * sp.sinh(half) ** 2, "**identity 2** (the two lines above)", expand=False,
+             given={P.sq: -2 * k + 2 * k * sp.cosh(dist / rk)}),
+        Step(sp.sqrt(s), 2 * rk * sp.sinh(half),
+             "square root of identity 2 ($d \\ge 0$, so $\\sinh \\ge 0$)", expand=False,
+             given={s: 4 * k * sp.sinh(half) ** 2}),
+        Step(dist, 2 * rk * sp.asinh(sp.sqrt(s) / (2 * rk)),
+             "solved for $d$ ($\\sinh$ is increasing, $\\operatorname{arsinh}$ its inverse): the accurate way to compute the distance of nearby points",
+             kind="check", check=arsinh_inverse),
+        Step(dist, 0, "a point is at distance 0 from itself", given={P.rb: P.ra, P.c: P.ra**2}),
+    ]
+    names = {dist: "d", s: r"\|x - y\|_L^2"}
+    defs = [Definition(dist, rk * sp.acosh(-P.inner / k))]
+    return _pair_derivation(
+        P, "Identity 2: geodesic distance and squared Lorentzian distance", steps,
+        "The geodesic (true hyperbolic) distance $d$ is a monotone function of the squared Lorentzian distance.",
+        extra_defs=defs, names=names, d=d,
+    )
+
+
+def decomposition(k: Any = None, d: int = 3) -> Derivation:
+    """MATH.md identity 3 and its consequences (equal norms; stable formula)."""
+    k = _curvature(k)
+    P = _Pair("x", "y", k)
+    stable = P.es - (P.dd / (P.at + P.bt)) ** 2
+    steps = [
+        Step(P.sq, P.es - (P.at - P.bt) ** 2, "write out $\\langle x - y, x - y\\rangle_L$: time part with a minus sign, spatial part with a plus"),
+        Step(P.es - (P.at - P.bt) ** 2, -2 * k - 2 * P.inner, "agrees with identity 1"),
+        Step(P.at - P.bt, (P.at**2 - P.bt**2) / (P.at + P.bt), "difference of squares", expand=False),
+        Step(P.at - P.bt, (P.ra**2 - P.rb**2) / (P.at + P.bt), "$x_t^2 - y_t^2 = \\|x_s\\|^2 - \\|y_s\\|^2$: the $k$ cancels"),
+        Step(P.ra**2 - P.rb**2, P.dd, "bilinearity of the dot product"),
+        Step(P.sq, stable, "**identity 3**, the stable formula: no subtraction of two large, nearly equal numbers"),
+        Step(P.sq, P.es, "Euclidean spatial distance over-states the Lorentzian one by exactly $(x_t - y_t)^2$",
+             kind="bound", certificate=(P.at - P.bt) ** 2),
+        Step(P.at - P.bt, 0, "on a sphere $\\|y_s\\| = \\|x_s\\|$ the time coordinates agree", given={P.rb: P.ra}),
+        Step(P.sq, P.es, "so on a sphere $\\|y_s\\| = \\|x_s\\|$ the two distances are **equal**", given={P.rb: P.ra}),
+    ]
+    return _pair_derivation(
+        P, "Identity 3: spatial distance minus squared time difference", steps,
+        "Split the squared Lorentzian distance into a Euclidean part and a correction.", d=d,
+    )
+
+
+# =========================================================================== #
+# notebook 03: Taylor expansion, the thread's approximation, its exact error
+# =========================================================================== #
+def time_taylor(k: Any = None, order: int = 6) -> Derivation:
+    """Taylor series of the time coordinate ``sqrt(r^2 + k)`` in ``r`` (up to and including ``r**order``)."""
+    k = _curvature(k)
+    r = sp.Symbol("r", nonnegative=True)
+    t = sp.sqrt(r**2 + k)
+    rk = sp.sqrt(k)
+    series_terms = sum(sp.binomial(sp.Rational(1, 2), n) * k ** (sp.Rational(1, 2) - n) * r ** (2 * n) for n in range(order // 2 + 1))
+
+    def coefficients() -> tuple[bool, str]:
+        s = sp.series(t, r, 0, 2 * (order // 2) + 2).removeO()
+        for n in range(order // 2 + 1):
+            want = sp.binomial(sp.Rational(1, 2), n) * k ** (sp.Rational(1, 2) - n)
+            if sp.simplify(s.coeff(r, 2 * n) - want) != 0:
+                return False, f"coefficient of r^{2 * n} is not binomial(1/2, {n}) k^(1/2 - {n})"
+        return True, f"coefficients of r^0 .. r^{2 * (order // 2)} are binomial(1/2, n) k^(1/2 - n)"
+
+    steps = [
+        Step(t, rk + r**2 / (2 * rk) - r**4 / (8 * k ** sp.Rational(3, 2)), "Taylor series (MATH.md)", kind="series", var=r, order=6),
+        Step(t, series_terms, f"to order {order}", kind="series", var=r, order=2 * (order // 2) + 2),
+        Step(t, series_terms, "binomial series $(1 + u)^{1/2} = \\sum_n \\binom{1/2}{n} u^n$ with $u = r^2 / k$", kind="check", check=coefficients),
+        Step(r**2 + k, (rk + r**2 / (2 * rk)) ** 2, "the first-order truncation over-estimates the time coordinate (compare squares)",
+             kind="bound", certificate=r**4 / (4 * k)),
+    ]
+    return Derivation(
+        "The time coordinate near the origin", steps, names={r: r"r"},
+        intro="$r = \\|x_s\\|$ is the size of the spatial part; the time coordinate is $\\sqrt{r^2 + k}$.",
+    )
+
+
+def thread_approximation(k: Any = None, d: int = 3) -> Derivation:
+    """The thread's argument, step by step, with its O(r^4) terms made explicit (``k=1``: the thread's formulas)."""
+    k = _curvature(k)
+    P = _Pair("i", "j", k)
+    rk = sp.sqrt(k)
+    o4 = "O(r^{4})"
+    steps = [
+        Step(P.inner, -P.at * P.bt + P.c, "Lorentzian inner product"),
+        Step(P.sq, -2 * k - 2 * P.inner, "squared Lorentzian distance (identity 1)"),
+        Step(P.inner, -P.sq / 2 - k, "rearranged"),
+        Step(P.inner, -sp.sqrt(P.ra**2 + k) * sp.sqrt(P.rb**2 + k) + P.c, "substitute the lift $i_t = \\sqrt{\\|i_s\\|^2 + k}$"),
+        Step(sp.sqrt(P.ra**2 + k), rk + P.ra**2 / (2 * rk), "Taylor: nearby points, $\\|i_s\\|, \\|j_s\\| \\ll 1$",
+             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
+        Step(P.inner, -(k + (P.ra**2 + P.rb**2) / 2) + P.c, "product of the two expansions (the cross term is fourth order)",
+             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
+        Step(P.sq, P.es, "substitute into $-2k - 2\\langle i, j\\rangle_L$: to second order the Lorentzian distance is the Euclidean one",
+             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
+        Step(P.c, (P.ra**2 + P.rb**2 - P.es) / 2, "polarisation identity (exact)"),
+        Step(P.c, -P.sq / 2 + (P.ra**2 + P.rb**2) / 2,
+             "the thread's result: the 'constant' is $(\\|i_s\\|^2 + \\|j_s\\|^2)/2$, which depends on the key $j$",
+             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
+        Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2, "the exact 'constant' of identity 4 agrees with it to this order",
+             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
+    ]
+    return _pair_derivation(
+        P, "The thread's approximation, step by step" + (" ($k = 1$)" if k == 1 else ""), steps,
+        "Query $i$ and key $j$ are points of the hyperboloid; $r$ stands for the size of their spatial parts "
+        "($O(r^4)$: shrinking both spatial parts by $\\varepsilon$ shrinks the error like $\\varepsilon^4$).", d=d,
+    )
+
+
+def approximation_error(k: Any = None, d: int = 3) -> Derivation:
+    """The exact error of the approximation: ``|i_s - j_s|^2 - |i - j|^2_L = (i_t - j_t)^2 = O(r^4)``."""
+    k = _curvature(k)
+    P = _Pair("i", "j", k)
+    err = (P.at - P.bt) ** 2
+    lead = (P.ra**2 - P.rb**2) ** 2 / (4 * k)
+    eps = _EPS
+    scaled = (sp.sqrt(eps**2 * P.ra**2 + k) - sp.sqrt(eps**2 * P.rb**2 + k)) ** 2 / eps**4
+    rk = sp.sqrt(k)
+    # (i_t + j_t)^2 - 4k = (i_t + j_t - 2 sqrt k)(i_t + j_t + 2 sqrt k), and i_t - sqrt k = |i_s|^2 / (i_t + sqrt k)
+    gap = P.ra**2 / (P.at + rk) + P.rb**2 / (P.bt + rk)
+    steps = [
+        Step(P.es - P.sq, err, "identity 3: the error of the approximation, exactly"),
+        Step(err, (P.ra**2 - P.rb**2) ** 2 / (P.at + P.bt) ** 2, "identity 3, $i_t - j_t = (\\|i_s\\|^2 - \\|j_s\\|^2)/(i_t + j_t)$"),
+        Step(err, lead, "series: the error is fourth order in the size of the points", kind="series",
+             var=eps, order=6, scale=eps, order_label="O(r^{6})"),
+        Step(scaled, lead, "and exactly fourth order (the limit is not 0 unless the norms are equal)", kind="limit", var=eps, point=0),
+        Step(err, lead, "for all points, not only small ones: $(i_t + j_t)^2 \\ge 4k$", kind="bound",
+             certificate=(P.ra**2 - P.rb**2) ** 2 * gap * (P.at + P.bt + 2 * rk) / (4 * k * (P.at + P.bt) ** 2)),
+        Step(err, 0, "equal norms $\\|j_s\\| = \\|i_s\\|$: the approximation is exact", given={P.rb: P.ra}),
+    ]
+    names = {eps: r"\varepsilon"}
+    return _pair_derivation(
+        P, "The exact error of the approximation", steps,
+        "The thread's $\\|i - j\\|_L^2 \\approx \\|i_s - j_s\\|^2$ has an error that identity 3 gives in closed form.",
+        names=names, d=d,
+    )
+
+
+def query_constant(k: Any = None, d: int = 3) -> Derivation:
+    """MATH.md identity 4: ``q_s . kappa_s = -1/2 |q - kappa|^2_L + (q_t kappa_t - k)`` (the key is ``kappa``)."""
+    k = _curvature(k)
+    P = _Pair("q", "kappa", k, "q", r"\kappa")
+    eps = _EPS
+    steps = [
+        Step(P.c, P.inner + P.at * P.bt, "definition of $\\langle q, \\kappa\\rangle_L$"),
+        Step(P.inner, -P.sq / 2 - k, "identity 1"),
+        Step(P.c, -P.sq / 2 + (P.at * P.bt - k), "**identity 4**: the spatial dot product is distance plus $q_t \\kappa_t - k$"),
+        Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2, "near the origin the 'constant' is the thread's $(\\|q_s\\|^2 + \\|\\kappa_s\\|^2)/2$",
+             kind="series", var=eps, order=4, scale=eps, order_label="O(r^{4})"),
+        Step(sp.Derivative(P.at * P.bt, P.rb), P.at * P.rb / P.bt, "the 'constant' grows with the key's norm", coordinates=False),
+        Step(sp.Derivative(P.at * P.bt, P.rb), 0, "so it is not constant over the keys", kind="nonzero", coordinates=False,
+             witness={P.ra: 0, P.rb: 1, k: 1} if isinstance(k, sp.Symbol) else {P.ra: 0, P.rb: 1}),
+    ]
+    return _pair_derivation(
+        P, "Identity 4: what the thread's 'constant' is", steps,
+        "Query $q$, key $\\kappa$ (a Greek k, to keep the letter $k$ for the curvature).", d=d,
+    )
+
+
+# =========================================================================== #
+# softmax: shift invariance, the per-key bias, identity 5
+# =========================================================================== #
+def softmax(z: Sequence[Any]) -> sp.Matrix:
+    """Symbolic softmax of a list of logits, as a column matrix."""
+    exps = [sp.exp(v) for v in z]
+    total = sum(exps)
+    return sp.Matrix([e / total for e in exps])
+
+
+def _family(name: str, tex: str, exprs: Sequence[Any], shown: str | None, fmt: str | None = None) -> tuple[list[sp.Symbol], list[Definition], dict]:
+    """Symbols ``name_1 .. name_n`` standing for ``exprs``; displayed once as ``shown``.
+
+    ``fmt`` (with ``{j}``) is the LaTeX of member ``j``; default ``tex_{j}``.
+    """
+    syms = [sp.Symbol(f"{name}_{j}") for j in range(1, len(exprs) + 1)]
+    defs = [Definition(sym, e, tex=(shown if j == 0 else "")) for j, (sym, e) in enumerate(zip(syms, exprs))]
+    pattern = fmt or (tex + "_{{{j}}}")
+    names = {sym: pattern.format(j=j) for j, sym in enumerate(syms, start=1)}
+    return syms, defs, names
+
+
+def _softmax_symbol(name: str, tex: str, logits: Sequence[Any], shown: str | None = "") -> tuple[sp.Symbol, Definition, dict]:
+    """One symbol for the whole vector ``softmax(logits)`` (an immutable column matrix)."""
+    sym = sp.Symbol(name)
+    return sym, Definition(sym, sp.ImmutableMatrix(softmax(logits)), tex=shown), {sym: tex}
+
+
+def _vec(syms: Sequence[Any]) -> sp.Matrix:
+    return sp.Matrix(list(syms))
+
+
+def softmax_shift(n: int = 3) -> Derivation:
+    """A softmax ignores a term common to all logits (``n`` explicit, and for general ``n``); a per-key term does not cancel."""
+    if n < 2:
+        raise ValueError(f"softmax_shift needs n >= 2 keys, got {n}")
+    z = sp.symbols(f"z1:{n + 1}", real=True)
+    beta = sp.symbols(f"beta1:{n + 1}", real=True)
+    c = sp.Symbol("c", real=True)
+    zi = sp.IndexedBase("z")
+    j, l, m = sp.symbols("j l n", integer=True, positive=True)
+    sum_shift = sp.Sum(sp.exp(zi[l] + c), (l, 1, m))
+    sum_plain = sp.Sum(sp.exp(zi[l]), (l, 1, m))
+    plain, d1, n1 = _softmax_symbol("sm", r"\mathrm{softmax}(z)", z, r"\mathrm{softmax}(z)_j = e^{z_j} / \sum_{l=1}^{n} e^{z_l}")
+    shifted, d2, n2 = _softmax_symbol("smc", r"\mathrm{softmax}(z + c)", [v + c for v in z])
+    perkey, d3, n3 = _softmax_symbol("smb", r"\mathrm{softmax}(z + \beta)", [v + b for v, b in zip(z, beta)])
+    witness = {zz: 0 for zz in z}
+    witness.update({b: (1 if i == 0 else 0) for i, b in enumerate(beta)})
+    steps = [
+        Step(shifted, plain, f"the common factor $e^c$ cancels ($n = {n}$ keys, every entry)"),
+        Step(sum_shift, sp.exp(c) * sum_plain, "general $n$: $e^{z_l + c} = e^c e^{z_l}$, and $e^c$ leaves the sum"),
+        Step(sp.exp(zi[j] + c) / sum_shift, sp.exp(zi[j]) / sum_plain, "general $n$: numerator and denominator share $e^c$"),
+        Step(perkey, plain, "a term $\\beta_j$ that depends on the key does **not** cancel",
+             kind="nonzero", witness=witness),
+    ]
+    names = {c: "c", **n1, **n2, **n3}
+    return Derivation(
+        f"Softmax is blind to per-query shifts, not to per-key ones (n = {n} and general n)", steps, [d1, d2, d3], names,
+        intro="Logits $z_1, \\dots, z_n$ (one per key), a shift $c$ common to all of them, a shift $\\beta_j$ per key.",
+    )
+
+
+def _keys(n: int, k: sp.Expr):
+    rq = sp.Symbol("q_norm", nonnegative=True)
+    rho = sp.symbols(f"kappa_norm1:{n + 1}", nonnegative=True)
+    dots = [_dot_symbol(f"qkappa_dot{j}") for j in range(1, n + 1)]
+    tau = sp.Symbol("tau", positive=True)
+    qt = sp.sqrt(rq**2 + k)
+    kt = [sp.sqrt(r**2 + k) for r in rho]
+    sq = [-((qt - t) ** 2) + rq**2 + r**2 - 2 * c for t, r, c in zip(kt, rho, dots)]  # |q - kappa_j|^2_L
+    inner = [-qt * t + c for t, c in zip(kt, dots)]
+    names = {rq: r"\|q_s\|", tau: r"\tau"}
+    for j, (r, c) in enumerate(zip(rho, dots), start=1):
+        names[r] = rf"\|\kappa_{{s,{j}}}\|"
+        names[c] = rf"q_s \cdot \kappa_{{s,{j}}}"
+    return rq, rho, dots, tau, qt, kt, sq, inner, names
+
+
+def bias_in_softmax(n: int = 3, k: Any = None) -> Derivation:
+    """Identity 4 inside a softmax: spatial-dot attention = distance attention with a per-key bias ``q_t kappa_{t,j} / tau``."""
+    k = _curvature(k)
+    rq, rho, dots, tau, qt, kt, sq, inner, names = _keys(n, k)
+    s_, ds, ns = _family("s", "s", [c / tau for c in dots], r"s_j = q_s \cdot \kappa_{s,j} / \tau \text{ (spatial logits)}")
+    a_, da, na = _family("a", "a", [-x / 2 / tau for x in sq], r"a_j = -\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau \text{ (distance logits)}")
+    b_, db, nb = _family("b", "b", [qt * t / tau for t in kt], r"b_j = q_t \kappa_{t,j} / \tau \text{ (bias)}")
+    t_, dt, nt = _family("kt", r"\kappa_t", kt, r"\kappa_{t,j} = \sqrt{\|\kappa_{s,j}\|^2 + k}", fmt=r"\kappa_{{t,{j}}}")
+    sm_s, dss, nss = _softmax_symbol("sm_s", r"\mathrm{softmax}(s)", s_, r"\mathrm{softmax}(v)_j = e^{v_j} / \sum_l e^{v_l}")
+    sm_ab, dsab, nsab = _softmax_symbol("sm_ab", r"\mathrm{softmax}(a + b)", [x + y for x, y in zip(a_, b_)])
+    sm_a, dsa, nsa = _softmax_symbol("sm_a", r"\mathrm{softmax}(a)", a_)
+    qts = sp.Symbol("q_t", positive=True)
+    witness = {rq: 1, tau: 1, **{r: (1 if j == 0 else 0) for j, r in enumerate(rho)}, **{c: 0 for c in dots}}
+    if isinstance(k, sp.Symbol):
+        witness[k] = 1
+    steps = [
+        Step(_vec(s_), _vec([x + y - k / tau for x, y in zip(a_, b_)]), "identity 4 for every key, divided by the temperature $\\tau$"),
+        Step(sm_s, sm_ab, "the $-k/\\tau$ is common to all keys and cancels"),
+        Step(sm_s, sm_a, "but the bias changes with the key: the two attentions differ",
+             kind="nonzero", witness=witness),
+        Step(b_[0] - b_[1], qts * (rho[0] ** 2 - rho[1] ** 2) / (tau * (t_[0] + t_[1])),
+             "bias differences come from norm differences only (identity 3)"),
+    ]
+    defs = [Definition(qts, qt)] + dt + ds + da + db + [dss, dsab, dsa]
+    return Derivation(
+        f"Identity 4 inside the softmax ({n} keys)", steps, defs, {**names, **ns, **na, **nb, **nt, **nss, **nsab, **nsa, qts: "q_t"},
+        intro="Keys $\\kappa_1, \\dots, \\kappa_n$ of any dimension (only norms and dot products enter).",
+    )
+
+
+def lorentz_attention(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
+    """MATH.md identity 5: ``softmax_j(<q, kappa_j>_L / tau) = softmax_j(-1/2 |q - kappa_j|^2_L / tau)``; bilinearity and associativity."""
+    k = _curvature(k)
+    rq, rho, dots, tau, qt, kt, sq, inner, names = _keys(n, k)
+    l_, dl, nl = _family("l", r"\ell", [v / tau for v in inner], r"\ell_j = \langle q, \kappa_j \rangle_L / \tau \text{ (Lorentzian logits)}")
+    a_, da, na = _family("a", "a", [-x / 2 / tau for x in sq], r"a_j = -\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau \text{ (distance logits)}")
+    J = sp.diag(-1, *([1] * d))
+    qv = sp.Matrix(sp.symbols(f"q0:{d + 1}", real=True))
+    kv = sp.Matrix(sp.symbols(f"kappa0:{d + 1}", real=True))
+    lorentz_inner = -qv[0] * kv[0] + sum(qv[i] * kv[i] for i in range(1, d + 1))
+    Q = sp.Matrix(2, d + 1, sp.symbols(f"Q0:{2 * (d + 1)}", real=True))
+    K = sp.Matrix(3, d + 1, sp.symbols(f"K0:{3 * (d + 1)}", real=True))
+    V = sp.Matrix(3, 2, sp.symbols("V0:6", real=True))
+    sm_l, dsl, nsl = _softmax_symbol("sm_l", r"\mathrm{softmax}(\ell)", l_, r"\mathrm{softmax}(v)_j = e^{v_j} / \sum_l e^{v_l}")
+    sm_a, dsa, nsa = _softmax_symbol("sm_a", r"\mathrm{softmax}(a)", a_)
+    li, qjk = sp.symbols("lorentz_inner qJkappa")
+    left, right = sp.symbols("QJK_V QJ_KV")
+    extra = [
+        Definition(li, lorentz_inner, tex=rf"\langle q, \kappa\rangle_L = -q_0 \kappa_0 + \sum_{{i=1}}^{{{d}}} q_i \kappa_i"),
+        Definition(qjk, (qv.T * J * kv)[0, 0], tex=r"J = \mathrm{diag}(-1, 1, \dots, 1)"),
+        Definition(left, sp.ImmutableMatrix((Q * J * K.T) * V), tex=rf"Q, K, V \text{{: }} 2 \times {d + 1}, 3 \times {d + 1}, 3 \times 2 \text{{ matrices of symbols}}"),
+        Definition(right, sp.ImmutableMatrix(Q * J * (K.T * V)), tex=""),
+    ]
+    steps = [
+        Step(_vec(l_), _vec([x - k / tau for x in a_]), "identity 1 for every key"),
+        Step(sm_l, sm_a,
+             "**identity 5**: the $-k/\\tau$ is common to all keys, so Lorentzian-inner-product attention *is* distance attention"),
+        Step(li, qjk, f"bilinear, written with a matrix ($d = {d}$)"),
+        Step(left, right, "so the associativity trick stays available to linear attention (2 queries, 3 keys, every entry)"),
+    ]
+    names = {**names, **nl, **na, **nsl, **nsa, li: r"\langle q, \kappa\rangle_L", qjk: r"q^\top J \kappa",
+             left: r"(Q J K^\top) V", right: r"Q J (K^\top V)"}
+    return Derivation(
+        f"Identity 5: the full Lorentzian inner product has no bias ({n} keys)", steps, dl + da + [dsl, dsa] + extra, names,
+        intro="Use $\\langle q, \\kappa_j\\rangle_L$ itself (time coordinates included) as the attention logit.",
+    )
+
+
+def _pq(n: int, nonneg_b: bool = False):
+    """Distance logits ``a``, bias ``b``, and ``P = softmax(a)``, ``S = softmax(a + b)`` as families of symbols."""
+    a = sp.symbols(f"a1:{n + 1}", real=True)
+    b = sp.symbols(f"b1:{n + 1}", nonnegative=True) if nonneg_b else sp.symbols(f"b1:{n + 1}", real=True)
+    P, dP, nP = _family("P", "P", list(softmax(a)), r"P_j = e^{a_j} / \sum_l e^{a_l}")
+    S, dS, nS = _family("S", "S", list(softmax([x + y for x, y in zip(a, b)])), r"S_j = e^{a_j + b_j} / \sum_l e^{a_l + b_l}")
+    return a, b, P, S, dP + dS, {**nP, **nS}
+
+
+def kl_identity(n: int = 3) -> Derivation:
+    """``S_j = P_j e^{b_j} / E_P[e^b]`` and ``KL(P || S) = log E_P[e^b] - E_P[b]`` (``n`` explicit and general)."""
+    a, b, P, S, defs, names = _pq(n)
+    c = sp.Symbol("c", real=True)
+    M = sp.Symbol("M", positive=True)
+    Eb = sp.Symbol("Eb", real=True)
+    KL = sp.Symbol("KL", real=True)
+    Mc, Ebc = sp.Symbol("Mc", positive=True), sp.Symbol("Ebc", real=True)
+    defs = defs + [
+        Definition(M, sum(P[i] * sp.exp(b[i]) for i in range(n)), tex=r"E_P[e^b] = \sum_j P_j e^{b_j}"),
+        Definition(Eb, sum(P[i] * b[i] for i in range(n)), tex=r"E_P[b] = \sum_j P_j b_j"),
+        Definition(KL, sum(P[i] * sp.log(P[i] / S[i]) for i in range(n)), tex=r"\mathrm{KL}(P\|S) = \sum_j P_j \log(P_j / S_j)"),
+        Definition(Mc, sum(P[i] * sp.exp(b[i] + c) for i in range(n)), tex=""),
+        Definition(Ebc, sum(P[i] * (b[i] + c) for i in range(n)), tex=""),
+    ]
+    # general n: one term of the sum, with M = E_P[e^b] a positive symbol and sum_j P_j = 1
+    Pj = sp.Symbol("P_j", positive=True)
+    bj = sp.Symbol("b_j", real=True)
+    Pi = sp.IndexedBase("P")
+    bi = sp.IndexedBase("b")
+    j, m = sp.symbols("j n", integer=True, positive=True)
+    steps = [
+        Step(_vec(S), _vec([P[i] * sp.exp(b[i]) / M for i in range(n)]), f"$S$ reweights $P$ by $e^{{b_j}}$ and renormalises ($n = {n}$)"),
+        Step(KL, sp.log(M) - Eb, f"**KL identity** ($n = {n}$)"),
+        Step(sp.log(Pj / (Pj * sp.exp(bj) / M)), sp.log(M) - bj, "general $n$, one term: $\\log(P_j / S_j) = \\log E_P[e^b] - b_j$", expand=False),
+        Step(sp.Sum(Pi[j] * (sp.log(M) - bi[j]), (j, 1, m)), sp.log(M) * sp.Sum(Pi[j], (j, 1, m)) - sp.Sum(Pi[j] * bi[j], (j, 1, m)),
+             "general $n$: weight by $P_j$ and sum; with $\\sum_j P_j = 1$ this is the identity", expand=False),
+        Step(sp.log(M) - Eb, sp.log(Mc) - Ebc, "adding a constant $c$ to every $b_j$ changes nothing"),
+    ]
+    names = {**names, M: r"E_P[e^b]", Eb: r"E_P[b]", KL: r"\mathrm{KL}(P\|S)", Mc: r"E_P[e^{b + c}]", Ebc: r"E_P[b + c]",
+             Pj: "P_j", bj: "b_j"}
+    return Derivation(
+        f"KL divergence between distance attention $P$ and spatial attention $S$ (n = {n} and general n)", steps, defs, names,
+        intro="$P = \\mathrm{softmax}(a)$ (distance logits $a$), $S = \\mathrm{softmax}(a + b)$ (spatial logits = distance logits + bias $b$).",
+    )
+
+
+def hoeffding_bound(n: int = 3) -> Derivation:
+    """Hoeffding's lemma, proved step by step: ``KL(P || S) <= Delta^2 / 8`` when the bias spans ``Delta``."""
+    D = sp.Symbol("Delta", positive=True)
+    x = sp.Symbol("x", nonnegative=True)
+    u = sp.Symbol("u", nonnegative=True)
+    th = sp.Symbol("theta", positive=True)
+    rho = sp.Symbol("rho", real=True)
+    M = sp.Symbol("M", positive=True)
+    chord = 1 - x / D + x / D * sp.exp(D)
+    Lexpr = sp.log(1 - th + th * sp.exp(u)) - th * u
+    L = sp.Function("L")(u)
+    R = sp.Function("rho")(u)
+    rho_u = th * sp.exp(u) / (1 - th + th * sp.exp(u))
+    a, bb, P, S, defs, names = _pq(n, nonneg_b=True)
+    Eb = sp.Symbol("Eb", nonnegative=True)
+    defs = defs + [
+        Definition(Eb, sum(P[i] * bb[i] for i in range(n)), tex=r"E_P[b] = \sum_j P_j b_j = \theta \Delta"),
+        Definition(L, Lexpr),
+        Definition(R, rho_u),
+    ]
+
+    def concave_chord() -> tuple[bool, str]:
+        g = chord - sp.exp(x)
+        ends = sp.simplify(g.subs(x, 0)) == 0 and sp.simplify(g.subs(x, D)) == 0
+        concave = sp.simplify(sp.diff(g, x, 2) + sp.exp(x)) == 0
+        return ends and concave, "g = chord - e^x: g(0) = g(Delta) = 0 and g'' = -e^x < 0, so g >= 0 between"
+
+    def log_increasing() -> tuple[bool, str]:
+        y = sp.Symbol("y", positive=True)
+        return bool(sp.diff(sp.log(y), y).is_positive), "d/dy log y = 1/y > 0"
+
+    def taylor_remainder() -> tuple[bool, str]:
+        worst = 0.0
+        with mpmath.workdps(30):
+            for tv, dv in ((sp.Rational(1, 10), sp.Rational(1, 2)), (sp.Rational(1, 2), sp.Integer(2)), (sp.Rational(9, 10), sp.Integer(7))):
+                Lf = sp.lambdify(u, Lexpr.subs(th, tv), "mpmath")
+                g = sp.lambdify(u, sp.diff(Lexpr, u, 2).subs(th, tv), "mpmath")
+                dm = mpmath.mpf(int(dv.p)) / int(dv.q)
+                integral = mpmath.quad(lambda s: (dm - s) * g(s), [0, dm])
+                worst = max(worst, float(abs(integral - Lf(dm))))
+        return worst < 1e-20, f"quadrature at 3 (theta, Delta) pairs, 30 digits: max difference {worst:.1e}"
+
+    steps = [
+        Step(chord, sp.exp(x), "convexity: $e^x$ lies below its chord on $[0, \\Delta]$ (shift $b$ so that $\\min_j b_j = 0$, $\\max_j b_j = \\Delta$)",
+             kind="check", check=concave_chord, relation=r"\ge"),
+        Step(sum(P[i] * chord.subs(x, bb[i]) for i in range(n)), 1 - Eb / D + Eb / D * sp.exp(D),
+             f"average the chord over $P$ ($n = {n}$): $E_P[e^b] \\le 1 - \\theta + \\theta e^\\Delta$"),
+        Step(sp.log(M) - th * D, L.subs(u, D), "$\\log$ is increasing: $\\mathrm{KL}(P\\|S) = \\log E_P[e^b] - \\theta\\Delta \\le L(\\Delta)$",
+             kind="check", check=log_increasing, relation=r"\le"),
+        Step(sp.Subs(L, u, 0), 0, "$L(0) = 0$"),
+        Step(sp.Subs(sp.Derivative(L, u), u, 0), 0, "$L'(0) = 0$"),
+        Step(sp.Derivative(L, (u, 2)), R * (1 - R), "the second derivative"),
+        Step(rho * (1 - rho), sp.Rational(1, 4), "a product $\\rho (1 - \\rho)$ is at most $1/4$", kind="bound",
+             certificate=(rho - sp.Rational(1, 2)) ** 2),
+        Step(L.subs(u, D), sp.Integral((D - u) * sp.Derivative(L, (u, 2)), (u, 0, D)),
+             "Taylor's theorem with integral remainder, using $L(0) = L'(0) = 0$", kind="check", check=taylor_remainder),
+        Step(sp.Integral((D - u) / 4, (u, 0, D)), D**2 / 8, "bound $L''$ by $1/4$ and integrate: **Hoeffding's lemma**, $\\mathrm{KL}(P\\|S) \\le \\Delta^2/8$"),
+    ]
+    names = {**names, D: r"\Delta", th: r"\theta", rho: r"\rho", M: r"E_P[e^b]", Eb: r"E_P[b]"}
+    return Derivation(
+        "Hoeffding's lemma: $\\mathrm{KL}(P\\|S) \\le \\Delta^2/8$", steps, defs, names,
+        intro="$\\mathrm{KL}(P\\|S) = \\log E_P[e^b] - E_P[b]$ is unchanged by shifting $b$, so let $b_j \\in [0, \\Delta]$, "
+        "$\\Delta = \\max_j b_j - \\min_j b_j$, and write $E_P[b] = \\theta\\Delta$, $0 \\le \\theta \\le 1$.",
+    )
+
+
+def tv_bound(n: int = 3) -> Derivation:
+    """``TV(P, S) <= tanh(Delta / 4)``, with the two-point worst case attaining it exactly."""
+    D = sp.Symbol("Delta", positive=True)
+    p = sp.Symbol("p", nonnegative=True)
+    sig = sp.Symbol("sigma", nonnegative=True)
+    X, Yp = sp.symbols("X Y'", positive=True)
+    Y, Xp = sp.symbols("Y X'", positive=True)
+    al, be = sp.symbols("alpha beta", nonnegative=True)
+    uA = sp.Symbol("u", nonnegative=True)
+    v = sp.Symbol("v", real=True)
+    a, b, P, S, defs, names = _pq(n)
+    E = sp.exp(D)
+    f = sp.Function("f")(p)
+    fexpr = p * E / (p * E + 1 - p) - p
+    pstar = sp.Symbol("p^*", positive=True)
+    pstar_expr = 1 / (1 + sp.exp(D / 2))
+    cert = sig * (1 - p * (2 + sig)) ** 2 / ((2 + sig) * (1 + p * sig * (2 + sig)))
+    P2, S2 = sp.symbols("P2_1 S2_1", positive=True)
+    defs = defs + [
+        Definition(f, fexpr),
+        Definition(pstar, pstar_expr),
+        Definition(P2, softmax([sp.log(pstar), sp.log(1 - pstar)])[0], tex=r"P^{(2)} = (p^*, 1 - p^*)"),
+        Definition(S2, softmax([sp.log(pstar) + D, sp.log(1 - pstar)])[0], tex=r"S^{(2)} = \mathrm{softmax}(\log p^* + \Delta, \log(1 - p^*))"),
+    ]
+
+    def tanh_vs_linear() -> tuple[bool, str]:
+        y = sp.Symbol("y", nonnegative=True)
+        h = y - sp.tanh(y)
+        ok = h.subs(y, 0) == 0 and sp.simplify(sp.diff(h, y) - sp.tanh(y) ** 2) == 0
+        return ok, "y - tanh y vanishes at 0 and has derivative tanh^2 y >= 0"
+
+    steps = [
+        Step(sum(S[i] - P[i] for i in range(n)), 0, f"both are probability vectors ($n = {n}$)"),
+        Step((uA - v) / 2, uA, "so $\\mathrm{TV} = \\frac{1}{2}\\sum_j |S_j - P_j| = S(A) - P(A)$, $A = \\{j : S_j > P_j\\}$: "
+             "the sums of $S_j - P_j$ over $A$ ($u$) and over the rest ($v = -u$) cancel", given={v: -uA}),
+        Step(S[0] + S[1], (P[0] * sp.exp(b[0]) + P[1] * sp.exp(b[1])) / sum(P[i] * sp.exp(b[i]) for i in range(n)),
+             "$S(A) = X/(X + Y)$ with $X = \\sum_A P_j e^{b_j}$, $Y = \\sum_{A^c} P_j e^{b_j}$ (shown for $A = \\{1, 2\\}$)"),
+        Step(X / (X + Y), Xp / (Xp + Yp), "with $b \\in [0, \\Delta]$: $X \\le X' = P(A) e^\\Delta$ and $Y \\ge Y' = 1 - P(A)$; "
+             "$X/(X + Y)$ grows with $X$ and falls with $Y$", kind="bound",
+             certificate=(X * be + al * Yp + al * be) / ((X + al + Yp) * (X + Yp + be)), given={Xp: X + al, Y: Yp + be}),
+        Step(f, p * (1 - p) * (E - 1) / (p * E + 1 - p), "so $\\mathrm{TV} \\le f(p)$, $p = P(A)$"),
+        Step(sp.Subs(sp.Derivative(f, p), p, pstar), 0, "$f$ is stationary at $p^*$"),
+        Step(f.subs(p, pstar), sp.tanh(D / 4), "its value there"),
+        Step(f, sp.tanh(D / 4), "and that is the maximum over all $p \\in [0, 1]$ (with $e^{\\Delta/2} = 1 + \\sigma$): "
+             "**$\\mathrm{TV}(P, S) \\le \\tanh(\\Delta/4)$**", kind="bound", certificate=cert, given={D: 2 * sp.log(1 + sig)}),
+        Step(S2 - P2, sp.tanh(D / 4), "the two-point row $P^{(2)}$ with bias $b = (\\Delta, 0)$ attains the bound exactly"),
+        Step(sp.tanh(D / 4), D / 4, "sharper than Pinsker + Hoeffding, $\\sqrt{\\mathrm{KL}/2} \\le \\sqrt{\\Delta^2/16} = \\Delta/4$",
+             kind="check", check=tanh_vs_linear, relation=r"\le"),
+    ]
+    names = {**names, D: r"\Delta", sig: r"\sigma", al: r"\alpha", be: r"\beta", pstar: "p^*", P2: r"P^{(2)}_1", S2: r"S^{(2)}_1"}
+    return Derivation(
+        "Total variation: $\\mathrm{TV}(P, S) \\le \\tanh(\\Delta/4)$", steps, defs, names,
+        intro="$S_j = P_j e^{b_j} / E_P[e^b]$ (KL derivation, step 1) with the bias shifted to $b_j \\in [0, \\Delta]$.",
+    )
+
+
+# =========================================================================== #
+# all of them
+# =========================================================================== #
+def derivations(k: Any = None, d: int = 3, n: int = 3) -> dict[str, Derivation]:
+    """Every derivation of the project, by name (general ``k`` plus the thread's ``k = 1``)."""
+    return {
+        "lifted_norm": lifted_norm(k, d),
+        "squared_distance": squared_distance(k, d),
+        "geodesic_distance": geodesic_distance(k, d),
+        "decomposition": decomposition(k, d),
+        "time_taylor": time_taylor(k),
+        "thread_approximation": thread_approximation(k, d),
+        "thread_approximation_k1": thread_approximation(1, d),
+        "approximation_error": approximation_error(k, d),
+        "query_constant": query_constant(k, d),
+        "softmax_shift": softmax_shift(n),
+        "bias_in_softmax": bias_in_softmax(n, k),
+        "lorentz_attention": lorentz_attention(n, k, d),
+        "kl_identity": kl_identity(n),
+        "hoeffding_bound": hoeffding_bound(n),
+        "tv_bound": tv_bound(n),
+    }
+
+
+def verify_all(k: Any = None, d: int = 3, n: int = 3, raise_on_failure: bool = True) -> Reports:
+    """Verify every derivation; return their :class:`Reports` (raise :class:`DerivationError` on a failure)."""
+    reports = Reports(der.verify() for der in derivations(k, d, n).values())
+    if raise_on_failure and not reports.ok:
+        bad = [r for r in reports if not r.ok]
+        raise DerivationError("\n".join(r.summary() for r in bad))
+    return reports
+
+
+# =========================================================================== #
+# numerical companions (float64 torch, mpmath)
+# =========================================================================== #
+class BoundCheck(NamedTuple):
+    """Per-row comparison of distance attention ``P`` and spatial attention ``S`` (float64, shape ``(..., N_q)``)."""
+
+    kl: torch.Tensor
+    tv: torch.Tensor
+    delta: torch.Tensor
+    kl_bound: torch.Tensor
+    tv_bound: torch.Tensor
+
+
+def _as_points64(x: Any, k: float, name: str) -> torch.Tensor:
+    t = lorentz.check_points(x, k, name=name)
+    if t.dim() < 2:
+        raise ValueError(f"{name}: expected (..., N, d + 1) rows of points, got shape {tuple(t.shape)}")
+    return lorentz.lift(t[..., 1:].to(torch.float64), k)
+
+
+def softmax_gap_bounds(queries: Any, keys: Any, tau: float, k: float = 1.0) -> BoundCheck:
+    """Measure how far spatial-dot attention is from distance attention, row by row, with the bounds.
+
+    ``P = softmax_j(-|q - kappa_j|^2_L / (2 tau))`` and ``S = softmax_j(q_s . kappa_{s,j} / tau)``;
+    ``KL = sum_j P_j log(P_j / S_j)``, ``TV = 1/2 sum_j |P_j - S_j|``,
+    ``Delta = q_t (max_j kappa_{t,j} - min_j kappa_{t,j}) / tau``, and the bounds ``Delta^2 / 8``
+    (Hoeffding) and ``tanh(Delta / 4)``.  Computed in float64 (time coordinates recomputed from
+    the spatial parts), whatever the input dtype.
+
+    Parameters
+    ----------
+    queries : (..., N_q, d + 1) points on the hyperboloid ``<x, x>_L = -k``
+    keys : (..., N_k, d + 1) points, same leading shape (broadcasting)
+    tau : the softmax temperature (e.g. ``sqrt(d)``), > 0
+    k : the curvature parameter
+
+    Returns
+    -------
+    BoundCheck of float64 tensors of shape ``(..., N_q)``.
+    """
+    kf = lorentz.check_k(k)
+    tau_f = float(tau)
+    if not math.isfinite(tau_f) or tau_f <= 0:
+        raise ValueError(f"tau must be a positive temperature, got {tau!r}")
+    q = _as_points64(queries, kf, "queries")
+    kk = _as_points64(keys, kf, "keys")
+    if q.shape[-1] != kk.shape[-1]:
+        raise ValueError(f"queries are {tuple(q.shape)} but keys are {tuple(kk.shape)}: the last dimensions (d + 1) differ")
+    dist_logits = -0.5 * lorentz.pairwise_sqdist(q, kk, kf) / tau_f
+    spatial_logits = (q[..., 1:] @ kk[..., 1:].transpose(-1, -2)) / tau_f
+    log_p = torch.log_softmax(dist_logits, dim=-1)
+    log_s = torch.log_softmax(spatial_logits, dim=-1)
+    p, s = log_p.exp(), log_s.exp()
+    kl = (p * (log_p - log_s)).sum(dim=-1)
+    tv = 0.5 * (p - s).abs().sum(dim=-1)
+    kt = kk[..., 0]
+    spread = (kt.amax(dim=-1) - kt.amin(dim=-1)).unsqueeze(-1)
+    delta = q[..., 0] * spread / tau_f
+    return BoundCheck(kl, tv, delta, delta**2 / 8, torch.tanh(delta / 4))
+
+
+def worst_case_row(
+    query_norm: float = 2.0, key_norm: float = 2.0, d: int = 2, tau: float = 1.0, k: float = 1.0, p1: float | None = None
+):
+    """Real points attaining ``TV(P, S) = tanh(Delta / 4)``: one query and two keys.
+
+    Key 2 sits at the origin, key 1 at norm ``key_norm``, so ``Delta = q_t (kappa_{t,1} - sqrt k) / tau``;
+    the angle between query and key 1 is chosen so that the distance attention gives key 1 the
+    weight ``P_1 = p1``, by default ``1 / (1 + e^{Delta/2})``, the maximiser of the TV bound
+    (``p1 = 1/2`` with a small ``Delta`` makes ``KL / (Delta^2 / 8)`` approach 1 instead).
+    Returns ``(queries, keys)`` of shapes ``(1, d + 1)`` and ``(2, d + 1)``, float64.
+
+    Raises
+    ------
+    ValueError
+        when no angle works (the needed ``q_s . kappa_s`` exceeds ``|q_s| |kappa_s|``).
+    """
+    kf = lorentz.check_k(k)
+    if d < 2:
+        raise ValueError(f"worst_case_row needs d >= 2 (the key is rotated in a plane), got d = {d}")
+    qt = math.sqrt(query_norm**2 + kf)
+    kt = math.sqrt(key_norm**2 + kf)
+    delta = qt * (kt - math.sqrt(kf)) / tau
+    if p1 is None:
+        logit = -delta / 2  # log(p* / (1 - p*)) at the maximiser
+    else:
+        if not 0.0 < float(p1) < 1.0:
+            raise ValueError(f"p1 must lie strictly between 0 and 1, got {p1!r}")
+        logit = math.log(p1 / (1.0 - p1))
+    # s_1 - s_2 = (a_1 - a_2) + (b_1 - b_2) with s_2 = 0 (key 2 at the origin), a_1 - a_2 = logit, b_1 - b_2 = Delta
+    need = tau * (logit + delta)
+    if query_norm * key_norm <= 0 or abs(need) > query_norm * key_norm:
+        raise ValueError(
+            f"no worst-case angle for |q_s| = {query_norm}, |kappa_s| = {key_norm}, k = {kf}: "
+            f"need q_s . kappa_s = {need:.4g} > |q_s||kappa_s|; use larger norms"
+        )
+    cos = need / (query_norm * key_norm)
+    sin = math.sqrt(max(0.0, 1.0 - cos * cos))
+    qs = torch.zeros(1, d, dtype=torch.float64)
+    qs[0, 0] = query_norm
+    ks = torch.zeros(2, d, dtype=torch.float64)
+    ks[0, 0], ks[0, 1] = key_norm * cos, key_norm * sin
+    return lorentz.lift(qs, kf), lorentz.lift(ks, kf)
+
+
+def sqdist_textbook(x: Any, y: Any, k: float = 1.0) -> torch.Tensor:
+    """The textbook ``-2k - 2<x, y>_L`` (identity 1), in the inputs' dtype; cancels badly for nearby points.
+
+    For comparison only; use :func:`hypviz.lorentz.sqdist` (identity 3) in real code.
+    """
+    kf = lorentz.check_k(k)
+    return -2.0 * kf - 2.0 * lorentz.inner(x, y)
+
+
+def sqdist_mpmath(xs: np.ndarray, ys: np.ndarray, k: float = 1.0, dps: int = 50) -> list:
+    """Reference ``|x - y|^2_L`` at ``dps`` digits from the exact float values of the spatial parts.
+
+    ``xs``, ``ys`` are ``(N, d)`` arrays of spatial parts; the time coordinates are recomputed
+    at high precision, and identity 3 is used so that nothing cancels.  Returns ``N`` mpf numbers.
+    """
+    xs = np.asarray(xs)
+    ys = np.asarray(ys)
+    if xs.shape != ys.shape or xs.ndim != 2:
+        raise ValueError(f"expected two (N, d) arrays of spatial parts of one shape, got {xs.shape} and {ys.shape}")
+    out = []
+    with mpmath.workdps(dps):
+        kk = mpmath.mpf(float(k))
+        for a, b in zip(xs.tolist(), ys.tolist()):
+            a = [mpmath.mpf(v) for v in a]
+            b = [mpmath.mpf(v) for v in b]
+            na = mpmath.fsum(v * v for v in a)
+            nb = mpmath.fsum(v * v for v in b)
+            ta, tb = mpmath.sqrt(na + kk), mpmath.sqrt(nb + kk)
+            es = mpmath.fsum((u - w) ** 2 for u, w in zip(a, b))
+            dt = (na - nb) / (ta + tb)
+            out.append(+(es - dt * dt))
+    return out
+
+
+@dataclass
+class SqdistAccuracy:
+    """Relative errors of the textbook and stable squared distances against mpmath.
+
+    ``errors[(method, dtype)]`` is ``(n_separations, n_pairs)`` (NaN where the two float
+    inputs coincide); ``actual[dtype]`` the exact separations of the float inputs.
+    """
+
+    separations: np.ndarray
+    norm: float
+    d: int
+    k: float
+    errors: dict
+    actual: dict
+
+    def medians(self) -> dict:
+        """Median relative error over the pairs of each separation, per ``(method, dtype)``."""
+        return {key: np.nanmedian(v, axis=1) for key, v in self.errors.items()}
+
+    def worst(self) -> dict:
+        """Largest relative error over the pairs of each separation, per ``(method, dtype)``."""
+        return {key: np.nanmax(v, axis=1) for key, v in self.errors.items()}
+
+
+def sqdist_accuracy(
+    separations: Iterable[float] = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7),
+    norm: float = 5.0,
+    d: int = 4,
+    n_pairs: int = 16,
+    k: float = 1.0,
+    dtypes: Sequence[str] = ("float32", "float64"),
+    seed: int = 0,
+    dps: int = 50,
+) -> SqdistAccuracy:
+    """Relative error of ``-2k - 2<x, y>_L`` (textbook) and :func:`hypviz.lorentz.sqdist` (stable).
+
+    Pairs: ``x_s`` of norm ``norm`` in a random direction, ``y_s = x_s + s u`` with ``u`` a random
+    unit vector and ``s`` each separation; both rounded to the dtype, lifted in that dtype, then
+    compared with :func:`sqdist_mpmath` on the very same float inputs.
+    """
+    kf = lorentz.check_k(k)
+    seps = np.asarray(list(separations), dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((len(seps), n_pairs, d))
+    x *= norm / np.linalg.norm(x, axis=-1, keepdims=True)
+    u = rng.standard_normal((len(seps), n_pairs, d))
+    u /= np.linalg.norm(u, axis=-1, keepdims=True)
+    y = x + seps[:, None, None] * u
+    errors: dict = {}
+    actual: dict = {}
+    for name in dtypes:
+        npd = np.dtype(name)
+        xd = x.astype(npd).reshape(-1, d)
+        yd = y.astype(npd).reshape(-1, d)
+        xp, yp = lorentz.lift(torch.from_numpy(xd), kf), lorentz.lift(torch.from_numpy(yd), kf)
+        computed = {
+            "textbook": sqdist_textbook(xp, yp, kf).numpy(),
+            "stable": lorentz.sqdist(xp, yp, kf).numpy(),
+        }
+        ref = sqdist_mpmath(xd, yd, kf, dps)
+        with mpmath.workdps(dps):
+            sep = np.array([float(mpmath.sqrt(mpmath.fsum((mpmath.mpf(a) - mpmath.mpf(b)) ** 2 for a, b in zip(r1, r2))))
+                            for r1, r2 in zip(xd.tolist(), yd.tolist())])
+            for method, values in computed.items():
+                err = np.array([float(abs(mpmath.mpf(float(c)) - r) / r) if r > 0 else np.nan for c, r in zip(values.tolist(), ref)])
+                errors[(method, name)] = err.reshape(len(seps), n_pairs)
+        actual[name] = sep.reshape(len(seps), n_pairs)
+    return SqdistAccuracy(seps, float(norm), int(d), kf, errors, actual)

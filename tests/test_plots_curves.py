@@ -1,0 +1,98 @@
+"""hypviz.plots.curves: labelled, non-blank figures; clear errors on bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from hypviz.plots import curves
+
+
+def _pixels(fig: Figure) -> np.ndarray:
+    fig.set_dpi(40)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3]
+
+
+def _non_blank(fig: Figure) -> None:
+    px = _pixels(fig)
+    assert px.std() > 5
+    colours = np.unique(px.reshape(-1, 3), axis=0)
+    assert len(colours) > 20
+
+
+def test_public_names():
+    assert set(curves.__all__) >= {"error_curves", "bound_scatter"}
+    import hypviz.plots as plots
+
+    assert plots.curves is curves
+    assert plots.error_curves is curves.error_curves
+
+
+def test_error_curves_labels_and_rendering():
+    x = np.logspace(-7, -1, 7)
+    samples = np.abs(np.random.default_rng(0).normal(size=(7, 5))) * 1e-8 / x[:, None] ** 2
+    samples[0, 0] = 0.0  # an exact zero is drawn at the floor
+    samples[1, 1] = np.nan  # ignored
+    fig = curves.error_curves(
+        x,
+        {"textbook, float32": samples, "stable, float64": torch.full((7,), 1e-16)},
+        reference_lines={"float64 eps": 2.2e-16},
+        title=r"Relative error of $\|x - y\|_L^2$",
+    )
+    assert isinstance(fig, Figure)
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert "separation" in ax.get_xlabel() and "(" in ax.get_xlabel()
+    assert "relative error" in ax.get_ylabel()
+    assert "$" in ax.get_title()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["textbook, float32", "stable, float64"]
+    assert ax.lines[0].get_linestyle() == "--" and ax.lines[1].get_linestyle() == "-"
+    assert np.all(ax.lines[0].get_ydata() > 0)
+    _non_blank(fig)
+
+
+def test_bound_scatter_labels_colorbar_and_rendering():
+    rng = np.random.default_rng(1)
+    bound = 10 ** rng.uniform(-6, -0.5, 500)
+    measured = bound * rng.uniform(0.05, 1.0, 500)
+    measured[:3] = 0.0
+    scale = 10 ** rng.uniform(-2, 1, 500)
+    fig = curves.bound_scatter(bound, measured, color=scale)
+    ax, cax = fig.axes
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert "tanh" in ax.get_xlabel() and "TV" in ax.get_ylabel()
+    assert "norm" in cax.get_ylabel()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[0].startswith("497 rows") and "3 with a zero" in labels[0]
+    assert "y = x" in labels[1]
+    line = ax.lines[0]
+    assert np.allclose(line.get_xdata(), line.get_ydata())  # the y = x line
+    _non_blank(fig)
+
+
+def test_bound_scatter_without_colour():
+    fig = curves.bound_scatter(torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.05, 0.1, 0.3]))
+    assert len(fig.axes) == 1
+    _non_blank(fig)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: curves.error_curves([1.0, -1.0], {"a": [1, 2]}), "positive"),
+        (lambda: curves.error_curves([1.0, 2.0], {}), "at least one"),
+        (lambda: curves.error_curves([1.0, 2.0], {"a": [1, 2, 3]}), "expected shape"),
+        (lambda: curves.error_curves([], {"a": []}), "empty"),
+        (lambda: curves.bound_scatter([0.1, 0.2], [0.1]), "same number"),
+        (lambda: curves.bound_scatter([0.1, 0.2], [0.1, 0.2], color=[1.0]), "one value per point"),
+    ],
+)
+def test_bad_input(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
