@@ -60,7 +60,9 @@ def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
             raise TypeError(f"{name}: expected a numpy array or torch tensor, got {type(x).__name__}") from exc
         if arr.dtype == object:
             raise TypeError(f"{name}: expected a numeric array, got an array of Python objects")
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        if not (arr.flags.c_contiguous and arr.flags.writeable):
+            arr = np.array(arr, order="C")  # torch needs positive strides and warns on read-only arrays
+        t = torch.from_numpy(arr)
     if not t.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point array (float32 or float64), got dtype {t.dtype}")
     return t
@@ -84,12 +86,19 @@ def _check_last_dim(x: torch.Tensor, name: str, minimum: int = 2) -> None:
         raise ValueError(f"{name}: expected {what}, got {got}")
 
 
-def _check_pair(x: torch.Tensor, y: torch.Tensor, names: tuple[str, str] = ("x", "y")) -> None:
+def _check_pair(x: torch.Tensor, y: torch.Tensor, names: tuple[str, str] = ("x", "y"), core: int = 1) -> None:
+    # ``core`` trailing axes are the point axes (1: (..., d + 1); 2: (..., N, d + 1)); the rest must broadcast.
     a, b = names
     if x.shape[-1] != y.shape[-1]:
         raise ValueError(
             f"{a} and {b} have different numbers of coordinates: {a} is {tuple(x.shape)}, {b} is {tuple(y.shape)}"
         )
+    try:
+        torch.broadcast_shapes(x.shape[:-core], y.shape[:-core])
+    except RuntimeError:
+        raise ValueError(
+            f"{a} and {b} have batch shapes that do not broadcast: {a} is {tuple(x.shape)}, {b} is {tuple(y.shape)}"
+        ) from None
     if x.dtype != y.dtype:
         raise TypeError(f"{a} is {x.dtype} but {b} is {y.dtype}; convert one of them so both dtypes match")
     if x.device != y.device:
@@ -146,6 +155,7 @@ def check_points(
     lorentz_norm = sq_s - time**2
     residual = (lorentz_norm + kf).abs()
     excess = residual - (atol_ + rtol_ * (time**2 + sq_s))
+    excess = torch.nan_to_num(excess, nan=math.inf)  # squares that overflow (inf - inf) are not accepted silently
     worst = int(torch.argmax(excess))
     if float(excess[worst]) > 0:
         raise ValueError(
@@ -167,6 +177,8 @@ def check_points(
 # --------------------------------------------------------------------------- #
 def origin(d: int, k: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """The origin ``(sqrt(k), 0, ..., 0)`` of the ``d``-dimensional hyperboloid, shape ``(d + 1,)``."""
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
+        raise ValueError(f"d must be an integer >= 1 (the dimension of the hyperboloid), got {d!r}")
     o = torch.zeros(d + 1, dtype=dtype)
     o[0] = math.sqrt(check_k(k))
     return o
@@ -195,13 +207,29 @@ def inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
     return -a[..., 0] * b[..., 0] + (a[..., 1:] * b[..., 1:]).sum(dim=-1)
 
 
-def _sqdist_checked(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    # identity 3: |x - y|^2_L = |x_s - y_s|^2 - (x_t - y_t)^2,
-    #             x_t - y_t  = (x_s - y_s) . (x_s + y_s) / (x_t + y_t)
+def _sqdist_checked(a: torch.Tensor, b: torch.Tensor, k: float) -> torch.Tensor:
+    # identity 3: D = |x - y|^2_L = |x_s - y_s|^2 - (x_t - y_t)^2 with x_t - y_t = (x_s - y_s).(x_s + y_s) / (x_t + y_t).
+    # Write e = x_s - y_s, s = x_s + y_s, T = x_t + y_t.  Two exact forms of the same D:
+    #   (A) D = |e|^2 - (e.s / T)^2                          cancels when x - y is nearly light-like
+    #                                                        (points far from the origin, displaced radially);
+    #   (B) D = |e|^2 (4k + |s_perp|^2) / (T^2 - |e|^2)      s_perp = s - (e.s / |e|^2) e, the part of s
+    #       orthogonal to e; from (A) with (e.s)^2 = |e|^2 (|s|^2 - |s_perp|^2) and T^2 - |s|^2 = 4k + D.
+    #       Its denominator T^2 - |e|^2 = 2k + 2 (x_t y_t + x_s.y_s) cancels only for far, nearly antipodal points.
+    # Each element takes the form whose cancellation is milder: (A) loses a factor (e.s / T)^2 / D,
+    # (B) a factor (2k + 2 x_t y_t + 2 |x_s.y_s|) / (T^2 - |e|^2).
     xs, ys = a[..., 1:], b[..., 1:]
-    diff = xs - ys
-    time_diff = (diff * (xs + ys)).sum(dim=-1) / (a[..., 0] + b[..., 0])
-    return ((diff * diff).sum(dim=-1) - time_diff * time_diff).clamp_min(0.0)
+    e, s = xs - ys, xs + ys
+    ee = (e * e).sum(dim=-1)
+    es = (e * s).sum(dim=-1)
+    td = es / (a[..., 0] + b[..., 0])  # x_t - y_t
+    d_a = ee - td * td
+    s_perp = s - (es / torch.where(ee > 0, ee, torch.ones_like(ee))).unsqueeze(-1) * e
+    tprod = a[..., 0] * b[..., 0]
+    xy = (xs * ys).sum(dim=-1)
+    denom = (2.0 * k + 2.0 * (tprod + xy)).clamp_min(torch.finfo(tprod.dtype).tiny)
+    d_b = ee * (4.0 * k + (s_perp * s_perp).sum(dim=-1)) / denom
+    use_b = (2.0 * k + 2.0 * (tprod + xy.abs())) * d_b <= td * td * denom
+    return torch.where(use_b, d_b, d_a).clamp_min(0.0)
 
 
 def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
@@ -210,12 +238,23 @@ def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
     Computed by the stable decomposition (MATH.md identity 3)
     ``|x_s - y_s|^2 - (x_t - y_t)^2`` with ``x_t - y_t = (x_s - y_s).(x_s + y_s) / (x_t + y_t)``,
     which keeps its relative accuracy for nearby points where the textbook
-    ``-2k - 2<x, y>_L`` cancels catastrophically.
+    ``-2k - 2<x, y>_L`` cancels catastrophically.  Where that difference itself cancels
+    (nearby points far from the origin, displaced radially), the same identity is used
+    with the cancelling part solved exactly: with ``e = x_s - y_s``, ``s = x_s + y_s``,
+    ``T = x_t + y_t`` and ``s_perp`` the part of ``s`` orthogonal to ``e``,
+    ``|x - y|^2_L = |e|^2 (4k + |s_perp|^2) / (T^2 - |e|^2)`` with
+    ``T^2 - |e|^2 = 2k + 2 (x_t y_t + x_s . y_s)``; each pair takes the form that cancels less.
+    Relative error: a few ulps, growing to at most about ``(|x_s| / sqrt(k))^(2/3)`` ulps
+    for points far from the origin.
+
+    ``x`` and ``y`` are ``(..., d + 1)`` points on ``<x, x>_L = -k`` (checked by
+    :func:`check_points`); their batch shapes broadcast.
     """
-    a = check_points(x, k, name="x")
-    b = check_points(y, k, name="y")
+    kf = check_k(k)
+    a = check_points(x, kf, name="x")
+    b = check_points(y, kf, name="y")
     _check_pair(a, b)
-    return _sqdist_checked(a, b)
+    return _sqdist_checked(a, b, kf)
 
 
 def dist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
@@ -235,7 +274,7 @@ def _pairwise_operands(x: ArrayLike, y: ArrayLike) -> tuple[torch.Tensor, torch.
         if t.dim() < 2:
             raise ValueError(f"{name}: expected (..., N, d + 1) for a pairwise product, got shape {tuple(t.shape)}")
         _check_last_dim(t, name)
-    _check_pair(a, b)
+    _check_pair(a, b, core=2)
     return a, b
 
 
@@ -255,6 +294,11 @@ def pairwise_sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
 
     ``|x_s|^2_i + |y_s|^2_j - 2 (x_s y_s^T)_ij - (x_{t,i} - y_{t,j})^2`` (identity 3): one matrix
     product plus element-wise work on ``(N, M)``; no ``N x M x d`` intermediate.
+
+    Accuracy: the Gram-matrix form has an *absolute* error of a few ulps times
+    ``|x_s|^2 + |y_s|^2`` (enough for attention logits, where only differences along a
+    row matter); for the relative accuracy on nearby pairs that :func:`sqdist` has, call
+    ``sqdist(x[..., :, None, :], y[..., None, :, :], k)``, which costs ``N x M x d`` memory.
     """
     a = check_points(x, k, name="x")
     b = check_points(y, k, name="y")
