@@ -18,11 +18,8 @@ tree needs them at hyperbolic radius 26.9 (edge length 5.37, k = 1) for worst-ca
 1.1, so its float64 coordinates are large (spatial norm 2.3e11).  Measured against the same
 construction in mpmath (60 digits), float64 still places every point to about ``1.5 eps |x_s|``
 in hyperbolic distance (1.2e-4 at norm 3.4e11; relative to the edge length, 2e-5).  The
-distortion figures use a cancellation-free pairwise distance (identity 3 split into a radial
-and an angular part, see ``_pairwise_dist``), exact up to that placement error.  Generic
-formulas lose such points: the Gram-matrix form of :func:`hypviz.lorentz.pairwise_sqdist` errs
-by ~10 in the distance at norm 1e11, and the element-wise form of :func:`hypviz.lorentz.dist` as
-first committed returns 0 for some radially aligned pairs at radius ~27 (fine at radius <= ~15).
+distortion figures use :func:`hypviz.lorentz.dist`, whose cancellation-free form agrees with an
+independent radial/angular formula to ~1e-5 absolute at radius 27 (``tests/test_data.py``).
 The error grows like ``eps e^r``, so no embedding here goes farther than
 ``MAX_RADIUS * sqrt(k)`` (28, spatial norm ``sqrt(k) sinh(28) ~ 7.2e11 sqrt(k)``) from the
 origin.  Do not cast the embeddings to float32 (good to radius ~8 only).
@@ -39,7 +36,7 @@ import networkx as nx
 import numpy as np
 import torch
 
-from hypviz.lorentz import as_tensor, check_k, check_points, expmap0, lift
+from hypviz.lorentz import as_tensor, check_k, check_points, dist, expmap0, lift
 
 __all__ = [
     "MAX_RADIUS",
@@ -245,40 +242,6 @@ def distortion(d_hyp: ArrayLike, d_graph: ArrayLike, scale: float = 1.0) -> tupl
     return float(ratio.max() / ratio.min()), float(((hh - ref).abs() / ref).mean())
 
 
-def _pairwise_dist(points: torch.Tensor, k: float, block: int = 256) -> torch.Tensor:
-    """All geodesic distances ``(N, N)`` between ``(N, d + 1)`` points, accurate at any radius.
-
-    Identity 3 split into a radial and an angular part, each a sum of non-negative terms: with
-    ``n = |x_s|``, ``t = sqrt(n^2 + k)``, ``a = t + n`` (so ``t - n = k / a``) and ``u = x_s / n``,
-
-    ``|x_i - x_j|^2_L = (n_i - n_j)^2 (k / a_i + k / a_j) (a_i + a_j) / (t_i + t_j)^2 + n_i n_j |u_i - u_j|^2``
-
-    (the first term is ``(n_i - n_j)^2 - (t_i - t_j)^2``, the second ``|x_s,i - x_s,j|^2 - (n_i - n_j)^2``),
-    then ``d = 2 sqrt(k) arsinh(sqrt(|x_i - x_j|^2_L) / (2 sqrt(k)))`` as in :func:`hypviz.lorentz.dist`.
-    Nothing cancels, so the error is the points' own float64 placement, ~eps |x_s|.  It agrees with
-    :func:`hypviz.lorentz.dist` wherever that is accurate (to 1e-12 relative at radius ~10); it is
-    used here because the form of :func:`hypviz.lorentz.dist` as committed returns 0 for some
-    root-to-leaf pairs at radius ~27, where these embeddings live.  Row blocks of ``block x N x d``.
-    """
-    x = points.to(torch.float64)
-    root_k = math.sqrt(k)
-    xs = x[:, 1:]
-    n = torch.linalg.vector_norm(xs, dim=-1)
-    t = torch.sqrt(n * n + k)
-    a = t + n
-    u = xs / torch.where(n > 0, n, torch.ones_like(n)).unsqueeze(-1)
-    radial = (n[:, None] - n[None, :]) ** 2
-    radial *= (k / a)[:, None] + (k / a)[None, :]
-    radial *= a[:, None] + a[None, :]
-    radial /= (t[:, None] + t[None, :]) ** 2
-    out = torch.empty_like(radial)
-    for i0 in range(0, x.shape[0], block):
-        du = u[i0 : i0 + block, None, :] - u[None, :, :]
-        angular = n[i0 : i0 + block, None] * n[None, :] * (du * du).sum(dim=-1)
-        out[i0 : i0 + block] = radial[i0 : i0 + block] + angular
-    return 2.0 * root_k * torch.asinh(torch.sqrt(out) / (2.0 * root_k))
-
-
 def _hop_matrix(graph: nx.Graph, nodes: Sequence[Hashable]) -> np.ndarray:
     index = {v: i for i, v in enumerate(nodes)}
     out = np.full((len(nodes), len(nodes)), np.inf)
@@ -463,7 +426,7 @@ def _check_tree(tree: Any, name: str = "tree") -> nx.Graph:
 
 
 def _measure(points: torch.Tensor, k: float, hops: np.ndarray, scale: float) -> tuple[float, float]:
-    return distortion(_pairwise_dist(points, k), torch.from_numpy(hops), scale)
+    return distortion(dist(points[:, None], points[None], k), torch.from_numpy(hops), scale)
 
 
 def embed_tree(
