@@ -5,9 +5,12 @@
 
 ``execute``: each notebook runs top to bottom in a fresh kernel of the current environment,
 with its working directory set to the notebook's folder, and is written back in place (via a
-temporary file, then a rename).  Re-running it gives a byte-identical file apart from image
-bytes: no execution timestamps, streams coalesced, cell ids kept (missing ones get a stable
-id from the cell's position), fixed kernelspec, ``PYTHONHASHSEED=0``.
+temporary file, then a rename).  Cells run as nbval runs them (``store_history=False``: a
+trailing ``;`` does not hide a value), so the stored outputs are the ones nbval compares.
+Re-running gives a byte-identical file apart from image bytes: no execution timestamps,
+streams coalesced, execution counts 1, 2, ..., the patterns of ``notebooks/sanitize.cfg``
+(memory addresses, temp paths, ...) replaced in text outputs, cell ids kept (missing ones get
+a stable id from the cell's position), fixed kernelspec, ``PYTHONHASHSEED=0``.
 
 ``render``: executes *copies* of the notebooks (the committed files are not touched) and
 writes ``DIR/NN_topic.html`` for each, ``DIR/index.html`` listing them with their first
@@ -25,6 +28,7 @@ All notebooks are ``NN_*.ipynb`` in ``--notebooks-dir`` (default: the repository
 from __future__ import annotations
 
 import argparse
+import configparser
 import html
 import os
 import re
@@ -38,6 +42,7 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+SANITIZE_CFG = NOTEBOOKS / "sanitize.cfg"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_JS = "plotly.min.js"
 
@@ -76,16 +81,65 @@ def _stable_ids(nb: nbformat.NotebookNode) -> None:
         seen.add(cid)
 
 
+def sanitizers(cfg: Path = SANITIZE_CFG) -> list[tuple[re.Pattern, str]]:
+    """The ``regex`` / ``replace`` pairs of nbval's sanitize file (what differs per run and carries no content)."""
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(cfg, encoding="utf-8")
+    return [(re.compile(parser[s]["regex"]), parser[s]["replace"]) for s in parser.sections() if "regex" in parser[s]]
+
+
+def _normalise_outputs(nb: nbformat.NotebookNode, patterns: list[tuple[re.Pattern, str]]) -> None:
+    """Renumber execution counts 1, 2, ... and apply the sanitizers to text outputs, so reruns are byte-identical."""
+    count = 0
+
+    def clean(text):
+        if isinstance(text, list):
+            text = "".join(text)
+        for rx, rep in patterns:
+            text = rx.sub(rep, text)
+        return text
+
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        count += 1
+        cell.execution_count = count
+        for out in cell.get("outputs", []):
+            if out.output_type == "execute_result":
+                out.execution_count = count
+            if out.output_type == "stream":
+                out.text = clean(out.text)
+            for mime in list(out.get("data", {})):
+                if mime.startswith("text/"):
+                    out.data[mime] = clean(out.data[mime])
+
+
+class _NbvalLikeClient:
+    """Factory for a NotebookClient that runs every cell as nbval does (``store_history=False``).
+
+    Under ``store_history=False`` IPython's displayhook does not see the cell's source, so a
+    trailing ``;`` does *not* suppress the value (DESIGN.md: nbval facts); running the same way
+    here stores exactly the outputs that nbval will compare against.
+    """
+
+    def __new__(cls, nb, **kwargs):
+        from nbclient import NotebookClient
+
+        class Client(NotebookClient):
+            async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+                return await super().async_execute_cell(cell, cell_index, execution_count, store_history=False)
+
+        return Client(nb, **kwargs)
+
+
 def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
     """Run ``path`` top to bottom in a fresh kernel and return the executed notebook (not written)."""
-    from nbclient import NotebookClient
-
     nb = nbformat.read(path, as_version=4)
     nb.nbformat, nb.nbformat_minor = 4, max(int(nb.get("nbformat_minor", 5)), 5)
     _stable_ids(nb)
     os.environ["PYTHONHASHSEED"] = "0"
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    client = NotebookClient(
+    client = _NbvalLikeClient(
         nb,
         timeout=timeout,
         kernel_name="python3",
@@ -100,15 +154,18 @@ def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
         if cell.cell_type == "code":
             for out in cell.get("outputs", []):
                 out.get("metadata", {}).pop("execution", None)
+    _normalise_outputs(nb, sanitizers())
     nb.metadata.pop("widgets", None)
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     return nb
 
 
 def _write_atomic(nb: nbformat.NotebookNode, path: Path) -> None:
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
+        os.chmod(tmp, mode)  # mkstemp makes 0600 files; keep the notebook's own mode
         nbformat.write(nb, tmp)
         os.replace(tmp, path)
     except BaseException:

@@ -42,6 +42,8 @@ def tiny_notebook(title: str, drop_ids: bool = False) -> nbformat.NotebookNode:
             f"publish_display_data({{'application/vnd.plotly.v1+json': {PLOTLY_FIGURE!r}}})"
         ),
         nbformat.v4.new_code_cell("{'answer': 6 * 7}"),
+        nbformat.v4.new_code_cell("object()"),  # a memory address: differs per run
+        nbformat.v4.new_code_cell("1 + 1;"),  # nbval does not honour the trailing ';', so neither does execute
     ]
     if drop_ids:  # an older notebook without cell ids
         nb.nbformat_minor = 4
@@ -60,6 +62,7 @@ def _restore_env(monkeypatch):
 def test_execute_in_place_is_deterministic(tmp_path):
     path = tmp_path / "01_tiny.ipynb"
     nbformat.write(tiny_notebook("Tiny pipeline check", drop_ids=True), path)
+    path.chmod(0o644)
     assert nbscript.main(["execute", "--notebooks-dir", str(tmp_path)]) == 0
     first = path.read_bytes()
     assert nbscript.main(["execute", str(path)]) == 0
@@ -68,15 +71,19 @@ def test_execute_in_place_is_deterministic(tmp_path):
     nb = nbformat.reads(first.decode(), as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert [c.execution_count for c in code] == [1, 2, 3]
+    assert [c.execution_count for c in code] == [1, 2, 3, 4, 5]
     assert code[0].outputs[0].name == "stdout" and code[0].outputs[0].text == "0.844422\nmore stdout\n"
     assert "application/vnd.plotly.v1+json" in code[1].outputs[0].data
     assert code[2].outputs[0].data["text/plain"] == "{'answer': 42}"
+    assert code[2].outputs[0].execution_count == 3
+    assert code[3].outputs[0].data["text/plain"] == "<object at 0xADDRESS>"
+    assert code[4].outputs[0].data["text/plain"] == "2"
     ids = [c.id for c in nb.cells]
     assert len(set(ids)) == len(ids) and all(ids)
     text = first.decode()
     assert "iopub." not in text and '"execution"' not in text  # no timestamps
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+    assert path.stat().st_mode & 0o777 == 0o644  # the file keeps its permissions
 
 
 def test_render_writes_an_offline_site_from_copies(tmp_path):
