@@ -525,8 +525,8 @@ class Comparison:
 
 
 def _dot_rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``sum_j x_ij y_ij`` per row as a batched matrix product: no ``B x M`` temporary."""
-    return (x.unsqueeze(-2) @ y.unsqueeze(-1)).reshape(x.shape[0])
+    """``sum_j x_ij y_ij`` per row (real tensors), fused: no ``B x M`` temporary."""
+    return torch.linalg.vecdot(x, y, dim=-1)
 
 
 def _direct_stats(la: torch.Tensor, lb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -644,9 +644,9 @@ def compare(
         show = n_blocks >= 64 and n * m * heads >= 2**28 and sys.stderr.isatty()
     bar = None
     if show:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
-        bar = tqdm(total=n_blocks, desc=f"compare {a} vs {b}", unit="block", leave=False)
+        bar = tqdm(total=n_blocks, desc=f"compare {a} vs {b}", unit="block", leave=False, file=sys.stderr)
     try:
         for h in range(heads):
             ba_t = ba[h].to(dev).transpose(0, 1)
@@ -722,8 +722,7 @@ def _block_stats(
     out["overlap"][h, i:j] = (ia.unsqueeze(-1) == ib.unsqueeze(-2)).any(dim=-1).sum(dim=-1).to(la.dtype) / t_k
 
     g = torch.sub(la, lb, out=la)  # g' = (s_a - s_b) / tau = -g
-    gmin, gmax = torch.aminmax(g, dim=-1)
-    gap = gmax - gmin
+    gap = g.amax(dim=-1) - g.amin(dim=-1)
     out["gap"][h, i:j] = gap
     pb = _softmax_rows_(lb)
     g.sub_(_dot_rows(pb, g).unsqueeze(-1))  # -h, centred under P_b
