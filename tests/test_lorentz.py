@@ -77,6 +77,7 @@ def _calls(dtype):
         ("from_klein", lambda: L.from_klein(p, k)),
         ("check_points", lambda: L.check_points(x, k)),
         ("as_tensor", lambda: L.as_tensor(x)),
+        ("geodesic", lambda: L.geodesic(x, y, 5, k)),
     ]
 
 
@@ -414,6 +415,94 @@ def test_inner_bad_input():
 
 
 # --------------------------------------------------------------------------- #
+# geodesic
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("np_dtype,torch_dtype", DTYPES)
+@pytest.mark.parametrize("k", [0.5, 1.0, 3.0])
+@pytest.mark.parametrize("d", [2, 5])
+def test_geodesic_endpoints_speed_and_sheet(np_dtype, torch_dtype, k, d):
+    x = points((6,), d, k, scale=2.0, seed=1, dtype=np_dtype)  # numpy in
+    y = points((6,), d, k, scale=2.0, seed=2, dtype=np_dtype)
+    n = 33
+    g = L.geodesic(x, y, n, k)
+    assert isinstance(g, torch.Tensor) and g.dtype == torch_dtype and g.shape == (6, n, d + 1)
+    L.check_points(g, k)  # every sample on <x, x>_L = -k, upper sheet
+    assert torch.equal(g[:, 0], torch.from_numpy(x)) and torch.equal(g[:, -1], torch.from_numpy(y))
+    total = L.dist(x, y, k)
+    tol = dict(rtol=1e-9, atol=1e-9) if torch_dtype == torch.float64 else dict(rtol=2e-3, atol=2e-3)
+    # constant speed: consecutive samples d(x, y) / (n - 1) apart
+    steps = L.dist(g[:, :-1], g[:, 1:], k)
+    torch.testing.assert_close(steps, (total / (n - 1))[:, None].expand(6, n - 1), **tol)
+    # minimising: the triangle inequality is an equality along the curve
+    t = torch.linspace(0, 1, n, dtype=torch_dtype)
+    torch.testing.assert_close(L.dist(torch.from_numpy(x)[:, None], g, k), t * total[:, None], **tol)
+    torch.testing.assert_close(L.dist(g, torch.from_numpy(y)[:, None], k), (1 - t) * total[:, None], **tol)
+
+
+@pytest.mark.parametrize("k", [0.5, 1.0, 2.0])
+def test_geodesic_matches_expmap_of_logmap_geoopt(k):
+    geoopt = pytest.importorskip("geoopt")
+    man = geoopt.Lorentz(k=torch.tensor(k, dtype=torch.float64))  # float64 k: see notebook 01
+    x = torch.from_numpy(points((5,), 3, k, scale=1.5, seed=3))
+    y = torch.from_numpy(points((5,), 3, k, scale=1.5, seed=4))
+    n = 9
+    t = torch.linspace(0, 1, n, dtype=torch.float64)[:, None, None]
+    ref = man.expmap(x, t * man.logmap(x, y)).transpose(0, 1)  # (5, n, d + 1): expmap_x(t logmap_x(y))
+    # t = 0 left out: geoopt clamps the tangent norm from below, so its expmap_x(0) is x only to ~1e-8
+    torch.testing.assert_close(L.geodesic(x, y, n, k)[:, 1:], ref[:, 1:], rtol=1e-11, atol=1e-11)
+    # and the closed form of the docstring: cosh(t theta) x + sinh(t theta) u / sinh(theta), u = y + <x,y>_L x / k
+    theta = (L.dist(x, y, k) / math.sqrt(k))[:, None, None]
+    u = y + (L.inner(x, y) / k)[:, None] * x
+    tt = t.transpose(0, 1)
+    closed = torch.cosh(tt * theta) * x[:, None] + torch.sinh(tt * theta) / torch.sinh(theta) * u[:, None]
+    torch.testing.assert_close(L.geodesic(x, y, n, k), closed, rtol=1e-9, atol=1e-9)
+
+
+def test_geodesic_lies_in_the_plane_of_x_and_y():
+    # the geodesic is the sheet cut by the plane through 0, x and y: every sample is a x + b y
+    k = 1.5
+    x = torch.from_numpy(points((4,), 4, k, scale=2.0, seed=5))
+    y = torch.from_numpy(points((4,), 4, k, scale=2.0, seed=6))
+    g = L.geodesic(x, y, 17, k)
+    basis = torch.stack([x, y], dim=-1)  # (4, 5, 2)
+    coef = torch.linalg.lstsq(basis[:, None].expand(4, 17, 5, 2), g[..., None]).solution
+    residual = (basis[:, None] @ coef)[..., 0] - g
+    assert float(residual.abs().max()) < 1e-10 * float(g.abs().max())
+
+
+def test_geodesic_broadcasting_far_coincident_and_large_n():
+    k = 2.0
+    far = L.lift(torch.tensor([[30.0, 0.0], [0.0, -30.0]], dtype=torch.float64), k)
+    g = L.geodesic(far[0], far[1], 17, k)
+    assert g.shape == (17, 3) and torch.isfinite(g).all()
+    L.check_points(g, k)
+    torch.testing.assert_close(L.dist(far[0], g[8], k), L.dist(g[8], far[1], k), rtol=1e-8, atol=1e-8)
+    # hundreds of sqrt(k) apart: no overflow in sinh
+    very = L.expmap0(torch.tensor([[0.0, 300.0, 0.0], [0.0, 0.0, -300.0]], dtype=torch.float64) / 1e3, k)
+    assert torch.isfinite(L.geodesic(very[0], very[1], 5, k)).all()
+    same = L.geodesic(far[0], far[0], 5, k)
+    assert torch.equal(same, far[0].expand(5, 3))
+    # one point against a batch: (3,) with (2, 4, 3) -> (2, 4, n, 3)
+    batch = torch.from_numpy(points((2, 4), 2, k, seed=9))
+    out = L.geodesic(L.origin(2, k), batch, 6, k)
+    assert out.shape == (2, 4, 6, 3)
+    torch.testing.assert_close(out[1, 2], L.geodesic(L.origin(2, k), batch[1, 2], 6, k))
+
+
+def test_geodesic_bad_input():
+    k = 1.0
+    x = points((3,), 2, k, seed=1)
+    y = points((3,), 2, k, seed=2)
+    for bad_n in (1, 0, 2.5, True, "8"):
+        raises_one_line(ValueError, r"n: expected an integer number of samples >= 2", L.geodesic, x, y, bad_n, k)
+    raises_one_line(ValueError, r"^y: points are off the hyperboloid", L.geodesic, x, y * 2, 5, k)
+    raises_one_line(ValueError, r"different numbers of coordinates", L.geodesic, x, points((3,), 3, k), 5, k)
+    raises_one_line(TypeError, r"float64 but y is torch.float32", L.geodesic, x, y.astype(np.float32), 5, k)
+    raises_one_line(ValueError, r"batch shapes that do not broadcast", L.geodesic, x, points((4,), 2, k), 5, k)
+    raises_one_line(ValueError, r"k must be a positive", L.geodesic, x, y, 5, 0.0)
+
+
+# --------------------------------------------------------------------------- #
 # CUDA (runs only where a GPU is present)
 # --------------------------------------------------------------------------- #
 @CUDA
@@ -436,6 +525,7 @@ def test_cuda_matches_cpu(torch_dtype):
         (L.expmap0(L.logmap0(xc, k), k), x),
         (L.from_poincare(L.to_poincare(xc, k), k), x),
         (L.from_klein(L.to_klein(xc, k), k), x),
+        (L.geodesic(xc[:6], yc, 5, k), L.geodesic(x[:6], y, 5, k)),
     ]
     for got, ref in pairs:
         assert got.device.type == "cuda" and got.dtype == torch_dtype

@@ -10,11 +10,11 @@ its data rounded to ``decimals`` places so stored notebook outputs compare exact
 All geometry comes from :mod:`hypviz.lorentz`:
 
 * geodesic segments between ``points[i]`` and ``points[j]`` for each row ``(i, j)`` of
-  ``edges`` are sampled exactly, ``gamma(t) = [sinh((1 - t) theta) x + sinh(t theta) y] /
-  sinh(theta)`` with ``theta = d(x, y) / sqrt(k)`` (the exponential map at ``x`` in the
-  direction of ``y``, at constant speed), and then carried to each model with
-  ``to_poincare`` / ``to_klein``: arcs orthogonal to the boundary in the Poincare disk,
-  straight chords in the Klein disk, curves on the sheet -- never straight chords in R^3;
+  ``edges`` are sampled exactly by :func:`hypviz.lorentz.geodesic` (``gamma(t) = [sinh((1 - t)
+  theta) x + sinh(t theta) y] / sinh(theta)``, ``theta = d(x, y) / sqrt(k)``, at constant speed)
+  and then carried to each model with ``to_poincare`` / ``to_klein``: arcs orthogonal to the
+  boundary in the Poincare disk, straight chords in the Klein disk, curves on the sheet -- never
+  straight chords in R^3;
 * the optional geodesic grid is two families of geodesics perpendicular to the display
   axes at equal hyperbolic spacing (``expmap0`` for the feet, chords of the Klein disk
   mapped back with ``from_klein``);
@@ -71,41 +71,6 @@ _DISK_REACH = 6.0
 # --------------------------------------------------------------------------- #
 # geometry helpers: only hypviz.lorentz calls and torch arithmetic
 # --------------------------------------------------------------------------- #
-def _sinh_ratio(s: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
-    """``sinh(s theta) / sinh(theta)`` for ``0 <= s <= 1``, without overflow, and ``s`` at ``theta = 0``."""
-    pos = theta > 0
-    safe = torch.where(pos, theta, torch.ones_like(theta))
-    ratio = torch.exp((s - 1.0) * safe) * torch.expm1(-2.0 * s * safe) / torch.expm1(-2.0 * safe)
-    return torch.where(pos, ratio, s.expand_as(ratio))
-
-
-def _geodesic_points(x: ArrayLike, y: ArrayLike, n: int = 64, k: float = 1.0) -> torch.Tensor:
-    """``n`` points along the geodesic from ``x`` to ``y`` (both included), at constant speed.
-
-    ``gamma(t) = [sinh((1 - t) theta) x + sinh(t theta) y] / sinh(theta)``, ``t = 0 .. 1``,
-    ``theta = d(x, y) / sqrt(k)``; equivalently ``expmap_x(t logmap_x(y))``, i.e.
-    ``cosh(t theta) x + sinh(t theta) u / sinh(theta)`` with the tangent vector
-    ``u = y + <x, y>_L x / k``.  The time coordinate is recomputed with ``lift`` so every
-    sample lies on the sheet to rounding.
-
-    ``x`` and ``y``: ``(..., d + 1)`` (broadcast); result ``(..., n, d + 1)``.
-
-    Private for now: belongs in :mod:`hypviz.lorentz` (as ``geodesic``) once that module grows one.
-    """
-    kf = L.check_k(k)
-    if int(n) < 2:
-        raise ValueError(f"n: expected at least 2 samples along a geodesic, got {n}")
-    a = L.check_points(x, kf, name="x")
-    b = L.check_points(y, kf, name="y")
-    if a.shape[-1] != b.shape[-1]:
-        raise ValueError(f"x and y have different numbers of coordinates: {tuple(a.shape)} and {tuple(b.shape)}")
-    a, b = torch.broadcast_tensors(a, b)
-    theta = (L.dist(a, b, kf) / math.sqrt(kf))[..., None, None]
-    t = torch.linspace(0.0, 1.0, int(n), dtype=a.dtype, device=a.device)[:, None]
-    pts = _sinh_ratio(1.0 - t, theta) * a[..., None, :] + _sinh_ratio(t, theta) * b[..., None, :]
-    return L.lift(pts[..., 1:], kf)
-
-
 def _axis_point(d: int, axis: int, distance: float, k: float, dtype: torch.dtype) -> torch.Tensor:
     """The point at signed hyperbolic ``distance`` from the origin along spatial ``axis`` (``expmap0``)."""
     u = torch.zeros(d + 1, dtype=dtype)
@@ -142,7 +107,7 @@ def _grid_geodesics(k: float, radius: float, spacing: float, n: int, dtype: torc
         return torch.zeros(0, n, 3, dtype=dtype)
     xa = L.from_klein(torch.tensor(ends_a, dtype=dtype), k)
     xb = L.from_klein(torch.tensor(ends_b, dtype=dtype), k)
-    return _geodesic_points(xa, xb, n, k)
+    return L.geodesic(xa, xb, n, k)
 
 
 def _sheet(k: float, radius: float, n_radial: int, n_angle: int, dtype: torch.dtype) -> torch.Tensor:
@@ -260,7 +225,7 @@ def _prepare(
         raise ValueError(f"edges: indices must lie in 0..{n_points - 1}, got {int(e.min())}..{int(e.max())}")
     if e.shape[0]:
         idx = torch.as_tensor(e, dtype=torch.long)
-        samples = _geodesic_points(x_full[idx[:, 0]], x_full[idx[:, 1]], n_geodesic, kf)
+        samples = L.geodesic(x_full[idx[:, 0]], x_full[idx[:, 1]], n_geodesic, kf)
         samples = proj.apply(samples, kf)
     else:
         samples = torch.zeros(0, n_geodesic, 3, dtype=torch.float64)
