@@ -38,7 +38,8 @@ def error_curves(
     ylabel: str = "relative error (dimensionless)",
     title: str = r"Relative error of $\|x - y\|_L^2$",
     floor: float = 1e-18,
-    figsize: tuple[float, float] = (6.4, 4.4),
+    invert_x: bool = False,
+    figsize: tuple[float, float] = (6.4, 4.6),
 ) -> Figure:
     """Log-log error curves: one line per entry of ``curves``, against ``x``.
 
@@ -49,6 +50,7 @@ def error_curves(
         shaded min-max band; NaN samples are ignored)
     reference_lines : label -> value, drawn as dotted horizontal lines (e.g. machine epsilons)
     floor : values below it (exact zeros included) are drawn at ``floor``
+    invert_x : draw ``x`` decreasing to the right (e.g. "points getting closer")
     xlabel, ylabel, title : axis labels with units and a (LaTeX) title
 
     Returns
@@ -78,9 +80,12 @@ def error_curves(
         ax.plot(xs, np.maximum(med, floor), style, color=color, marker=_MARKERS[i % len(_MARKERS)], label=label)
     for j, (label, value) in enumerate((reference_lines or {}).items()):
         ax.axhline(value, color="0.45", linestyle=":", linewidth=1.0)
-        ax.annotate(label, (xs.min(), value), xytext=(2, 3), textcoords="offset points", fontsize=8, color="0.3")
+        ax.annotate(label, (0.01, value), xycoords=("axes fraction", "data"), xytext=(0, 3),
+                    textcoords="offset points", fontsize=8, color="0.3")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    if invert_x:
+        ax.invert_xaxis()
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
