@@ -253,3 +253,135 @@ def test_three_panel_matplotlib_figure():
     w = img.shape[1]
     for lo, hi in ((0, w // 3), (w // 3, 2 * w // 3), (2 * w // 3, w)):
         assert img[:, lo:hi].std() > 10.0
+
+
+# --------------------------------------------------------------------------- #
+# attention drawn on the manifold
+# --------------------------------------------------------------------------- #
+def edge_collection(ax):
+    found = [c for c in ax.collections if c.get_label().startswith("top-")]
+    assert len(found) == 1, [c.get_label() for c in ax.collections]
+    return found[0]
+
+
+def test_top_attention_is_the_attention_row_and_its_largest_weights():
+    from hypviz import attention as A
+
+    k = 1.5
+    q = wrapped_normal(7, 3, k, scale=1.2, seed=20)
+    keys = wrapped_normal(30, 3, k, scale=1.2, seed=21)
+    tops = M.top_attention(q, keys, k, query=4, kinds=("spatial", "distance", "lorentz", "focused"), top=6,
+                           temperature=0.7)
+    assert list(tops) == ["spatial", "distance", "lorentz", "focused"]
+    for kind, t in tops.items():
+        if kind == "focused":
+            row = A.focused_linear_map(q, keys, k=k)[4]
+            assert t.temperature is None
+        else:
+            row = A.attention_map(q, keys, kind, k=k, temperature=0.7)[4]
+            assert t.temperature == 0.7
+        torch.testing.assert_close(t.row, row)
+        assert t.indices.shape == (6,) and torch.equal(t.weights, t.row[t.indices])
+        assert bool((t.weights[:-1] >= t.weights[1:]).all())  # strongest first
+        assert float(t.weights.min()) >= float(t.row[np.setdiff1d(np.arange(30), t.indices.numpy())].max())
+        assert set(t.indices.tolist()) == set(torch.topk(row, 6).indices.tolist())  # no ties here
+    torch.testing.assert_close(tops["lorentz"].row, tops["distance"].row)  # identity 5: same map
+    assert M.top_attention(q, keys, k, top=100)["spatial"].indices.shape == (30,)  # capped at M
+    assert M.top_attention(q, keys, k)["distance"].temperature == pytest.approx(math.sqrt(3))
+
+
+def test_attention_on_manifold_draws_the_strongest_keys_along_geodesics():
+    from hypviz import attention as A
+
+    k = 1.0
+    x = wrapped_normal(40, 2, k, scale=0.9, seed=22)
+    top, query, lw = 7, 5, 6.0
+    fig = M.attention_on_manifold_mpl(x, x, k, query=query, top=top, max_linewidth=lw)
+    axes = fig.axes
+    assert len(axes) == 3  # two disks and the colourbar
+    assert "attention weight" in axes[2].get_ylabel()
+    maps = {kind: A.attention_map(x, x, kind, k=k)[query] for kind in ("spatial", "distance")}
+    w_max = max(float(m.max()) for m in maps.values())
+    p = L.to_poincare(x, k).numpy()
+    for ax, kind in zip(axes[:2], ("spatial", "distance")):
+        assert kind in ax.get_title() and r"\mathrm{softmax}_j" in ax.get_title()
+        assert ax.get_xlabel() == "$p_1$" and ax.get_ylabel() == "$p_2$"
+        edges = edge_collection(ax)
+        segs = edges.get_segments()
+        assert len(segs) == top
+        ends = np.array([s[-1] for s in segs])
+        for s in segs:  # every edge leaves the query
+            np.testing.assert_allclose(s[0], p[query], atol=1e-9)
+        drawn = [int(np.argmin(np.linalg.norm(p - e, axis=1))) for e in ends]
+        np.testing.assert_allclose(ends, p[drawn], atol=1e-9)
+        row = maps[kind].numpy()
+        expected = set(np.argsort(-row, kind="stable")[:top].tolist())
+        assert set(drawn) == expected  # the edges are the top weights of attention_map
+        widths = np.asarray(edges.get_linewidths())
+        np.testing.assert_allclose(widths, np.maximum(lw * row[drawn] / w_max, 0.8), rtol=1e-12)
+        alphas = np.asarray(edges.get_colors())[:, 3]
+        assert np.all(np.diff(row[drawn]) >= 0) and np.all(np.diff(alphas) >= 0)  # strongest drawn last, most opaque
+        # each edge is the exact geodesic: an arc orthogonal to the boundary (or a diameter)
+        for s in segs:
+            m = len(s) // 2
+            u, v = s[-1] - s[0], s[m] - s[0]
+            if abs(u[0] * v[1] - u[1] * v[0]) < 1e-6:
+                continue
+            c, rho = circle_through(s[0], s[m], s[-1])
+            np.testing.assert_allclose(np.linalg.norm(s - c, axis=1), rho, rtol=1e-6)
+            assert c @ c == pytest.approx(rho**2 + k, rel=1e-6)
+    legend = fig.legends[0]
+    assert "width" in legend.get_title().get_text()
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels[0] == rf"$A_{{ij}} = {w_max:.3g}$" and any(s.startswith("query") for s in labels)
+    assert "k=1" in fig._suptitle.get_text() and r"\tau" in fig._suptitle.get_text()
+    img = rendered(fig)
+    w = img.shape[1]
+    assert img[:, : w // 2].std() > 10.0 and img[:, w // 2 :].std() > 10.0
+    assert len(np.unique(img.reshape(-1, 3), axis=0)) > 50
+
+
+def test_attention_on_manifold_klein_projection_and_three_kinds():
+    k = 2.0
+    x = wrapped_normal(25, 2, k, scale=0.7, seed=25)
+    fig = M.attention_on_manifold_mpl(x, x, k, query=2, kinds=("spatial", "distance", "focused"), top=4,
+                                      model="klein", grid=False)
+    assert len(fig.axes) == 4 and "Klein" in fig._suptitle.get_text()
+    for ax in fig.axes[:3]:
+        assert ax.get_xlabel() == "$K_1$"
+        assert not [c for c in ax.collections if c.get_label() == "geodesic grid"]
+        for s in edge_collection(ax).get_segments():  # Klein: straight chords
+            a, b = s[-1] - s[0], s[1:-1] - s[0]
+            assert np.abs(a[0] * b[:, 1] - a[1] * b[:, 0]).max() < 1e-9
+    assert "focused" in fig.axes[2].get_title()
+    # d > 2: one display projection for the query and all keys, stated on the figure
+    q = wrapped_normal(6, 5, k, scale=0.7, seed=23)
+    keys = wrapped_normal(25, 5, k, scale=0.7, seed=24)
+    fig = M.attention_on_manifold_mpl(q, keys, k, query=2, top=4)
+    assert "display projection" in fig._suptitle.get_text()
+    proj = M.project_for_display(torch.cat([q[2:3], keys]), k)
+    shown = L.to_poincare(proj.points, k).numpy()
+    for ax in fig.axes[:2]:
+        segs = edge_collection(ax).get_segments()
+        assert len(segs) == 4
+        for s in segs:
+            np.testing.assert_allclose(s[0], shown[0], atol=1e-9)
+            assert np.linalg.norm(shown[1:] - s[-1], axis=1).min() < 1e-9
+
+
+def test_attention_on_manifold_bad_input():
+    x = wrapped_normal(5, 2, 1.0)
+    with pytest.raises(ValueError, match=r"query: expected an integer query index in 0\.\.4"):
+        M.attention_on_manifold_mpl(x, x, query=5)
+    with pytest.raises(ValueError, match="top: expected a positive integer"):
+        M.top_attention(x, x, top=0)
+    with pytest.raises(ValueError, match="kinds: each kind must be one of"):
+        M.attention_on_manifold_mpl(x, x, kinds=("spatial", "cosine"))
+    with pytest.raises(ValueError, match="different numbers of coordinates"):
+        M.top_attention(x, wrapped_normal(5, 3, 1.0))
+    with pytest.raises(ValueError, match=r"one set of points"):
+        M.top_attention(x[None], x)
+    with pytest.raises(ValueError, match="off the hyperboloid"):
+        M.attention_on_manifold_mpl(x, x, 2.0)
+    with pytest.raises(ValueError, match="model"):
+        M.attention_on_manifold_mpl(x, x, model="halfplane")

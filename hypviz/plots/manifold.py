@@ -20,6 +20,10 @@ All geometry comes from :mod:`hypviz.lorentz`:
   mapped back with ``from_klein``);
 * the sheet is ``expmap0`` of a polar grid of the tangent plane at the origin.
 
+Attention on the manifold (:func:`attention_on_manifold_mpl`): one query's edges to its strongest
+keys, width and opacity by weight, one disk per attention kind side by side; the weights come from
+:mod:`hypviz.attention` through :func:`top_attention`, never computed here.
+
 For ``d > 2`` the points are shown through a documented projection, stated on every
 figure: :func:`project_for_display` (uncentred PCA of ``logmap0(x)`` in the tangent space
 at the origin, keep 2 components, ``expmap0`` back).  Coordinates are never dropped
@@ -49,6 +53,9 @@ __all__ = [
     "klein_figure_plotly",
     "three_models_figure_mpl",
     "three_models_figure_plotly",
+    "TopKeys",
+    "top_attention",
+    "attention_on_manifold_mpl",
 ]
 
 ArrayLike = Any
@@ -546,6 +553,262 @@ def three_models_figure_mpl(
     if mappable is not None:
         fig.colorbar(mappable, ax=[ax0, ax1, ax2], label=value_label, shrink=0.8)
     base = title or (r"The same points in three models of hyperbolic space, $k=%s$" % _k_text(scene.k))
+    fig.suptitle(_title_mpl(base, scene.note), fontsize=11)
+    return fig
+
+
+# --------------------------------------------------------------------------- #
+# attention drawn on the manifold
+# --------------------------------------------------------------------------- #
+_ATTENTION_KINDS = ("spatial", "distance", "lorentz", "focused")
+_ATTENTION_TEXT = {
+    "spatial": r"spatial: $\mathrm{softmax}_j(q_s\cdot k_{s,j}/\tau)$",
+    "distance": r"distance: $\mathrm{softmax}_j(-\frac{1}{2}\|q-k_j\|_L^2/\tau)$",
+    "lorentz": r"Lorentz: $\mathrm{softmax}_j(\langle q,k_j\rangle_L/\tau)$",
+    "focused": r"focused (Hypformer): $\varphi(q)\cdot\varphi(k_j)/\sum_l\varphi(q)\cdot\varphi(k_l)$",
+}
+_QUERY_COLOUR = "#D55E00"  # vermillion star for the query
+
+
+class TopKeys(NamedTuple):
+    """One query's attention row and its strongest keys, for one attention kind.
+
+    ``kind``: the attention kind; ``row``: ``(M,)`` the query's attention weights over all keys
+    (they sum to 1); ``indices``: ``(top,)`` the keys with the largest weights, strongest first
+    (ties broken by the lower index); ``weights``: ``row[indices]``; ``temperature``: the ``tau``
+    used (``None`` for ``"focused"``, which has none).
+    """
+
+    kind: str
+    row: torch.Tensor
+    indices: torch.Tensor
+    weights: torch.Tensor
+    temperature: float | None
+
+
+def _check_index(value: Any, name: str, size: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name}: expected an integer {what} index in 0..{size - 1}, got {value!r}")
+    if not 0 <= int(value) < size:
+        raise ValueError(f"{name}: expected an integer {what} index in 0..{size - 1}, got {value!r}")
+    return int(value)
+
+
+def _check_pointset(x: ArrayLike, k: float, name: str) -> torch.Tensor:
+    t = L.check_points(x, k, name=name)
+    if t.dim() != 2:
+        raise ValueError(f"{name}: expected one set of points, shape ({name[0].upper()}, d + 1), got {tuple(t.shape)}")
+    if t.shape[0] == 0:
+        raise ValueError(f"{name}: expected at least one point, got shape {tuple(t.shape)}")
+    return t
+
+
+def top_attention(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    k: float = 1.0,
+    *,
+    query: int = 0,
+    kinds: Sequence[str] = ("spatial", "distance"),
+    top: int = 8,
+    temperature: float | None = None,
+) -> dict[str, TopKeys]:
+    """The attention row of one query and its ``top`` strongest keys, for each attention kind.
+
+    The weights come from :mod:`hypviz.attention`: ``attention_map(queries[query], keys, kind,
+    k=k, temperature=temperature)`` for ``"spatial"``, ``"distance"``, ``"lorentz"`` (a row softmax,
+    ``tau`` defaulting to ``sqrt(d)``), and ``focused_linear_map(queries[query], keys, k=k)`` for
+    ``"focused"`` (Hypformer's implicit linear-attention map, no temperature).
+
+    Parameters
+    ----------
+    queries : (N, d + 1)
+        Query points on ``<x, x>_L = -k``, time first.
+    keys : (M, d + 1)
+        Key points on the same hyperboloid.
+    query : int
+        Row of ``queries`` to show.
+    kinds : sequence of str
+        Attention kinds, each one of ``"spatial"``, ``"distance"``, ``"lorentz"``, ``"focused"``.
+    top : int
+        Number of strongest keys kept per kind (at most ``M``).
+
+    Returns
+    -------
+    dict
+        ``kind -> TopKeys``, in the order of ``kinds``.
+    """
+    from hypviz import attention as A
+
+    kf = L.check_k(k)
+    q = _check_pointset(queries, kf, "queries")
+    kk = _check_pointset(keys, kf, "keys")
+    if q.shape[-1] != kk.shape[-1]:
+        raise ValueError(f"queries and keys have different numbers of coordinates: {tuple(q.shape)} and {tuple(kk.shape)}")
+    i = _check_index(query, "query", q.shape[0], "query")
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or int(top) < 1:
+        raise ValueError(f"top: expected a positive integer number of keys, got {top!r}")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    if not kinds:
+        raise ValueError(f"kinds: expected at least one of {_ATTENTION_KINDS}")
+    m = min(int(top), kk.shape[0])
+    out: dict[str, TopKeys] = {}
+    for kind in kinds:
+        if kind not in _ATTENTION_KINDS:
+            raise ValueError(f"kinds: each kind must be one of {', '.join(map(repr, _ATTENTION_KINDS))}, got {kind!r}")
+        if kind == "focused":
+            row, tau = A.focused_linear_map(q[i : i + 1], kk, k=kf)[0], None
+        else:
+            row = A.attention_map(q[i : i + 1], kk, kind, k=kf, temperature=temperature)[0]
+            tau = math.sqrt(q.shape[-1] - 1) if temperature is None else float(temperature)
+        # strongest first; a stable sort breaks ties by the lower key index (deterministic)
+        order = torch.sort(row.detach().cpu().to(torch.float64), descending=True, stable=True).indices[:m]
+        out[kind] = TopKeys(kind, row, order, row[order.to(row.device)], tau)
+    return out
+
+
+def _edge_width(rel: np.ndarray, max_linewidth: float) -> np.ndarray:
+    """Line width of an edge of relative weight ``rel = A_ij / max A`` (proportional, at least 0.8 pt)."""
+    return np.maximum(max_linewidth * rel, 0.8)
+
+
+def _edge_alpha(rel: np.ndarray) -> np.ndarray:
+    """Opacity of an edge of relative weight ``rel``: from 0.45 (weakest) to 1 (strongest)."""
+    return 0.45 + 0.55 * rel
+
+
+def attention_on_manifold_mpl(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    k: float = 1.0,
+    *,
+    query: int = 0,
+    kinds: Sequence[str] = ("spatial", "distance"),
+    top: int = 8,
+    temperature: float | None = None,
+    model: str = "poincare",
+    grid: bool = True,
+    radius: float | None = None,
+    n_geodesic: int = 48,
+    max_linewidth: float = 6.0,
+    cmap: str = _DEFAULT_CMAP,
+    title: str | None = None,
+    panel_size: float = 4.4,
+):
+    """One query's attention drawn on the manifold: edges to its strongest keys, one panel per kind.
+
+    For each kind (default ``"spatial"`` and ``"distance"``, side by side) the panel shows, in the
+    Poincare disk (``model="poincare"``) or the Klein disk (``"klein"``):
+
+    * every key as a dot coloured by its weight ``A_ij`` in the query's row (one colour scale,
+      ``0 .. max`` over all panels, one colourbar);
+    * the query as a star; the ``top`` strongest keys are drawn larger, in proportion to their weight;
+    * the exact geodesic (:func:`hypviz.lorentz.geodesic`) from the query to each of its ``top``
+      strongest keys, with line width proportional to the weight (``max_linewidth`` for the
+      largest weight of any panel, at least 0.8 pt) and opacity growing with it (0.45 to 1),
+      coloured on the same scale;
+      a legend gives the weights of three reference widths.
+
+    The weights come from :func:`top_attention` (that is, from :mod:`hypviz.attention`); nothing
+    here computes attention.  Queries and keys of dimension ``d > 2`` are shown through one
+    :func:`project_for_display` fitted to the query and all keys (stated on the figure); the
+    geodesics are computed in ``d`` dimensions and then projected.
+
+    Parameters
+    ----------
+    queries : (N, d + 1)
+        Query points on ``<x, x>_L = -k``.
+    keys : (M, d + 1)
+        Key points.
+    k : float
+        Curvature parameter.
+    query : int
+        The query row to show.
+    kinds, top, temperature
+        As :func:`top_attention`.
+    model : "poincare" or "klein"
+    grid, radius, n_geodesic
+        As :func:`disk_figure_mpl`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        One disk axes per kind, then the colourbar axes.
+    """
+    import matplotlib as mpl
+    from matplotlib.collections import LineCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Circle
+
+    model = _check_model(model)
+    tops = top_attention(queries, keys, k, query=query, kinds=kinds, top=top, temperature=temperature)
+    kf = L.check_k(k)
+    q = L.as_tensor(queries, "queries").detach().cpu().to(torch.float64)
+    kk = L.as_tensor(keys, "keys").detach().cpu().to(torch.float64)
+    n_keys = kk.shape[0]
+    union = sorted({int(j) for t in tops.values() for j in t.indices})
+    edges = [(0, 1 + j) for j in union]
+    scene = _prepare(torch.cat([q[query : query + 1], kk]), kf, None, edges, grid, radius, n_geodesic, None)
+    edge_of = {j: e for e, j in enumerate(union)}
+    rows = {kind: t.row.detach().cpu().to(torch.float64).numpy() for kind, t in tops.items()}
+    w_max = max(float(r.max()) for r in rows.values())
+    norm = mpl.colors.Normalize(vmin=0.0, vmax=w_max)
+    colormap = mpl.colormaps[cmap]
+    root_k = math.sqrt(kf)
+    text = _MODEL_TEXT[model]
+    c = text["coord"]
+    p_query = _to_model(scene.x[:1], kf, model).numpy()[0]
+    p_keys = _to_model(scene.x[1:], kf, model).numpy()
+    grid_lines = _segments(_to_model(scene.grid_disk, kf, model)) if scene.grid_disk.shape[0] else []
+    arcs = _segments(_to_model(scene.edges, kf, model)) if scene.edges.shape[0] else []
+
+    n_panels = len(tops)
+    fig = _new_figure((panel_size * n_panels + 1.2, panel_size + 1.3))
+    axes = fig.subplots(1, n_panels, squeeze=False)[0]
+    for ax, (kind, t) in zip(axes, tops.items()):
+        ax.add_patch(Circle((0.0, 0.0), root_k, fill=False, color="k", linewidth=1.2))
+        if grid_lines:
+            ax.add_collection(LineCollection(grid_lines, colors=_GRID_COLOUR, linewidths=0.4, label="geodesic grid"))
+        idx = [int(j) for j in t.indices]
+        w = rows[kind][idx]
+        order = np.argsort(w, kind="stable")  # weakest first, so the strongest edge is drawn on top
+        segs = [arcs[edge_of[idx[o]]] for o in order]
+        rel = w[order] / w_max
+        colours = colormap(norm(w[order]))
+        colours[:, 3] = _edge_alpha(rel)
+        ax.add_collection(LineCollection(segs, colors=colours, linewidths=_edge_width(rel, max_linewidth),
+                                         capstyle="round", label=f"top-{len(idx)} edges", zorder=2))
+        sizes = np.full(n_keys, 14.0)
+        sizes[idx] += 110.0 * w / w_max  # the strongest keys are also drawn larger (a key equal to the query too)
+        ax.scatter(p_keys[:, 0], p_keys[:, 1], c=rows[kind], cmap=colormap, norm=norm, s=sizes, edgecolors="k",
+                   linewidths=0.3, zorder=3, label="keys")
+        ax.scatter([p_query[0]], [p_query[1]], marker="*", s=220, color=_QUERY_COLOUR, edgecolors="k",
+                   linewidths=0.6, zorder=4, label=f"query {query}")
+        lim = 1.05 * root_k
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-lim, lim)
+        ax.set_aspect("equal")
+        ax.set_xlabel(rf"${c}_1$")
+        ax.set_ylabel(rf"${c}_2$")
+        share = float(w.sum())
+        ax.set_title(f"{_ATTENTION_TEXT[kind]}\ntop-{len(idx)} keys carry {share:.3f} of the weight", fontsize=10)
+    sm = mpl.cm.ScalarMappable(norm=norm, cmap=colormap)
+    fig.colorbar(sm, ax=list(axes), label=r"attention weight $A_{ij}$ (colour of keys and edges)", shrink=0.8)
+    refs = [w_max, w_max / 2, w_max / 4]
+    handles = [Line2D([], [], color=colormap(norm(v)), lw=float(_edge_width(np.array(v / w_max), max_linewidth)),
+                      alpha=float(_edge_alpha(np.array(v / w_max))), label=rf"$A_{{ij}} = {v:.3g}$") for v in refs]
+    handles += [
+        Line2D([], [], ls="", marker="*", ms=12, color=_QUERY_COLOUR, markeredgecolor="k", label=f"query {query}"),
+        Line2D([], [], ls="", marker="o", ms=5, color=colormap(0.5), markeredgecolor="k", label=f"keys ({n_keys})"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False,
+               title=f"edges: geodesics to the {min(int(top), n_keys)} strongest keys, width and opacity ∝ weight",
+               title_fontsize=8)
+    taus = {t.temperature for t in tops.values() if t.temperature is not None}
+    tau_text = "" if len(taus) != 1 else rf", $\tau={next(iter(taus)):.3g}$"
+    base = title or (
+        rf"Attention of query {query} drawn on the manifold ({text['name']}), $k={_k_text(kf)}${tau_text}"
+    )
     fig.suptitle(_title_mpl(base, scene.note), fontsize=11)
     return fig
 
