@@ -1,0 +1,639 @@
+"""The ``hypviz`` command: compare the attention maps of your own queries and keys.
+
+::
+
+    hypviz compare QUERIES KEYS [--spatial] [--k K] [--heads-axis AXIS] [--kinds spatial,lorentz]
+                   [--reference distance] [--temperature TAU] [--device auto|cpu|cuda]
+                   [--dtype auto|float32|float64] [--queries-key NAME] [--keys-key NAME]
+                   [--sample-rows 64] [--out DIR] [--force] [--[no-]progress]
+    hypviz demo [--out DIR] [--force] [--device ...]
+
+Inputs are ``.pt``/``.pth`` (``torch.load(weights_only=True)``: a tensor, or a dict of tensors),
+``.npy`` or ``.npz`` files holding arrays of shape ``(..., N, d + 1)``: full hyperboloid points,
+time coordinate first, on ``<x, x>_L = -k`` (checked); with ``--spatial`` they are spatial parts
+``(..., N, d)``, lifted with ``x_t = sqrt(|x_s|^2 + k)``.  A file holding several arrays (an
+``.npz`` or a dict saved with ``torch.save``) is read by name: ``--queries-key`` / ``--keys-key``,
+else its only array, else the array named ``queries`` (``query``, ``q``) or ``keys`` (``key``,
+``k``), so one file can hold both: ``hypviz compare qk.npz qk.npz``.  Leading axes are
+heads/batch (they broadcast between queries and keys); ``--heads-axis`` names the heads axis
+of a layout such as ``(N, H, d + 1)``.
+
+Every kind of ``--kinds`` is compared with the ``--reference`` kind by
+:func:`hypviz.attention.compare`.  The output folder gets ``report.html`` (self-contained, opens
+from disk with no network), ``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures;
+it is written to a temporary folder beside it and renamed into place, so it is never
+half-written, and an existing folder is replaced only with ``--force``.
+
+Exit codes: 0 success; 2 bad input or usage (one line on stderr naming the problem, nothing
+written); 1 unexpected internal error (one line; ``HYPVIZ_DEBUG=1`` shows the traceback).
+Heavy imports (torch, matplotlib, plotly) happen after the cheap checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["main", "UsageError"]
+
+KINDS = ("spatial", "distance", "lorentz")  # hypviz.attention.KINDS, repeated to keep `--help` free of torch
+FORMATS = (".pt", ".pth", ".npy", ".npz")
+ROLE_NAMES = {"QUERIES": ("queries", "query", "q", "Q"), "KEYS": ("keys", "key", "k", "K")}
+MARKER = "metrics.json"  # a folder holding this file, written by hypviz, may be replaced with --force
+DEMO_NORMS = (0.1, 1.0, 3.0, 10.0)  # mean spatial norm of each demo head (MATH.md's typical magnitudes)
+
+
+class UsageError(Exception):
+    """Bad input or usage: reported as one line on stderr with exit code 2."""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# --------------------------------------------------------------------------- #
+# argument parsing
+# --------------------------------------------------------------------------- #
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit code 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see '{self.prog} --help')\n")
+
+
+def _positive(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {text!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            hint = " (<x,x>_L = -k, curvature -1/k)" if name == "--k" else ""
+            raise argparse.ArgumentTypeError(f"{name} must be a positive finite number{hint}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in kinds if t not in KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of {', '.join(KINDS)}, got {text!r}"
+        )
+    return list(dict.fromkeys(kinds))
+
+
+def _common(p: argparse.ArgumentParser, default_out: str) -> None:
+    p.add_argument("--out", type=Path, default=Path(default_out), help=f"output folder (default: {default_out})")
+    p.add_argument("--force", action="store_true", help="replace the output folder if it exists (a hypviz report)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda or cuda:INDEX")
+    p.add_argument(
+        "--sample-rows", type=_count, default=64, metavar="N", help="query rows drawn in the heatmaps (default 64)"
+    )
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: only for long runs on a terminal)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from hypviz import __version__
+
+    parser = _Parser(
+        prog="hypviz",
+        description="Compare hyperbolic attention maps (spatial dot products vs Lorentzian distance) and write a report.",
+    )
+    parser.add_argument("--version", action="version", version=f"hypviz {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{compare,demo}")
+
+    c = sub.add_parser(
+        "compare",
+        help="compare the attention maps of your own queries and keys",
+        description=(
+            "Compare attention maps of your queries and keys: every kind of --kinds against --reference, "
+            "row by row (TV, KL, MATH.md's bound), and write report.html, metrics.json, rows.npz and PNG figures."
+        ),
+        epilog=(
+            "Files: .pt/.pth (torch.load(weights_only=True); a tensor or a dict of tensors), .npy, .npz. "
+            "Shapes (..., N, d + 1), time coordinate first (or (..., N, d) with --spatial); leading axes are "
+            "heads/batch. A file with several arrays is read by --queries-key/--keys-key, else its only array, "
+            "else the array named queries/keys. Exit codes: 0 ok, 2 bad input, 1 internal error "
+            "(HYPVIZ_DEBUG=1 shows the traceback)."
+        ),
+    )
+    c.add_argument("queries", metavar="QUERIES", help="file of queries: .pt, .pth, .npy or .npz")
+    c.add_argument("keys", metavar="KEYS", help="file of keys: .pt, .pth, .npy or .npz (may be the same file)")
+    c.add_argument(
+        "--spatial", action="store_true", help="the inputs are spatial parts (..., N, d), lifted with x_t = sqrt(|x_s|^2 + k)"
+    )
+    c.add_argument("--k", type=_positive("--k"), default=1.0, help="curvature parameter k > 0: <x,x>_L = -k (default 1)")
+    c.add_argument(
+        "--heads-axis", type=int, default=None, metavar="AXIS", help="axis of the inputs holding heads, e.g. 1 for (N, H, d + 1)"
+    )
+    c.add_argument(
+        "--kinds",
+        type=_kinds,
+        default=["spatial", "lorentz"],
+        help="score kinds compared with the reference (default spatial,lorentz; from spatial, distance, lorentz)",
+    )
+    c.add_argument("--reference", choices=KINDS, default="distance", help="the reference kind (default distance)")
+    c.add_argument(
+        "--temperature", type=_positive("--temperature"), default=None, metavar="TAU", help="softmax temperature (default sqrt(d))"
+    )
+    c.add_argument(
+        "--dtype", choices=("auto", "float32", "float64"), default="auto", help="compute in this dtype (default: the inputs')"
+    )
+    c.add_argument("--queries-key", default=None, metavar="NAME", help="array to read from a multi-array QUERIES file")
+    c.add_argument("--keys-key", default=None, metavar="NAME", help="array to read from a multi-array KEYS file")
+    _common(c, "hypviz-report")
+    c.set_defaults(func=cmd_compare)
+
+    d = sub.add_parser(
+        "demo",
+        help="the same report on built-in data (no files needed)",
+        description=(
+            "Write the compare report for built-in queries and keys: 4 heads of lifted Gaussian points with mean "
+            f"spatial norms {', '.join(f'{r:g}' for r in DEMO_NORMS)} (d = 32, 256 queries and keys, float32), "
+            "from where the small-norm approximation holds to where it breaks."
+        ),
+    )
+    _common(d, "hypviz-demo")
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+# --------------------------------------------------------------------------- #
+# the output folder: checked first, written last, atomically
+# --------------------------------------------------------------------------- #
+def _is_report(path: Path) -> bool:
+    marker = path / MARKER
+    try:
+        return marker.is_file() and '"generator": "hypviz"' in marker.read_text(encoding="utf-8", errors="replace")[:4096]
+    except OSError:
+        return False
+
+
+def check_out(out: Path, force: bool, inputs: Sequence[Path] = ()) -> Path:
+    """Refuse an output folder that exists (without ``--force``), is not a report, or holds an input."""
+    out = Path(os.path.abspath(out))
+    if not out.parent.is_dir():
+        raise UsageError(f"the parent folder of --out does not exist: {out.parent} (create it first)")
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise UsageError(f"output folder {out} already exists; pass --force to replace it, or choose another --out")
+        if out.is_symlink() or not out.is_dir():
+            raise UsageError(f"--out {out} exists and is not a folder; not replacing it")
+        if any(out.iterdir()) and not _is_report(out):
+            raise UsageError(
+                f"--force would replace {out}, which is not a hypviz report (no {MARKER} written by hypviz); "
+                "remove it yourself or choose another --out"
+            )
+        cwd = Path(os.path.abspath(os.getcwd()))
+        if cwd == out or out in cwd.parents:
+            raise UsageError(f"--force would replace {out}, which holds the current folder; choose another --out")
+        for p in inputs:
+            p = Path(os.path.abspath(p))
+            if out in p.parents:
+                raise UsageError(f"--force would replace {out}, which holds the input {p}; copy the input elsewhere first")
+    return out
+
+
+def _temp_dir(out: Path) -> Path:
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    except OSError as exc:
+        raise UsageError(f"cannot write into {out.parent}: {exc.strerror or exc}") from None
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700 folders; a report is an ordinary folder
+    return tmp
+
+
+def publish(tmp: Path, out: Path, force: bool) -> None:
+    """Rename the finished ``tmp`` folder to ``out``; with ``force`` an existing ``out`` is swapped out first."""
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise UsageError(f"output folder {out} already exists; pass --force to replace it, or choose another --out")
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, old / out.name)
+        try:
+            os.replace(tmp, out)
+        except BaseException:
+            os.replace(old / out.name, out)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+# --------------------------------------------------------------------------- #
+# reading the user's files
+# --------------------------------------------------------------------------- #
+def check_file(path: str, role: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{role}: no such file: {path}")
+    if p.is_dir():
+        raise UsageError(f"{role}: {path} is a folder; expected a .pt, .pth, .npy or .npz file")
+    if p.suffix.lower() not in FORMATS:
+        what = f"'{p.suffix}'" if p.suffix else "no extension"
+        raise UsageError(f"{role}: unknown format ({what}) for {path}; expected .pt, .pth, .npy or .npz")
+    return p
+
+
+def _pick(entries: dict[str, Any], path: Path, role: str, name: str | None, option: str) -> tuple[Any, str]:
+    names = list(entries)
+    shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+    if name is not None:
+        if name not in entries:
+            raise UsageError(f"{role}: {path} has no array named {name!r} (it holds: {shown or 'nothing'})")
+        return entries[name], name
+    if not names:
+        raise UsageError(f"{role}: {path} holds no arrays")
+    if len(names) == 1:
+        return entries[names[0]], names[0]
+    for candidate in ROLE_NAMES[role]:
+        if candidate in entries:
+            return entries[candidate], candidate
+    raise UsageError(f"{role}: {path} holds {len(names)} arrays ({shown}); choose one with {option} NAME")
+
+
+def load_array(path: Path, role: str, name: str | None, option: str):
+    """Read one array from ``path`` as a floating-point torch tensor (CPU); returns ``(tensor, chosen_name)``."""
+    import numpy as np
+    import torch
+
+    suffix = path.suffix.lower()
+    chosen = None
+    if suffix in (".pt", ".pth"):
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # unpickling errors of many kinds: all mean "not a readable torch file"
+            raise UsageError(
+                f"{role}: cannot read {path} with torch.load(weights_only=True): {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
+        if isinstance(obj, dict):
+            tensors = {str(key): v for key, v in obj.items() if isinstance(v, (torch.Tensor, np.ndarray))}
+            obj, chosen = _pick(tensors, path, role, name, option)
+        elif name is not None:
+            raise UsageError(f"{role}: {path} holds a single {type(obj).__name__}, not named arrays; drop {option}")
+        if not isinstance(obj, (torch.Tensor, np.ndarray)):
+            raise UsageError(f"{role}: {path} holds a {type(obj).__name__}; expected a tensor or a dict of tensors")
+        arr = obj
+    else:
+        try:
+            loaded = np.load(path, allow_pickle=False)
+        except Exception as exc:
+            raise UsageError(f"{role}: cannot read {path} as {suffix}: {type(exc).__name__}: {_first_line(exc)}") from None
+        if suffix == ".npz":
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise UsageError(f"{role}: {path} is not an .npz archive")
+            with loaded:
+                try:
+                    entries = {key: loaded[key] for key in loaded.files}
+                except Exception as exc:
+                    raise UsageError(f"{role}: cannot read {path}: {type(exc).__name__}: {_first_line(exc)}") from None
+            arr, chosen = _pick(entries, path, role, name, option)
+        else:
+            if not isinstance(loaded, np.ndarray):
+                raise UsageError(f"{role}: {path} is not a single .npy array")
+            if name is not None:
+                raise UsageError(f"{role}: {path} is a single .npy array; drop {option}")
+            arr = loaded
+    return _to_float_tensor(arr, role, path), chosen
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def _to_float_tensor(arr: Any, role: str, path: Path):
+    import numpy as np
+    import torch
+
+    if isinstance(arr, np.ndarray):
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            raise UsageError(f"{role}: {path} holds an array of dtype {arr.dtype}; expected floating-point numbers")
+        if np.issubdtype(arr.dtype, np.integer):
+            raise UsageError(f"{role}: {path} holds integers (dtype {arr.dtype}); expected float32 or float64 coordinates")
+        if arr.dtype == np.float16:
+            arr = arr.astype(np.float32)
+        elif arr.dtype not in (np.float32, np.float64):
+            arr = arr.astype(np.float64)
+        return torch.from_numpy(np.array(arr, order="C"))
+    t = arr.detach().to("cpu")
+    if not t.is_floating_point():
+        raise UsageError(f"{role}: {path} holds a tensor of dtype {t.dtype}; expected float32 or float64 coordinates")
+    if t.dtype in (torch.float16, torch.bfloat16):
+        t = t.float()
+    return t.contiguous()
+
+
+# --------------------------------------------------------------------------- #
+# checking and preparing the points
+# --------------------------------------------------------------------------- #
+@dataclass
+class Inputs:
+    """Validated queries and keys, ``(*lead, N, d + 1)`` points, and where they came from."""
+
+    queries: Any
+    keys: Any
+    k: float
+    spatial: bool
+    described: dict[str, dict[str, Any]]
+    head_labels: list[str] = field(default_factory=list)
+    title: str = ""
+
+
+def _finite(t, role: str) -> None:
+    import torch
+
+    if t.numel() and not bool(torch.isfinite(t).all()):
+        bad = (~torch.isfinite(t)).nonzero()[0].tolist()
+        what = "NaN" if bool(torch.isnan(t).any()) else "Inf"
+        raise UsageError(f"{role} holds {what} (first non-finite value at index {tuple(bad)}); expected finite coordinates")
+
+
+def _overflow(t, role: str, spatial: bool, k: float) -> float:
+    """The largest |x|^2 (Euclidean, in float64); refuse norms whose squares overflow the dtype."""
+    import torch
+
+    if t.numel() == 0:
+        return 0.0
+    sq = float(t.double().square().sum(dim=-1).max()) + (k if spatial else 0.0)
+    big = torch.finfo(t.dtype).max
+    if not sq < big:
+        norm = math.sqrt(sq) if math.isfinite(sq) else math.inf
+        raise UsageError(
+            f"{role}: norms overflow {str(t.dtype).replace('torch.', '')} (largest |x| = {norm:.3g}, its square exceeds "
+            f"{big:.3g}); save the tensors as float64 or pass --dtype float64"
+        )
+    return sq
+
+
+def prepare(
+    q,
+    kk,
+    *,
+    k: float,
+    spatial: bool,
+    heads_axis: int | None,
+    dtype: str,
+    described: dict[str, dict[str, Any]],
+) -> Inputs:
+    """Check ranks, axes, dimensions, finiteness, overflow and the hyperboloid; lift with ``--spatial``."""
+    import torch
+
+    from hypviz.lorentz import check_k, check_points, lift
+
+    kf = check_k(k)
+    want = "(..., N, d)" if spatial else "(..., N, d + 1)"
+    for t, role in ((q, "QUERIES"), (kk, "KEYS")):
+        if t.dim() < 2:
+            raise UsageError(
+                f"{role}: expected shape {want} with N rows{'' if spatial else ', time coordinate first'}, "
+                f"got rank {t.dim()} shape {tuple(t.shape)}"
+            )
+        if t.numel() == 0:
+            raise UsageError(f"{role}: empty tensor of shape {tuple(t.shape)}; expected at least one point")
+        if not spatial and t.shape[-1] < 2:
+            raise UsageError(
+                f"{role}: expected (..., N, d + 1) with d >= 1 (time first), got shape {tuple(t.shape)}; "
+                "pass --spatial for spatial parts"
+            )
+    if heads_axis is not None:
+        moved = []
+        for t, role in ((q, "QUERIES"), (kk, "KEYS")):
+            if t.dim() < 3:
+                raise UsageError(f"--heads-axis {heads_axis}: {role} has shape {tuple(t.shape)}, no axis besides (N, d)")
+            ax = heads_axis + t.dim() if heads_axis < 0 else heads_axis
+            if not 0 <= ax < t.dim() - 1:
+                raise UsageError(
+                    f"--heads-axis {heads_axis} is out of range for {role} of shape {tuple(t.shape)} "
+                    f"(expected 0..{t.dim() - 2}; the last axis holds the coordinates)"
+                )
+            moved.append(torch.movedim(t, ax, 0))
+        q, kk = moved
+    if q.shape[-1] != kk.shape[-1]:
+        extra = 0 if spatial else 1
+        raise UsageError(
+            f"QUERIES and KEYS have different feature dimensions: QUERIES is {tuple(q.shape)} (d = {q.shape[-1] - extra}), "
+            f"KEYS is {tuple(kk.shape)} (d = {kk.shape[-1] - extra})"
+        )
+    try:
+        lead = torch.broadcast_shapes(q.shape[:-2], kk.shape[:-2])
+    except RuntimeError:
+        raise UsageError(
+            f"the leading (head/batch) axes of QUERIES {tuple(q.shape)} and KEYS {tuple(kk.shape)} do not broadcast; "
+            "use --heads-axis if the heads are not in front"
+        ) from None
+    if dtype != "auto":
+        q, kk = q.to(getattr(torch, dtype)), kk.to(getattr(torch, dtype))
+    elif q.dtype != kk.dtype:
+        q, kk = q.double(), kk.double()
+    for t, role in ((q, "QUERIES"), (kk, "KEYS")):
+        _finite(t, role)
+    sq_q = _overflow(q, "QUERIES", spatial, kf)
+    sq_k = _overflow(kk, "KEYS", spatial, kf)
+    big = torch.finfo(q.dtype).max
+    if math.sqrt(sq_q) * math.sqrt(sq_k) * (q.shape[-1] + 3) >= big:
+        raise UsageError(
+            f"QUERIES and KEYS: norms too large for {str(q.dtype).replace('torch.', '')} attention scores "
+            f"(largest |q| = {math.sqrt(sq_q):.3g}, |k| = {math.sqrt(sq_k):.3g}; their product overflows); "
+            "pass --dtype float64"
+        )
+    try:
+        if spatial:
+            q, kk = lift(q, kf), lift(kk, kf)
+        q = check_points(q, kf, name="QUERIES")
+        kk = check_points(kk, kf, name="KEYS")
+    except ValueError as exc:
+        hint = "" if spatial else " (or pass the spatial parts only, with --spatial)"
+        raise UsageError(f"{_one_line(exc)}{hint}") from None
+    labels = [_label(i, lead) for i in range(math.prod(lead))] if len(lead) else ["all"]
+    return Inputs(queries=q, keys=kk, k=kf, spatial=spatial, described=described, head_labels=labels)
+
+
+def _label(flat: int, lead) -> str:
+    import numpy as np
+
+    idx = tuple(int(i) for i in np.unravel_index(flat, tuple(lead)))
+    return str(idx[0]) if len(idx) == 1 else str(idx)
+
+
+# --------------------------------------------------------------------------- #
+# the commands
+# --------------------------------------------------------------------------- #
+@dataclass
+class Settings:
+    kinds: list[str]
+    reference: str
+    temperature: float | None
+    device: str
+    sample_rows: int
+    progress: bool | None
+    command: str
+
+
+def _resolve_device(device: str):
+    from hypviz.attention import resolve_device
+
+    try:
+        return resolve_device(device)
+    except ValueError as exc:
+        raise UsageError(f"--device: {_one_line(exc)}") from None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    if args.reference in args.kinds:
+        args.kinds.remove(args.reference)
+    if not args.kinds:
+        raise UsageError(f"--kinds has nothing to compare with the reference {args.reference!r}; add another kind")
+    qpath, kpath = check_file(args.queries, "QUERIES"), check_file(args.keys, "KEYS")
+    out = check_out(args.out, args.force, (qpath, kpath))
+    device = _resolve_device(args.device)
+    q, qname = load_array(qpath, "QUERIES", args.queries_key, "--queries-key")
+    kk, kname = load_array(kpath, "KEYS", args.keys_key, "--keys-key")
+    described = {
+        "queries": {"path": str(qpath), "array": qname, "shape": list(q.shape), "dtype": str(q.dtype).replace("torch.", "")},
+        "keys": {"path": str(kpath), "array": kname, "shape": list(kk.shape), "dtype": str(kk.dtype).replace("torch.", "")},
+    }
+    inputs = prepare(
+        q, kk, k=args.k, spatial=args.spatial, heads_axis=args.heads_axis, dtype=args.dtype, described=described
+    )
+    inputs.title = f"{qpath.name} vs {kpath.name}" if qpath != kpath else qpath.name
+    settings = Settings(
+        kinds=args.kinds,
+        reference=args.reference,
+        temperature=args.temperature,
+        device=str(device),
+        sample_rows=args.sample_rows,
+        progress=args.progress,
+        command="compare",
+    )
+    return _run(inputs, settings, out, args.force, extra_options={"heads_axis": args.heads_axis, "dtype": args.dtype})
+
+
+def demo_inputs() -> Inputs:
+    """Built-in queries and keys: one head per mean spatial norm of ``DEMO_NORMS``, float32, k = 1."""
+    import torch
+
+    from hypviz import data
+
+    n, d = 256, 32
+    qs = [data.lifted_gaussian(n, d, r, seed=2 * i, dtype=torch.float32) for i, r in enumerate(DEMO_NORMS)]
+    ks = [data.lifted_gaussian(n, d, r, seed=2 * i + 1, dtype=torch.float32) for i, r in enumerate(DEMO_NORMS)]
+    q, kk = torch.stack(qs), torch.stack(ks)
+    described = {
+        "queries": {"path": "built-in demo (inputs.npz)", "array": "queries", "shape": list(q.shape), "dtype": "float32"},
+        "keys": {"path": "built-in demo (inputs.npz)", "array": "keys", "shape": list(kk.shape), "dtype": "float32"},
+    }
+    inputs = prepare(q, kk, k=1.0, spatial=False, heads_axis=None, dtype="auto", described=described)
+    inputs.head_labels = [f"{i} (|x_s| ~ {r:g})" for i, r in enumerate(DEMO_NORMS)]
+    inputs.title = "built-in demo: lifted Gaussian queries and keys, one head per mean spatial norm"
+    return inputs
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    out = check_out(args.out, args.force)
+    device = _resolve_device(args.device)
+    inputs = demo_inputs()
+    settings = Settings(
+        kinds=["spatial", "lorentz"],
+        reference="distance",
+        temperature=None,
+        device=str(device),
+        sample_rows=args.sample_rows,
+        progress=args.progress,
+        command="demo",
+    )
+    return _run(inputs, settings, out, args.force, save_inputs=True)
+
+
+def _run(
+    inputs: Inputs,
+    settings: Settings,
+    out: Path,
+    force: bool,
+    *,
+    save_inputs: bool = False,
+    extra_options: dict[str, Any] | None = None,
+) -> int:
+    from hypviz import report
+
+    result = report.analyse(inputs, settings)
+    tmp = _temp_dir(out)
+    try:
+        if save_inputs:
+            import numpy as np
+
+            np.savez(
+                tmp / "inputs.npz",
+                queries=inputs.queries.detach().cpu().numpy(),
+                keys=inputs.keys.detach().cpu().numpy(),
+            )
+        files = report.write(result, tmp, options=extra_options or {})
+        publish(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(report.summary(result, out, files, show_inputs=save_inputs))
+    return 0
+
+
+# --------------------------------------------------------------------------- #
+# entry point
+# --------------------------------------------------------------------------- #
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``hypviz`` command; returns the exit code (0 ok, 2 bad input, 1 internal error)."""
+    debug = os.environ.get("HYPVIZ_DEBUG", "") not in ("", "0")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    prog = f"hypviz {args.command}"
+    try:
+        with warnings.catch_warnings():
+            if not debug:
+                warnings.simplefilter("ignore")
+            return args.func(args)
+    except UsageError as exc:
+        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; nothing written", file=sys.stderr)
+        return 130
+    except Exception as exc:  # an internal error: one line unless HYPVIZ_DEBUG is set
+        if debug:
+            raise
+        print(
+            f"{prog}: internal error: {type(exc).__name__}: {_one_line(exc)[:500]} "
+            "(nothing written; set HYPVIZ_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,534 @@
+"""The comparison report behind ``hypviz compare`` and ``hypviz demo``.
+
+:func:`analyse` runs :func:`hypviz.attention.compare` for every kind against the reference and
+the dense :func:`hypviz.attention.attention_map` on a sample of query rows; :func:`write` puts
+into a folder
+
+``report.html``   self-contained page (PNG figures embedded as base64, plotly.js inlined once):
+                  it opens from disk and makes no network request
+``metrics.json``  the set-up, one summary per comparison and per head (``"generator": "hypviz"``)
+``rows.npz``      per-row statistics, ``<a>_vs_<b>_<field>`` of shape ``(*heads, N)``
+``heatmaps.png``, ``difference.png``, ``rows.png``  the figures
+
+and :func:`summary` is the one-screen text printed by the command.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import html
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hypviz import attention
+
+__all__ = ["Result", "analyse", "write", "summary", "per_head"]
+
+_ROW_FIELDS = (
+    "tv",
+    "kl",
+    "delta",
+    "tv_bound",
+    "kl_bound",
+    "allowance",
+    "logit_gap",
+    "bound_met",
+    "top1",
+    "topk_overlap",
+)
+_MAX_SCATTER = 4000  # rows drawn per comparison in the row figures (evenly spaced, plus the worst ones)
+_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7")  # Okabe-Ito
+_MARKERS = ("o", "s", "^", "D")
+
+
+@dataclass
+class Result:
+    inputs: Any  # hypviz.cli.Inputs
+    settings: Any  # hypviz.cli.Settings
+    comparisons: list  # hypviz.attention.Comparison, one per kind
+    maps: dict[str, torch.Tensor]  # kind -> (rows, M) attention map of the shown head
+    shown_head: int
+    shown_rows: list[int]
+    lead: tuple[int, ...]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _flat(t: torch.Tensor, n: int) -> torch.Tensor:
+    return t.detach().reshape(-1, n).cpu()
+
+
+def per_head(comp: attention.Comparison) -> list[dict[str, float]]:
+    """Mean/max TV and KL, bound-met fraction, top-1 agreement and mean bound per head (leading index)."""
+    n = comp.n_queries
+    tv, kl = _flat(comp.tv, n).double(), _flat(comp.kl, n).double()
+    delta = _flat(comp.delta, n).double()
+    met, top1 = _flat(comp.bound_met, n).double(), _flat(comp.top1, n).double()
+    rows = []
+    for h in range(tv.shape[0]):
+        rows.append(
+            {
+                "mean_tv": float(tv[h].mean()),
+                "max_tv": float(tv[h].max()),
+                "mean_kl": float(kl[h].mean()),
+                "max_kl": float(kl[h].max()),
+                "mean_delta": float(delta[h].mean()),
+                "bound_met_fraction": float(met[h].mean()),
+                "top1_agreement": float(top1[h].mean()),
+            }
+        )
+    return rows
+
+
+def analyse(inputs: Any, settings: Any) -> Result:
+    """Compare every kind with the reference; attention maps of a sample of rows of the worst head."""
+    q, kk = inputs.queries, inputs.keys
+    comps = [
+        attention.compare(
+            q,
+            kk,
+            kind,
+            settings.reference,
+            k=inputs.k,
+            temperature=settings.temperature,
+            device=settings.device,
+            progress=settings.progress,
+        )
+        for kind in settings.kinds
+    ]
+    lead = tuple(comps[0].batch_shape)
+    heads = per_head(comps[0])
+    shown = max(range(len(heads)), key=lambda h: heads[h]["mean_tv"])
+    n, m = q.shape[-2], kk.shape[-2]
+    qf = q.expand(*lead, n, q.shape[-1]).reshape(-1, n, q.shape[-1])[shown]
+    kf = kk.expand(*lead, m, kk.shape[-1]).reshape(-1, m, kk.shape[-1])[shown]
+    count = min(settings.sample_rows, n)
+    rows = sorted({int(round(i)) for i in np.linspace(0, n - 1, count)})
+    dev = torch.device(settings.device)
+    qs, ks = qf[rows].to(dev), kf.to(dev)
+    maps = {
+        kind: attention.attention_map(qs, ks, kind, k=inputs.k, temperature=comps[0].temperature).cpu()
+        for kind in [settings.reference, *settings.kinds]
+    }
+    return Result(inputs, settings, comps, maps, shown, rows, lead)
+
+
+# --------------------------------------------------------------------------- #
+# numbers: JSON and per-row arrays
+# --------------------------------------------------------------------------- #
+def _clean(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def metrics(result: Result, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    from hypviz import __version__
+
+    comp0 = result.comparisons[0]
+    heads_out = []
+    for comp in result.comparisons:
+        summary = comp.to_dict()
+        heads = per_head(comp)
+        for label, h in zip(result.inputs.head_labels, heads):
+            h["head"] = label
+        heads_out.append({"a": comp.a, "b": comp.b, "summary": summary, "heads": heads})
+    return _clean(
+        {
+            "generator": "hypviz",
+            "version": __version__,
+            "command": result.settings.command,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "inputs": {**result.inputs.described, "spatial": result.inputs.spatial, **(options or {})},
+            "setup": {
+                "k": comp0.k,
+                "temperature": comp0.temperature,
+                "device": comp0.device,
+                "dtype": comp0.dtype,
+                "heads_shape": list(result.lead),
+                "n_queries": comp0.n_queries,
+                "n_keys": comp0.n_keys,
+                "dim": comp0.dim,
+                "reference": result.settings.reference,
+                "kinds": list(result.settings.kinds),
+                "shown_head": result.inputs.head_labels[result.shown_head],
+                "shown_rows": result.shown_rows,
+            },
+            "comparisons": heads_out,
+            "rows_file": "rows.npz",
+            "row_fields": list(_ROW_FIELDS),
+        }
+    )
+
+
+def row_arrays(result: Result) -> dict[str, np.ndarray]:
+    out = {}
+    for comp in result.comparisons:
+        for name in _ROW_FIELDS:
+            out[f"{comp.a}_vs_{comp.b}_{name}"] = getattr(comp, name).detach().cpu().numpy()
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# figures
+# --------------------------------------------------------------------------- #
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+def _kind_tex(kind: str) -> str:
+    return r"\mathrm{" + kind + "}"
+
+
+def _scatter_rows(comp: attention.Comparison) -> np.ndarray:
+    """Indices (flat) of the rows drawn: evenly spaced, plus the rows nearest to (or over) the bound."""
+    n = comp.n_rows
+    if n <= _MAX_SCATTER:
+        return np.arange(n)
+    tv = comp.tv.detach().reshape(-1).double().cpu().numpy()
+    bound = np.tanh((comp.delta + comp.allowance).detach().reshape(-1).double().cpu().numpy() / 4)
+    ratio = tv / np.maximum(bound, 1e-300)
+    worst = np.argsort(ratio)[-200:]
+    spaced = np.linspace(0, n - 1, _MAX_SCATTER - 200).round().astype(int)
+    return np.unique(np.concatenate([spaced, worst]))
+
+
+def figures(result: Result) -> dict[str, Any]:
+    """The matplotlib figures of the report: ``heatmaps``, ``difference``, ``rows``."""
+    from matplotlib.figure import Figure
+
+    from hypviz.plots import attention as pa
+
+    ref = result.settings.reference
+    label = result.inputs.head_labels[result.shown_head]
+    where = f"head {label}, {len(result.shown_rows)} of {result.comparisons[0].n_queries} query rows"
+    kinds = [ref, *result.settings.kinds]
+    figs = {}
+    figs["heatmaps"] = pa.heatmaps_mpl(
+        [result.maps[kd] for kd in kinds],
+        [f"{kd}" + (" (reference)" if kd == ref else "") for kd in kinds],
+        suptitle=f"attention maps, {where}",
+        ylabel=r"sampled query row",
+    )
+    figs["difference"] = pa.difference_maps_mpl(
+        [(result.maps[ref], result.maps[kd]) for kd in result.settings.kinds],
+        [rf"$A^{{{_kind_tex(kd)}}} - A^{{{_kind_tex(ref)}}}$" for kd in result.settings.kinds],
+        suptitle=f"difference to the reference, {where}",
+        ylabel=r"sampled query row",
+    )
+
+    fig = Figure(figsize=(10.0, 4.2), layout="constrained")
+    ax_tv, ax_kl = fig.subplots(1, 2)
+    lo_all, hi_all = [math.inf, math.inf], [0.0, 0.0]
+    for c, comp in enumerate(result.comparisons):
+        idx = _scatter_rows(comp)
+        eff = (comp.delta + comp.allowance).detach().reshape(-1).double().cpu().numpy()[idx]
+        pairs = (
+            (ax_tv, comp.tv.detach().reshape(-1).double().cpu().numpy()[idx], np.tanh(eff / 4)),
+            (ax_kl, comp.kl.detach().reshape(-1).double().cpu().numpy()[idx], eff**2 / 8),
+        )
+        for p, (ax, val, bound) in enumerate(pairs):
+            ok = (val > 0) & (bound > 0)
+            zeros = int((~ok).sum())
+            note = f", {zeros} rows at 0 not drawn" if zeros else ""
+            ax.scatter(
+                bound[ok],
+                val[ok],
+                s=9,
+                alpha=0.6,
+                color=_COLOURS[c % 4],
+                marker=_MARKERS[c % 4],
+                label=f"{comp.a} vs {comp.b} ({int(ok.sum())} rows{note})",
+            )
+            if ok.any():
+                lo_all[p] = min(lo_all[p], float(bound[ok].min()), float(val[ok].min()))
+                hi_all[p] = max(hi_all[p], float(bound[ok].max()), float(val[ok].max()))
+    for p, (ax, what, bname, unit) in enumerate(
+        (
+            (ax_tv, r"$\mathrm{TV}(P_a, P_b)$", r"$\tanh((\Delta + \epsilon)/4)$", "probability"),
+            (ax_kl, r"$\mathrm{KL}(P_b \,\|\, P_a)$", r"$(\Delta + \epsilon)^2/8$", "nats"),
+        )
+    ):
+        if hi_all[p] > 0:
+            lo, hi = lo_all[p] / 2, hi_all[p] * 2
+            ax.plot([lo, hi], [lo, hi], color="#000000", ls="--", lw=1.0, label="bound (met below the line)")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_xlabel(f"bound {bname} per row ({unit})")
+        ax.set_ylabel(f"measured {what} per row ({unit})")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    ax_tv.set_title("total variation against its bound")
+    ax_kl.set_title("KL divergence against its bound")
+    fig.suptitle(r"every query row: measured difference vs MATH.md's bound ($\epsilon$: rounding allowance)")
+    figs["rows"] = fig
+    return figs
+
+
+def plotly_rows(result: Result):
+    """Interactive version of the row figure (TV against its bound), hover naming head and row."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    hi, lo = 0.0, math.inf
+    labels = result.inputs.head_labels
+    for c, comp in enumerate(result.comparisons):
+        idx = _scatter_rows(comp)
+        n = comp.n_queries
+        tv = comp.tv.detach().reshape(-1).double().cpu().numpy()[idx]
+        kl = comp.kl.detach().reshape(-1).double().cpu().numpy()[idx]
+        bound = np.tanh((comp.delta + comp.allowance).detach().reshape(-1).double().cpu().numpy()[idx] / 4)
+        ok = (tv > 0) & (bound > 0)
+        text = [
+            f"head {labels[i // n]}, query {i % n}<br>TV {tv[j]:.4g}, bound {bound[j]:.4g}<br>KL {kl[j]:.4g}"
+            for j, i in enumerate(idx)
+            if ok[j]
+        ]
+        if ok.any():
+            hi = max(hi, float(tv[ok].max()), float(bound[ok].max()))
+            lo = min(lo, float(tv[ok].min()), float(bound[ok].min()))
+        fig.add_trace(
+            go.Scatter(
+                x=[float(f"{v:.6g}") for v in bound[ok]],
+                y=[float(f"{v:.6g}") for v in tv[ok]],
+                mode="markers",
+                marker={"size": 5, "color": _COLOURS[c % 4], "opacity": 0.6},
+                name=f"{comp.a} vs {comp.b}",
+                text=text,
+                hoverinfo="text",
+            )
+        )
+    if hi > 0:
+        fig.add_trace(
+            go.Scatter(
+                x=[lo / 2, hi * 2],
+                y=[lo / 2, hi * 2],
+                mode="lines",
+                line={"color": "#000000", "dash": "dash", "width": 1},
+                name="bound (met below the line)",
+                hoverinfo="skip",
+            )
+        )
+    fig.update_layout(
+        title={"text": "every query row: total variation TV(P_a, P_b) against its bound tanh((Δ + ε)/4)"},
+        xaxis={"title": {"text": "bound tanh((Δ + ε)/4) per row"}, "type": "log"},
+        yaxis={"title": {"text": "measured TV per row"}, "type": "log"},
+        height=480,
+        template="plotly_white",
+        legend={"x": 0.01, "y": 0.99},
+        margin={"l": 70, "r": 20, "t": 60, "b": 60},
+    )
+    return fig
+
+
+# --------------------------------------------------------------------------- #
+# the page
+# --------------------------------------------------------------------------- #
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 72rem; margin: 1.5rem auto;
+       padding: 0 1rem; line-height: 1.45; color: #1a1a1a; }
+h1 { font-size: 1.6rem; margin-bottom: 0.2rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.92rem; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.6rem; text-align: right; }
+th { background: #f3f3f3; } td.l, th.l { text-align: left; }
+.ok { color: #006b3c; font-weight: 600; } .bad { color: #b00020; font-weight: 600; }
+figure { margin: 1rem 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { font-size: 0.9rem; color: #444; max-width: 60rem; }
+code { font-size: 0.92em; background: #f6f6f6; padding: 0 0.2em; } .note { color: #555; font-size: 0.9rem; }
+"""
+
+
+def _table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
+    th = "".join(f'<th class="{"l" if i < left else ""}">{html.escape(h)}</th>' for i, h in enumerate(header))
+    body = []
+    for r in rows:
+        body.append("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r)) + "</tr>")
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _met(fraction: float, met: int, total: int) -> str:
+    cls = "ok" if met == total else "bad"
+    return f'<span class="{cls}">{met} / {total}</span>'
+
+
+def page(result: Result, images: dict[str, bytes], plotly_div: str, plotly_js: str, meta: dict[str, Any]) -> str:
+    comp0 = result.comparisons[0]
+    ref = result.settings.reference
+    inp = result.inputs.described
+    e = html.escape
+    setup_rows = [
+        ["queries", e(f"{inp['queries']['path']}" + (f" [{inp['queries']['array']}]" if inp["queries"].get("array") else "")),
+         e(str(tuple(inp["queries"]["shape"]))), e(inp["queries"]["dtype"])],
+        ["keys", e(f"{inp['keys']['path']}" + (f" [{inp['keys']['array']}]" if inp["keys"].get("array") else "")),
+         e(str(tuple(inp["keys"]["shape"]))), e(inp["keys"]["dtype"])],
+    ]
+    heads_txt = " x ".join(str(s) for s in result.lead) if result.lead else "1"
+    facts = (
+        f"{heads_txt} head(s) x {comp0.n_queries} queries x {comp0.n_keys} keys, d = {comp0.dim}, "
+        f"k = {_fmt(comp0.k)}, temperature tau = {_fmt(comp0.temperature)}, {comp0.dtype}, computed on {comp0.device}; "
+        + ("inputs were spatial parts, lifted with x_t = sqrt(|x_s|^2 + k)." if result.inputs.spatial
+           else "inputs are hyperboloid points, time first, checked on <x,x>_L = -k.")
+    )
+    comp_rows = []
+    for comp in result.comparisons:
+        met = int(comp.bound_met.sum())
+        comp_rows.append(
+            [
+                e(f"{comp.a} vs {comp.b}"),
+                _fmt(comp.mean_tv),
+                _fmt(comp.max_tv),
+                _fmt(comp.mean_kl),
+                _fmt(comp.max_kl),
+                _fmt(comp.max_delta),
+                _met(comp.bound_met_fraction, met, comp.n_rows),
+                _fmt(comp.top1_agreement),
+                _fmt(comp.topk_agreement),
+            ]
+        )
+    head_tables = []
+    for comp in result.comparisons:
+        rows = []
+        for label, h in zip(result.inputs.head_labels, per_head(comp)):
+            rows.append(
+                [
+                    e(label),
+                    _fmt(h["mean_tv"]),
+                    _fmt(h["max_tv"]),
+                    _fmt(h["mean_kl"]),
+                    _fmt(h["mean_delta"]),
+                    f'<span class="{"ok" if h["bound_met_fraction"] == 1.0 else "bad"}">{_fmt(h["bound_met_fraction"])}</span>',
+                    _fmt(h["top1_agreement"]),
+                ]
+            )
+        head_tables.append(
+            f"<h3>{e(comp.a)} vs {e(comp.b)}</h3>"
+            + _table(["head", "mean TV", "max TV", "mean KL", "mean Δ", "bound met", "top-1"], rows)
+        )
+
+    def img(name: str, alt: str, caption: str) -> str:
+        data = base64.b64encode(images[name]).decode("ascii")
+        return (
+            f'<figure><img src="data:image/png;base64,{data}" alt="{e(alt)}" data-file="{name}.png">'
+            f"<figcaption>{caption} (also <code>{name}.png</code>)</figcaption></figure>"
+        )
+
+    label = result.inputs.head_labels[result.shown_head]
+    body = f"""
+<h1>hypviz attention report</h1>
+<p class="note">{e(result.inputs.title)} &middot; hypviz {e(meta['version'])} &middot; {e(meta['created'])}</p>
+<h2>Set-up</h2>
+{_table(["", "file [array]", "shape", "dtype"], setup_rows, left=2)}
+<p>{e(facts)}</p>
+<h2>Verdict</h2>
+<p>Each row compares a kind's attention map <code>P_a = softmax(s_a / tau)</code> with the reference
+<code>P_b</code> ({e(ref)}), query row by query row. <b>spatial</b> scores are <code>q_s . k_s</code> (what
+Hypformer's linear attention uses), <b>distance</b> scores <code>-1/2 |q - k|^2_L</code>, <b>lorentz</b> scores
+<code>&lt;q, k&gt;_L</code>. Spatial attention is distance attention plus a bias <code>q_t k_t / tau</code> towards keys
+far from the origin, so its rows differ by at most <code>TV &le; tanh(Δ/4)</code> and <code>KL &le; Δ²/8</code> with
+<code>Δ = q_t (max_j k_t - min_j k_t) / tau</code>; lorentz and distance attention are equal (Δ = 0).</p>
+{_table(["comparison", "mean TV", "max TV", "mean KL", "max KL", "max Δ", "bound met (rows)", "top-1 agreement", f"top-{comp0.topk} overlap"], comp_rows)}
+<h2>Per head</h2>
+{''.join(head_tables)}
+<h2>Attention maps</h2>
+{img("heatmaps", "attention heatmaps", f"Attention weights of each kind for head {e(label)} (the head whose {e(comp0.a)} map is farthest from the reference), on {len(result.shown_rows)} evenly spaced query rows and all {comp0.n_keys} keys; one shared colour scale.")}
+{img("difference", "difference maps", f"Weight differences to the reference {e(ref)} on the same rows, on one diverging scale centred on zero.")}
+<h2>Every row against the bound</h2>
+{img("rows", "per-row TV and KL against the bound", "Each dot is one query row: measured TV (left) and KL (right) against MATH.md's bound for that row; every dot on or below the dashed line meets the bound. ε is the rigorous floating-point allowance on the logits (it makes the bound of lorentz vs distance, exactly 0 in exact arithmetic, visible).")}
+<figure>{plotly_div}<figcaption>The same TV dots, interactive: hover for the head and query row (at most {_MAX_SCATTER} rows per comparison drawn: evenly spaced plus the closest to their bound).</figcaption></figure>
+<h2>Files</h2>
+<p><code>metrics.json</code> (set-up, summaries per comparison and head), <code>rows.npz</code> (per-row arrays
+<code>&lt;a&gt;_vs_&lt;b&gt;_&lt;field&gt;</code>, fields {e(', '.join(_ROW_FIELDS))}), the PNG figures{', ' + '<code>inputs.npz</code> (the demo queries and keys: try <code>hypviz compare inputs.npz inputs.npz</code>)' if meta.get('inputs_file') else ''}.</p>
+"""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>hypviz attention report: {e(result.inputs.title)}</title>
+<style>{_CSS}</style>
+<script type="text/javascript">{plotly_js}</script>
+</head>
+<body>
+{body}
+</body>
+</html>
+"""
+
+
+def write(result: Result, folder: Path, options: dict[str, Any] | None = None) -> list[str]:
+    """Write the report files into ``folder`` (which exists); return their names."""
+    import plotly.io as pio
+    import plotly.offline
+
+    folder = Path(folder)
+    images = {name: _png(fig) for name, fig in figures(result).items()}
+    for name, data in images.items():
+        (folder / f"{name}.png").write_bytes(data)
+    meta = metrics(result, options)
+    (folder / "metrics.json").write_text(json.dumps(meta, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    np.savez_compressed(folder / "rows.npz", **row_arrays(result))
+    div = pio.to_html(
+        plotly_rows(result),
+        include_plotlyjs=False,
+        include_mathjax=False,
+        full_html=False,
+        div_id="hypviz-rows",
+        config={"displaylogo": False, "responsive": True},
+    )
+    meta["inputs_file"] = (folder / "inputs.npz").exists()
+    text = page(result, images, div, plotly.offline.get_plotlyjs(), meta)
+    (folder / "report.html").write_text(text, encoding="utf-8")
+    return sorted(p.name for p in folder.iterdir())
+
+
+def summary(result: Result, out: Path, files: list[str], show_inputs: bool = False, max_heads: int = 8) -> str:
+    """The one-screen text the command prints."""
+    comp0 = result.comparisons[0]
+    inp = result.inputs.described
+    heads_txt = " x ".join(str(s) for s in result.lead) + " heads x " if result.lead else ""
+    lines = [
+        f"hypviz {result.settings.command}: {result.inputs.title}",
+        f"  queries {tuple(inp['queries']['shape'])} {inp['queries']['dtype']}, keys {tuple(inp['keys']['shape'])} "
+        f"{inp['keys']['dtype']}" + (" (spatial parts, lifted)" if result.inputs.spatial else ""),
+        f"  {heads_txt}{comp0.n_queries} queries x {comp0.n_keys} keys, d = {comp0.dim}, k = {_fmt(comp0.k)}, "
+        f"tau = {_fmt(comp0.temperature)}, {comp0.dtype} on {comp0.device}",
+    ]
+    width = max(len(f"{c.a} vs {c.b}") for c in result.comparisons)
+    for comp in result.comparisons:
+        met = int(comp.bound_met.sum())
+        flag = "" if met == comp.n_rows else "  <-- bound NOT met on some rows"
+        lines.append(
+            f"  {f'{comp.a} vs {comp.b}':<{width}}  TV mean {_fmt(comp.mean_tv):>9} max {_fmt(comp.max_tv):>9} | "
+            f"KL mean {_fmt(comp.mean_kl):>9} | bound met {met}/{comp.n_rows} | top-1 {_fmt(comp.top1_agreement)}{flag}"
+        )
+    if len(result.inputs.head_labels) > 1:
+        lines.append(f"  per head ({comp0.a} vs {comp0.b}):")
+        heads = per_head(comp0)
+        for label, h in list(zip(result.inputs.head_labels, heads))[:max_heads]:
+            lines.append(
+                f"    head {label:<14} TV mean {_fmt(h['mean_tv']):>9} max {_fmt(h['max_tv']):>9}  "
+                f"mean Delta {_fmt(h['mean_delta']):>9}  top-1 {_fmt(h['top1_agreement'])}"
+            )
+        if len(heads) > max_heads:
+            lines.append(f"    ... {len(heads) - max_heads} more heads in metrics.json")
+    lines.append(f"report: {out / 'report.html'}")
+    lines.append(f"  also in {out}: {', '.join(f for f in files if f != 'report.html')}")
+    if show_inputs:
+        lines.append(f"  your own tensors: hypviz compare QUERIES.npy KEYS.npy  (this demo's: {out / 'inputs.npz'} for both)")
+    return "\n".join(lines)
