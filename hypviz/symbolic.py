@@ -699,7 +699,7 @@ class _Pair:
             self.bb: rf"\langle {tb}, {tb} \rangle_L",
             self.sq: rf"\|{ta} - {tb}\|_L^2",
             self.es: rf"\|{ta}_s - {tb}_s\|^2",
-            self.dd: rf"({ta}_s - {tb}_s)\cdot({ta}_s + {tb}_s)",
+            self.dd: rf"\left[({ta}_s - {tb}_s)\cdot({ta}_s + {tb}_s)\right]",
         }
 
     def comps(self, d: int) -> tuple[list[sp.Symbol], list[sp.Symbol]]:
@@ -863,6 +863,7 @@ def time_taylor(k: Any = None, order: int = 6) -> Derivation:
     r = sp.Symbol("r", nonnegative=True)
     t = sp.sqrt(r**2 + k)
     rk = sp.sqrt(k)
+    cn, nn = sp.Symbol("c_n"), sp.Symbol("n", integer=True, nonnegative=True)
     series_terms = sum(sp.binomial(sp.Rational(1, 2), n) * k ** (sp.Rational(1, 2) - n) * r ** (2 * n) for n in range(order // 2 + 1))
 
     def coefficients() -> tuple[bool, str]:
@@ -876,12 +877,14 @@ def time_taylor(k: Any = None, order: int = 6) -> Derivation:
     steps = [
         Step(t, rk + r**2 / (2 * rk) - r**4 / (8 * k ** sp.Rational(3, 2)), "Taylor series (MATH.md)", kind="series", var=r, order=6),
         Step(t, series_terms, f"to order {order}", kind="series", var=r, order=2 * (order // 2) + 2),
-        Step(t, series_terms, "binomial series $(1 + u)^{1/2} = \\sum_n \\binom{1/2}{n} u^n$ with $u = r^2 / k$", kind="check", check=coefficients),
+        Step(cn, sp.binomial(sp.Rational(1, 2), nn) * k ** (sp.Rational(1, 2) - nn),
+             f"the coefficient $c_n$ of $r^{{2n}}$ ($n = 0, \\dots, {order // 2}$): binomial series "
+             "$(1 + u)^{1/2} = \\sum_n \\binom{1/2}{n} u^n$ with $u = r^2 / k$", kind="check", check=coefficients),
         Step(r**2 + k, (rk + r**2 / (2 * rk)) ** 2, "the first-order truncation over-estimates the time coordinate (compare squares)",
              kind="bound", certificate=r**4 / (4 * k)),
     ]
     return Derivation(
-        "The time coordinate near the origin", steps, names={r: r"r"},
+        "The time coordinate near the origin", steps, names={r: r"r", cn: "c_n", nn: "n"},
         intro="$r = \\|x_s\\|$ is the size of the spatial part; the time coordinate is $\\sqrt{r^2 + k}$.",
     )
 
@@ -896,7 +899,7 @@ def thread_approximation(k: Any = None, d: int = 3) -> Derivation:
         Step(P.inner, -P.at * P.bt + P.c, "Lorentzian inner product"),
         Step(P.sq, -2 * k - 2 * P.inner, "squared Lorentzian distance (identity 1)"),
         Step(P.inner, -P.sq / 2 - k, "rearranged"),
-        Step(P.inner, -sp.sqrt(P.ra**2 + k) * sp.sqrt(P.rb**2 + k) + P.c, "substitute the lift $i_t = \\sqrt{\\|i_s\\|^2 + k}$"),
+        Step(P.inner, -sp.sqrt(P.ra**2 + k) * sp.sqrt(P.rb**2 + k) + P.c, f"substitute the lift $i_t = \\sqrt{{\\|i_s\\|^2 + {sp.latex(k)}}}$"),
         Step(sp.sqrt(P.ra**2 + k), rk + P.ra**2 / (2 * rk), "Taylor: nearby points, $\\|i_s\\|, \\|j_s\\| \\ll 1$",
              kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
         Step(P.inner, -(k + (P.ra**2 + P.rb**2) / 2) + P.c, "product of the two expansions (the cross term is fourth order)",
@@ -949,7 +952,7 @@ def approximation_error(k: Any = None, d: int = 3) -> Derivation:
 def query_constant(k: Any = None, d: int = 3) -> Derivation:
     """MATH.md identity 4: ``q_s . kappa_s = -1/2 |q - kappa|^2_L + (q_t kappa_t - k)`` (the key is ``kappa``)."""
     k = _curvature(k)
-    P = _Pair("q", "kappa", k, "q", r"\kappa")
+    P = _Pair("q", "v", k, "q", r"\kappa")  # internal name v: sorts after q, so terms read q_t kappa_t
     eps = _EPS
     steps = [
         Step(P.c, P.inner + P.at * P.bt, "definition of $\\langle q, \\kappa\\rangle_L$"),
