@@ -317,6 +317,12 @@ def test_attention_on_manifold_draws_the_strongest_keys_along_geodesics():
         row = maps[kind].numpy()
         expected = set(np.argsort(-row, kind="stable")[:top].tolist())
         assert set(drawn) == expected  # the edges are the top weights of attention_map
+        if kind == "distance":
+            assert query in drawn  # distance 0: the query's own key is among its strongest
+        if query in drawn:  # self-attention: the key at the query's own position is drawn as a ring
+            ring = [c for c in ax.collections if c.get_label().startswith("key at the query's position")]
+            assert len(ring) == 1
+            assert float(ring[0].get_linewidths()[0]) == pytest.approx(max(lw * row[query] / w_max, 0.8))
         widths = np.asarray(edges.get_linewidths())
         np.testing.assert_allclose(widths, np.maximum(lw * row[drawn] / w_max, 0.8), rtol=1e-12)
         alphas = np.asarray(edges.get_colors())[:, 3]
@@ -385,3 +391,17 @@ def test_attention_on_manifold_bad_input():
         M.attention_on_manifold_mpl(x, x, 2.0)
     with pytest.raises(ValueError, match="model"):
         M.attention_on_manifold_mpl(x, x, model="halfplane")
+
+
+def test_far_points_draw_with_a_grid():
+    # leaves of a low-distortion tree sit ~27 sqrt(k) from the origin: the grid must not run past float64's reach
+    k = 1.0
+    ang = torch.linspace(0, 2 * math.pi, 7, dtype=torch.float64)[:-1]
+    u = torch.stack([torch.zeros(6, dtype=torch.float64), 27 * ang.cos(), 27 * ang.sin()], dim=-1)
+    far = torch.cat([L.origin(2, k)[None], L.expmap0(u, k)])
+    fig = M.poincare_figure_mpl(far, k, edges=[(0, 1), (1, 2)], grid=True)
+    grid = [c for c in fig.axes[0].collections if c.get_label() == "geodesic grid"][0]
+    segs = grid.get_segments()
+    assert len(segs) >= 4 and all(np.isfinite(s).all() and (np.linalg.norm(s, axis=1) < 1.0 + 1e-12).all() for s in segs)
+    klein = M.klein_figure_plotly(far, k, edges=[(0, 1)], grid=True)
+    assert len(split_polylines(trace(klein, "geodesic grid").x, trace(klein, "geodesic grid").y)) >= 4

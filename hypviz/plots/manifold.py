@@ -73,6 +73,8 @@ _PLOTLY_SCALES = {"viridis": "Viridis", "cividis": "Cividis", "plasma": "Plasma"
 _MODELS = ("poincare", "klein")
 # grid lines in the disks run on to hyperbolic radius 6 sqrt(k): |p| = tanh(3) sqrt(k) ~ 0.995 sqrt(k)
 _DISK_REACH = 6.0
+# no grid line runs farther than 12 sqrt(k) from the origin: |K| = tanh(12) sqrt(k) = (1 - 8e-11) sqrt(k)
+_GRID_MAX_REACH = 12.0
 
 
 # --------------------------------------------------------------------------- #
@@ -91,12 +93,15 @@ def _grid_geodesics(k: float, radius: float, spacing: float, n: int, dtype: torc
 
     For each signed distance ``a = j * spacing`` (``|a| < radius``) and each axis, the geodesic
     perpendicular to that axis through the point at distance ``a`` from the origin, cut where
-    it leaves the disk of hyperbolic radius ``reach`` (default ``radius``).  In the Klein disk these are the chords
+    it leaves the disk of hyperbolic radius ``reach`` (default ``radius``; at most ``_GRID_MAX_REACH sqrt(k)``,
+    beyond which the Klein radius ``sqrt(k) tanh(reach / sqrt(k))`` rounds to the boundary in float64 and
+    the lines would be drawn on it anyway).  In the Klein disk these are the chords
     ``K_axis = const`` (a geodesic perpendicular to a diameter is a chord perpendicular to it);
     their ends go back to the hyperboloid with ``from_klein`` and are joined by exact geodesics.
     """
     root_k = math.sqrt(k)
     reach = radius if reach is None else max(float(reach), radius)
+    reach = min(reach, _GRID_MAX_REACH * root_k)
     rho = float(L.to_klein(_axis_point(2, 0, reach, k, dtype), k)[0])  # Klein radius of the cut
     m = int(math.floor(radius / spacing - 1e-9))
     ends_a, ends_b = [], []
@@ -706,7 +711,8 @@ def attention_on_manifold_mpl(
     * the exact geodesic (:func:`hypviz.lorentz.geodesic`) from the query to each of its ``top``
       strongest keys, with line width proportional to the weight (``max_linewidth`` for the
       largest weight of any panel, at least 0.8 pt) and opacity growing with it (0.45 to 1),
-      coloured on the same scale;
+      coloured on the same scale; a strong key at the query's own position (self-attention, a
+      geodesic of length 0) is drawn as a ring around the star, with the same width and colour code;
       a legend gives the weights of three reference widths.
 
     The weights come from :func:`top_attention` (that is, from :mod:`hypviz.attention`); nothing
@@ -784,6 +790,14 @@ def attention_on_manifold_mpl(
                    linewidths=0.3, zorder=3, label="keys")
         ax.scatter([p_query[0]], [p_query[1]], marker="*", s=220, color=_QUERY_COLOUR, edgecolors="k",
                    linewidths=0.6, zorder=4, label=f"query {query}")
+        # a strong key at the query's own position (self-attention: a geodesic of length 0) gets a ring
+        own = [o for o in range(len(idx)) if float(np.abs(arcs[edge_of[idx[o]]] - p_query).max()) < 1e-12]
+        if own:
+            o = own[0]
+            ax.scatter([p_query[0]], [p_query[1]], marker="o", s=520, facecolors="none",
+                       edgecolors=[colormap(norm(w[o]))], alpha=float(_edge_alpha(w[o] / w_max)),
+                       linewidths=float(_edge_width(w[o] / w_max, max_linewidth)), zorder=5,
+                       label=f"key at the query's position, A = {w[o]:.3g}")
         lim = 1.05 * root_k
         ax.set_xlim(-lim, lim)
         ax.set_ylim(-lim, lim)
