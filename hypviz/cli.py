@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -163,7 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--temperature", type=_positive("--temperature"), default=None, metavar="TAU", help="softmax temperature (default sqrt(d))"
     )
     c.add_argument(
-        "--dtype", choices=("auto", "float32", "float64"), default="auto", help="compute in this dtype (default: the inputs')"
+        "--dtype",
+        choices=("auto", "float32", "float64"),
+        default="auto",
+        help="compute in this dtype (default: the inputs'); points are checked in their own dtype, then their time "
+        "coordinate is recomputed from the spatial parts in the new one",
     )
     c.add_argument("--queries-key", default=None, metavar="NAME", help="array to read from a multi-array QUERIES file")
     c.add_argument("--keys-key", default=None, metavar="NAME", help="array to read from a multi-array KEYS file")
@@ -281,25 +286,38 @@ def _pick(entries: dict[str, Any], path: Path, role: str, name: str | None, opti
 
 
 def load_array(path: Path, role: str, name: str | None, option: str):
-    """Read one array from ``path`` as a floating-point torch tensor (CPU); returns ``(tensor, chosen_name)``."""
+    """Read one array from ``path`` as a float32/float64 numpy array; returns ``(array, chosen_name)``.
+
+    ``.npy``/``.npz`` are read with numpy alone (no torch import: bad input fails fast);
+    ``.pt``/``.pth`` with ``torch.load(weights_only=True)``, a tensor or a dict of tensors.
+    """
     import numpy as np
-    import torch
 
     suffix = path.suffix.lower()
     chosen = None
     if suffix in (".pt", ".pth"):
+        import torch
+
         try:
             obj = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # unpickling errors of many kinds: all mean "not a readable torch file"
             raise UsageError(
-                f"{role}: cannot read {path} with torch.load(weights_only=True): {type(exc).__name__}: {_first_line(exc)}"
+                f"{role}: cannot read {path} with torch.load(weights_only=True), is it a torch.save file? "
+                f"({type(exc).__name__}: {_first_line(exc)})"
             ) from None
         if isinstance(obj, dict):
             tensors = {str(key): v for key, v in obj.items() if isinstance(v, (torch.Tensor, np.ndarray))}
             obj, chosen = _pick(tensors, path, role, name, option)
         elif name is not None:
             raise UsageError(f"{role}: {path} holds a single {type(obj).__name__}, not named arrays; drop {option}")
-        if not isinstance(obj, (torch.Tensor, np.ndarray)):
+        if isinstance(obj, torch.Tensor):
+            obj = obj.detach().cpu()
+            if obj.dtype in (torch.float16, torch.bfloat16):
+                obj = obj.float()
+            if obj.is_complex():
+                raise UsageError(f"{role}: {path} holds a tensor of dtype {obj.dtype}; expected float32 or float64 coordinates")
+            obj = obj.numpy()
+        if not isinstance(obj, np.ndarray):
             raise UsageError(f"{role}: {path} holds a {type(obj).__name__}; expected a tensor or a dict of tensors")
         arr = obj
     else:
@@ -322,7 +340,7 @@ def load_array(path: Path, role: str, name: str | None, option: str):
             if name is not None:
                 raise UsageError(f"{role}: {path} is a single .npy array; drop {option}")
             arr = loaded
-    return _to_float_tensor(arr, role, path), chosen
+    return _to_float(arr, role, path), chosen
 
 
 def _first_line(exc: BaseException) -> str:
@@ -330,26 +348,18 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else ""
 
 
-def _to_float_tensor(arr: Any, role: str, path: Path):
+def _to_float(arr: Any, role: str, path: Path):
     import numpy as np
-    import torch
 
-    if isinstance(arr, np.ndarray):
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-            raise UsageError(f"{role}: {path} holds an array of dtype {arr.dtype}; expected floating-point numbers")
-        if np.issubdtype(arr.dtype, np.integer):
-            raise UsageError(f"{role}: {path} holds integers (dtype {arr.dtype}); expected float32 or float64 coordinates")
-        if arr.dtype == np.float16:
-            arr = arr.astype(np.float32)
-        elif arr.dtype not in (np.float32, np.float64):
-            arr = arr.astype(np.float64)
-        return torch.from_numpy(np.array(arr, order="C"))
-    t = arr.detach().to("cpu")
-    if not t.is_floating_point():
-        raise UsageError(f"{role}: {path} holds a tensor of dtype {t.dtype}; expected float32 or float64 coordinates")
-    if t.dtype in (torch.float16, torch.bfloat16):
-        t = t.float()
-    return t.contiguous()
+    if arr.dtype.kind in "iub":
+        raise UsageError(f"{role}: {path} holds integers (dtype {arr.dtype}); expected float32 or float64 coordinates")
+    if arr.dtype.kind != "f":
+        raise UsageError(f"{role}: {path} holds an array of dtype {arr.dtype}; expected float32 or float64 coordinates")
+    if arr.dtype == np.float16:
+        arr = arr.astype(np.float32)
+    elif arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(np.float64)
+    return np.ascontiguousarray(arr)
 
 
 # --------------------------------------------------------------------------- #
@@ -357,7 +367,7 @@ def _to_float_tensor(arr: Any, role: str, path: Path):
 # --------------------------------------------------------------------------- #
 @dataclass
 class Inputs:
-    """Validated queries and keys, ``(*lead, N, d + 1)`` points, and where they came from."""
+    """Validated queries and keys, ``(*lead, N, d + 1)`` points (torch), and where they came from."""
 
     queries: Any
     keys: Any
@@ -368,27 +378,28 @@ class Inputs:
     title: str = ""
 
 
-def _finite(t, role: str) -> None:
-    import torch
+def _finite(a, role: str) -> None:
+    import numpy as np
 
-    if t.numel() and not bool(torch.isfinite(t).all()):
-        bad = (~torch.isfinite(t)).nonzero()[0].tolist()
-        what = "NaN" if bool(torch.isnan(t).any()) else "Inf"
-        raise UsageError(f"{role} holds {what} (first non-finite value at index {tuple(bad)}); expected finite coordinates")
+    ok = np.isfinite(a)
+    if not ok.all():
+        bad = tuple(int(i) for i in np.argwhere(~ok)[0])
+        what = "NaN" if np.isnan(a).any() else "Inf"
+        raise UsageError(f"{role} holds {what} (first non-finite value at index {bad}); expected finite coordinates")
 
 
-def _overflow(t, role: str, spatial: bool, k: float) -> float:
-    """The largest |x|^2 (Euclidean, in float64); refuse norms whose squares overflow the dtype."""
-    import torch
+def _overflow(a, role: str, spatial: bool, k: float, target) -> float:
+    """The largest |x|^2 (Euclidean, in float64); refuse norms whose squares overflow the ``target`` dtype."""
+    import numpy as np
 
-    if t.numel() == 0:
-        return 0.0
-    sq = float(t.double().square().sum(dim=-1).max()) + (k if spatial else 0.0)
-    big = torch.finfo(t.dtype).max
+    wide = a.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = float(np.einsum("...i,...i->...", wide, wide).max()) + (k if spatial else 0.0)
+    big = float(np.finfo(target).max)
     if not sq < big:
         norm = math.sqrt(sq) if math.isfinite(sq) else math.inf
         raise UsageError(
-            f"{role}: norms overflow {str(t.dtype).replace('torch.', '')} (largest |x| = {norm:.3g}, its square exceeds "
+            f"{role}: norms overflow {target} (largest |x| = {norm:.3g}, its square exceeds "
             f"{big:.3g}); save the tensors as float64 or pass --dtype float64"
         )
     return sq
@@ -404,77 +415,87 @@ def prepare(
     dtype: str,
     described: dict[str, dict[str, Any]],
 ) -> Inputs:
-    """Check ranks, axes, dimensions, finiteness, overflow and the hyperboloid; lift with ``--spatial``."""
-    import torch
+    """Check ranks, axes, dimensions, finiteness, overflow (numpy) and the hyperboloid (torch); lift with ``--spatial``."""
+    import numpy as np
 
-    from hypviz.lorentz import check_k, check_points, lift
-
-    kf = check_k(k)
+    kf = float(k)
+    if not (math.isfinite(kf) and kf > 0):
+        raise UsageError(f"--k must be a positive finite number (<x,x>_L = -k, curvature -1/k), got {k!r}")
+    q, kk = np.asarray(q), np.asarray(kk)
     want = "(..., N, d)" if spatial else "(..., N, d + 1)"
-    for t, role in ((q, "QUERIES"), (kk, "KEYS")):
-        if t.dim() < 2:
+    for a, role in ((q, "QUERIES"), (kk, "KEYS")):
+        if a.ndim < 2:
             raise UsageError(
                 f"{role}: expected shape {want} with N rows{'' if spatial else ', time coordinate first'}, "
-                f"got rank {t.dim()} shape {tuple(t.shape)}"
+                f"got rank {a.ndim} shape {a.shape}"
             )
-        if t.numel() == 0:
-            raise UsageError(f"{role}: empty tensor of shape {tuple(t.shape)}; expected at least one point")
-        if not spatial and t.shape[-1] < 2:
+        if a.size == 0:
+            raise UsageError(f"{role}: empty tensor of shape {a.shape}; expected at least one point")
+        if not spatial and a.shape[-1] < 2:
             raise UsageError(
-                f"{role}: expected (..., N, d + 1) with d >= 1 (time first), got shape {tuple(t.shape)}; "
+                f"{role}: expected (..., N, d + 1) with d >= 1 (time first), got shape {a.shape}; "
                 "pass --spatial for spatial parts"
             )
     if heads_axis is not None:
         moved = []
-        for t, role in ((q, "QUERIES"), (kk, "KEYS")):
-            if t.dim() < 3:
-                raise UsageError(f"--heads-axis {heads_axis}: {role} has shape {tuple(t.shape)}, no axis besides (N, d)")
-            ax = heads_axis + t.dim() if heads_axis < 0 else heads_axis
-            if not 0 <= ax < t.dim() - 1:
+        for a, role in ((q, "QUERIES"), (kk, "KEYS")):
+            if a.ndim < 3:
+                raise UsageError(f"--heads-axis {heads_axis}: {role} has shape {a.shape}, no axis besides (N, d)")
+            ax = heads_axis + a.ndim if heads_axis < 0 else heads_axis
+            if not 0 <= ax < a.ndim - 1:
                 raise UsageError(
-                    f"--heads-axis {heads_axis} is out of range for {role} of shape {tuple(t.shape)} "
-                    f"(expected 0..{t.dim() - 2}; the last axis holds the coordinates)"
+                    f"--heads-axis {heads_axis} is out of range for {role} of shape {a.shape} "
+                    f"(expected 0..{a.ndim - 2}; the last axis holds the coordinates)"
                 )
-            moved.append(torch.movedim(t, ax, 0))
+            moved.append(np.ascontiguousarray(np.moveaxis(a, ax, 0)))
         q, kk = moved
     if q.shape[-1] != kk.shape[-1]:
         extra = 0 if spatial else 1
         raise UsageError(
-            f"QUERIES and KEYS have different feature dimensions: QUERIES is {tuple(q.shape)} (d = {q.shape[-1] - extra}), "
-            f"KEYS is {tuple(kk.shape)} (d = {kk.shape[-1] - extra})"
+            f"QUERIES and KEYS have different feature dimensions: QUERIES is {q.shape} (d = {q.shape[-1] - extra}), "
+            f"KEYS is {kk.shape} (d = {kk.shape[-1] - extra})"
         )
     try:
-        lead = torch.broadcast_shapes(q.shape[:-2], kk.shape[:-2])
-    except RuntimeError:
+        lead = np.broadcast_shapes(q.shape[:-2], kk.shape[:-2])
+    except ValueError:
         raise UsageError(
-            f"the leading (head/batch) axes of QUERIES {tuple(q.shape)} and KEYS {tuple(kk.shape)} do not broadcast; "
+            f"the leading (head/batch) axes of QUERIES {q.shape} and KEYS {kk.shape} do not broadcast; "
             "use --heads-axis if the heads are not in front"
         ) from None
-    if dtype != "auto":
-        q, kk = q.to(getattr(torch, dtype)), kk.to(getattr(torch, dtype))
-    elif q.dtype != kk.dtype:
-        q, kk = q.double(), kk.double()
-    for t, role in ((q, "QUERIES"), (kk, "KEYS")):
-        _finite(t, role)
-    sq_q = _overflow(q, "QUERIES", spatial, kf)
-    sq_k = _overflow(kk, "KEYS", spatial, kf)
-    big = torch.finfo(q.dtype).max
-    if math.sqrt(sq_q) * math.sqrt(sq_k) * (q.shape[-1] + 3) >= big:
+    for a, role in ((q, "QUERIES"), (kk, "KEYS")):
+        _finite(a, role)
+    target = np.dtype(dtype) if dtype != "auto" else np.promote_types(q.dtype, kk.dtype)
+    sq_q = _overflow(q, "QUERIES", spatial, kf, target)
+    sq_k = _overflow(kk, "KEYS", spatial, kf, target)
+    if math.sqrt(sq_q) * math.sqrt(sq_k) * (q.shape[-1] + 3) >= float(np.finfo(target).max):
         raise UsageError(
-            f"QUERIES and KEYS: norms too large for {str(q.dtype).replace('torch.', '')} attention scores "
+            f"QUERIES and KEYS: norms too large for {target} attention scores "
             f"(largest |q| = {math.sqrt(sq_q):.3g}, |k| = {math.sqrt(sq_k):.3g}; their product overflows); "
             "pass --dtype float64"
         )
+
+    import torch
+
+    from hypviz.lorentz import check_k, check_points, lift
+
+    kf = check_k(kf)
+    tdtype = getattr(torch, str(target))
+    tq, tk = torch.from_numpy(q), torch.from_numpy(kk)
     try:
         if spatial:
-            q, kk = lift(q, kf), lift(kk, kf)
-        q = check_points(q, kf, name="QUERIES")
-        kk = check_points(kk, kf, name="KEYS")
+            tq, tk = lift(tq.to(tdtype), kf), lift(tk.to(tdtype), kf)
+        tq = check_points(tq, kf, name="QUERIES")  # in the dtype they came in, with its tolerance
+        tk = check_points(tk, kf, name="KEYS")
     except ValueError as exc:
         hint = "" if spatial else " (or pass the spatial parts only, with --spatial)"
         raise UsageError(f"{_one_line(exc)}{hint}") from None
+    # another dtype: keep the spatial parts, recompute the time coordinate there (on <x,x>_L = -k to its rounding)
+    if tq.dtype != tdtype:
+        tq = lift(tq[..., 1:].to(tdtype), kf)
+    if tk.dtype != tdtype:
+        tk = lift(tk[..., 1:].to(tdtype), kf)
     labels = [_label(i, lead) for i in range(math.prod(lead))] if len(lead) else ["all"]
-    return Inputs(queries=q, keys=kk, k=kf, spatial=spatial, described=described, head_labels=labels)
+    return Inputs(queries=tq, keys=tk, k=kf, spatial=spatial, described=described, head_labels=labels)
 
 
 def _label(flat: int, lead) -> str:
@@ -498,6 +519,15 @@ class Settings:
     command: str
 
 
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
+
+
+def _check_device(device: str) -> str:
+    if not _DEVICE.match(device):
+        raise UsageError(f"--device must be auto, cpu, cuda or cuda:INDEX, got {device!r}")
+    return device
+
+
 def _resolve_device(device: str):
     from hypviz.attention import resolve_device
 
@@ -514,16 +544,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"--kinds has nothing to compare with the reference {args.reference!r}; add another kind")
     qpath, kpath = check_file(args.queries, "QUERIES"), check_file(args.keys, "KEYS")
     out = check_out(args.out, args.force, (qpath, kpath))
-    device = _resolve_device(args.device)
+    _check_device(args.device)
     q, qname = load_array(qpath, "QUERIES", args.queries_key, "--queries-key")
     kk, kname = load_array(kpath, "KEYS", args.keys_key, "--keys-key")
     described = {
-        "queries": {"path": str(qpath), "array": qname, "shape": list(q.shape), "dtype": str(q.dtype).replace("torch.", "")},
-        "keys": {"path": str(kpath), "array": kname, "shape": list(kk.shape), "dtype": str(kk.dtype).replace("torch.", "")},
+        "queries": {"path": str(qpath), "array": qname, "shape": list(q.shape), "dtype": str(q.dtype)},
+        "keys": {"path": str(kpath), "array": kname, "shape": list(kk.shape), "dtype": str(kk.dtype)},
     }
     inputs = prepare(
         q, kk, k=args.k, spatial=args.spatial, heads_axis=args.heads_axis, dtype=args.dtype, described=described
     )
+    device = _resolve_device(args.device)
     inputs.title = f"{qpath.name} vs {kpath.name}" if qpath != kpath else qpath.name
     settings = Settings(
         kinds=args.kinds,
@@ -546,7 +577,7 @@ def demo_inputs() -> Inputs:
     n, d = 256, 32
     qs = [data.lifted_gaussian(n, d, r, seed=2 * i, dtype=torch.float32) for i, r in enumerate(DEMO_NORMS)]
     ks = [data.lifted_gaussian(n, d, r, seed=2 * i + 1, dtype=torch.float32) for i, r in enumerate(DEMO_NORMS)]
-    q, kk = torch.stack(qs), torch.stack(ks)
+    q, kk = torch.stack(qs).numpy(), torch.stack(ks).numpy()
     described = {
         "queries": {"path": "built-in demo (inputs.npz)", "array": "queries", "shape": list(q.shape), "dtype": "float32"},
         "keys": {"path": "built-in demo (inputs.npz)", "array": "keys", "shape": list(kk.shape), "dtype": "float32"},
@@ -559,8 +590,9 @@ def demo_inputs() -> Inputs:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     out = check_out(args.out, args.force)
-    device = _resolve_device(args.device)
+    _check_device(args.device)
     inputs = demo_inputs()
+    device = _resolve_device(args.device)
     settings = Settings(
         kinds=["spatial", "lorentz"],
         reference="distance",

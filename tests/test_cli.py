@@ -1,0 +1,345 @@
+"""The ``hypviz`` command, every path through a subprocess: compare (.npy, .npz, .pt, --spatial,
+--heads-axis, --force, options), demo, and bad input (exit code 2, one line on stderr, nothing
+written).  Inputs are small (2 heads x 24 queries x 20 keys) and the runs go in parallel, so the
+module stays well under a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hypviz import attention, data, lorentz
+
+ROOT = Path(__file__).resolve().parent.parent
+H, N, M, D = 2, 24, 20, 4
+ENV = {k: v for k, v in os.environ.items() if k != "HYPVIZ_DEBUG"}
+ENV.update(MPLBACKEND="Agg", PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
+
+
+def cli(*args: str | Path, cwd: Path, env: dict | None = None, code: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m hypviz.cli ARGS`` (or ``python -c CODE ARGS``) in ``cwd``."""
+    head = [sys.executable, "-c", code] if code else [sys.executable, "-m", "hypviz.cli"]
+    return subprocess.run(
+        [*head, *map(str, args)], cwd=cwd, env=env or ENV, capture_output=True, text=True, timeout=180
+    )
+
+
+def run_all(jobs: dict[str, dict]) -> dict[str, subprocess.CompletedProcess]:
+    """Run several ``cli`` calls at once (each a fresh interpreter: torch's import dominates)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(cli, *job["args"], cwd=job["cwd"], **job.get("kw", {})) for name, job in jobs.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if re.match(r"^\..*\.(tmp|old)-", p.name))
+
+
+# --------------------------------------------------------------------------- #
+# input files
+# --------------------------------------------------------------------------- #
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("inputs")
+    q = data.lifted_gaussian((H, N), D, 1.5, seed=1, dtype=torch.float32)
+    k = data.lifted_gaussian((H, M), D, 1.5, seed=2, dtype=torch.float32)
+    np.save(d / "q.npy", q.numpy())
+    np.save(d / "k.npy", k.numpy())
+    np.savez(d / "qk.npz", queries=q.numpy(), keys=k.numpy())
+    np.savez(d / "multi.npz", first=q.numpy(), second=k.numpy(), third=k.numpy()[:, :3])
+    np.save(d / "q2d.npy", q[0].numpy())
+    # heads in the middle, (N, H, d + 1), saved with torch as a dict of tensors
+    torch.save({"Q": q.transpose(0, 1).contiguous(), "K": k.transpose(0, 1).contiguous()}, d / "nhd.pt")
+    torch.save(q, d / "q.pt")
+    # spatial parts for k = 2
+    np.savez(d / "spatial.npz", queries=q[..., 1:].numpy(), keys=k[..., 1:].numpy())
+
+    # bad input
+    bad = q.numpy().copy()
+    bad[1, 3, 2] = np.nan
+    np.save(d / "nan.npy", bad)
+    bad = q.numpy().copy()
+    bad[0, 5, 1] = np.inf
+    np.save(d / "inf.npy", bad)
+    np.save(d / "rank1.npy", q.numpy()[0, 0])
+    np.save(d / "wide.npy", data.lifted_gaussian((H, M), D + 2, 1.0, seed=3, dtype=torch.float32).numpy())
+    np.save(d / "spatial_only.npy", q[..., 1:].numpy())  # (H, N, d): not points; off the hyperboloid
+    np.save(d / "empty.npy", np.zeros((0, D + 1), dtype=np.float32))
+    np.save(d / "huge.npy", lorentz.lift(torch.full((N, D), 1e19, dtype=torch.float64)).float().numpy())
+    np.save(d / "ints.npy", np.ones((N, D + 1), dtype=np.int64))
+    np.save(d / "three_heads.npy", data.lifted_gaussian((3, M), D, 1.0, seed=4, dtype=torch.float32).numpy())
+    (d / "q.txt").write_text("1 2 3\n")
+    (d / "garbage.pt").write_bytes(b"this is not a torch file")
+    return d
+
+
+# --------------------------------------------------------------------------- #
+# bad input: exit code 2, one line naming the problem, no output
+# --------------------------------------------------------------------------- #
+ERRORS = {
+    # name: (arguments, words the one-line message must contain)
+    "missing file": (["compare", "nope.npy", "k.npy"], ["QUERIES", "no such file", "nope.npy"]),
+    "unknown format": (["compare", "q.txt", "k.npy"], ["unknown format", ".txt"]),
+    "folder as input": (["compare", ".", "k.npy"], ["is a folder"]),
+    "garbage .pt": (["compare", "garbage.pt", "k.npy"], ["cannot read", "garbage.pt", "torch.load"]),
+    "NaN": (["compare", "nan.npy", "k.npy"], ["QUERIES", "NaN"]),
+    "Inf": (["compare", "q.npy", "inf.npy"], ["KEYS", "Inf"]),
+    "wrong rank": (["compare", "rank1.npy", "k.npy"], ["QUERIES", "rank 1", "(..., N, d + 1)"]),
+    "mismatched dims": (["compare", "q.npy", "wide.npy"], ["different feature dimensions", "d = 4", "d = 6"]),
+    "off the hyperboloid": (["compare", "spatial_only.npy", "spatial_only.npy"], ["off the hyperboloid", "--spatial"]),
+    "k = 0": (["compare", "q.npy", "k.npy", "--k", "0"], ["--k", "positive"]),
+    "k < 0": (["compare", "q.npy", "k.npy", "--k=-1"], ["--k", "positive"]),
+    "k = nan": (["compare", "q.npy", "k.npy", "--k", "nan"], ["--k", "positive"]),
+    "temperature <= 0": (["compare", "q.npy", "k.npy", "--temperature", "0"], ["--temperature", "positive"]),
+    "empty": (["compare", "empty.npy", "k.npy"], ["QUERIES", "empty"]),
+    "float32 overflow": (["compare", "huge.npy", "k.npy"], ["QUERIES", "overflow", "float32", "float64"]),
+    "integers": (["compare", "ints.npy", "k.npy"], ["integers"]),
+    "ambiguous npz": (["compare", "multi.npz", "k.npy"], ["3 arrays", "--queries-key"]),
+    "unknown npz key": (["compare", "qk.npz", "qk.npz", "--keys-key", "nope"], ["no array named 'nope'", "queries, keys"]),
+    "heads do not broadcast": (["compare", "q.npy", "three_heads.npy"], ["do not broadcast", "--heads-axis"]),
+    "heads axis out of range": (["compare", "q.npy", "k.npy", "--heads-axis", "2"], ["--heads-axis 2", "out of range"]),
+    "heads axis on rank 2": (["compare", "q2d.npy", "q2d.npy", "--heads-axis", "0"], ["--heads-axis 0", "no axis besides"]),
+    "unknown kind": (["compare", "q.npy", "k.npy", "--kinds", "spatial,cosine"], ["--kinds", "cosine"]),
+    "nothing to compare": (["compare", "q.npy", "k.npy", "--kinds", "distance"], ["nothing to compare"]),
+    "bad device": (["compare", "q.npy", "k.npy", "--device", "tpu"], ["--device", "tpu"]),
+    "unknown option": (["compare", "q.npy", "k.npy", "--colour", "red"], ["unrecognized arguments", "--colour"]),
+    "missing KEYS": (["compare", "q.npy"], ["required", "KEYS"]),
+    "no command": ([], ["required"]),
+    "parent folder missing": (["compare", "q.npy", "k.npy", "--out", "no/such/place"], ["parent folder", "does not exist"]),
+}
+if not torch.cuda.is_available():
+    ERRORS["cuda without CUDA"] = (["compare", "q.npy", "k.npy", "--device", "cuda"], ["CUDA is not available"])
+
+
+@pytest.fixture(scope="module")
+def error_runs(files, tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    jobs, outs = {}, {}
+    for name, (args, _) in ERRORS.items():
+        work = tmp_path_factory.mktemp("err")
+        for f in files.iterdir():
+            (work / f.name).symlink_to(f)
+        outs[name] = work
+        extra = [] if any(a.startswith("--out") for a in args) or not args else ["--out", "report"]
+        jobs[name] = {"args": [*args, *extra], "cwd": work}
+    results = run_all(jobs)
+    return {name: (outs[name], results[name]) for name in ERRORS}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, error_runs, files):
+    work, proc = error_runs[case]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got:\n{proc.stderr}"
+    assert lines[0].startswith("hypviz"), lines[0]
+    assert "Traceback" not in proc.stderr
+    for word in ERRORS[case][1]:
+        assert word in lines[0], f"{word!r} not in {lines[0]!r}"
+    assert proc.stdout == ""
+    names = {p.name for p in work.iterdir()}
+    assert names == {f.name for f in files.iterdir()}, f"something was written: {names - {f.name for f in files.iterdir()}}"
+
+
+def test_existing_output_folder_is_kept_without_force(files, tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    proc = cli("compare", files / "q.npy", files / "k.npy", "--out", out, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "already exists" in proc.stderr and "--force" in proc.stderr
+    assert [p.name for p in out.iterdir()] == ["mine.txt"] and (out / "mine.txt").read_text() == "keep me"
+    # --force does not replace a folder that is not a hypviz report
+    proc = cli("compare", files / "q.npy", files / "k.npy", "--out", out, "--force", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not a hypviz report" in proc.stderr
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert leftovers(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- #
+# successful runs (all launched at once)
+# --------------------------------------------------------------------------- #
+@pytest.fixture(scope="module")
+def runs(files, tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    work = tmp_path_factory.mktemp("ok")
+    jobs = {
+        "npy": ["compare", files / "q.npy", files / "k.npy", "--out", work / "npy", "--device", "cpu"],
+        "spatial": ["compare", files / "spatial.npz", files / "spatial.npz", "--spatial", "--k", "2", "--out",
+                    work / "spatial", "--kinds", "spatial,distance,lorentz", "--reference", "lorentz",
+                    "--temperature", "0.5"],
+        "pt-heads": ["compare", files / "nhd.pt", files / "nhd.pt", "--heads-axis", "1", "--out", work / "pt-heads"],
+        "pt-mixed": ["compare", files / "q.pt", files / "multi.npz", "--keys-key", "second", "--dtype", "float64",
+                     "--out", work / "pt-mixed", "--sample-rows", "5", "--kinds", "spatial", "--no-progress"],
+        "demo": ["demo", "--out", work / "demo"],
+    }
+    results = run_all({name: {"args": args, "cwd": work} for name, args in jobs.items()})
+    return {name: (work / name, results[name]) for name in jobs}
+
+
+def _ok(runs, name):
+    out, proc = runs[name]
+    assert proc.returncode == 0, proc.stderr
+    return out, proc, json.loads((out / "metrics.json").read_text())
+
+
+def _expected(files, kind="spatial", ref="distance", **kw):
+    q, k = torch.from_numpy(np.load(files / "q.npy")), torch.from_numpy(np.load(files / "k.npy"))
+    return attention.compare(q, k, kind, ref, device="cpu", **kw)
+
+
+def test_compare_npy_writes_the_whole_report(runs, files):
+    out, proc, meta = _ok(runs, "npy")
+    assert sorted(p.name for p in out.iterdir()) == [
+        "difference.png", "heatmaps.png", "metrics.json", "report.html", "rows.npz", "rows.png"
+    ]
+    assert leftovers(out.parent) == []
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert meta["generator"] == "hypviz" and meta["command"] == "compare"
+    setup = meta["setup"]
+    assert (setup["n_queries"], setup["n_keys"], setup["dim"], setup["heads_shape"]) == (N, M, D, [H])
+    assert setup["k"] == 1.0 and setup["temperature"] == pytest.approx(D**0.5) and setup["device"] == "cpu"
+    assert meta["inputs"]["queries"]["shape"] == [H, N, D + 1] and meta["inputs"]["spatial"] is False
+    assert [(c["a"], c["b"]) for c in meta["comparisons"]] == [("spatial", "distance"), ("lorentz", "distance")]
+
+    # the numbers are attention.compare's
+    expected = _expected(files)
+    spatial = meta["comparisons"][0]
+    assert spatial["summary"]["mean_tv"] == pytest.approx(expected.mean_tv, rel=1e-6)
+    assert spatial["summary"]["max_kl"] == pytest.approx(expected.max_kl, rel=1e-6)
+    assert [h["head"] for h in spatial["heads"]] == ["0", "1"]
+    for h, head in enumerate(spatial["heads"]):
+        assert head["mean_tv"] == pytest.approx(float(expected.tv[h].double().mean()), rel=1e-6)
+        assert head["bound_met_fraction"] == 1.0
+    rows = np.load(out / "rows.npz")
+    assert rows["spatial_vs_distance_tv"].shape == (H, N)
+    np.testing.assert_allclose(rows["spatial_vs_distance_tv"], expected.tv.numpy(), rtol=1e-6)
+    assert rows["lorentz_vs_distance_bound_met"].all()
+    assert float(rows["lorentz_vs_distance_tv"].max()) < 1e-5  # identity 5: equal maps
+
+    # self-contained page: PNGs inline, plotly.js once, nothing from the network
+    page = (out / "report.html").read_text()
+    assert page.count("<img src=\"data:image/png;base64,") == 3
+    assert page.count("Plotly.newPlot") == 1 and page.count("<script") == 2
+    assert not re.search(r"<(script|link|img)[^>]*\b(src|href)\s*=\s*[\"']?(https?:)?//", page, re.I)
+    assert "spatial vs distance" in page and "q.npy vs k.npy" in page
+
+    # one screen of summary
+    lines = proc.stdout.strip().splitlines()
+    assert 5 <= len(lines) <= 24
+    assert "spatial vs distance" in proc.stdout and f"bound met {H * N}/{H * N}" in proc.stdout
+    assert str(out / "report.html") in proc.stdout
+    assert proc.stderr == ""
+
+
+def test_spatial_parts_are_lifted_with_k(runs, files):
+    out, proc, meta = _ok(runs, "spatial")
+    assert meta["inputs"]["spatial"] is True and meta["setup"]["k"] == 2.0
+    assert meta["setup"]["temperature"] == 0.5 and meta["setup"]["reference"] == "lorentz"
+    assert [(c["a"], c["b"]) for c in meta["comparisons"]] == [("spatial", "lorentz"), ("distance", "lorentz")]
+    s = np.load(files / "spatial.npz")
+    q, k = lorentz.lift(s["queries"], 2.0), lorentz.lift(s["keys"], 2.0)
+    expected = attention.compare(q, k, "spatial", "lorentz", k=2.0, temperature=0.5, device="cpu")
+    assert meta["comparisons"][0]["summary"]["mean_tv"] == pytest.approx(expected.mean_tv, rel=1e-5)
+    assert "(spatial parts, lifted)" in proc.stdout
+
+
+def test_pt_dict_with_heads_axis_matches_the_head_first_layout(runs, files):
+    _, _, meta = _ok(runs, "pt-heads")
+    _, _, ref = _ok(runs, "npy")
+    assert meta["inputs"]["queries"]["shape"] == [N, H, D + 1] and meta["inputs"]["heads_axis"] == 1
+    assert meta["inputs"]["queries"]["array"] == "Q" and meta["inputs"]["keys"]["array"] == "K"
+    assert meta["setup"]["heads_shape"] == [H]
+    for mine, theirs in zip(meta["comparisons"][0]["heads"], ref["comparisons"][0]["heads"]):
+        assert mine["mean_tv"] == pytest.approx(theirs["mean_tv"], rel=1e-6)
+        assert mine["max_kl"] == pytest.approx(theirs["max_kl"], rel=1e-6)
+
+
+def test_pt_tensor_with_npz_key_dtype_and_kinds(runs, files):
+    _, proc, meta = _ok(runs, "pt-mixed")
+    assert meta["inputs"]["keys"]["array"] == "second" and meta["setup"]["dtype"] == "float64"
+    assert [(c["a"], c["b"]) for c in meta["comparisons"]] == [("spatial", "distance")]
+    assert len(meta["setup"]["shown_rows"]) == 5 and "lorentz" not in proc.stdout
+    # checked in float32, then the time coordinate recomputed in float64
+    q64 = lorentz.lift(torch.from_numpy(np.load(files / "q.npy"))[..., 1:].double())
+    k64 = lorentz.lift(torch.from_numpy(np.load(files / "k.npy"))[..., 1:].double())
+    expected = attention.compare(q64, k64, "spatial", "distance", device="cpu")
+    assert meta["comparisons"][0]["summary"]["mean_tv"] == pytest.approx(expected.mean_tv, rel=1e-9)
+
+
+def test_demo_writes_a_report_and_its_inputs(runs):
+    out, proc, meta = _ok(runs, "demo")
+    assert meta["command"] == "demo" and meta["setup"]["heads_shape"] == [4]
+    assert {"report.html", "metrics.json", "rows.npz", "inputs.npz", "heatmaps.png"} <= {p.name for p in out.iterdir()}
+    heads = meta["comparisons"][0]["heads"]
+    tv = [h["mean_tv"] for h in heads]
+    assert tv == sorted(tv) and tv[0] < 1e-3 < 0.1 < tv[-1]  # the approximation degrades with the norm
+    assert all(h["bound_met_fraction"] == 1.0 for h in heads)
+    assert "hypviz compare" in proc.stdout and "inputs.npz" in proc.stdout
+    with np.load(out / "inputs.npz") as z:
+        assert z["queries"].shape == (4, 256, 33) and z["keys"].shape == (4, 256, 33)
+
+
+def test_force_replaces_a_report_and_demo_inputs_reload(runs, tmp_path):
+    out, _, _ = _ok(runs, "demo")
+    target = tmp_path / "again"
+    shutil.copytree(out, target)
+    (target / "stale.txt").write_text("from an older report")
+    # one .npz holding both (picked by name), into an existing report with --force
+    proc = cli(
+        "compare", out / "inputs.npz", out / "inputs.npz", "--out", target, "--force", "--kinds", "lorentz", cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((target / "metrics.json").read_text())
+    assert meta["command"] == "compare" and [c["a"] for c in meta["comparisons"]] == ["lorentz"]
+    assert meta["inputs"]["queries"]["array"] == "queries" and meta["inputs"]["keys"]["array"] == "keys"
+    assert not (target / "stale.txt").exists() and not (target / "inputs.npz").exists()
+    assert leftovers(tmp_path) == []
+    # --force refuses to replace the folder its input lives in
+    proc = cli("compare", target / "rows.npz", target / "rows.npz", "--out", target, "--force", cwd=tmp_path)
+    assert proc.returncode == 2 and "holds the input" in proc.stderr and (target / "rows.npz").exists()
+
+
+def test_internal_errors_are_one_line_exit_1_and_write_nothing(files, tmp_path):
+    inject = (
+        "import sys, hypviz.report as r\n"
+        "def boom(*a, **k):\n    raise RuntimeError('injected failure')\n"
+        "r.figures = boom\n"
+        "import hypviz.cli as c\n"
+        "sys.argv[0] = 'hypviz'\n"
+        "sys.exit(c.main(sys.argv[1:]))\n"
+    )
+    args = ("compare", files / "q.npy", files / "k.npy", "--out", tmp_path / "out")
+    proc = cli(*args, cwd=tmp_path, code=inject)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "internal error" in proc.stderr and "injected failure" in proc.stderr
+    assert "HYPVIZ_DEBUG" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    proc = cli(*args, cwd=tmp_path, code=inject, env={**ENV, "HYPVIZ_DEBUG": "1"})
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "injected failure" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_console_script_help_and_version(tmp_path):
+    exe = Path(sys.executable).with_name("hypviz")
+    if not exe.exists():
+        pytest.skip(f"the console script is not installed next to {sys.executable} (pip install -e . creates it)")
+    proc = subprocess.run([exe, "--version"], capture_output=True, text=True, env=ENV, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("hypviz ")
+    for sub in ("compare", "demo"):
+        proc = subprocess.run([exe, sub, "--help"], capture_output=True, text=True, env=ENV, timeout=60)
+        assert proc.returncode == 0 and "--out" in proc.stdout and "--force" in proc.stdout
+    assert "--spatial" in proc.stdout or sub == "demo"
+    proc = subprocess.run([exe, "compare", "--help"], capture_output=True, text=True, env=ENV, timeout=60)
+    for option in ("--spatial", "--k", "--heads-axis", "--kinds", "--temperature", "--device", "--queries-key"):
+        assert option in proc.stdout
