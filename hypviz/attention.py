@@ -54,7 +54,8 @@ KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz")
 # coefficient c of the key-norm bias: logits(kind) = -1/2 |q - k|^2_L + c * q_t k_t + (row constant)
 _BIAS = {"spatial": 1.0, "distance": 0.0, "lorentz": 0.0}
 _FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_scale| + 1e-6)
-_CACHE_BLOCK_BYTES = 2 * 2**20  # attention_map: one row block of the output fits in cache
+_MAP_BLOCK_BYTES = 8 * 2**20  # attention_map on CPU: bytes of output per row block (few, cache-friendly passes)
+_COMPARE_BLOCK_BYTES = 16 * 2**20  # compare on CPU: bytes per logit buffer by default (within the budget)
 _DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffers
 _TILT_MAX_GAP = 30.0  # compare: rows with a wider logit gap use the direct log-softmax formulas
 
@@ -206,8 +207,8 @@ def _flatten_batch(t: torch.Tensor, batch: torch.Size) -> torch.Tensor:
     return t.expand(*batch, *t.shape[-2:]).reshape(-1, *t.shape[-2:])
 
 
-def _cache_rows(m: int, itemsize: int) -> int:
-    return max(1, _CACHE_BLOCK_BYTES // max(1, m * itemsize))
+def _rows_for(nbytes: int, m: int, itemsize: int) -> int:
+    return max(1, nbytes // max(1, m * itemsize))
 
 
 def _logit_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -266,7 +267,7 @@ def attention_map(
     n, m = q.shape[-2], kk.shape[-2]
     af, bf = _flatten_batch(a, batch), _flatten_batch(b, batch)
     out = torch.empty(af.shape[0], n, m, dtype=q.dtype, device=q.device)
-    rows = n if q.device.type == "cuda" else _cache_rows(m, q.element_size())
+    rows = n if q.device.type == "cuda" else _rows_for(_MAP_BLOCK_BYTES, m, q.element_size())
     for h in range(af.shape[0]):
         bt = bf[h].transpose(0, 1)
         for i in range(0, n, rows):
@@ -577,8 +578,9 @@ def compare(
     block_rows : query rows per block; default from ``memory_budget`` so that the working memory
         is ``O(block_rows x M)`` whatever ``N``.
     topk : the ``k`` of the top-k agreement (capped at ``M``).
-    memory_budget : bytes for the block buffers (default 256 MiB; on CUDA at most a quarter of the
-        free device memory).
+    memory_budget : bytes for the block buffers.  Default: on the CPU 256 MiB, with blocks of at most
+        about 16 MiB per logit buffer (cache-friendlier); on CUDA a quarter of the free device
+        memory, at least 256 MiB and at most 8 GiB.
     progress : show a tqdm bar; default: only for long runs on a terminal.
 
     Notes
@@ -614,7 +616,7 @@ def compare(
             if dev.type == "cuda":
                 budget = max(budget, min(8 * 2**30, torch.cuda.mem_get_info(dev)[0] // 4))
             else:
-                budget = min(budget, 3 * m * itemsize * _cache_rows(m, itemsize) * 8)
+                budget = min(budget, 3 * m * itemsize * _rows_for(_COMPARE_BLOCK_BYTES, m, itemsize))
         block_rows = _block_rows_for(m, itemsize, budget)
     rows = min(block_rows, n)
 
