@@ -96,7 +96,7 @@ def test_render_writes_an_offline_site_from_copies(tmp_path):
     out = tmp_path / "site"
     out.mkdir()
     (out / "stale.html").write_text("left from an earlier build")
-    pages = nbscript.render(out, notebooks_dir=nbdir, log=lambda *_: None)
+    pages = nbscript.render(out, notebooks_dir=nbdir, log=lambda *_: None, mathjax_dir=False)
 
     assert {p.name for p in pages} == {"01_first.html", "02_second.html"}
     assert sorted(p.name for p in out.iterdir()) == ["01_first.html", "02_second.html", "index.html", "plotly.min.js"]
@@ -147,3 +147,76 @@ def test_helpers():
     assert nbscript.first_heading(nbformat.v4.new_notebook(), "fallback") == "fallback"
     with pytest.raises(SystemExit, match="no such notebook"):
         nbscript.notebook_paths(["/nonexistent/01_x.ipynb"])
+
+
+def linked_notebook(title: str, links: str) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell(f"# {title}\n\n{links}\n\nInline maths $x_t = \\sqrt{{|x_s|^2 + k}}$."),
+        nbformat.v4.new_code_cell("1 + 1", outputs=[nbformat.v4.new_output(
+            "execute_result", data={"text/plain": "2"}, execution_count=1)], execution_count=1),
+    ]
+    return nb
+
+
+def fake_mathjax(root: Path) -> Path:
+    """A folder shaped like a MathJax 2 build (what find_mathjax and copy_mathjax look at)."""
+    for part in ("MathJax.js", "config/TeX-AMS_CHTML-full.js", "config/Safe.js", "extensions/Safe.js",
+                 "jax/input/TeX/config.js", "jax/output/CommonHTML/jax.js", "fonts/HTML-CSS/TeX/woff/a.woff",
+                 "localization/en/en.js", "localization/de/de.js", "unpacked/MathJax.js", "test/index.html"):
+        f = root / part
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(f"/* {part} */")
+    return root
+
+
+def test_links_between_notebooks_point_to_pages_and_stored_outputs_render(tmp_path):
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    nbformat.write(
+        linked_notebook("One", "Next: [two](02_two.ipynb), [a section](./02_two.ipynb#Some-section), "
+                        "[missing](09_missing.ipynb), [web](https://example.org/x.ipynb), "
+                        '<a href="02_two.ipynb">html link</a>'),
+        nbdir / "01_one.ipynb",
+    )
+    nbformat.write(linked_notebook("Two", "Back to [one](01_one.ipynb)."), nbdir / "02_two.ipynb")
+    logged = []
+    out = tmp_path / "site"
+    nbscript.render(out, notebooks_dir=nbdir, log=logged.append, execute_notebooks=False, mathjax_dir=False)
+    one = (out / "01_one.html").read_text()
+    hrefs = re.findall(r'href="([^"]*)"', one)
+    assert hrefs.count("02_two.html") == 2 and "02_two.html#Some-section" in hrefs
+    assert "09_missing.ipynb" in hrefs and "https://example.org/x.ipynb" in hrefs  # left alone
+    assert 'href="01_one.html"' in (out / "02_two.html").read_text()
+    assert any("09_missing.ipynb" in line and "not in the site" in line for line in logged)
+    assert any("stored outputs" in line for line in logged)
+    assert "$x_t = \\sqrt{|x_s|^2 + k}$" in one  # TeX source kept when there is no MathJax
+    assert not (out / "mathjax").exists()
+
+
+def test_rewrite_links_helper():
+    text = '<a href="02_b.ipynb">b</a> <a href=\'./03_c.ipynb#sec\'>c</a> <a href="sub/02_b.ipynb">x</a>'
+    new, missing = nbscript.rewrite_links(text, {"02_b"})
+    assert new.startswith('<a href="02_b.html">b</a>')
+    assert "./03_c.ipynb#sec" in new and missing == ["03_c.ipynb"]
+    assert 'href="sub/02_b.ipynb"' in new  # only links to pages of this site, in this folder
+
+
+def test_local_mathjax_is_copied_once_and_referenced_relatively(tmp_path):
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    for name in ("01_one", "02_two"):
+        nbformat.write(linked_notebook(name, ""), nbdir / f"{name}.ipynb")
+    mj = fake_mathjax(tmp_path / "mj")
+    out = tmp_path / "site"
+    pages = nbscript.render(out, notebooks_dir=nbdir, log=lambda *_: None, execute_notebooks=False, mathjax_dir=mj)
+    copied = sorted(str(p.relative_to(out / "mathjax")) for p in (out / "mathjax").rglob("*") if p.is_file())
+    assert "MathJax.js" in copied and "config/TeX-AMS_CHTML-full.js" in copied and "fonts/HTML-CSS/TeX/woff/a.woff" in copied
+    assert not any(c.startswith(("unpacked", "test", "localization/de")) for c in copied)  # only what pages use
+    for page in pages:
+        text = page.read_text()
+        assert re.search(r'<script src="mathjax/MathJax\.js\?config=TeX-AMS_CHTML-full,Safe">', text)
+        assert nbscript.network_references(text) == []
+    assert "local copy of MathJax" in (out / "index.html").read_text()
+    with pytest.raises(SystemExit, match="not a MathJax 2 build"):
+        nbscript.find_mathjax(tmp_path / "nbs")
