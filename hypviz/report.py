@@ -433,29 +433,30 @@ def page(result: Result, images: dict[str, bytes], plotly_div: str, plotly_js: s
         )
 
     label = result.inputs.head_labels[result.shown_head]
+    explain = f"""<p class="note">Each row of a table compares a kind's attention map <code>P_a = softmax(s_a / tau)</code>
+with the reference <code>P_b</code> ({e(ref)}), query row by query row. <b>spatial</b> scores are <code>q_s . k_s</code>
+(what Hypformer's linear attention uses), <b>distance</b> scores <code>-1/2 |q - k|^2_L</code>, <b>lorentz</b> scores
+<code>&lt;q, k&gt;_L</code>. Spatial attention is distance attention plus a bias <code>q_t k_t / tau</code> towards keys
+far from the origin, so its rows differ by at most <code>TV &le; tanh(Δ/4)</code> and <code>KL &le; Δ²/8</code> with
+<code>Δ = q_t (max_j k_t - min_j k_t) / tau</code>; lorentz and distance attention are equal (Δ = 0). Top-1 agreement
+is fragile where a map is nearly flat (small norms): read it together with TV.</p>"""
     body = f"""
 <h1>hypviz attention report</h1>
 <p class="note">{e(result.inputs.title)} &middot; hypviz {e(meta['version'])} &middot; {e(meta['created'])}</p>
-<h2>Set-up</h2>
-{_table(["", "file [array]", "shape", "dtype"], setup_rows, left=2)}
 <p>{e(facts)}</p>
 <h2>Verdict</h2>
-<p>Each row compares a kind's attention map <code>P_a = softmax(s_a / tau)</code> with the reference
-<code>P_b</code> ({e(ref)}), query row by query row. <b>spatial</b> scores are <code>q_s . k_s</code> (what
-Hypformer's linear attention uses), <b>distance</b> scores <code>-1/2 |q - k|^2_L</code>, <b>lorentz</b> scores
-<code>&lt;q, k&gt;_L</code>. Spatial attention is distance attention plus a bias <code>q_t k_t / tau</code> towards keys
-far from the origin, so its rows differ by at most <code>TV &le; tanh(Δ/4)</code> and <code>KL &le; Δ²/8</code> with
-<code>Δ = q_t (max_j k_t - min_j k_t) / tau</code>; lorentz and distance attention are equal (Δ = 0).</p>
 {_table(["comparison", "mean TV", "max TV", "mean KL", "max KL", "max Δ", "bound met (rows)", "top-1 agreement", f"top-{comp0.topk} overlap"], comp_rows)}
-<h2>Per head</h2>
-{''.join(head_tables)}
+{explain}
 <h2>Attention maps</h2>
 {img("heatmaps", "attention heatmaps", f"Attention weights of each kind for head {e(label)} (the head whose {e(comp0.a)} map is farthest from the reference), on {len(result.shown_rows)} evenly spaced query rows and all {comp0.n_keys} keys; one shared colour scale.")}
 {img("difference", "difference maps", f"Weight differences to the reference {e(ref)} on the same rows, on one diverging scale centred on zero.")}
 <h2>Every row against the bound</h2>
 {img("rows", "per-row TV and KL against the bound", "Each dot is one query row: measured TV (left) and KL (right) against MATH.md's bound for that row; every dot on or below the dashed line meets the bound. ε is the rigorous floating-point allowance on the logits (it makes the bound of lorentz vs distance, exactly 0 in exact arithmetic, visible).")}
 <figure>{plotly_div}<figcaption>The same TV dots, interactive: hover for the head and query row (at most {_MAX_SCATTER} rows per comparison drawn: evenly spaced plus the closest to their bound).</figcaption></figure>
-<h2>Files</h2>
+<h2>Per head</h2>
+{''.join(head_tables)}
+<h2>Inputs and files</h2>
+{_table(["", "file [array]", "shape", "dtype"], setup_rows, left=2)}
 <p><code>metrics.json</code> (set-up, summaries per comparison and head), <code>rows.npz</code> (per-row arrays
 <code>&lt;a&gt;_vs_&lt;b&gt;_&lt;field&gt;</code>, fields {e(', '.join(_ROW_FIELDS))}), the PNG figures{', ' + '<code>inputs.npz</code> (the demo queries and keys: try <code>hypviz compare inputs.npz inputs.npz</code>)' if meta.get('inputs_file') else ''}.</p>
 """
