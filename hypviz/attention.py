@@ -54,7 +54,6 @@ KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz")
 # coefficient c of the key-norm bias: logits(kind) = -1/2 |q - k|^2_L + c * q_t k_t + (row constant)
 _BIAS = {"spatial": 1.0, "distance": 0.0, "lorentz": 0.0}
 _FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_scale| + 1e-6)
-_MAP_BLOCK_BYTES = 8 * 2**20  # attention_map on CPU: bytes of output per row block (few, cache-friendly passes)
 _COMPARE_BLOCK_BYTES = 16 * 2**20  # compare on CPU: bytes per logit buffer by default (within the budget)
 _DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffers
 _TILT_MAX_GAP = 30.0  # compare: rows with a wider logit gap use the direct log-softmax formulas
@@ -198,7 +197,18 @@ def _finish_(logits: torch.Tensor, kind: str) -> torch.Tensor:
 
 
 def _softmax_rows_(x: torch.Tensor) -> torch.Tensor:
-    """Row softmax in place (max-shifted, so it cannot overflow); no new N x M allocation."""
+    """Row softmax of a contiguous tensor, in place: no new ``N x M`` allocation.
+
+    On the CPU this is torch's fused last-dimension softmax kernel (max, exp and sum while the row
+    is in cache, one parallel loop) writing over its input, which that kernel supports (it reads a
+    row's maximum before writing and then works element by element).  Elsewhere, or should a
+    future torch refuse the aliasing, the max-shifted formula runs as in-place passes.
+    """
+    if x.device.type == "cpu" and x.is_contiguous():
+        try:
+            return torch.ops.aten._softmax.out(x, -1, False, out=x)
+        except RuntimeError:  # pragma: no cover - depends on the torch build
+            pass
     x.sub_(x.amax(dim=-1, keepdim=True)).exp_()
     return x.div_(x.sum(dim=-1, keepdim=True))
 
@@ -264,17 +274,10 @@ def attention_map(
     q, kk, _, kf, batch = _validate(queries, keys, k)
     tau = _temperature(temperature, q.shape[-1] - 1)
     a, b = _operands(q, kk, kind, kf, 1.0 / tau)
-    n, m = q.shape[-2], kk.shape[-2]
-    af, bf = _flatten_batch(a, batch), _flatten_batch(b, batch)
-    out = torch.empty(af.shape[0], n, m, dtype=q.dtype, device=q.device)
-    rows = n if q.device.type == "cuda" else _rows_for(_MAP_BLOCK_BYTES, m, q.element_size())
-    for h in range(af.shape[0]):
-        bt = bf[h].transpose(0, 1)
-        for i in range(0, n, rows):
-            block = out[h, i : i + rows]
-            torch.mm(af[h, i : i + rows], bt, out=block)
-            _softmax_rows_(_finish_(block, kind))
-    return out.reshape(*batch, n, m)
+    logits = _finish_(a @ b.transpose(-1, -2), kind)  # (..., N, M): the only N x M allocation
+    if logits.device.type != "cpu":
+        return torch.softmax(logits, dim=-1)
+    return _softmax_rows_(logits)
 
 
 # --------------------------------------------------------------------------- #

@@ -116,8 +116,18 @@ def test_attention_map_is_row_softmax(kind, dtype):
     assert float((A2.double() - ref2).abs().max()) < (1e-5 if dtype == torch.float32 else 1e-13)
 
 
-def test_attention_map_large_rows_blocked_equals_softmax():
-    # M large enough that several cache blocks are used
+def test_in_place_softmax_both_paths():
+    x = torch.randn(37, 300, dtype=torch.float64) * 30
+    ref = torch.softmax(x, -1)
+    fused = att._softmax_rows_(x.clone())  # contiguous CPU tensor: torch's fused kernel, in place
+    passes = att._softmax_rows_(x.T.contiguous().T)  # non-contiguous: the in-place passes
+    assert torch.allclose(fused, ref, atol=1e-15) and torch.allclose(passes, ref, atol=1e-15)
+    y = x.clone()
+    ptr = y.data_ptr()
+    assert att._softmax_rows_(y).data_ptr() == ptr and torch.allclose(y, ref, atol=1e-15)
+
+
+def test_attention_map_large_rows_equals_softmax():
     q, kk = points(300, 4, 1.0, seed=11), points(4000, 4, 1.0, seed=12)
     A = att.attention_map(q, kk, "distance", temperature=0.7)
     assert torch.allclose(A, torch.softmax(ref_scores(q, kk, "distance") / 0.7, -1), atol=1e-14)
