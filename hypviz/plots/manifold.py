@@ -649,7 +649,9 @@ def top_attention(
     q = _check_pointset(queries, kf, "queries")
     kk = _check_pointset(keys, kf, "keys")
     if q.shape[-1] != kk.shape[-1]:
-        raise ValueError(f"queries and keys have different numbers of coordinates: {tuple(q.shape)} and {tuple(kk.shape)}")
+        raise ValueError(
+            f"queries and keys have different numbers of coordinates: {tuple(q.shape)} and {tuple(kk.shape)}"
+        )
     i = _check_index(query, "query", q.shape[0], "query")
     if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or int(top) < 1:
         raise ValueError(f"top: expected a positive integer number of keys, got {top!r}")
