@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from hypviz.lorentz import as_tensor, check_k, check_points
+from hypviz.lorentz import as_tensor, check_k, check_points, distance_operands
 
 __all__ = [
     "KINDS",
@@ -166,27 +166,14 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 def _operands(q: torch.Tensor, kk: torch.Tensor, kind: str, kf: float, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(A, B)`` with ``A @ B^T = scale * scores(q, kk, kind)`` (before the distance clamp).
 
-    ``A`` is ``(..., N, c)``, ``B`` is ``(..., M, c)``.  For ``"distance"`` the time coordinate
-    is shifted by the origin's, ``u = x_t - sqrt(k) = |x_s|^2 / (x_t + sqrt(k))`` (no cancellation),
-    and identity 1 becomes
-
-        -1/2 |q - k|^2_L = <q, k>_L + k = q_s . k_s - u_q u_k - sqrt(k) (u_q + u_k),
-
-    whose terms are all of the size of ``|x_s|^2``: the same accuracy as the decomposition of
-    identity 3, at the cost of a single matrix product with ``d + 3`` columns.
+    ``A`` is ``(..., N, c)``, ``B`` is ``(..., M, c)``; the distance operands are
+    :func:`hypviz.lorentz.distance_operands` (one product with ``d + 3`` columns).
     """
-    qt, qs = q[..., :1], q[..., 1:]
-    kt, ks = kk[..., :1], kk[..., 1:]
     if kind == "spatial":
-        return qs * scale, ks
+        return q[..., 1:] * scale, kk[..., 1:]
     if kind == "lorentz":
-        return torch.cat([-qt, qs], dim=-1) * scale, kk
-    rk = math.sqrt(kf)
-    uq = (qs * qs).sum(dim=-1, keepdim=True) / (qt + rk)
-    uk = (ks * ks).sum(dim=-1, keepdim=True) / (kt + rk)
-    a = torch.cat([qs, uq, uq, torch.ones_like(uq)], dim=-1) * scale
-    b = torch.cat([ks, -uk, torch.full_like(uk, -rk), -rk * uk], dim=-1)
-    return a, b
+        return torch.cat([-q[..., :1], q[..., 1:]], dim=-1) * scale, kk
+    return distance_operands(q, kk, kf, scale)
 
 
 def _finish_(logits: torch.Tensor, kind: str) -> torch.Tensor:

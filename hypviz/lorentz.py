@@ -30,6 +30,7 @@ __all__ = [
     "dist",
     "pairwise_inner",
     "pairwise_sqdist",
+    "distance_operands",
     "expmap0",
     "logmap0",
     "to_poincare",
@@ -293,29 +294,44 @@ def pairwise_inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
 def pairwise_sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
     """All squared Lorentzian distances ``|x_i - y_j|^2_L``, shape ``(..., N, M)``, never negative.
 
-    ``|x_s|^2_i + |y_s|^2_j - 2 (x_s y_s^T)_ij - (x_{t,i} - y_{t,j})^2`` (identity 3): one matrix
-    product plus element-wise work on ``(N, M)``; no ``N x M x d`` intermediate.
+    One matrix product of the operands of :func:`distance_operands` (``d + 3`` columns) and one
+    in-place clamp; no ``N x M x d`` intermediate and no second ``N x M`` array.
 
-    Accuracy: the Gram-matrix form has an *absolute* error of a few ulps times
-    ``|x_s|^2 + |y_s|^2`` (enough for attention logits, where only differences along a
-    row matter); for the relative accuracy on nearby pairs that :func:`sqdist` has, call
-    ``sqdist(x[..., :, None, :], y[..., None, :, :], k)``, which costs ``N x M x d`` memory.
+    Accuracy: an *absolute* error of a few ulps times ``|x_s|^2 + |y_s|^2`` (enough for attention
+    logits, where only differences along a row matter); for the relative accuracy on nearby
+    pairs that :func:`sqdist` has, call ``sqdist(x[..., :, None, :], y[..., None, :, :], k)``,
+    which costs ``N x M x d`` memory.
     """
-    a = check_points(x, k, name="x")
-    b = check_points(y, k, name="y")
+    kf = check_k(k)
+    a = check_points(x, kf, name="x")
+    b = check_points(y, kf, name="y")
     a, b = _pairwise_operands(a, b)
-    return _pairwise_sqdist_checked(a, b)
+    left, right = distance_operands(a, b, kf, scale=-2.0)
+    return (left @ right.transpose(-1, -2)).clamp_min_(0.0)
 
 
-def _pairwise_sqdist_checked(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    xs, ys = a[..., 1:], b[..., 1:]
-    out = xs @ ys.transpose(-1, -2)
-    out.mul_(-2.0)
-    out.add_((xs * xs).sum(dim=-1).unsqueeze(-1))
-    out.add_((ys * ys).sum(dim=-1).unsqueeze(-2))
-    time_diff = a[..., 0].unsqueeze(-1) - b[..., 0].unsqueeze(-2)
-    out.sub_(time_diff.square_())
-    return out.clamp_min_(0.0)
+def distance_operands(
+    x: torch.Tensor, y: torch.Tensor, k: float = 1.0, scale: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Operands ``(A, B)`` with ``A @ B^T = scale * (-1/2 |x_i - y_j|^2_L)`` (validated points).
+
+    With the time coordinate measured from the origin's, ``u = x_t - sqrt(k) = |x_s|^2 / (x_t + sqrt(k))``
+    (no cancellation), identity 1 becomes
+
+        ``-1/2 |x - y|^2_L = <x, y>_L + k = x_s . y_s - u_x u_y - sqrt(k) (u_x + u_y)``,
+
+    whose terms are all of the size of ``|x_s|^2``, so nothing of size ``k`` cancels near the
+    origin: ``A = scale [x_s, u_x, u_x, 1]`` is ``(..., N, d + 3)``, ``B = [y_s, -u_y, -sqrt(k), -sqrt(k) u_y]``
+    is ``(..., M, d + 3)``.  Inputs are assumed checked (:func:`check_points`).
+    """
+    root_k = math.sqrt(k)
+    xt, xs = x[..., :1], x[..., 1:]
+    yt, ys = y[..., :1], y[..., 1:]
+    ux = (xs * xs).sum(dim=-1, keepdim=True) / (xt + root_k)
+    uy = (ys * ys).sum(dim=-1, keepdim=True) / (yt + root_k)
+    left = torch.cat([xs, ux, ux, torch.ones_like(ux)], dim=-1) * scale
+    right = torch.cat([ys, -uy, torch.full_like(uy, -root_k), -root_k * uy], dim=-1)
+    return left, right
 
 
 # --------------------------------------------------------------------------- #
