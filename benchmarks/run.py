@@ -358,8 +358,8 @@ def render(results: dict[str, Any]) -> str:
         f"| software | Python {m['python']}, torch {m['torch']}, geoopt {m['geoopt']} |",
         f"| date (UTC) | {m['date_utc']} |",
         "",
-        "**How measured.** Other developers' processes shared this CPU during the run "
-        f"(load average {m.get('load_average_at_start')} at the start), so every time is the **median** of",
+        "**How measured.** Other processes may share this CPU "
+        f"(1/5/15-minute load average {m.get('load_average_at_start')} at the start), so every time is the **median** of",
         "repeats in which the contenders are *interleaved* (each round runs every contender once, after a",
         "warm-up round); ratios compare medians from the same rounds. Float32, d = 64 throughout.",
         "",
