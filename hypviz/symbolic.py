@@ -875,7 +875,7 @@ def time_taylor(k: Any = None, order: int = 6) -> Derivation:
         return True, f"coefficients of r^0 .. r^{2 * (order // 2)} are binomial(1/2, n) k^(1/2 - n)"
 
     steps = [
-        Step(t, rk + r**2 / (2 * rk) - r**4 / (8 * k ** sp.Rational(3, 2)), "Taylor series (MATH.md)", kind="series", var=r, order=6),
+        Step(t, rk + r**2 / (2 * rk) - r**4 / (8 * k ** sp.Rational(3, 2)), "Taylor series in $r$ (the binomial series; coefficients in step 3)", kind="series", var=r, order=6),
         Step(t, series_terms, f"to order {order}", kind="series", var=r, order=2 * (order // 2) + 2),
         Step(cn, sp.binomial(sp.Rational(1, 2), nn) * k ** (sp.Rational(1, 2) - nn),
              f"the coefficient $c_n$ of $r^{{2n}}$ ($n = 0, \\dots, {order // 2}$): binomial series "
