@@ -7,6 +7,7 @@ Submodules (imported on first use, so ``import hypviz`` stays fast):
 ``attention`` score kinds, softmax / focused-linear maps, streaming comparison
 ``data``     point sets: near-origin Gaussians, tree embeddings, Hypformer-like Q/K
 ``plots``    matplotlib and plotly figures
+``report``   the HTML / JSON attention report behind ``hypviz compare``
 ``cli``      the ``hypviz`` command
 """
 
@@ -16,7 +17,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("lorentz", "symbolic", "attention", "data", "plots", "cli")
+_SUBMODULES = ("lorentz", "symbolic", "attention", "data", "plots", "report", "cli")
 
 
 def __getattr__(name: str):
