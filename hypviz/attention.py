@@ -5,19 +5,24 @@ Inputs are points of the Lorentz model, time coordinate first: ``queries`` of sh
 leading head/batch axes that broadcast.  The curvature parameter is ``k``
 (``<x, x>_L = -k``), exactly as in :mod:`hypviz.lorentz`.
 
-Score kinds (``scores``, ``attention_map``, ``compare``)::
+Kinds (``scores`` for the softmax kinds; ``attention_map`` and ``compare`` for all)::
 
-    "spatial"   s_ij = q_s . k_s                    (Hypformer's linear attention looks only at this)
-    "distance"  s_ij = -1/2 |q - k|^2_L             (never positive)
-    "lorentz"   s_ij = <q, k>_L = -q_t k_t + q_s . k_s
+    "spatial"   s_ij = q_s . kappa_s                (the question-and-answer thread's object)
+    "distance"  s_ij = -1/2 |q - kappa|^2_L         (never positive; Hypformer's full attention
+                                                     at tau = k * scale / 2)
+    "lorentz"   s_ij = <q, kappa>_L = -q_t kappa_t + q_s . kappa_s
+    "focused"   A_ij = phi(q_i) . phi(kappa_j) / sum_l phi(q_i) . phi(kappa_l)
+                                                    (Hypformer's linear attention: no softmax)
 
-They are related exactly (MATH.md identities 4 and 5)::
+Keys are written ``kappa`` in formulas, since ``k`` is the curvature parameter.  The softmax
+kinds are related exactly (identities 4 and 5, derived in notebook 04)::
 
-    q_s . k_s = -1/2 |q - k|^2_L + q_t k_t - k        <q, k>_L = -1/2 |q - k|^2_L - k
+    q_s . kappa_s = -1/2 |q - kappa|^2_L + q_t kappa_t - k      <q, kappa>_L = -1/2 |q - kappa|^2_L - k
 
 so inside a row softmax "lorentz" equals "distance" exactly, while "spatial" is "distance"
-plus a key-dependent bias ``q_t k_t / tau``.  :func:`compare` measures how far two kinds'
-maps are apart, row by row, and checks MATH.md's bound on it.
+plus a key-dependent bias ``q_t kappa_t / tau``.  :func:`compare` measures how far two kinds'
+maps are apart, row by row, next to each map's distance from the uniform row, and checks the
+bound on the softmax gap (:func:`tv_supremum`, :func:`kl_supremum`).
 
 Every public function validates its inputs once (one-line ``ValueError``/``TypeError``)
 and then computes with unchecked internals.  Pairwise results are built with matrix
@@ -38,19 +43,27 @@ from hypviz.lorentz import as_tensor, check_k, check_points, distance_operands
 
 __all__ = [
     "KINDS",
+    "SOFTMAX_KINDS",
+    "UNIFORM_TV",
+    "CLOSE_RATIO",
+    "VERDICTS",
+    "verdict",
     "scores",
     "attention_map",
     "focused_linear_map",
     "focused_linear_attention",
     "compare",
     "Comparison",
+    "kl_supremum",
+    "tv_supremum",
     "resolve_device",
     "peak_tensor_memory",
 ]
 
 ArrayLike = Any
 
-KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz")
+KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz", "focused")
+SOFTMAX_KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz")
 # coefficient c of the key-norm bias: logits(kind) = -1/2 |q - k|^2_L + c * q_t k_t + (row constant)
 _BIAS = {"spatial": 1.0, "distance": 0.0, "lorentz": 0.0}
 _FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_scale| + 1e-6)
@@ -62,9 +75,9 @@ _TILT_MAX_GAP = 30.0  # compare: rows with a wider logit gap use the direct log-
 # --------------------------------------------------------------------------- #
 # validation: done once per public call
 # --------------------------------------------------------------------------- #
-def _check_kind(kind: Any, name: str = "kind") -> str:
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise ValueError(f"{name} must be one of {', '.join(repr(k) for k in KINDS)}, got {kind!r}")
+def _check_kind(kind: Any, name: str = "kind", allowed: tuple[str, ...] = KINDS) -> str:
+    if not isinstance(kind, str) or kind not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(repr(k) for k in allowed)}, got {kind!r}")
     return kind
 
 
@@ -217,6 +230,43 @@ def _logit_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- #
+# the bounds: suprema over all rows with a given bias spread Delta
+# --------------------------------------------------------------------------- #
+def tv_supremum(delta: ArrayLike) -> torch.Tensor:
+    r"""Sharp bound on ``TV(P, S)`` for two softmax rows whose logits differ by a bias of spread ``Delta``.
+
+    .. math:: \sup TV = \tanh(\Delta / 4)
+
+    (attained by a two-point row; notebook 04 derives it).  Same dtype as ``delta``.
+    """
+    d = torch.as_tensor(delta)
+    return torch.tanh(d / 4)
+
+
+def kl_supremum(delta: ArrayLike) -> torch.Tensor:
+    r"""Exact supremum of ``KL(P || S)`` over all rows whose logit bias has spread ``Delta >= 0``.
+
+    .. math:: \sup KL = \max_{\theta \in [0, 1]} \big[\log(1 - \theta + \theta e^{\Delta}) - \theta \Delta\big]
+              = \log\frac{e^{\Delta} - 1}{\Delta} - 1 + \frac{\Delta}{e^{\Delta} - 1}
+              \le \frac{\Delta^2}{8}
+
+    (two-point extremality by convexity of ``e^b``, notebook 04; ``Delta^2/8`` is Hoeffding's
+    simpler bound, ``~ Delta - 1 - log Delta`` for large ``Delta``: 4.92 at 8, 16.0 at 20).
+    Evaluated in float64 without cancellation (a series below ``Delta = 0.05``) and returned in
+    the dtype of ``delta``.
+    """
+    d0 = torch.as_tensor(delta)
+    d = d0.double().clamp_min(0.0)
+    small = d < 0.05
+    d2 = d * d
+    series = d2 / 8 - d2**2 / 576 + d2**3 / 25920 - d2**4 / 1075200
+    safe = torch.where(small, torch.ones_like(d), d)
+    big = safe + torch.log1p(-torch.exp(-safe)) - torch.log(safe) - 1 + safe * torch.exp(-safe) / (-torch.expm1(-safe))
+    out = torch.where(small, series, big)
+    return out.to(d0.dtype) if d0.is_floating_point() else out
+
+
+# --------------------------------------------------------------------------- #
 # dense maps
 # --------------------------------------------------------------------------- #
 def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) -> torch.Tensor:
@@ -225,7 +275,7 @@ def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) ->
     ========== ============================== =====================================
     kind       ``s_ij``                       note
     ========== ============================== =====================================
-    spatial    ``q_s . k_s``                  what Hypformer's linear attention uses
+    spatial    ``q_s . k_s``                  the question-and-answer thread's object
     distance   ``-1/2 |q - k|^2_L``           never positive (clamped at 0)
     lorentz    ``<q, k>_L``                   ``= -1/2 |q - k|^2_L - k`` exactly
     ========== ============================== =====================================
@@ -242,22 +292,35 @@ def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) ->
     torch.Tensor of shape ``(..., N, M)``, dtype and device of the inputs, built by one matrix
     product (``"distance"`` uses the shifted-time form of identity 1, see ``_operands``).
     """
-    _check_kind(kind)
+    _check_kind(kind, allowed=SOFTMAX_KINDS)
     q, kk, _, kf, _ = _validate(queries, keys, k)
     a, b = _operands(q, kk, kind, kf, 1.0)
     return _finish_(a @ b.transpose(-1, -2), kind)
 
 
 def attention_map(
-    queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0, temperature: float | None = None
+    queries: ArrayLike,
+    keys: ArrayLike,
+    kind: str,
+    *,
+    k: float = 1.0,
+    temperature: float | None = None,
+    power: float = 2.0,
+    norm_scale: float = 1.0,
 ) -> torch.Tensor:
-    """Row-softmax attention map ``A_ij = softmax_j(s_ij / tau)``, shape ``(..., N, M)``; rows sum to 1.
+    r"""Attention map of ``kind``, shape ``(..., N, M)``; rows sum to 1.
 
-    ``s`` are the :func:`scores` of ``kind``; ``tau = temperature`` defaults to ``sqrt(d)``,
-    ``d`` the spatial dimension.  Computed in row blocks that fit in cache: one matrix product
-    into the output, then an in-place max-shifted softmax, so no second ``N x M`` array exists.
+    For the softmax kinds, :math:`A_{ij} = \operatorname{softmax}_j(s_{ij} / \tau)` with ``s`` the
+    :func:`scores` of ``kind`` and ``tau = temperature`` (default ``sqrt(d)``, ``d`` the spatial
+    dimension).  Hypformer's full (quadratic) attention is ``"distance"`` at ``tau = k * scale / 2``,
+    its learned ``scale`` initialised to ``sqrt(d)``.  ``"focused"`` is Hypformer's linear map,
+    :func:`focused_linear_map` with ``power`` and ``norm_scale`` (no temperature, no softmax).
+    One matrix product into the output, then an in-place max-shifted softmax, so no second
+    ``N x M`` array exists.
     """
     _check_kind(kind)
+    if kind == "focused":
+        return focused_linear_map(queries, keys, power=power, norm_scale=norm_scale, k=k)
     q, kk, _, kf, batch = _validate(queries, keys, k)
     tau = _temperature(temperature, q.shape[-1] - 1)
     a, b = _operands(q, kk, kind, kf, 1.0 / tau)
@@ -367,32 +430,73 @@ def focused_linear_attention(
 # --------------------------------------------------------------------------- #
 # streaming comparison
 # --------------------------------------------------------------------------- #
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
+UNIFORM_TV = 0.05
+"""A map whose row is within this total variation of the uniform row is *near uniform*."""
+CLOSE_RATIO = 0.25
+"""Two maps are *close* when ``TV(P_a, P_b) <= CLOSE_RATIO * TV(P_b, uniform)``."""
+VERDICTS: tuple[str, ...] = ("close", "different", "uninformative")
+_SPEARMAN_MAX_KEYS = 4096  # compare: rank correlations by default only up to this many keys
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def verdict(tv: float, tv_uniform_a: float, tv_uniform_b: float) -> str:
+    r"""Plain-language reading of a comparison, from its scale-free measures only.
+
+    * ``"uninformative"``: both maps are near uniform, ``TV(P_a, U) < 0.05`` and ``TV(P_b, U) < 0.05``
+      (``U`` the uniform row): any two near-uniform maps have a small TV, so it says nothing;
+    * ``"close"``: the gap is small *next to the reference's own structure*,
+      :math:`\mathrm{TV}(P_a, P_b) \le 0.25\, \mathrm{TV}(P_b, U)`;
+    * ``"different"``: otherwise.
+
+    The thresholds are :data:`UNIFORM_TV` and :data:`CLOSE_RATIO`; never an absolute TV alone.
+    """
+    if tv_uniform_a < UNIFORM_TV and tv_uniform_b < UNIFORM_TV:
+        return "uninformative"
+    return "close" if tv <= CLOSE_RATIO * tv_uniform_b else "different"
+
+
+def _row_verdicts(tv: torch.Tensor, ua: torch.Tensor, ub: torch.Tensor) -> torch.Tensor:
+    """Per-row verdict codes (indices into :data:`VERDICTS`), same rule as :func:`verdict`."""
+    code = torch.where(tv <= CLOSE_RATIO * ub, 0, 1)
+    return torch.where((ua < UNIFORM_TV) & (ub < UNIFORM_TV), 2, code).to(torch.int8)
+
+
+def _mean(t: torch.Tensor | None) -> float | None:
+    return None if t is None else float(t.double().mean())
 
 
 @dataclasses.dataclass(repr=False)
 class Comparison:
-    """Row-by-row comparison of two attention maps, ``P_a = softmax(s_a / tau)`` and ``P_b``.
+    """Row-by-row comparison of two attention maps ``P_a`` and ``P_b`` (``b`` is the reference).
 
     Per-row fields have shape ``(..., N)`` (the broadcast leading axes, then the queries):
 
-    ``kl``           ``KL(P_b || P_a)``
-    ``tv``           total variation ``1/2 sum_j |P_b - P_a|``
-    ``logit_gap``    spread of the row-centred logit difference ``g = (s_b - s_a) / tau``,
-                     ``max_j g_j - min_j g_j`` (twice its sup-distance to the nearest constant)
-    ``delta``        MATH.md's bound ``Delta = |c_a - c_b| q_t (max_j k_t - min_j k_t) / tau``
-    ``tv_bound``     ``tanh(Delta / 4)``;  ``kl_bound``: ``Delta^2 / 8``
-    ``allowance``    rigorous floating-point allowance on the gap (0 in exact arithmetic)
-    ``bound_met``    ``tv <= tanh((Delta + allowance) / 4)`` and ``kl <= (Delta + allowance)^2 / 8``
-                     (plus a few ulps of the summation)
-    ``top1``         whether both maps put their largest weight on the same key
-    ``topk_overlap`` ``|top-k(P_a) & top-k(P_b)| / k``
+    ``kl``             ``KL(P_b || P_a)``
+    ``tv``             total variation ``1/2 sum_j |P_b - P_a|``
+    ``tv_uniform_a``   ``TV(P_a, U)``, ``U`` the uniform row ``1/M``: the baseline (how far the map is
+                       from attending to nothing in particular); ``tv_uniform_b`` the same for ``P_b``
+    ``logit_gap``      spread ``max_j g_j - min_j g_j`` of ``g = log P_b - log P_a`` (for softmax kinds
+                       ``(s_b - s_a) / tau``; twice its sup-distance to the nearest constant)
+    ``top1``           whether both maps put their largest weight on the same key, *tie-aware*: keys
+                       within the logits' rounding bound of a row's maximum count as tied for it
+    ``topk_overlap``   ``|T_a & T_b| / k`` (capped at 1), ``T`` a map's top-k keys together with every
+                       key tied (within rounding) with its k-th largest
+    ``spearman``       Spearman rank correlation of the two rows (``None`` when not computed)
 
-    ``c`` is each kind's coefficient of the key-norm bias ``q_t k_t`` (spatial 1, distance 0,
-    lorentz 0; identities 4 and 5), so ``Delta`` is MATH.md's bound for spatial vs distance and
-    spatial vs lorentz, and exactly 0 for lorentz vs distance and for a kind against itself
-    (the maps are then equal, up to rounding).
+    and, when both kinds are softmax kinds (the bound does not apply to ``"focused"``: ``None``):
+
+    ``delta``          the bound's ``Delta = |c_a - c_b| q_t (max_j kappa_t - min_j kappa_t) / tau``
+    ``tv_bound``       ``tanh(Delta / 4)`` (sharp);  ``kl_bound``: the exact supremum
+                       :func:`kl_supremum` ``(Delta)``;  ``kl_bound_hoeffding``: ``Delta^2 / 8``
+    ``allowance``      rigorous floating-point allowance on the gap (0 in exact arithmetic)
+    ``bound_met``      ``tv <= tanh((Delta + allowance) / 4)`` and ``kl <= kl_supremum(Delta + allowance)``
+
+    ``c`` is each kind's coefficient of the key-norm bias ``q_t kappa_t`` (spatial 1, distance 0,
+    lorentz 0; identities 4 and 5). The bound being met is a fact about the theory; whether the
+    maps agree is :attr:`verdict` (see :func:`verdict`).
     """
 
     a: str
@@ -410,17 +514,28 @@ class Comparison:
     n_blocks: int
     kl: torch.Tensor
     tv: torch.Tensor
+    tv_uniform_a: torch.Tensor
+    tv_uniform_b: torch.Tensor
     logit_gap: torch.Tensor
-    delta: torch.Tensor
-    tv_bound: torch.Tensor
-    kl_bound: torch.Tensor
-    allowance: torch.Tensor
-    bound_met: torch.Tensor
     top1: torch.Tensor
     topk_overlap: torch.Tensor
+    spearman: torch.Tensor | None = None
+    delta: torch.Tensor | None = None
+    tv_bound: torch.Tensor | None = None
+    kl_bound: torch.Tensor | None = None
+    kl_bound_hoeffding: torch.Tensor | None = None
+    allowance: torch.Tensor | None = None
+    bound_met: torch.Tensor | None = None
+    power: float | None = None
+    norm_scale: float | None = None
     elapsed_s: float = 0.0
 
     # ---- summaries (Python floats) ----
+    @property
+    def bound_applies(self) -> bool:
+        """Whether the softmax bound applies (both kinds are softmax kinds)."""
+        return self.delta is not None
+
     @property
     def mean_tv(self) -> float:
         return float(self.tv.double().mean())
@@ -438,20 +553,45 @@ class Comparison:
         return float(self.kl.max())
 
     @property
-    def max_delta(self) -> float:
-        return float(self.delta.max())
+    def mean_tv_uniform_a(self) -> float:
+        return float(self.tv_uniform_a.double().mean())
 
     @property
-    def mean_delta(self) -> float:
-        return float(self.delta.double().mean())
+    def mean_tv_uniform_b(self) -> float:
+        return float(self.tv_uniform_b.double().mean())
 
     @property
-    def bound_met_fraction(self) -> float:
-        return float(self.bound_met.double().mean())
+    def gap_ratio(self) -> float | None:
+        """``mean TV(P_a, P_b) / mean TV(P_b, U)``: the gap next to the reference's baseline (``None`` if that is 0)."""
+        base = self.mean_tv_uniform_b
+        return None if base == 0.0 else self.mean_tv / base
 
     @property
-    def all_bounds_met(self) -> bool:
-        return bool(self.bound_met.all())
+    def verdict(self) -> str:
+        """``"close"``, ``"different"`` or ``"uninformative"`` from the row means (see :func:`verdict`)."""
+        return verdict(self.mean_tv, self.mean_tv_uniform_a, self.mean_tv_uniform_b)
+
+    @property
+    def row_verdicts(self) -> dict[str, float]:
+        """Fraction of query rows with each verdict (same rule, row by row)."""
+        codes = _row_verdicts(self.tv.double(), self.tv_uniform_a.double(), self.tv_uniform_b.double()).reshape(-1)
+        return {name: float((codes == i).double().mean()) for i, name in enumerate(VERDICTS)}
+
+    @property
+    def max_delta(self) -> float | None:
+        return None if self.delta is None else float(self.delta.max())
+
+    @property
+    def mean_delta(self) -> float | None:
+        return _mean(self.delta)
+
+    @property
+    def bound_met_fraction(self) -> float | None:
+        return _mean(self.bound_met)
+
+    @property
+    def all_bounds_met(self) -> bool | None:
+        return None if self.bound_met is None else bool(self.bound_met.all())
 
     @property
     def top1_agreement(self) -> float:
@@ -462,16 +602,23 @@ class Comparison:
         return float(self.topk_overlap.double().mean())
 
     @property
+    def rank_correlation(self) -> float | None:
+        """Mean Spearman rank correlation of the rows (``None`` when not computed)."""
+        return _mean(self.spearman)
+
+    @property
     def n_rows(self) -> int:
         return int(self.tv.numel())
 
     def to_dict(self) -> dict[str, Any]:
-        """Scalars only (JSON-ready): the set-up and the row statistics."""
+        """Scalars only (JSON-ready): the set-up, the row statistics and the verdict."""
         return {
             "a": self.a,
             "b": self.b,
             "k": self.k,
             "temperature": self.temperature,
+            "power": self.power,
+            "norm_scale": self.norm_scale,
             "device": self.device,
             "dtype": self.dtype,
             "batch_shape": list(self.batch_shape),
@@ -480,32 +627,49 @@ class Comparison:
             "dim": self.dim,
             "block_rows": self.block_rows,
             "n_blocks": self.n_blocks,
+            "verdict": self.verdict,
+            "row_verdicts": self.row_verdicts,
             "mean_tv": self.mean_tv,
             "max_tv": self.max_tv,
+            "mean_tv_uniform_a": self.mean_tv_uniform_a,
+            "mean_tv_uniform_b": self.mean_tv_uniform_b,
+            "gap_ratio": self.gap_ratio,
             "mean_kl": self.mean_kl,
             "max_kl": self.max_kl,
-            "max_delta": self.max_delta,
-            "bound_met_fraction": self.bound_met_fraction,
             "top1_agreement": self.top1_agreement,
             "topk": self.topk,
             "topk_agreement": self.topk_agreement,
+            "rank_correlation": self.rank_correlation,
+            "bound_applies": self.bound_applies,
+            "max_delta": self.max_delta,
+            "bound_met_fraction": self.bound_met_fraction,
             "elapsed_s": self.elapsed_s,
         }
 
     def summary(self, show_device: bool = True) -> str:
-        """A readable multi-line summary, numbers rounded to 4 significant digits (no addresses, no timings)."""
+        """A readable summary, numbers rounded to 3 significant digits (no addresses, no timings)."""
         lead = f"{self.batch_shape} x " if self.batch_shape else ""
         where = f" on {self.device}" if show_device else ""
-        met = self.bound_met.sum().item()
+        ratio = self.gap_ratio
         lines = [
             f"Comparison {self.a!r} (P_a) vs {self.b!r} (P_b): {lead}{self.n_queries} queries x {self.n_keys} keys, "
             f"d = {self.dim}, k = {_fmt(self.k)}, tau = {_fmt(self.temperature)}, {self.dtype}{where}",
+            f"  verdict: {self.verdict}" + ("" if ratio is None else f"  (gap / baseline {_fmt(ratio)})"),
             f"  TV(P_a, P_b)   mean {_fmt(self.mean_tv)}  max {_fmt(self.max_tv)}",
+            f"  baseline       TV(P_a, uniform) mean {_fmt(self.mean_tv_uniform_a)}  "
+            f"TV(P_b, uniform) mean {_fmt(self.mean_tv_uniform_b)}",
             f"  KL(P_b || P_a) mean {_fmt(self.mean_kl)}  max {_fmt(self.max_kl)}",
-            f"  logit gap      max {_fmt(float(self.logit_gap.max()))}   bound Delta max {_fmt(self.max_delta)}",
-            f"  bound met (TV <= tanh(Delta/4), KL <= Delta^2/8) on {met} of {self.n_rows} rows",
-            f"  top-1 agreement {_fmt(self.top1_agreement)}   top-{self.topk} overlap {_fmt(self.topk_agreement)}",
+            f"  top-1 agreement {_fmt(self.top1_agreement)}   top-{self.topk} overlap {_fmt(self.topk_agreement)}"
+            + ("" if self.spearman is None else f"   Spearman {_fmt(self.rank_correlation)}"),
         ]
+        if self.bound_met is None:
+            lines.append(f"  softmax bound: not applicable ({'focused' if 'focused' in (self.a, self.b) else ''} map is no softmax)")
+        else:
+            met = int(self.bound_met.sum())
+            lines.append(
+                f"  theory check: TV <= tanh(Delta/4), KL <= sup_KL(Delta) on {met} of {self.n_rows} rows "
+                f"(Delta max {_fmt(self.max_delta)})"
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -530,8 +694,29 @@ def _direct_stats(la: torch.Tensor, lb: torch.Tensor) -> tuple[torch.Tensor, tor
 
 
 def _block_rows_for(m: int, itemsize: int, budget: int) -> int:
-    # two (rows x M) buffers live across the block, plus ~1 for top-k / fallback temporaries
+    # three (rows x M) buffers live across the block (two logit rows and one scratch)
     return max(1, budget // (3 * m * itemsize))
+
+
+class _Kind:
+    """One map of a comparison: operands ``A``, ``B`` with ``log-weights = A @ B^T`` (then clamp or log)."""
+
+    def __init__(self, kind: str, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, power: float, norm_scale: float):
+        self.kind = kind
+        if kind == "focused":
+            self.A, self.B = _feature_map(q[..., 1:], power, norm_scale), _feature_map(kk[..., 1:], power, norm_scale)
+            # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c
+            gamma = (self.A.shape[-1] + 3) * torch.finfo(q.dtype).eps
+            self.err = torch.full(self.A.shape[:-1], gamma, dtype=q.dtype)
+        else:
+            self.A, self.B = _operands(q, kk, kind, kf, 1.0 / tau)
+            self.err = _logit_error(self.A, self.B)
+
+    def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        torch.mm(a_rows, b_t, out=out)
+        if self.kind == "focused":
+            return out.clamp_min_(torch.finfo(out.dtype).tiny).log_()
+        return _finish_(out, self.kind)
 
 
 def compare(
@@ -542,32 +727,45 @@ def compare(
     *,
     k: float = 1.0,
     temperature: float | None = None,
+    power: float = 2.0,
+    norm_scale: float = 1.0,
     device: str | torch.device = "auto",
     block_rows: int | None = None,
     topk: int = 5,
+    spearman: bool | None = None,
     memory_budget: int | None = None,
     progress: bool | None = None,
 ) -> Comparison:
-    """Compare the attention maps of two score kinds row by row, streaming over row blocks.
+    r"""Compare the attention maps of two kinds row by row, streaming over row blocks.
 
-    With ``P_a = softmax(s_a / tau)`` and ``P_b = softmax(s_b / tau)`` (see :func:`scores`), each
-    query row ``i`` gets ``KL(P_b || P_a)``, the total variation, the spread of the logit difference,
-    MATH.md's bound ``Delta_i`` and whether the row met it, and the top-1 / top-k agreement
-    (see :class:`Comparison`).  For ``a="spatial", b="distance"``: ``KL(P || S) = log E_P[e^b] - E_P[b]
-    <= Delta^2/8`` (Hoeffding) and ``TV <= tanh(Delta/4)``, ``Delta = q_t (max_j k_t - min_j k_t) / tau``.
+    ``P_a`` and ``P_b`` are the maps of :func:`attention_map` (softmax kinds at temperature
+    ``tau``; ``"focused"`` is Hypformer's normalised linear map with ``power`` and ``norm_scale``);
+    ``b`` is the reference.  Each query row gets ``KL(P_b || P_a)``, the total variation, each map's
+    TV from the uniform row (the baseline every comparison must be read against), tie-aware top-1
+    and top-k agreement, a Spearman rank correlation, and for two softmax kinds the bound
+    ``Delta_i`` and whether the row met it (see :class:`Comparison`); :attr:`Comparison.verdict`
+    reads the result as ``"close"``, ``"different"`` or ``"uninformative"`` (:func:`verdict`).
+    For ``a="spatial", b="distance"``, with :math:`\Delta = q_t (\max_j \kappa_t - \min_j \kappa_t) / \tau`:
+
+    .. math:: \mathrm{TV} \le \tanh(\Delta/4), \qquad
+              \mathrm{KL}(P \| S) \le \log\frac{e^\Delta - 1}{\Delta} - 1 + \frac{\Delta}{e^\Delta - 1} \le \frac{\Delta^2}{8}.
 
     Parameters
     ----------
     queries, keys : ``(..., N, d + 1)``, ``(..., M, d + 1)`` points on ``<x, x>_L = -k``.
-    a, b : score kinds (``"spatial"``, ``"distance"``, ``"lorentz"``).
+    a, b : kinds (``"spatial"``, ``"distance"``, ``"lorentz"``, ``"focused"``).
     k : curvature parameter.
-    temperature : softmax temperature ``tau``, default ``sqrt(d)``.
+    temperature : softmax temperature ``tau``, default ``sqrt(d)``.  Hypformer's full attention is
+        ``"distance"`` at ``tau = k * scale / 2`` (its learned ``scale``, initialised to ``sqrt(d)``).
+    power, norm_scale : the focused map's ``power_k`` and ``norm_scale`` (only used by ``"focused"``).
     device : ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``.  Blocks are
         moved there; the per-row results come back on the inputs' device; ``result.device`` says
         where it ran.
     block_rows : query rows per block; default from ``memory_budget`` so that the working memory
         is ``O(block_rows x M)`` whatever ``N``.
     topk : the ``k`` of the top-k agreement (capped at ``M``).
+    spearman : compute the per-row Spearman correlation (sorts every row, ``O(N M log M)``);
+        default: when ``M <= 4096``.
     memory_budget : bytes for the block buffers.  Default: on the CPU 256 MiB, with blocks of at most
         about 16 MiB per logit buffer (cache-friendlier); on CUDA a quarter of the free device
         memory, at least 256 MiB and at most 8 GiB.
@@ -577,8 +775,8 @@ def compare(
     -----
     The statistics use the tilted form: with ``h = g - E_{P_b}[g]``, ``KL = E_{P_b}[h] + log E_{P_b}[e^{-h}]``
     and ``TV = 1/2 E_{P_b}|e^{-h} / E_{P_b}[e^{-h}] - 1|`` (``expm1``/``log1p``), accurate to the
-    rounding of the logits, not of ``log N``; rows whose logit gap exceeds 30 use the direct
-    log-softmax formulas.
+    rounding of the logits, not of ``log N`` (the uniform baselines likewise, centred on the row
+    mean); rows whose logit gap exceeds 30 use the direct log-softmax formulas.
     """
     start = time.perf_counter()
     _check_kind(a, "a")
@@ -586,6 +784,8 @@ def compare(
     q, kk, _, kf, batch = _validate(queries, keys, k)
     d = q.shape[-1] - 1
     tau = _temperature(temperature, d)
+    focused = "focused" in (a, b)
+    p_f, s_f = (_check_power(power), _check_norm_scale(norm_scale)) if focused else (None, None)
     if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
         raise ValueError(f"topk must be a positive integer, got {topk!r}")
     if block_rows is not None and (isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1):
@@ -594,11 +794,14 @@ def compare(
         isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 1
     ):
         raise ValueError(f"memory_budget must be a positive number of bytes or None, got {memory_budget!r}")
+    if spearman is not None and not isinstance(spearman, bool):
+        raise ValueError(f"spearman must be True, False or None (automatic), got {spearman!r}")
     dev = resolve_device(device)
 
     n, m = q.shape[-2], kk.shape[-2]
     dtype, itemsize = q.dtype, q.element_size()
     t_k = min(topk, m)
+    rank = m <= _SPEARMAN_MAX_KEYS if spearman is None else spearman
     if block_rows is None:
         budget = memory_budget
         if budget is None:
@@ -612,23 +815,16 @@ def compare(
 
     qf, kfl = _flatten_batch(q, batch), _flatten_batch(kk, batch)
     heads = qf.shape[0]
-    aa, ba = _operands(qf, kfl, a, kf, 1.0 / tau)
-    ab, bb = _operands(qf, kfl, b, kf, 1.0 / tau)
+    ka = _Kind(a, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
+    kb = _Kind(b, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
 
-    # the bound, per row, and the floating-point allowance on the logit gap
-    kt = kfl[..., 0]
-    spread = (kt.amax(dim=-1) - kt.amin(dim=-1)).unsqueeze(-1)
-    delta = abs(_BIAS[a] - _BIAS[b]) * qf[..., 0] * spread / tau
-    eps = torch.finfo(dtype).eps
-    if a == b:
-        allowance = torch.zeros_like(delta)
-    else:
-        allowance = 2.0 * (_logit_error(aa, ba) + _logit_error(ab, bb)) + 4.0 * eps * delta
-
-    out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in ("kl", "tv", "gap", "overlap")}
+    names = ("kl", "tv", "gap", "overlap", "ua", "ub") + (("rho",) if rank else ())
+    out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
     top1 = torch.empty(heads, n, dtype=torch.bool, device=dev)
     buf_a = torch.empty(rows, m, dtype=dtype, device=dev)
     buf_b = torch.empty(rows, m, dtype=dtype, device=dev)
+    buf_c = torch.empty(rows, m, dtype=dtype, device=dev)
+    tol_a, tol_b = (2.0 * ka.err).to(dev), (2.0 * kb.err).to(dev)
 
     n_blocks = heads * math.ceil(n / rows)
     show = progress
@@ -641,15 +837,18 @@ def compare(
         bar = tqdm(total=n_blocks, desc=f"compare {a} vs {b}", unit="block", leave=False, file=sys.stderr)
     try:
         for h in range(heads):
-            ba_t = ba[h].to(dev).transpose(0, 1)
-            bb_t = bb[h].to(dev).transpose(0, 1)
+            ba_t = ka.B[h].to(dev).transpose(0, 1)
+            bb_t = kb.B[h].to(dev).transpose(0, 1)
             for i in range(0, n, rows):
                 j = min(i + rows, n)
-                la, lb = buf_a[: j - i], buf_b[: j - i]
-                qa, qb = aa[h, i:j].to(dev), ab[h, i:j].to(dev)
-                _finish_(torch.mm(qa, ba_t, out=la), a)
-                _finish_(torch.mm(qb, bb_t, out=lb), b)
-                _block_stats(la, lb, t_k, out, top1, h, i, j, (qa, ba_t, a), (qb, bb_t, b))
+                qa, qb = ka.A[h, i:j].to(dev), kb.A[h, i:j].to(dev)
+                la = ka.logits(qa, ba_t, buf_a[: j - i])
+                lb = kb.logits(qb, bb_t, buf_b[: j - i])
+                sl = (h, slice(i, j))
+                _rank_stats(la, lb, tol_a[sl], tol_b[sl], t_k, out, top1, sl, rank)
+                out["ua"][sl] = _tv_uniform(la, buf_c[: j - i])
+                out["ub"][sl] = _tv_uniform(lb, buf_c[: j - i])
+                _block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t))
                 if bar is not None:
                     bar.update(1)
     finally:
@@ -662,11 +861,29 @@ def compare(
     def back(t: torch.Tensor) -> torch.Tensor:
         return t.to(home).reshape(shape)
 
-    delta_out = delta.to(dtype)
-    kl, tv, gap = back(out["kl"]), back(out["tv"]), back(out["gap"])
-    d_eff = (delta + allowance).to(home).reshape(shape)
-    ulps = 8.0 * eps * math.log2(m + 1)
-    met = (tv <= torch.tanh(d_eff / 4) * (1 + ulps) + ulps) & (kl <= d_eff.square() / 8 + ulps * (d_eff + eps))
+    bounds: dict[str, torch.Tensor | None] = {}
+    if not focused:
+        # the bound, per row, and the floating-point allowance on the logit gap
+        kt = kfl[..., 0]
+        spread = (kt.amax(dim=-1) - kt.amin(dim=-1)).unsqueeze(-1)
+        delta = abs(_BIAS[a] - _BIAS[b]) * qf[..., 0] * spread / tau
+        eps = torch.finfo(dtype).eps
+        allowance = torch.zeros_like(delta) if a == b else 2.0 * (ka.err + kb.err) + 4.0 * eps * delta
+        d_eff = (delta + allowance).to(home).reshape(shape)
+        ulps = 8.0 * eps * math.log2(m + 1)
+        kl, tv = back(out["kl"]), back(out["tv"])
+        met = (tv <= torch.tanh(d_eff / 4) * (1 + ulps) + ulps) & (
+            kl <= kl_supremum(d_eff) * (1 + ulps) + ulps * (d_eff + eps)
+        )
+        dl = delta.to(dtype).to(home).reshape(shape)
+        bounds = dict(
+            delta=dl,
+            tv_bound=tv_supremum(dl),
+            kl_bound=kl_supremum(dl),
+            kl_bound_hoeffding=dl.square() / 8,
+            allowance=allowance.to(dtype).to(home).reshape(shape),
+            bound_met=met,
+        )
     return Comparison(
         a=a,
         b=b,
@@ -681,41 +898,81 @@ def compare(
         dim=d,
         block_rows=rows,
         n_blocks=n_blocks,
-        kl=kl,
-        tv=tv,
-        logit_gap=gap,
-        delta=delta_out.to(home).reshape(shape),
-        tv_bound=torch.tanh(delta_out / 4).to(home).reshape(shape),
-        kl_bound=(delta_out.square() / 8).to(home).reshape(shape),
-        allowance=allowance.to(dtype).to(home).reshape(shape),
-        bound_met=met,
+        kl=back(out["kl"]),
+        tv=back(out["tv"]),
+        tv_uniform_a=back(out["ua"]),
+        tv_uniform_b=back(out["ub"]),
+        logit_gap=back(out["gap"]),
         top1=back(top1),
         topk_overlap=back(out["overlap"]),
+        spearman=back(out["rho"]) if rank else None,
+        power=p_f,
+        norm_scale=s_f,
         elapsed_s=time.perf_counter() - start,
+        **bounds,
     )
+
+
+def _rank_stats(
+    la: torch.Tensor,
+    lb: torch.Tensor,
+    tol_a: torch.Tensor,
+    tol_b: torch.Tensor,
+    t_k: int,
+    out: dict[str, torch.Tensor],
+    top1: torch.Tensor,
+    sl: tuple,
+    rank: bool,
+) -> None:
+    """Tie-aware top-1 / top-k agreement (and Spearman) of one row block; reads ``la``, ``lb`` only.
+
+    ``T_x`` is the set of keys whose log-weight is at least the k-th largest minus ``tol_x`` (the
+    rounding bound of the difference of two computed logits), so keys tied in exact arithmetic
+    are never told apart by rounding noise.
+    """
+    kth_a = torch.topk(la, t_k, dim=-1).values[:, -1:]
+    kth_b = torch.topk(lb, t_k, dim=-1).values[:, -1:]
+    both = (la >= kth_a - tol_a.unsqueeze(-1)) & (lb >= kth_b - tol_b.unsqueeze(-1))
+    out["overlap"][sl] = both.sum(dim=-1).clamp_max_(t_k).to(la.dtype) / t_k
+    max_a, max_b = la.amax(dim=-1, keepdim=True), lb.amax(dim=-1, keepdim=True)
+    top1[sl] = ((la >= max_a - tol_a.unsqueeze(-1)) & (lb >= max_b - tol_b.unsqueeze(-1))).any(dim=-1)
+    if rank:
+        m = la.shape[-1]
+        ra = la.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
+        rb = lb.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
+        ssd = ra.sub_(rb).square_().sum(dim=-1)
+        out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
+
+
+def _tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+    """``TV(softmax(l), U)`` per row without cancellation: ``1/2 mean_j |e^{u_j} - mean e^u| / mean e^u``, ``u = l - mean l``."""
+    u = torch.sub(l, l.mean(dim=-1, keepdim=True), out=tmp)
+    wide = (u.amax(dim=-1) - u.amin(dim=-1)) > _TILT_MAX_GAP
+    any_wide = bool(wide.any())
+    if any_wide:
+        u.masked_fill_(wide.unsqueeze(-1), 0.0)
+    e = u.expm1_()
+    mean = e.mean(dim=-1)
+    tv = 0.5 * e.sub_(mean.unsqueeze(-1)).abs_().mean(dim=-1) / (1.0 + mean)
+    if any_wide:
+        idx = wide.nonzero().squeeze(-1)
+        p = torch.softmax(l[idx], dim=-1)
+        tv[idx] = 0.5 * (p - 1.0 / l.shape[-1]).abs().sum(dim=-1)
+    return tv
 
 
 def _block_stats(
     la: torch.Tensor,
     lb: torch.Tensor,
-    t_k: int,
     out: dict[str, torch.Tensor],
-    top1: torch.Tensor,
-    h: int,
-    i: int,
-    j: int,
-    op_a: tuple[torch.Tensor, torch.Tensor, str],
-    op_b: tuple[torch.Tensor, torch.Tensor, str],
+    sl: tuple,
+    op_a: tuple[_Kind, torch.Tensor, torch.Tensor],
+    op_b: tuple[_Kind, torch.Tensor, torch.Tensor],
 ) -> None:
-    """Statistics of one row block; overwrites the logit buffers ``la``, ``lb``."""
-    ia = torch.topk(la, t_k, dim=-1).indices
-    ib = torch.topk(lb, t_k, dim=-1).indices
-    top1[h, i:j] = ia[:, 0] == ib[:, 0]
-    out["overlap"][h, i:j] = (ia.unsqueeze(-1) == ib.unsqueeze(-2)).any(dim=-1).sum(dim=-1).to(la.dtype) / t_k
-
+    """KL, TV and logit gap of one row block; overwrites the logit buffers ``la``, ``lb``."""
     g = torch.sub(la, lb, out=la)  # g' = (s_a - s_b) / tau = -g
     gap = g.amax(dim=-1) - g.amin(dim=-1)
-    out["gap"][h, i:j] = gap
+    out["gap"][sl] = gap
     pb = _softmax_rows_(lb)
     g.sub_(_dot_rows(pb, g).unsqueeze(-1))  # -h, centred under P_b
     s = _dot_rows(pb, g)  # E_Pb[-h] (zero up to rounding)
@@ -725,15 +982,18 @@ def _block_stats(
         g.masked_fill_(wide.unsqueeze(-1), 0.0)
     e = g.expm1_()  # e^{-h} - 1
     m1 = _dot_rows(pb, e)  # E_Pb[e^{-h}] - 1
-    out["kl"][h, i:j] = (torch.log1p(m1) - s).clamp_min_(0.0)
+    out["kl"][sl] = (torch.log1p(m1) - s).clamp_min_(0.0)
     e.sub_(m1.unsqueeze(-1)).abs_()
-    out["tv"][h, i:j] = 0.5 * _dot_rows(pb, e) / (1.0 + m1)
+    out["tv"][sl] = 0.5 * _dot_rows(pb, e) / (1.0 + m1)
     if any_wide:  # recompute those rows' logits and use log-softmax directly
         idx = wide.nonzero().squeeze(-1)
-        (qa, ba_t, ka), (qb, bb_t, kb) = op_a, op_b
-        kl_w, tv_w = _direct_stats(_finish_(qa[idx] @ ba_t, ka), _finish_(qb[idx] @ bb_t, kb))
-        out["kl"][h, i + idx] = kl_w
-        out["tv"][h, i + idx] = tv_w
+        (ka, qa, ba_t), (kb, qb, bb_t) = op_a, op_b
+        la_w = ka.logits(qa[idx], ba_t, torch.empty(len(idx), ba_t.shape[1], dtype=la.dtype, device=la.device))
+        lb_w = kb.logits(qb[idx], bb_t, torch.empty(len(idx), bb_t.shape[1], dtype=la.dtype, device=la.device))
+        kl_w, tv_w = _direct_stats(la_w, lb_w)
+        h, rows = sl
+        out["kl"][h, rows.start + idx] = kl_w
+        out["tv"][h, rows.start + idx] = tv_w
 
 
 # --------------------------------------------------------------------------- #

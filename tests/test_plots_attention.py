@@ -42,7 +42,7 @@ def colourbars(fig):
 @pytest.fixture(scope="module")
 def maps():
     q, kk = points(24, 8, 2.0, 0), points(30, 8, 2.0, 1)
-    return [att.attention_map(q, kk, kind) for kind in att.KINDS]
+    return [att.attention_map(q, kk, kind) for kind in att.SOFTMAX_KINDS]
 
 
 def test_heatmaps_share_one_scale_and_are_labelled(maps):
