@@ -2,8 +2,9 @@
 
 ::
 
-    hypviz compare QUERIES KEYS [--spatial] [--k K] [--heads-axis AXIS] [--kinds spatial,lorentz]
-                   [--reference distance] [--temperature TAU] [--device auto|cpu|cuda]
+    hypviz compare QUERIES KEYS [--spatial] [--k K] [--heads-axis AXIS] [--kinds spatial,focused]
+                   [--reference distance] [--temperature TAU] [--power P] [--norm-scale S]
+                   [--device auto|cpu|cuda]
                    [--dtype auto|float32|float64] [--queries-key NAME] [--keys-key NAME]
                    [--sample-rows 64] [--out DIR] [--force] [--[no-]progress]
     hypviz demo [--out DIR] [--force] [--device ...]
@@ -19,7 +20,11 @@ heads/batch (they broadcast between queries and keys); ``--heads-axis`` names th
 of a layout such as ``(N, H, d + 1)``.
 
 Every kind of ``--kinds`` is compared with the ``--reference`` kind by
-:func:`hypviz.attention.compare`.  The output folder gets ``report.html`` (self-contained, opens
+:func:`hypviz.attention.compare`, each map read against its distance from the uniform row, with a
+verdict ("close", "different", "uninformative") per comparison and per head.  Kinds: ``spatial``
+(the question-and-answer thread's softmax of ``q_s . kappa_s``), ``distance`` (Hypformer's full
+attention at ``--temperature k*scale/2``), ``lorentz``, ``focused`` (Hypformer's linear map, with
+``--power`` and ``--norm-scale``).  The output folder gets ``report.html`` (self-contained, opens
 from disk with no network), ``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures;
 it is written to a temporary folder beside it and renamed into place, so it is never
 half-written, and an existing folder is replaced only with ``--force``.
@@ -45,11 +50,11 @@ from typing import Any, Sequence
 
 __all__ = ["main", "UsageError"]
 
-KINDS = ("spatial", "distance", "lorentz")  # hypviz.attention.KINDS, repeated to keep `--help` free of torch
+KINDS = ("spatial", "distance", "lorentz", "focused")  # hypviz.attention.KINDS, repeated to keep `--help` free of torch
 FORMATS = (".pt", ".pth", ".npy", ".npz")
 ROLE_NAMES = {"QUERIES": ("queries", "query", "q", "Q"), "KEYS": ("keys", "key", "k", "K")}
 MARKER = "metrics.json"  # a folder holding this file, written by hypviz, may be replaced with --force
-DEMO_NORMS = (0.1, 1.0, 3.0, 10.0)  # mean spatial norm of each demo head (MATH.md's typical magnitudes)
+DEMO_NORMS = (0.1, 1.0, 3.0, 10.0)  # mean spatial norm of each demo head: from near-uniform maps to sharp ones
 
 
 class UsageError(Exception):
@@ -79,6 +84,19 @@ def _positive(name: str):
         if not math.isfinite(value) or value <= 0:
             hint = " (<x,x>_L = -k, curvature -1/k)" if name == "--k" else ""
             raise argparse.ArgumentTypeError(f"{name} must be a positive finite number{hint}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _finite_number(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {text!r}")
         return value
 
     return parse
@@ -134,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare the attention maps of your own queries and keys",
         description=(
             "Compare attention maps of your queries and keys: every kind of --kinds against --reference, "
-            "row by row (TV, KL, MATH.md's bound), and write report.html, metrics.json, rows.npz and PNG figures."
+            "row by row (TV, KL, each map's TV from the uniform row, rank agreement, a verdict, and the softmax bound), "
+            "and write report.html, metrics.json, rows.npz and PNG figures."
         ),
         epilog=(
             "Files: .pt/.pth (torch.load(weights_only=True); a tensor or a dict of tensors), .npy, .npz. "
@@ -156,12 +175,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--kinds",
         type=_kinds,
-        default=["spatial", "lorentz"],
-        help="score kinds compared with the reference (default spatial,lorentz; from spatial, distance, lorentz)",
+        default=["spatial", "focused"],
+        help="kinds compared with the reference (default spatial,focused; from spatial, distance, lorentz, focused)",
     )
     c.add_argument("--reference", choices=KINDS, default="distance", help="the reference kind (default distance)")
     c.add_argument(
-        "--temperature", type=_positive("--temperature"), default=None, metavar="TAU", help="softmax temperature (default sqrt(d))"
+        "--temperature",
+        type=_positive("--temperature"),
+        default=None,
+        metavar="TAU",
+        help="softmax temperature (default sqrt(d)); Hypformer's full attention is distance at k*scale/2",
+    )
+    c.add_argument(
+        "--power", type=_positive("--power"), default=2.0, metavar="P", help="the focused map's power_k (default 2)"
+    )
+    c.add_argument(
+        "--norm-scale", type=_finite_number("--norm-scale"), default=1.0, metavar="S", help="the focused map's norm_scale (default 1)"
     )
     c.add_argument(
         "--dtype",
@@ -181,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Write the compare report for built-in queries and keys: 4 heads of lifted Gaussian points with mean "
             f"spatial norms {', '.join(f'{r:g}' for r in DEMO_NORMS)} (d = 32, 256 queries and keys, float32), "
-            "from where the small-norm approximation holds to where it breaks."
+            "from nearly uniform maps (where every comparison is uninformative) to sharp ones."
         ),
     )
     _common(d, "hypviz-demo")
@@ -517,6 +546,8 @@ class Settings:
     sample_rows: int
     progress: bool | None
     command: str
+    power: float = 2.0
+    norm_scale: float = 1.0
 
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
@@ -562,6 +593,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         device=str(device),
         sample_rows=args.sample_rows,
+        power=args.power,
+        norm_scale=args.norm_scale,
         progress=args.progress,
         command="compare",
     )
@@ -594,7 +627,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     inputs = demo_inputs()
     device = _resolve_device(args.device)
     settings = Settings(
-        kinds=["spatial", "lorentz"],
+        kinds=["spatial", "focused", "lorentz"],
         reference="distance",
         temperature=None,
         device=str(device),

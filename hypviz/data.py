@@ -181,7 +181,7 @@ def lifted_gaussian(
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Gaussian spatial parts of mean norm ``r``, lifted onto the hyperboloid (MATH.md's attention setting).
+    """Gaussian spatial parts of mean norm ``r``, lifted onto the hyperboloid (the setting of notebooks 04 and 05).
 
     ``x_s = sigma z`` with ``z ~ N(0, I_d)`` and ``sigma = r / E|z|``,
     ``E|z| = sqrt(2) Gamma((d + 1) / 2) / Gamma(d / 2)``, so ``E|x_s| = r``; then

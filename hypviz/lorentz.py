@@ -237,7 +237,7 @@ def _sqdist_checked(a: torch.Tensor, b: torch.Tensor, k: float) -> torch.Tensor:
 def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
     """Squared Lorentzian distance ``|x - y|^2_L = -2k - 2<x, y>_L`` (broadcasting), never negative.
 
-    Computed by the stable decomposition (MATH.md identity 3)
+    Computed by the stable decomposition (identity 3, derived in notebook 02)
     ``|x_s - y_s|^2 - (x_t - y_t)^2`` with ``x_t - y_t = (x_s - y_s).(x_s + y_s) / (x_t + y_t)``,
     which keeps its relative accuracy for nearby points where the textbook
     ``-2k - 2<x, y>_L`` cancels catastrophically.  Where that difference itself cancels

@@ -124,7 +124,7 @@ class _NbvalLikeClient:
     """Factory for a NotebookClient that runs every cell as nbval does (``store_history=False``).
 
     Under ``store_history=False`` IPython's displayhook does not see the cell's source, so a
-    trailing ``;`` does *not* suppress the value (DESIGN.md: nbval facts); running the same way
+    trailing ``;`` does *not* suppress the value (as nbval runs it); running the same way
     here stores exactly the outputs that nbval will compare against.
     """
 

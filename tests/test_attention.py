@@ -278,7 +278,7 @@ def test_delta_is_math_md_bound_and_equals_logit_gap():
     assert torch.allclose(res.logit_gap, res.delta, rtol=1e-10)
     assert torch.allclose(res.tv_bound, torch.tanh(ref / 4)) and torch.allclose(res.kl_bound_hoeffding, ref**2 / 8)
     assert torch.allclose(res.kl_bound, att.kl_supremum(ref)) and bool((res.kl_bound <= ref**2 / 8).all())
-    # KL = log E_P[e^b] - E_P[b] (MATH.md), with b the key-norm bias and P the distance map
+    # KL = log E_P[e^b] - E_P[b], with b the key-norm bias and P the distance map
     P = att.attention_map(q, kk, "distance", temperature=tau)
     bias = q[:, 0:1] * kk[:, 0] / tau
     kl = torch.log((P * bias.exp()).sum(-1)) - (P * bias).sum(-1)

@@ -1,4 +1,4 @@
-"""The softmax bounds of MATH.md, checked numerically: KL <= Delta^2/8 and TV <= tanh(Delta/4)."""
+"""The softmax bounds (derived in notebook 04), checked numerically: KL <= Delta^2/8 and TV <= tanh(Delta/4)."""
 
 from __future__ import annotations
 

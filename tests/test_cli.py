@@ -210,9 +210,9 @@ def test_compare_npy_writes_the_whole_report(runs, files):
     assert (setup["n_queries"], setup["n_keys"], setup["dim"], setup["heads_shape"]) == (N, M, D, [H])
     assert setup["k"] == 1.0 and setup["temperature"] == pytest.approx(D**0.5) and setup["device"] == "cpu"
     assert meta["inputs"]["queries"]["shape"] == [H, N, D + 1] and meta["inputs"]["spatial"] is False
-    assert [(c["a"], c["b"]) for c in meta["comparisons"]] == [("spatial", "distance"), ("lorentz", "distance")]
+    assert [(c["a"], c["b"]) for c in meta["comparisons"]] == [("spatial", "distance"), ("focused", "distance")]
 
-    # the numbers are attention.compare's
+    # the numbers are attention.compare's, with the verdict and the uniform baselines
     expected = _expected(files)
     spatial = meta["comparisons"][0]
     assert spatial["summary"]["mean_tv"] == pytest.approx(expected.mean_tv, rel=1e-6)
@@ -221,11 +221,19 @@ def test_compare_npy_writes_the_whole_report(runs, files):
     for h, head in enumerate(spatial["heads"]):
         assert head["mean_tv"] == pytest.approx(float(expected.tv[h].double().mean()), rel=1e-6)
         assert head["bound_met_fraction"] == 1.0
+        assert head["verdict"] == attention.verdict(head["mean_tv"], head["mean_tv_uniform_a"], head["mean_tv_uniform_b"])
+    assert spatial["summary"]["verdict"] == expected.verdict
+    assert spatial["summary"]["mean_tv_uniform_b"] == pytest.approx(expected.mean_tv_uniform_b, rel=1e-6)
+    focused = meta["comparisons"][1]
+    exp_f = _expected(files, "focused")
+    assert focused["summary"]["mean_tv"] == pytest.approx(exp_f.mean_tv, rel=1e-6)
+    assert focused["summary"]["bound_applies"] is False and focused["heads"][0]["bound_met_fraction"] is None
+    assert set(meta["verdict_rule"]) == {"close", "different", "uninformative"}
     rows = np.load(out / "rows.npz")
     assert rows["spatial_vs_distance_tv"].shape == (H, N)
     np.testing.assert_allclose(rows["spatial_vs_distance_tv"], expected.tv.numpy(), rtol=1e-6)
-    assert rows["lorentz_vs_distance_bound_met"].all()
-    assert float(rows["lorentz_vs_distance_tv"].max()) < 1e-5  # identity 5: equal maps
+    assert rows["spatial_vs_distance_bound_met"].all()
+    assert "focused_vs_distance_tv_uniform_a" in rows and "focused_vs_distance_delta" not in rows
 
     # self-contained page: PNGs inline, plotly.js once, nothing from the network
     page = (out / "report.html").read_text()
@@ -237,7 +245,9 @@ def test_compare_npy_writes_the_whole_report(runs, files):
     # one screen of summary
     lines = proc.stdout.strip().splitlines()
     assert 5 <= len(lines) <= 24
-    assert "spatial vs distance" in proc.stdout and f"bound met {H * N}/{H * N}" in proc.stdout
+    assert "spatial vs distance" in proc.stdout and f"theory check {H * N}/{H * N}" in proc.stdout
+    assert "focused vs distance" in proc.stdout and "theory check n/a" in proc.stdout
+    assert expected.verdict in proc.stdout
     assert str(out / "report.html") in proc.stdout
     assert proc.stderr == ""
 

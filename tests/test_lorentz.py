@@ -1,7 +1,7 @@
 """Unit tests for hypviz.lorentz: values, shapes, dtypes, devices and error messages.
 
 Reference values are computed here independently with numpy in float64 from the
-formulas in MATH.md; the accuracy against mpmath is in test_lorentz_oracle.py and
+formulas of identities 1-3; the accuracy against mpmath is in test_lorentz_oracle.py and
 the identities over random inputs in test_lorentz_properties.py.
 """
 

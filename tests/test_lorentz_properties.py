@@ -1,4 +1,4 @@
-"""Property tests (hypothesis) of the MATH.md identities 1-5 and of the maps in hypviz.lorentz.
+"""Property tests (hypothesis) of the identities 1-5 (notebooks 02 and 04) and of the maps in hypviz.lorentz.
 
 Points are float64 numpy arrays: a direction (from a drawn seed and sparsity), scaled
 to a drawn norm in [0, 20]; dimensions 1..64; curvature parameter k in [0.1, 10].  Pairs come in
