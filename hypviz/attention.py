@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import time
 from typing import Any, Callable
@@ -67,7 +68,10 @@ SOFTMAX_KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz")
 # coefficient c of the key-norm bias: logits(kind) = -1/2 |q - k|^2_L + c * q_t k_t + (row constant)
 _BIAS = {"spatial": 1.0, "distance": 0.0, "lorentz": 0.0}
 _FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_scale| + 1e-6)
-_COMPARE_BLOCK_BYTES = 16 * 2**20  # compare on CPU: bytes per logit buffer by default (within the budget)
+# compare on CPU: bytes per logit buffer by default (within the budget).  HYPVIZ_BLOCK_BYTES overrides it:
+# the portability check re-runs the notebooks with small blocks, so that results which depend on the
+# blocking (and hence on the BLAS kernels chosen for each block shape) are caught.
+_COMPARE_BLOCK_BYTES = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 16 * 2**20))
 _DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffers
 _TILT_MAX_GAP = 30.0  # compare: rows with a wider logit gap use the direct log-softmax formulas
 

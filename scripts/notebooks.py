@@ -145,8 +145,15 @@ def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
     _stable_ids(nb)
     os.environ["PYTHONHASHSEED"] = "0"
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    from jupyter_client.manager import KernelManager
+
+    # the kernel talks over local IPC sockets in a private folder: no TCP ports, and no
+    # "Kernel is running over TCP without encryption" warning on every run
+    sockets = tempfile.mkdtemp(prefix="hypviz-kernel-")
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
     client = _NbvalLikeClient(
         nb,
+        km=km,
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(Path(path).resolve().parent)}},
@@ -154,7 +161,10 @@ def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
         coalesce_streams=True,
         store_widget_state=False,
     )
-    client.execute()
+    try:
+        client.execute()
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     for cell in nb.cells:  # drop per-run metadata so re-executions diff cleanly
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":

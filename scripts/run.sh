@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: set up, execute every notebook top to bottom and render the results as an
-# offline HTML site under build/html/, and write the demo attention report to build/demo/.
+# The main job: set up (.venv with the CPU torch first, then hypviz[lab]: everything the notebooks
+# import, and JupyterLab), execute every notebook top to bottom and render the results as an offline
+# HTML site under build/html/, and write the demo attention report to build/demo/.
 #   bash scripts/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -123,3 +123,68 @@ def test_installed_versions_match_the_pins(package):
         f"{package} {installed} is installed but constraints.txt pins {pinned}; "
         f"re-run the set-up (bash scripts/setup.sh test)"
     )
+
+
+# --------------------------------------------------------------------------- #
+# the main job installs what the notebooks import
+# --------------------------------------------------------------------------- #
+# import name -> the distribution that provides it (where the two differ)
+_PROVIDERS = {"IPython": "ipython", "matplotlib_inline": "ipykernel", "yaml": "pyyaml", "PIL": "pillow"}
+# distributions that arrive with another one the extra names (ipykernel brings IPython)
+_BROUGHT_BY = {"ipython": "ipykernel", "pillow": "matplotlib"}
+
+
+def extra_closure(extra: str) -> set[str]:
+    """The packages installed by ``pip install .[extra]``: dependencies, the extra, extras it names."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project.get("optional-dependencies", {})
+    names = {requirement_name(r) for r in project.get("dependencies", [])}
+    todo, seen = [extra], set()
+    while todo:
+        e = todo.pop()
+        if e in seen:
+            continue
+        seen.add(e)
+        for req in extras[e]:
+            m = re.fullmatch(r"\s*hypviz\[([^\]]+)\]\s*", req)
+            if m:
+                todo += [x.strip() for x in m.group(1).split(",")]
+            else:
+                names.add(requirement_name(req))
+    return names
+
+
+def notebook_imports() -> set[str]:
+    import json
+
+    found = set()
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            for line in "".join(cell["source"]).splitlines():
+                m = re.match(r"\s*(?:import|from)\s+([A-Za-z_][A-Za-z0-9_]*)", line)
+                if m:
+                    found.add(m.group(1))
+    return found
+
+
+def test_parsers_of_notebook_imports_read_something():
+    assert {"numpy", "torch", "sympy", "hypviz"} <= notebook_imports()
+    assert "geoopt" in extra_closure("notebooks") and "pytest" in extra_closure("test")
+
+
+@pytest.mark.parametrize("extra", ["lab", "test"])
+def test_the_extra_installs_every_package_the_notebooks_import(extra):
+    """``run.sh`` installs ``lab`` and executes every notebook; ``test.sh`` installs ``test`` and runs nbval."""
+    import sys
+
+    installed = extra_closure(extra)
+    missing = []
+    for module in sorted(notebook_imports()):
+        if module == "hypviz" or module in sys.stdlib_module_names:
+            continue
+        dist = normalise(_PROVIDERS.get(module, module))
+        if dist not in installed and _BROUGHT_BY.get(dist) not in installed:
+            missing.append(f"{module} (package {dist})")
+    assert not missing, f"the notebooks import {missing}, which pip install .[{extra}] does not install"
