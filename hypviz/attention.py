@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import torch
 
-from hypviz.lorentz import as_tensor, check_k, check_points, distance_operands
+from hypviz.lorentz import as_tensor, check_k, check_points, distance_operands, lift
 
 __all__ = [
     "KINDS",
@@ -114,14 +114,61 @@ def _points(x: ArrayLike, name: str, rows: str) -> torch.Tensor:
     return t
 
 
+def _heads_first(t: torch.Tensor, heads_axis: int | None, name: str) -> torch.Tensor:
+    """Move the heads axis of a ``(..., N, d + 1)`` layout such as ``(N, H, d + 1)`` to the front."""
+    if heads_axis is None:
+        return t
+    if isinstance(heads_axis, bool) or not isinstance(heads_axis, int):
+        raise ValueError(f"heads_axis must be an integer axis or None, got {heads_axis!r}")
+    if t.dim() < 3:
+        raise ValueError(f"heads_axis={heads_axis}: {name} has shape {tuple(t.shape)}, no axis besides (N, d + 1)")
+    ax = heads_axis + t.dim() if heads_axis < 0 else heads_axis
+    if not 0 <= ax < t.dim() - 1:
+        raise ValueError(
+            f"heads_axis={heads_axis} is out of range for {name} of shape {tuple(t.shape)} "
+            f"(expected 0..{t.dim() - 2}; the last axis holds the coordinates)"
+        )
+    return t.movedim(ax, 0)
+
+
+def _on_hyperboloid(t: torch.Tensor, kf: float, name: str) -> torch.Tensor:
+    """:func:`check_points`, except that float64 points made in float32 are checked there and re-lifted.
+
+    ``x.double()`` of float32 points is off ``<x, x>_L = -k`` by float32 rounding, far above float64's
+    tolerance.  When every coordinate is a float32 number and the points pass float32's check, they
+    were made in float32: their time coordinate is recomputed from the spatial part in float64.
+    """
+    try:
+        return check_points(t, kf, name=name)
+    except ValueError:
+        if t.dtype != torch.float64 or not bool(torch.isfinite(t).all()):
+            raise
+        as32 = t.to(torch.float32)
+        if not torch.equal(as32.to(torch.float64), t):
+            raise
+        try:
+            check_points(as32, kf, name=name)
+        except ValueError:
+            raise
+        return lift(t[..., 1:], kf)
+
+
 def _validate(
-    queries: ArrayLike, keys: ArrayLike, k: float, values: ArrayLike | None = None
+    queries: ArrayLike,
+    keys: ArrayLike,
+    k: float,
+    values: ArrayLike | None = None,
+    heads_axis: int | None = None,
+    detach: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, float, torch.Size]:
     """Shapes, dtypes, devices, broadcasting and the hyperboloid; returns tensors and the batch shape."""
     kf = check_k(k)
-    q = _points(queries, "queries", "N")
-    kk = _points(keys, "keys", "M")
-    v = None if values is None else _points(values, "values", "M")
+    q = _heads_first(_points(queries, "queries", "N"), heads_axis, "queries")
+    kk = _heads_first(_points(keys, "keys", "M"), heads_axis, "keys")
+    v = None if values is None else _heads_first(_points(values, "values", "M"), heads_axis, "values")
+    if detach:
+        q, kk = q.detach(), kk.detach()
+        v = None if v is None else v.detach()
     if q.shape[-1] != kk.shape[-1]:
         raise ValueError(
             f"queries and keys must have the same number of coordinates d + 1: "
@@ -144,10 +191,10 @@ def _validate(
     except RuntimeError:
         got = ", ".join(str(tuple(s)) for s in shapes)
         raise ValueError(f"the leading (head/batch) axes of queries, keys[, values] do not broadcast: {got}") from None
-    q = check_points(q, kf, name="queries")
-    kk = check_points(kk, kf, name="keys")
+    q = _on_hyperboloid(q, kf, "queries")
+    kk = _on_hyperboloid(kk, kf, "keys")
     if v is not None:
-        v = check_points(v, kf, name="values")
+        v = _on_hyperboloid(v, kf, "values")
     return q, kk, v, kf, batch
 
 
@@ -311,6 +358,7 @@ def attention_map(
     temperature: float | None = None,
     power: float = 2.0,
     norm_scale: float = 1.0,
+    heads_axis: int | None = None,
 ) -> torch.Tensor:
     r"""Attention map of ``kind``, shape ``(..., N, M)``; rows sum to 1.
 
@@ -320,12 +368,14 @@ def attention_map(
     its learned ``scale`` initialised to ``sqrt(d)``.  ``"focused"`` is Hypformer's linear map,
     :func:`focused_linear_map` with ``power`` and ``norm_scale`` (no temperature, no softmax).
     One matrix product into the output, then an in-place max-shifted softmax, so no second
-    ``N x M`` array exists.
+    ``N x M`` array exists.  ``heads_axis`` names the heads axis of a layout such as
+    ``(N, H, d + 1)`` (Hypformer's); the result is then heads-first, ``(H, N, M)``.
     """
     _check_kind(kind)
     if kind == "focused":
-        return focused_linear_map(queries, keys, power=power, norm_scale=norm_scale, k=k)
-    q, kk, _, kf, batch = _validate(queries, keys, k)
+        q, kk, _, _, _ = _validate(queries, keys, k, heads_axis=heads_axis)
+        return focused_linear_map(q, kk, power=power, norm_scale=norm_scale, k=k)
+    q, kk, _, kf, batch = _validate(queries, keys, k, heads_axis=heads_axis)
     tau = _temperature(temperature, q.shape[-1] - 1)
     a, b = _operands(q, kk, kind, kf, 1.0 / tau)
     logits = _finish_(a @ b.transpose(-1, -2), kind)  # (..., N, M): the only N x M allocation
@@ -737,6 +787,7 @@ def compare(
     block_rows: int | None = None,
     topk: int = 5,
     spearman: bool | None = None,
+    heads_axis: int | None = None,
     memory_budget: int | None = None,
     progress: bool | None = None,
 ) -> Comparison:
@@ -770,6 +821,8 @@ def compare(
     topk : the ``k`` of the top-k agreement (capped at ``M``).
     spearman : compute the per-row Spearman correlation (sorts every row, ``O(N M log M)``);
         default: when ``M <= 4096``.
+    heads_axis : the heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's), moved to the front.
+        Tensors that require grad are detached (the statistics are not differentiable).
     memory_budget : bytes for the block buffers.  Default: on the CPU 256 MiB, with blocks of at most
         about 16 MiB per logit buffer (cache-friendlier); on CUDA a quarter of the free device
         memory, at least 256 MiB and at most 8 GiB.
@@ -785,7 +838,7 @@ def compare(
     start = time.perf_counter()
     _check_kind(a, "a")
     _check_kind(b, "b")
-    q, kk, _, kf, batch = _validate(queries, keys, k)
+    q, kk, _, kf, batch = _validate(queries, keys, k, heads_axis=heads_axis, detach=True)
     d = q.shape[-1] - 1
     tau = _temperature(temperature, d)
     focused = "focused" in (a, b)

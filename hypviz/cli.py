@@ -168,7 +168,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--spatial", action="store_true", help="the inputs are spatial parts (..., N, d), lifted with x_t = sqrt(|x_s|^2 + k)"
     )
-    c.add_argument("--k", type=_positive("--k"), default=1.0, help="curvature parameter k > 0: <x,x>_L = -k (default 1)")
+    c.add_argument(
+        "--k",
+        type=_positive("--k"),
+        default=None,
+        help="curvature parameter k > 0: <x,x>_L = -k (default: the 'k' stored in a .pt/.npz input, else 1)",
+    )
+    c.add_argument(
+        "--model",
+        choices=("lorentz", "poincare"),
+        default="lorentz",
+        help="lorentz: hyperboloid points (default); poincare: Poincare-ball points of curvature parameter k "
+        "(..., N, d), mapped to the hyperboloid",
+    )
     c.add_argument(
         "--heads-axis", type=int, default=None, metavar="AXIS", help="axis of the inputs holding heads, e.g. 1 for (N, H, d + 1)"
     )
@@ -335,7 +347,10 @@ def load_array(path: Path, role: str, name: str | None, option: str):
                 f"({type(exc).__name__}: {_first_line(exc)})"
             ) from None
         if isinstance(obj, dict):
-            tensors = {str(key): v for key, v in obj.items() if isinstance(v, (torch.Tensor, np.ndarray))}
+            _remember_k(path, obj.get("k", obj.get("curvature")))
+            tensors = {
+                str(key): v for key, v in obj.items() if isinstance(v, (torch.Tensor, np.ndarray)) and v.ndim >= 1
+            }
             obj, chosen = _pick(tensors, path, role, name, option)
         elif name is not None:
             raise UsageError(f"{role}: {path} holds a single {type(obj).__name__}, not named arrays; drop {option}")
@@ -360,6 +375,9 @@ def load_array(path: Path, role: str, name: str | None, option: str):
             with loaded:
                 try:
                     entries = {key: loaded[key] for key in loaded.files}
+                    scalars = {key: v for key, v in entries.items() if v.ndim == 0}
+                    _remember_k(path, scalars.get("k", scalars.get("curvature")))
+                    entries = {key: v for key, v in entries.items() if v.ndim >= 1}
                 except Exception as exc:
                     raise UsageError(f"{role}: cannot read {path}: {type(exc).__name__}: {_first_line(exc)}") from None
             arr, chosen = _pick(entries, path, role, name, option)
@@ -370,6 +388,35 @@ def load_array(path: Path, role: str, name: str | None, option: str):
                 raise UsageError(f"{role}: {path} is a single .npy array; drop {option}")
             arr = loaded
     return _to_float(arr, role, path), chosen
+
+
+STORED_K: dict[str, float] = {}  # path -> the curvature parameter a .pt dict or .npz stored as "k"
+
+
+def _remember_k(path: Path, value: Any) -> None:
+    """Keep a scalar ``k`` stored beside the arrays (a number or a 0-d/1-element tensor or array)."""
+    if value is None:
+        return
+    try:
+        kf = float(value.item() if hasattr(value, "item") else value)
+    except (TypeError, ValueError, RuntimeError):
+        return
+    if math.isfinite(kf) and kf > 0:
+        STORED_K[str(path)] = kf
+
+
+def resolve_k(given: float | None, paths: Sequence[Path]) -> tuple[float, str]:
+    """``--k`` when given, else the ``k`` stored in an input file (both files must agree), else 1."""
+    if given is not None:
+        return given, ""
+    found = {str(p): STORED_K[str(p)] for p in paths if str(p) in STORED_K}
+    values = set(found.values())
+    if len(values) > 1:
+        raise UsageError(f"the input files store different curvature parameters k: {found}; pass --k")
+    if values:
+        kf = values.pop()
+        return kf, f"using k = {kf:g} stored in {', '.join(sorted(set(found)))} (pass --k to override)"
+    return 1.0, ""
 
 
 def _first_line(exc: BaseException) -> str:
@@ -443,10 +490,19 @@ def prepare(
     heads_axis: int | None,
     dtype: str,
     described: dict[str, dict[str, Any]],
+    model: str = "lorentz",
 ) -> Inputs:
-    """Check ranks, axes, dimensions, finiteness, overflow (numpy) and the hyperboloid (torch); lift with ``--spatial``."""
+    """Check ranks, axes, dimensions, finiteness, overflow (numpy) and the hyperboloid (torch).
+
+    ``spatial``: the inputs are spatial parts, lifted with ``x_t = sqrt(|x_s|^2 + k)``;
+    ``model="poincare"``: they are Poincare-ball points, mapped to the hyperboloid.
+    """
     import numpy as np
 
+    if spatial and model == "poincare":
+        raise UsageError("--spatial and --model poincare exclude each other: ball points are not spatial parts")
+    if model == "poincare":
+        spatial = True  # (..., N, d) arrays: the same shape checks
     kf = float(k)
     if not (math.isfinite(kf) and kf > 0):
         raise UsageError(f"--k must be a positive finite number (<x,x>_L = -k, curvature -1/k), got {k!r}")
@@ -478,6 +534,14 @@ def prepare(
                 )
             moved.append(np.ascontiguousarray(np.moveaxis(a, ax, 0)))
         q, kk = moved
+    else:
+        for a, role in ((q, "QUERIES"), (kk, "KEYS")):
+            if a.ndim >= 3 and a.shape[-3] > a.shape[-2]:
+                raise UsageError(
+                    f"{role}: shape {a.shape} reads as {a.shape[-3]} heads x {a.shape[-2]} points (more heads than "
+                    f"points): for a layout (N, H, {'d' if spatial else 'd + 1'}) such as Hypformer's pass "
+                    f"--heads-axis {a.ndim - 2}; if the heads really come first, pass --heads-axis 0"
+                )
     if q.shape[-1] != kk.shape[-1]:
         extra = 0 if spatial else 1
         raise UsageError(
@@ -509,15 +573,23 @@ def prepare(
 
     kf = check_k(kf)
     tdtype = getattr(torch, str(target))
+    from hypviz.lorentz import from_poincare
+
     tq, tk = torch.from_numpy(q), torch.from_numpy(kk)
     try:
-        if spatial:
+        if model == "poincare":
+            tq, tk = from_poincare(tq.to(tdtype), kf), from_poincare(tk.to(tdtype), kf)
+        elif spatial:
             tq, tk = lift(tq.to(tdtype), kf), lift(tk.to(tdtype), kf)
         tq = check_points(tq, kf, name="QUERIES")  # in the dtype they came in, with its tolerance
         tk = check_points(tk, kf, name="KEYS")
     except ValueError as exc:
-        hint = "" if spatial else " (or pass the spatial parts only, with --spatial)"
-        raise UsageError(f"{_one_line(exc)}{hint}") from None
+        text = _one_line(exc)
+        generic = text.endswith("lift spatial parts with hypviz.lorentz.lift(x_s, k)")
+        if generic:
+            text = text[: -len("lift spatial parts with hypviz.lorentz.lift(x_s, k)")].rstrip("; ")
+        hint = "; pass the spatial parts only with --spatial, or Poincare-ball points with --model poincare" if generic and not spatial else ""
+        raise UsageError(f"{text}{hint}") from None
     # another dtype: keep the spatial parts, recompute the time coordinate there (on <x,x>_L = -k to its rounding)
     if tq.dtype != tdtype:
         tq = lift(tq[..., 1:].to(tdtype), kf)
@@ -582,9 +654,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "queries": {"path": str(qpath), "array": qname, "shape": list(q.shape), "dtype": str(q.dtype)},
         "keys": {"path": str(kpath), "array": kname, "shape": list(kk.shape), "dtype": str(kk.dtype)},
     }
+    kf, note = resolve_k(args.k, (qpath, kpath))
     inputs = prepare(
-        q, kk, k=args.k, spatial=args.spatial, heads_axis=args.heads_axis, dtype=args.dtype, described=described
+        q,
+        kk,
+        k=kf,
+        spatial=args.spatial,
+        heads_axis=args.heads_axis,
+        dtype=args.dtype,
+        described=described,
+        model=args.model,
     )
+    if note:
+        print(f"hypviz compare: {note}")
     device = _resolve_device(args.device)
     inputs.title = f"{qpath.name} vs {kpath.name}" if qpath != kpath else qpath.name
     settings = Settings(
@@ -598,7 +680,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         progress=args.progress,
         command="compare",
     )
-    return _run(inputs, settings, out, args.force, extra_options={"heads_axis": args.heads_axis, "dtype": args.dtype})
+    return _run(
+        inputs, settings, out, args.force, extra_options={"heads_axis": args.heads_axis, "dtype": args.dtype, "model": args.model}
+    )
 
 
 def demo_inputs() -> Inputs:
@@ -676,7 +760,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``hypviz`` command; returns the exit code (0 ok, 2 bad input, 1 internal error)."""
     debug = os.environ.get("HYPVIZ_DEBUG", "") not in ("", "0")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (2), --help and --version (0): a code, also when called in process
+        return exc.code if isinstance(exc.code, int) else 2
     prog = f"hypviz {args.command}"
     try:
         with warnings.catch_warnings():

@@ -163,7 +163,7 @@ def check_points(
         raise ValueError(
             f"{name}: points are off the hyperboloid <x,x>_L = -k (k={kf:g}): worst is {_row_name(worst, batch)} "
             f"with <x,x>_L = {float(lorentz_norm[worst]):.10g} (tolerance {atol_:.1e} + {rtol_:.1e}*|x|^2); "
-            f"lift spatial parts with hypviz.lorentz.lift(x_s, k)"
+            + _diagnose(flat, rtol_)
         )
     if not bool((time > 0).all()):
         bad = int((time <= 0).nonzero()[0, 0])
@@ -172,6 +172,31 @@ def check_points(
             f"expected the upper sheet x_t > 0 (time coordinate first)"
         )
     return t
+
+
+def _shared_level(time: torch.Tensor, sq_s: torch.Tensor, rtol: float) -> float | None:
+    """``c`` when every point satisfies ``<x, x>_L = -c`` for one ``c > 0`` (to the tolerance), else None."""
+    level = time**2 - sq_s
+    c = float(level.double().median())
+    if not (math.isfinite(c) and c > 0):
+        return None
+    ok = (level - c).abs() <= rtol * (c + time**2 + sq_s)
+    return c if bool(ok.all()) and bool((time > 0).all()) else None
+
+
+def _diagnose(flat: torch.Tensor, rtol: float) -> str:
+    """What the points probably are, for the error message: another k, time stored last, or spatial parts."""
+    sq = flat**2
+    c = _shared_level(flat[:, 0], sq[:, 1:].sum(dim=-1), rtol)
+    if c is not None:
+        return f"every point lies on <x,x>_L = -{c:.6g}: pass k={c:.6g} (hypviz compare: --k {c:.6g})"
+    c = _shared_level(flat[:, -1], sq[:, :-1].sum(dim=-1), rtol)
+    if c is not None:
+        return (
+            f"the LAST coordinate looks like the time coordinate (<x,x>_L = -{c:.6g} with it): hypviz expects time "
+            "first, so move it to the front, e.g. torch.cat([x[..., -1:], x[..., :-1]], -1)"
+        )
+    return "lift spatial parts with hypviz.lorentz.lift(x_s, k)"
 
 
 # --------------------------------------------------------------------------- #
