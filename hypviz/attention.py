@@ -326,9 +326,9 @@ def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) ->
     ========== ============================== =====================================
     kind       ``s_ij``                       note
     ========== ============================== =====================================
-    spatial    ``q_s . k_s``                  the question-and-answer thread's object
-    distance   ``-1/2 |q - k|^2_L``           never positive (clamped at 0)
-    lorentz    ``<q, k>_L``                   ``= -1/2 |q - k|^2_L - k`` exactly
+    spatial    ``q_s . kappa_s``              the question-and-answer thread's object
+    distance   ``-1/2 |q - kappa|^2_L``       never positive (clamped at 0)
+    lorentz    ``<q, kappa>_L``               ``= -1/2 |q - kappa|^2_L - k`` exactly
     ========== ============================== =====================================
 
     Parameters
@@ -365,7 +365,8 @@ def attention_map(
     For the softmax kinds, :math:`A_{ij} = \operatorname{softmax}_j(s_{ij} / \tau)` with ``s`` the
     :func:`scores` of ``kind`` and ``tau = temperature`` (default ``sqrt(d)``, ``d`` the spatial
     dimension).  Hypformer's full (quadratic) attention is ``"distance"`` at ``tau = k * scale / 2``,
-    its learned ``scale`` initialised to ``sqrt(d)``.  ``"focused"`` is Hypformer's linear map,
+    its learned ``scale`` initialised to ``sqrt(d)`` (``scale / 2`` in its simplified code, whose
+    ``cinner`` does not divide by ``k``; :mod:`hypviz.capture` measures which).  ``"focused"`` is Hypformer's linear map,
     :func:`focused_linear_map` with ``power`` and ``norm_scale`` (no temperature, no softmax).
     One matrix product into the output, then an in-place max-shifted softmax, so no second
     ``N x M`` array exists.  ``heads_axis`` names the heads axis of a layout such as
@@ -811,7 +812,8 @@ def compare(
     a, b : kinds (``"spatial"``, ``"distance"``, ``"lorentz"``, ``"focused"``).
     k : curvature parameter.
     temperature : softmax temperature ``tau``, default ``sqrt(d)``.  Hypformer's full attention is
-        ``"distance"`` at ``tau = k * scale / 2`` (its learned ``scale``, initialised to ``sqrt(d)``).
+        ``"distance"`` at ``tau = k * scale / 2`` (its learned ``scale``, initialised to ``sqrt(d)``;
+        ``scale / 2`` in its simplified code).
     power, norm_scale : the focused map's ``power_k`` and ``norm_scale`` (only used by ``"focused"``).
     device : ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``.  Blocks are
         moved there; the per-row results come back on the inputs' device; ``result.device`` says

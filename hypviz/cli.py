@@ -2,6 +2,7 @@
 
 ::
 
+    hypviz compare CAPTURE.pt [--out DIR]            (a file written by hypviz.capture: the whole model)
     hypviz compare QUERIES KEYS [--spatial] [--k K] [--heads-axis AXIS] [--kinds spatial,focused]
                    [--reference distance] [--temperature TAU] [--power P] [--norm-scale S]
                    [--device auto|cpu|cuda]
@@ -164,7 +165,14 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     c.add_argument("queries", metavar="QUERIES", help="file of queries: .pt, .pth, .npy or .npz")
-    c.add_argument("keys", metavar="KEYS", help="file of keys: .pt, .pth, .npy or .npz (may be the same file)")
+    c.add_argument(
+        "keys",
+        metavar="KEYS",
+        nargs="?",
+        default=None,
+        help="file of keys: .pt, .pth, .npy or .npz (may be the same file); omit it when QUERIES is a file written by "
+        "hypviz.capture (Capture.save): one report for the whole model",
+    )
     c.add_argument(
         "--spatial", action="store_true", help="the inputs are spatial parts (..., N, d), lifted with x_t = sqrt(|x_s|^2 + k)"
     )
@@ -641,6 +649,8 @@ def _resolve_device(device: str):
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.keys is None:
+        return cmd_model(args)
     if args.reference in args.kinds:
         args.kinds.remove(args.reference)
     if not args.kinds:
@@ -683,6 +693,36 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return _run(
         inputs, settings, out, args.force, extra_options={"heads_axis": args.heads_axis, "dtype": args.dtype, "model": args.model}
     )
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    """``hypviz compare CAPTURE.pt``: one report for every attention layer a :mod:`hypviz.capture` file holds."""
+    path = check_file(args.queries, "CAPTURE")
+    if path.suffix.lower() not in (".pt", ".pth"):
+        raise UsageError(
+            f"KEYS is missing: pass a KEYS file, or a capture file (.pt written by hypviz.capture's Capture.save) "
+            f"as the only argument; {path.name} is not one"
+        )
+    out = check_out(args.out, args.force, (path,))
+    _check_device(args.device)
+    from hypviz import capture, model_report
+
+    try:
+        records = capture.load(path)
+    except ValueError as exc:
+        text = _one_line(exc)
+        raise UsageError(f"KEYS is missing and {path} is not a readable capture file ({text}); pass a KEYS file") from None
+    device = _resolve_device(args.device)
+    results = model_report.analyse(records, temperature=args.temperature, device=str(device), progress=args.progress)
+    tmp = _temp_dir(out)
+    try:
+        files = model_report.write(results, tmp, {"path": str(path), "layers": len(records)})
+        publish(tmp, out, args.force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(model_report.summary(results, out, files))
+    return 0
 
 
 def demo_inputs() -> Inputs:

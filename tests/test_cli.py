@@ -114,7 +114,7 @@ ERRORS = {
     "nothing to compare": (["compare", "q.npy", "k.npy", "--kinds", "distance"], ["nothing to compare"]),
     "bad device": (["compare", "q.npy", "k.npy", "--device", "tpu"], ["--device", "tpu"]),
     "unknown option": (["compare", "q.npy", "k.npy", "--colour", "red"], ["unrecognized arguments", "--colour"]),
-    "missing KEYS": (["compare", "q.npy"], ["required", "KEYS"]),
+    "missing KEYS": (["compare", "q.npy"], ["KEYS is missing", "capture"]),
     "no command": ([], ["required"]),
     "parent folder missing": (["compare", "q.npy", "k.npy", "--out", "no/such/place"], ["parent folder", "does not exist"]),
 }
