@@ -611,7 +611,7 @@ def karate_club(
     graph), embedded by :func:`embed_tree` with that root at the origin.  Both distortions are
     reported: against the spanning tree's hop metric (``worst_distortion``,
     ``average_distortion``; what the construction controls) and against the original graph's
-    shortest paths (``graph_worst_distortion``, ``graph_average_distortion``; worse, because the 44
+    shortest paths (``graph_worst_distortion``, ``graph_average_distortion``; worse, because the 45
     ties left out of the tree are stretched to tree paths).  ``node_data["club"]`` holds each
     member's faction after the split ("Mr. Hi" or "Officer").
     """
