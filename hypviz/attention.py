@@ -227,15 +227,20 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
 # --------------------------------------------------------------------------- #
 # unchecked kernels: logits as ONE matrix product of augmented operands
 # --------------------------------------------------------------------------- #
-def _operands(q: torch.Tensor, kk: torch.Tensor, kind: str, kf: float, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _operands(
+    q: torch.Tensor, kk: torch.Tensor, kind: str, kf: float, scale: float, softmax: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Return ``(A, B)`` with ``A @ B^T = scale * scores(q, kk, kind)`` (before the distance clamp).
 
     ``A`` is ``(..., N, c)``, ``B`` is ``(..., M, c)``; the distance operands are
-    :func:`hypviz.lorentz.distance_operands` (one product with ``d + 3`` columns).
+    :func:`hypviz.lorentz.distance_operands` (one product with ``d + 3`` columns).  With ``softmax``
+    the logits only matter up to a constant per row: ``"lorentz"`` is then ``<q, kappa>_L + k =
+    -1/2 |q - kappa|^2_L`` (identity 1), computed by the stable distance operands, because the direct
+    ``-q_t kappa_t + q_s . kappa_s`` loses every digit of the differences between keys when ``k`` is large.
     """
     if kind == "spatial":
         return q[..., 1:] * scale, kk[..., 1:]
-    if kind == "lorentz":
+    if kind == "lorentz" and not softmax:
         return torch.cat([-q[..., :1], q[..., 1:]], dim=-1) * scale, kk
     return distance_operands(q, kk, kf, scale)
 
@@ -378,7 +383,7 @@ def attention_map(
         return focused_linear_map(q, kk, power=power, norm_scale=norm_scale, k=k)
     q, kk, _, kf, batch = _validate(queries, keys, k, heads_axis=heads_axis)
     tau = _temperature(temperature, q.shape[-1] - 1)
-    a, b = _operands(q, kk, kind, kf, 1.0 / tau)
+    a, b = _operands(q, kk, kind, kf, 1.0 / tau, softmax=True)
     logits = _finish_(a @ b.transpose(-1, -2), kind)  # (..., N, M): the only N x M allocation
     if logits.device.type != "cpu":
         return torch.softmax(logits, dim=-1)
@@ -764,7 +769,7 @@ class _Kind:
             gamma = (self.A.shape[-1] + 3) * torch.finfo(q.dtype).eps
             self.err = torch.full(self.A.shape[:-1], gamma, dtype=q.dtype)
         else:
-            self.A, self.B = _operands(q, kk, kind, kf, 1.0 / tau)
+            self.A, self.B = _operands(q, kk, kind, kf, 1.0 / tau, softmax=True)
             self.err = _logit_error(self.A, self.B)
 
     def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -772,6 +777,31 @@ class _Kind:
         if self.kind == "focused":
             return out.clamp_min_(torch.finfo(out.dtype).tiny).log_()
         return _finish_(out, self.kind)
+
+
+def _largest_logit(*kinds: _Kind) -> float:
+    """A bound on ``|log-weight|`` over all rows: ``sum_c |A_ic| max_j |B_jc|`` (the logit error bound over gamma)."""
+    out = 0.0
+    for kd in kinds:
+        a, b = kd.A.double(), kd.B.double()
+        out = max(out, float((a.abs() * b.abs().amax(dim=-2, keepdim=True)).sum(dim=-1).max()))
+    return out
+
+
+def _check_logit_range(kinds: tuple[str, ...], q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> None:
+    """Refuse a temperature whose logits overflow the points' dtype (the softmax would be NaN), naming the smallest usable one."""
+    soft = [kd for kd in kinds if kd != "focused"]
+    if not soft:
+        return
+    big1 = _largest_logit(*(_Kind(kd, q.double(), kk.double(), kf, 1.0, 2.0, 1.0) for kd in soft))  # at tau = 1
+    limit = torch.finfo(q.dtype).max / 16
+    big = big1 / tau
+    if not big < limit:
+        name = str(q.dtype).replace("torch.", "")
+        raise ValueError(
+            f"temperature {tau:g} makes the logits overflow {name} (largest |s / tau| about {big:.3g}, "
+            f"{name} holds {torch.finfo(q.dtype).max:.3g}); the smallest usable is about {16 * big1 / torch.finfo(q.dtype).max:.3g}"
+        )
 
 
 def compare(
@@ -874,6 +904,7 @@ def compare(
 
     qf, kfl = _flatten_batch(q, batch), _flatten_batch(kk, batch)
     heads = qf.shape[0]
+    _check_logit_range((a, b), qf, kfl, kf, tau)
     ka = _Kind(a, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
     kb = _Kind(b, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
 
@@ -914,6 +945,13 @@ def compare(
         if bar is not None:
             bar.close()
 
+    bad = [name for name, t in (("TV", out["tv"]), ("KL", out["kl"]), ("uniform baselines", out["ua"])) if not bool(torch.isfinite(t).all())]
+    if bad or not bool(torch.isfinite(out["ub"]).all()):
+        raise ValueError(
+            f"compare {a} vs {b}: the {', '.join(bad) or 'uniform baselines'} came out non-finite in {dtype}: the logits "
+            f"(largest |s / tau| about {_largest_logit(ka, kb):.3g}) are beyond what {dtype} resolves at k = {kf:g}, "
+            f"tau = {tau:g}; use float64, a larger temperature or a smaller k"
+        )
     home = q.device
     shape = (*batch, n)
 
@@ -923,9 +961,13 @@ def compare(
     bounds: dict[str, torch.Tensor | None] = {}
     if not focused:
         # the bound, per row, and the floating-point allowance on the logit gap
-        kt = kfl[..., 0]
-        spread = (kt.amax(dim=-1) - kt.amin(dim=-1)).unsqueeze(-1)
-        delta = abs(_BIAS[a] - _BIAS[b]) * qf[..., 0] * spread / tau
+        # in float64 from the spatial parts: kappa_t,max - kappa_t,min = (n_max - n_min) / (t_max + t_min),
+        # n = |kappa_s|^2, without the cancellation of two rounded time coordinates (large k, float32)
+        nk = kfl[..., 1:].double().square().sum(dim=-1)
+        n_max, n_min = nk.amax(dim=-1), nk.amin(dim=-1)
+        spread = ((n_max - n_min) / ((n_max + kf).sqrt() + (n_min + kf).sqrt())).unsqueeze(-1)
+        q_t = (qf[..., 1:].double().square().sum(dim=-1) + kf).sqrt()
+        delta = (abs(_BIAS[a] - _BIAS[b]) * q_t * spread / tau).to(dtype)
         eps = torch.finfo(dtype).eps
         allowance = torch.zeros_like(delta) if a == b else 2.0 * (ka.err + kb.err) + 4.0 * eps * delta
         d_eff = (delta + allowance).to(home).reshape(shape)

@@ -46,7 +46,7 @@ def maps():
 
 
 def test_heatmaps_share_one_scale_and_are_labelled(maps):
-    fig = pa.heatmaps_mpl(maps, [r"$\mathrm{softmax}(q_s \cdot k_s/\tau)$", "distance", "lorentz"], suptitle="maps")
+    fig = pa.heatmaps_mpl(maps, [r"$\mathrm{softmax}(q_s \cdot \kappa_s/\tau)$", "distance", "lorentz"], suptitle="maps")
     images = [ax.images[0] for ax in fig.axes if ax.images]
     assert len(images) == 3
     assert len({im.get_clim() for im in images}) == 1
@@ -98,14 +98,149 @@ def test_bound_sweep_overlays_the_bound():
     ax_tv, ax_kl = [a for a in fig.axes if a.lines]
     labels = [line.get_label() for line in ax_tv.lines]
     assert any("bound" in lab and "tanh" in lab for lab in labels)
-    assert any("bound" in lab for lab in [line.get_label() for line in ax_kl.lines])
     assert ax_tv.get_xscale() == "log" and ax_tv.get_yscale() == "log"
     assert "total variation" in ax_tv.get_ylabel() and "KL" in ax_kl.get_ylabel() and ax_tv.get_xlabel()
+    by_label = {line.get_label(): line for line in ax_kl.lines}
     max_tv = [line for line in ax_tv.lines if line.get_label().startswith("max")][0]
     assert np.allclose(max_tv.get_ydata(), [r.max_tv for r in results])
+    # KL: the exact supremum (Comparison.kl_bound) and Hoeffding's Delta^2/8, each drawn as what it is
+    exact = [line for lab, line in by_label.items() if lab.startswith("bound: max") and "exact" in lab]
+    hoeffding = [line for lab, line in by_label.items() if "Delta^2/8" in lab and "Hoeffding" in lab]
+    assert len(exact) == 1 and len(hoeffding) == 1
+    assert np.allclose(exact[0].get_ydata(), [float(r.kl_bound.max()) for r in results])
+    assert np.allclose(hoeffding[0].get_ydata(), [float(r.kl_bound_hoeffding.max()) for r in results])
+    assert np.all(exact[0].get_ydata() <= hoeffding[0].get_ydata())
+    assert "Delta^2/8" in ax_kl.get_title() and r"\sup" in ax_kl.get_title()
     assert_not_blank(fig)
     with pytest.raises(ValueError, match="sweep values"):
         pa.bound_sweep_mpl([1.0], results)
+    focused = att.compare(points(6, 8, 1.0, 2), points(7, 8, 1.0, 3), "focused", "distance")
+    with pytest.raises(ValueError, match="two softmax kinds"):
+        pa.bound_sweep_mpl([1.0], [focused])
+
+
+def test_comparison_sweep_draws_the_gap_next_to_its_baseline():
+    radii = [0.3, 1.0, 3.0]
+    series = {}
+    for tau in (2.0, 8.0):
+        res = [att.compare(points(16, 8, r, 4), points(20, 8, r, 5), temperature=tau) for r in radii]
+        series[rf"$\tau = {tau:g}$"] = ([r * r / tau for r in radii], res)
+    fig = pa.comparison_sweep_mpl(series)
+    ax_tv, ax_ratio, ax_rank = fig.axes
+    assert all(ax.get_xscale() == "log" for ax in fig.axes) and ax_tv.get_yscale() == "log"
+    assert all("tau" in ax.get_xlabel() for ax in fig.axes)
+    assert "total variation" in ax_tv.get_ylabel() and "TV" in ax_ratio.get_ylabel() and ax_rank.get_ylabel()
+    assert all(ax.get_title() for ax in fig.axes) and fig.get_suptitle()
+    (x, res) = series[r"$\tau = 8$"]
+    tv_lines = {line.get_label(): line for line in ax_tv.lines}
+    assert np.allclose(tv_lines[r"$\tau = 8$: gap"].get_ydata(), [c.mean_tv for c in res])
+    assert np.allclose(tv_lines[r"$\tau = 8$: baseline"].get_ydata(), [c.mean_tv_uniform_b for c in res])
+    assert np.allclose(tv_lines[r"$\tau = 8$: gap"].get_xdata(), x)
+    ratio = {line.get_label(): line for line in ax_ratio.lines}
+    assert np.allclose(ratio[r"$\tau = 8$"].get_ydata(), [c.gap_ratio for c in res])
+    threshold = [line for lab, line in ratio.items() if "close" in lab]
+    assert len(threshold) == 1 and np.allclose(threshold[0].get_ydata(), att.CLOSE_RATIO)
+    rank = {line.get_label(): line for line in ax_rank.lines}
+    assert np.allclose(rank[r"$\tau = 8$: top-1"].get_ydata(), [c.top1_agreement for c in res])
+    assert np.allclose(rank[r"$\tau = 8$: Spearman"].get_ydata(), [c.rank_correlation for c in res])
+    assert rank[r"$\tau = 8$: top-5"].get_linestyle() == "--"
+    # the two series have different colours; the legends name styles (outer panels) and series (middle)
+    assert ratio[r"$\tau = 2$"].get_color() != ratio[r"$\tau = 8$"].get_color()
+    assert {t.get_text() for t in ax_tv.get_legend().get_texts()} == {r"gap $\mathrm{TV}(P_a, P_b)$", r"baseline $\mathrm{TV}(P_b, U)$"}
+    assert [t.get_text() for t in ax_rank.get_legend().get_texts()] == ["top-1", "top-5", "Spearman"]
+    assert_not_blank(fig)
+    with pytest.raises(ValueError, match="nothing to draw"):
+        pa.comparison_sweep_mpl({})
+    with pytest.raises(ValueError, match="sweep values"):
+        pa.comparison_sweep_mpl({"a": ([1.0], res)})
+    with pytest.raises(ValueError, match="non-positive"):
+        pa.comparison_sweep_mpl({"a": ([0.0, 1.0, 2.0], res)})
+    lin = pa.comparison_sweep_mpl({"a": ([0.0, 1.0, 2.0], res)}, xscale="linear", close_ratio=0.5)
+    assert lin.axes[0].get_xscale() == "linear"
+    assert any(np.allclose(line.get_ydata(), 0.5) for line in lin.axes[1].lines if "close" in line.get_label())
+
+
+def _disk_setup(k=1.0):
+    keys = L.lift(torch.randn(30, 2, generator=torch.Generator().manual_seed(6), dtype=torch.float64) * 1.2, k)
+    q = L.lift(torch.tensor([1.1, 0.4], dtype=torch.float64), k)
+    return q, keys
+
+
+@pytest.mark.parametrize("k", [1.0, 2.0])
+def test_disk_level_sets_show_what_each_map_rewards(k):
+    q, keys = _disk_setup(k)
+    tau = 0.7
+    fig = pa.disk_level_sets_mpl(q, keys, k=k, temperature=tau, levels=7, suptitle="disk")
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert len(panels) == 2
+    (cbar,) = colourbars(fig)
+    assert "attention weight" in cbar.get_ylabel() and r"\kappa" in cbar.get_ylabel()
+    weights = [att.attention_map(q[None], keys, kind, k=k, temperature=tau)[0].numpy() for kind in ("spatial", "distance")]
+    disk = L.to_poincare(keys, k).numpy()
+    root_k = math.sqrt(k)
+    clims = set()
+    for ax, w, kind in zip(panels, weights, ("spatial", "distance")):
+        assert r"\kappa" in ax.get_title() and ax.get_title().count("$") >= 2
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_aspect() == 1.0
+        (dots,) = [c for c in ax.collections if hasattr(c, "get_offsets") and len(c.get_offsets()) == len(disk)]
+        assert np.allclose(dots.get_offsets(), disk) and np.allclose(dots.get_array(), w)
+        assert dots.get_cmap().name == "viridis"
+        clims.add(dots.get_clim())
+        # the boundary circle of radius sqrt(k)
+        assert any(np.allclose(np.hypot(line.get_xdata(), line.get_ydata()), root_k) for line in ax.lines)
+        # the level sets are what they claim: vertices of each contour lie on the level of the right field
+        (cs,) = [c for c in ax.collections if hasattr(c, "levels")]
+        assert len(cs.levels) == 7
+        ks = att.scores(q[None], keys, kind, k=k)[0].numpy() * (1.0 if kind == "spatial" else -2.0)
+        assert ks.min() < cs.levels.min() and cs.levels.max() < ks.max()
+        for level, path in zip(cs.levels, cs.get_paths()):
+            if len(path.vertices) == 0:
+                continue
+            pts = L.from_poincare(torch.as_tensor(path.vertices, dtype=torch.float64), k)
+            field = att.scores(q[None], pts, kind, k=k)[0] * (1.0 if kind == "spatial" else -2.0)
+            span = ks.max() - ks.min()
+            assert np.allclose(field.numpy(), level, atol=0.02 * span)
+    assert len(clims) == 1 and clims.pop() == pytest.approx((0.0, max(float(w.max()) for w in weights)))
+    assert_not_blank(fig)
+
+
+def test_disk_spatial_level_sets_are_curved_distance_level_sets_are_circles():
+    q, keys = _disk_setup()
+    fig = pa.disk_level_sets_mpl(q, keys, levels=([0.5, 1.5], [0.5, 2.0]))
+    spatial, distance = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    (cs_s,) = [c for c in spatial.collections if hasattr(c, "levels")]
+    (cs_d,) = [c for c in distance.collections if hasattr(c, "levels")]
+    assert list(cs_s.levels) == [0.5, 1.5] and list(cs_d.levels) == [0.5, 2.0]
+    v = cs_s.get_paths()[0].vertices  # a straight line of the spatial chart: curved in the disk
+    a, b = v[len(v) // 4] - v[0], v[len(v) // 2] - v[0]
+    assert abs(a[0] * b[1] - a[1] * b[0]) > 1e-3
+    for path in cs_d.get_paths():  # a hyperbolic circle is a Euclidean circle in the disk
+        w = path.vertices
+        centre = (w.max(axis=0) + w.min(axis=0)) / 2
+        radii = np.linalg.norm(w - centre, axis=1)
+        assert radii.std() < 0.01 * radii.mean()
+
+
+def test_disk_level_sets_into_given_axes_and_bad_input():
+    from matplotlib.figure import Figure
+
+    q, keys = _disk_setup()
+    fig = Figure()
+    axes = fig.subplots(1, 2)
+    out = pa.disk_level_sets_mpl(q[None], keys, axes=axes)
+    assert out is fig and len(colourbars(fig)) == 1
+    with pytest.raises(ValueError, match="shape \\(3,\\)"):
+        pa.disk_level_sets_mpl(points(2, 2, 1.0, 0), keys)
+    with pytest.raises(ValueError, match="shape \\(M, 3\\)"):
+        pa.disk_level_sets_mpl(q, points(5, 3, 1.0, 0))
+    with pytest.raises(ValueError, match="two Axes"):
+        pa.disk_level_sets_mpl(q, keys, axes=[axes[0]])
+    with pytest.raises(ValueError, match="hyperboloid|<x, x>_L|lie on"):
+        pa.disk_level_sets_mpl(q, keys * 1.5)
+    with pytest.raises(ValueError, match="edge"):
+        pa.disk_level_sets_mpl(q, keys, edge=1.0)
+    with pytest.raises(ValueError, match="levels"):
+        pa.disk_level_sets_mpl(q, keys, levels=0)
 
 
 def test_crossover():
@@ -137,6 +272,11 @@ def test_row_distribution():
     assert ax.get_xlabel() and ax.get_ylabel() == "number of query rows" and ax.get_title()
     assert len(ax.patches) == 2
     assert_not_blank(fig, min_colours=5)
+    from matplotlib.figure import Figure
+
+    host = Figure()
+    target = host.subplots()
+    assert pa.row_distribution_mpl({"a": rng.random(20)}, ax=target) is host and len(target.patches) == 1
 
 
 def test_bad_plot_inputs(maps):

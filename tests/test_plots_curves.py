@@ -82,6 +82,22 @@ def test_bound_scatter_without_colour():
     _non_blank(fig)
 
 
+def test_curves_compose_into_given_axes():
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    x = np.logspace(-3, 0, 5)
+    out = curves.error_curves(x, {"stable, float64": 1e-16 / x}, ax=left, title="left")
+    assert out is fig and left.get_title() == "left" and left.get_yscale() == "log" and len(left.lines) == 1
+    rng = np.random.default_rng(2)
+    bound = 10 ** rng.uniform(-4, -1, 50)
+    out = curves.bound_scatter(bound, bound * 0.5, color=bound, ax=right)
+    assert out is fig and right.get_xscale() == "log" and len(right.collections) == 1
+    assert len(fig.axes) == 3  # the two panels and the scatter's colourbar
+    _non_blank(fig)
+    with pytest.raises(TypeError, match="Axes"):
+        curves.error_curves(x, {"a": x}, ax="left")
+
+
 @pytest.mark.parametrize(
     "call, message",
     [
@@ -91,6 +107,7 @@ def test_bound_scatter_without_colour():
         (lambda: curves.error_curves([], {"a": []}), "empty"),
         (lambda: curves.bound_scatter([0.1, 0.2], [0.1]), "same number"),
         (lambda: curves.bound_scatter([0.1, 0.2], [0.1, 0.2], color=[1.0]), "one value per point"),
+        (lambda: curves.bound_scatter([0.0, -1.0], [0.1, 0.2]), "no pair"),
     ],
 )
 def test_bad_input(call, message):

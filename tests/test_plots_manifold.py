@@ -290,6 +290,50 @@ def test_top_attention_is_the_attention_row_and_its_largest_weights():
     assert M.top_attention(q, keys, k)["distance"].temperature == pytest.approx(math.sqrt(3))
 
 
+def test_top_attention_keeps_exact_ties_together_whatever_the_rounding():
+    from hypviz import attention as A
+
+    # keys at one distance from the query at the origin: their weights are equal in exact
+    # arithmetic and differ by rounding only; which of them is drawn must not depend on it
+    k = 1.0
+    ang = torch.arange(12, dtype=torch.float64) * (2 * math.pi / 12)
+    ring = torch.stack([torch.zeros(12, dtype=torch.float64), 1.3 * ang.cos(), 1.3 * ang.sin()], dim=-1)
+    near = torch.tensor([[0.0, 0.2, 0.1], [0.0, -0.4, 0.3]], dtype=torch.float64)
+    keys = L.expmap0(torch.cat([ring, near]), k)                     # keys 0..11 tied, 12 and 13 nearer
+    q = L.origin(2, k)[None]
+    for kind in ("distance", "lorentz", "spatial"):
+        row = A.attention_map(q, keys, kind, k=k)[0]
+        spread = float(row[:12].max() / row[:12].min() - 1)
+        assert spread < 1e-12                                          # tied to rounding
+    tops = M.top_attention(q, keys, k, query=0, kinds=("distance", "spatial"), top=4)
+    d = tops["distance"]
+    assert d.indices.tolist() == [12, 13] + list(range(12))          # the two near keys, then the whole tied ring
+    assert torch.equal(d.weights, d.row[d.indices])
+    # spatial: the query is the origin, q_s = 0, so every key is tied: all keys, by index
+    assert tops["spatial"].indices.tolist() == list(range(14))
+    # the reordering of tied keys is by index, for any permutation of the keys
+    perm = torch.randperm(14, generator=torch.Generator().manual_seed(1))
+    again = M.top_attention(q, keys[perm], k, kinds=("distance",), top=4)["distance"]
+    assert sorted(perm[again.indices].tolist()) == sorted(d.indices.tolist())
+    tied = again.indices[2:]
+    assert tied.tolist() == sorted(tied.tolist())
+    # without a tie at the cut: exactly top keys
+    assert len(M.top_attention(q, keys, k, kinds=("distance",), top=2)["distance"].indices) == 2
+    fig = M.attention_on_manifold_mpl(q, keys, k, top=4, grid=False)
+    assert len(edge_collection(fig.axes[1]).get_segments()) == 14   # distance panel: the tied ring is drawn
+    assert "tied" in fig.legends[0].get_title().get_text()
+    with pytest.raises(ValueError, match="tie_rtol"):
+        M.top_attention(q, keys, k, tie_rtol=1.5)
+
+
+def test_attention_titles_write_keys_kappa_and_cover_every_kind():
+    from hypviz import attention as A
+
+    assert set(M._ATTENTION_TEXT) == set(A.KINDS)
+    for text in M._ATTENTION_TEXT.values():
+        assert r"\kappa" in text and "k_" not in text and "(k" not in text
+
+
 def test_attention_on_manifold_draws_the_strongest_keys_along_geodesics():
     from hypviz import attention as A
 

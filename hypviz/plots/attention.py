@@ -1,26 +1,35 @@
-"""Attention pictures: heatmaps side by side, difference maps, bound curves, cost curves.
+"""Attention pictures: heatmaps side by side, difference maps, bound and sweep curves, the bias in the disk.
 
 Every function takes maps, per-row statistics or :class:`hypviz.attention.Comparison` results
 (computed by :mod:`hypviz.attention`, never here) and returns a ``matplotlib.figure.Figure``
 made without pyplot (shown once when returned from a notebook cell; save it with
-``fig.savefig``).  Figures are labelled (axes with units, colourbars saying what they
-measure, mathtext titles) and colour-blind safe: ``viridis`` for weights, ``RdBu_r`` centred
-on zero for differences, Okabe-Ito colours plus distinct line styles and markers for curves.
+``fig.savefig``).  The one picture that starts from points, :func:`disk_level_sets_mpl`, gets
+its projections from :mod:`hypviz.lorentz` and its scores and weights from
+:mod:`hypviz.attention`.  Figures are labelled (axes with units, colourbars saying what they
+measure, mathtext titles; keys are written ``kappa``, since ``k`` is the curvature parameter)
+and colour-blind safe: ``viridis`` for weights, ``RdBu_r`` centred on zero for differences,
+Okabe-Ito colours plus distinct line styles and markers for curves.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:  # matplotlib is imported lazily, inside the functions
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = [
     "heatmaps_mpl",
     "difference_map_mpl",
     "difference_maps_mpl",
     "bound_sweep_mpl",
+    "comparison_sweep_mpl",
+    "disk_level_sets_mpl",
     "cost_curves_mpl",
     "row_distribution_mpl",
     "crossover",
@@ -34,7 +43,7 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 _BOUND_COLOUR = "#000000"
 
 
-def _new_figure(figsize: tuple[float, float]):
+def _new_figure(figsize: tuple[float, float]) -> Figure:
     from matplotlib.figure import Figure
 
     return Figure(figsize=figsize, layout="constrained")
@@ -78,7 +87,7 @@ def heatmaps_mpl(
     xlabel: str = r"key $j$",
     ylabel: str = r"query $i$",
     panel_size: float = 3.2,
-):
+) -> Figure:
     """Attention maps side by side on one shared colour scale, with one labelled colourbar.
 
     ``maps`` are ``(N, M)`` arrays or tensors (e.g. from :func:`hypviz.attention.attention_map`);
@@ -117,8 +126,8 @@ def difference_map_mpl(
     cmap: str = "RdBu_r",
     xlabel: str = r"key $j$",
     ylabel: str = r"query $i$",
-    ax=None,
-):
+    ax: Axes | None = None,
+) -> Figure:
     """``map_b - map_a`` on a diverging colormap centred on zero (symmetric limits ``+-limit``).
 
     ``limit`` defaults to the largest absolute difference, so that two difference maps can share
@@ -161,7 +170,7 @@ def difference_maps_mpl(
     xlabel: str = r"key $j$",
     ylabel: str = r"query $i$",
     panel_size: float = 3.2,
-):
+) -> Figure:
     """Several differences ``map_b - map_a`` side by side on ONE zero-centred diverging scale.
 
     ``pairs`` holds ``(map_a, map_b)``; ``limit`` defaults to the largest absolute difference of
@@ -206,16 +215,26 @@ def bound_sweep_mpl(
     results: Sequence[Any],
     *,
     xlabel: str = r"norm scale $r$ of the spatial parts",
-    title: str = r"spatial vs distance softmax: measured error and the bound $\Delta$",
-):
-    """Mean and max row TV and KL of each :class:`~hypviz.attention.Comparison`, with the bound overlaid.
+    title: str = r"spatial vs distance softmax: measured gap and the bound $\Delta$",
+) -> Figure:
+    r"""Mean and max row TV and KL of each :class:`~hypviz.attention.Comparison`, with the bounds overlaid.
 
-    Left: ``TV`` (mean, max) and the bound ``tanh(Delta/4)`` (mean and max over rows); right:
-    ``KL(P_b || P_a)`` and ``Delta^2/8``.  Log-log axes; zero values are not drawn.
+    Left: ``TV`` (mean, max over rows) and the sharp bound ``tanh(Delta/4)`` (mean and max over
+    rows, ``Comparison.tv_bound``).  Right: ``KL(P_b || P_a)`` (mean, max), the exact supremum
+    ``log((e^Delta - 1)/Delta) - 1 + Delta/(e^Delta - 1)`` (``Comparison.kl_bound``, mean and max)
+    and Hoeffding's simpler ``Delta^2/8`` (``Comparison.kl_bound_hoeffding``, max).  Log-log
+    axes; zero values are not drawn.  Every result must compare two softmax kinds (the bound does
+    not apply to ``"focused"``, whose ``delta`` is ``None``).
     """
     xs = _as_1d(x, "x")
     if len(results) != xs.size:
         raise ValueError(f"bound_sweep_mpl: {xs.size} sweep values but {len(results)} results")
+    for i, r in enumerate(results):
+        if getattr(r, "delta", None) is None:
+            raise ValueError(
+                f"bound_sweep_mpl: results[{i}] compares {getattr(r, 'a', '?')!r} with {getattr(r, 'b', '?')!r}; "
+                "the softmax bound needs two softmax kinds (it is None for 'focused')"
+            )
 
     def stat(field: str, how: str) -> np.ndarray:
         vals = []
@@ -228,7 +247,7 @@ def bound_sweep_mpl(
     ax_tv, ax_kl = fig.subplots(1, 2)
     panels = (
         (ax_tv, "tv", "tv_bound", r"$\mathrm{TV}(P_a, P_b)$", r"$\tanh(\Delta/4)$", "total variation (probability)"),
-        (ax_kl, "kl", "kl_bound", r"$\mathrm{KL}(P_b \,\|\, P_a)$", r"$\Delta^2/8$", "KL divergence (nats)"),
+        (ax_kl, "kl", "kl_bound", r"$\mathrm{KL}(P_b \,\|\, P_a)$", r"$\sup \mathrm{KL}(\Delta)$ (exact)", "KL divergence (nats)"),
     )
     for ax, field, bound, name, bname, ylabel in panels:
         ax.plot(xs, _positive(stat(field, "max")), color=_COLOURS[1], marker=_MARKERS[1], ls="-", label=f"max {name}")
@@ -240,10 +259,236 @@ def bound_sweep_mpl(
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
+    ax_kl.plot(xs, _positive(stat("kl_bound_hoeffding", "max")), color="0.45", ls="-.",
+               label=r"simple bound: max $\Delta^2/8$ (Hoeffding)")
+    for ax in (ax_tv, ax_kl):
         ax.legend(fontsize=8)
     ax_tv.set_title(r"$\mathrm{TV} \leq \tanh(\Delta/4)$ per row")
-    ax_kl.set_title(r"$\mathrm{KL} \leq \Delta^2/8$ per row")
+    ax_kl.set_title(r"$\mathrm{KL} \leq \sup \mathrm{KL}(\Delta) \leq \Delta^2/8$ per row")
     fig.suptitle(title)
+    return fig
+
+
+# --------------------------------------------------------------------------- #
+# sweeps read against the uniform baseline
+# --------------------------------------------------------------------------- #
+_MEASURE_STYLES = ("-", "--", ":")
+
+
+def comparison_sweep_mpl(
+    series: Mapping[str, tuple[ArrayLike, Sequence[Any]]],
+    *,
+    xlabel: str = r"$r^2/\tau$ (dimensionless)",
+    title: str = r"spatial vs distance softmax, read against the uniform row $U$",
+    xscale: str = "log",
+    close_ratio: float | None = None,
+) -> Figure:
+    r"""Scale-free measures of sweeps of :class:`~hypviz.attention.Comparison` results, one colour per series.
+
+    ``series`` maps a label (e.g. ``r"$\tau = 8$"``) to ``(x, results)``: one sweep value and one
+    comparison per point.  Three panels, each curve drawn against ``x``:
+
+    * the gap ``mean TV(P_a, P_b)`` (solid) and the reference's baseline ``mean TV(P_b, U)``
+      (dashed), log-log: the two must be read together;
+    * their ratio ``Comparison.gap_ratio`` (linear axis), with the ``"close"`` threshold
+      ``close_ratio`` (default :data:`hypviz.attention.CLOSE_RATIO`) dotted;
+    * the rank measures ``top1_agreement`` (solid), ``topk_agreement`` (dashed) and
+      ``rank_correlation`` (Spearman, dotted; left out when not computed), on ``[0, 1]``.
+
+    Curves of different series that coincide show a collapse onto ``x``.  With ``xscale="log"``
+    every ``x`` must be positive.
+    """
+    from matplotlib.lines import Line2D
+
+    from hypviz import attention as att
+
+    if not series:
+        raise ValueError("comparison_sweep_mpl: nothing to draw (series is empty)")
+    if xscale not in ("log", "linear"):
+        raise ValueError(f"comparison_sweep_mpl: xscale must be 'log' or 'linear', got {xscale!r}")
+    ratio_line = att.CLOSE_RATIO if close_ratio is None else float(close_ratio)
+    fig = _new_figure((13.5, 4.2))
+    ax_tv, ax_ratio, ax_rank = fig.subplots(1, 3)
+    rank_names: list[str] = []
+    for i, (label, (x, results)) in enumerate(series.items()):
+        xs = _as_1d(x, f"series[{label!r}] x")
+        if len(results) != xs.size:
+            raise ValueError(f"comparison_sweep_mpl: series {label!r} has {xs.size} sweep values but {len(results)} results")
+        if xscale == "log" and not np.all(xs > 0):
+            raise ValueError(f"comparison_sweep_mpl: series {label!r} has non-positive x values on a log axis")
+        colour, marker = _COLOURS[i % 7], _MARKERS[i % 7]
+        gap = np.array([r.mean_tv for r in results])
+        base = np.array([r.mean_tv_uniform_b for r in results])
+        ratio = np.array([np.nan if r.gap_ratio is None else r.gap_ratio for r in results])
+        ax_tv.plot(xs, _positive(gap), color=colour, marker=marker, ls="-", label=f"{label}: gap")
+        ax_tv.plot(xs, _positive(base), color=colour, marker=marker, ls="--", mfc="none", label=f"{label}: baseline")
+        ax_ratio.plot(xs, ratio, color=colour, marker=marker, ls="-", label=label)
+        ranks = [("top-1", [r.top1_agreement for r in results]),
+                 (f"top-{results[0].topk}", [r.topk_agreement for r in results])]
+        if all(r.rank_correlation is not None for r in results):
+            ranks.append(("Spearman", [r.rank_correlation for r in results]))
+        for style, (name, vals) in zip(_MEASURE_STYLES, ranks):
+            ax_rank.plot(xs, np.asarray(vals, dtype=float), color=colour, marker=marker, ls=style, ms=4,
+                         label=f"{label}: {name}")
+            if name not in rank_names:
+                rank_names.append(name)
+    ax_ratio.axhline(ratio_line, color=_BOUND_COLOUR, ls=":", lw=1.2, label=f"'close' threshold {ratio_line:g}")
+    # colours (series) are named in the middle panel; the outer panels name the line styles
+    ax_tv.legend(handles=[Line2D([], [], color=_BOUND_COLOUR, ls="-", label=r"gap $\mathrm{TV}(P_a, P_b)$"),
+                          Line2D([], [], color=_BOUND_COLOUR, ls="--", label=r"baseline $\mathrm{TV}(P_b, U)$")],
+                 fontsize=8, loc="upper left")
+    ax_rank.legend(handles=[Line2D([], [], color=_BOUND_COLOUR, ls=style, label=name)
+                            for style, name in zip(_MEASURE_STYLES, rank_names)], fontsize=8, loc="best")
+    ax_ratio.legend(fontsize=8, loc="best")
+    ax_tv.set_yscale("log")
+    ax_tv.set_ylabel("mean row total variation (probability)")
+    ax_tv.set_title(r"gap $\mathrm{TV}(P_a, P_b)$ and baseline $\mathrm{TV}(P_b, U)$")
+    ax_ratio.set_ylabel(r"$\mathrm{TV}(P_a, P_b) \,/\, \mathrm{TV}(P_b, U)$ (ratio of means)")
+    ax_ratio.set_ylim(bottom=0.0)
+    ax_ratio.set_title("gap relative to the baseline")
+    ax_rank.set_ylabel("agreement (fraction of rows) or rank correlation")
+    ax_rank.set_ylim(-0.02, 1.02)
+    ax_rank.set_title("do the maps rank the keys alike?")
+    for ax in (ax_tv, ax_ratio, ax_rank):
+        ax.set_xscale(xscale)
+        ax.set_xlabel(xlabel)
+        ax.grid(True, which="major", alpha=0.3)
+    fig.suptitle(title)
+    return fig
+
+
+# --------------------------------------------------------------------------- #
+# the bias made visible: level sets in the Poincare disk
+# --------------------------------------------------------------------------- #
+def _level_values(values: np.ndarray, levels: int | Sequence[float]) -> np.ndarray:
+    if isinstance(levels, (int, np.integer)) and not isinstance(levels, bool):
+        if levels < 1:
+            raise ValueError(f"disk_level_sets_mpl: levels must be a positive integer or a sequence, got {levels!r}")
+        lo, hi = float(values.min()), float(values.max())
+        if not hi > lo:
+            hi = lo + 1.0
+        return np.linspace(lo, hi, int(levels) + 2)[1:-1]
+    return np.sort(_as_1d(levels, "levels"))
+
+
+def disk_level_sets_mpl(
+    query: ArrayLike,
+    keys: ArrayLike,
+    *,
+    k: float = 1.0,
+    temperature: float = 1.0,
+    levels: int | tuple[Sequence[float], Sequence[float]] = 9,
+    grid: tuple[int, int] = (120, 181),
+    edge: float = 0.985,
+    axes: Sequence[Axes] | None = None,
+    cmap: str = "viridis",
+    suptitle: str | None = None,
+) -> Figure:
+    r"""The key-norm bias made visible: level sets of the two scores in the Poincare disk, keys coloured by weight.
+
+    For one query ``q`` and keys ``kappa_j`` in the hyperbolic plane (``d = 2``, points ``(3,)`` /
+    ``(M, 3)`` on ``<x, x>_L = -k``), two panels in the Poincare disk of radius ``sqrt(k)``
+    (a point maps as ``p = sqrt(k) x_s / (x_t + sqrt(k))``, :func:`hypviz.lorentz.to_poincare`):
+
+    * left, the level sets of the spatial score ``q_s . kappa_s`` -- straight lines in the spatial
+      chart, curved in the disk -- and each key coloured by its weight
+      ``softmax_j(q_s . kappa_{s,j} / tau)``;
+    * right, the level sets of ``|q - kappa|^2_L`` -- hyperbolic circles around ``q`` -- and each key
+      coloured by ``softmax_j(-1/2 |q - kappa_j|^2_L / tau)``.
+
+    Both panels share one colour scale (0 to the largest weight of either).  The fields are
+    evaluated on a polar grid of the disk (``grid = (radii, angles)``; radii evenly spaced in
+    geodesic distance from the origin, out to ``edge sqrt(k)``), lifted by
+    :func:`hypviz.lorentz.from_poincare`; scores and weights come from
+    :func:`hypviz.attention.scores` and :func:`hypviz.attention.attention_map`.  ``levels`` is a
+    number of evenly spaced values strictly inside the keys' range of each score, or a pair of
+    sequences ``(spatial levels, |q - kappa|^2_L levels)``.  With ``axes`` (two Axes of one
+    figure) the panels are drawn there.
+    """
+    from matplotlib.colors import Normalize
+
+    from hypviz import attention as att
+    from hypviz import lorentz as L
+
+    kf = L.check_k(k)
+    q = L.as_tensor(query, "query")
+    kk = L.as_tensor(keys, "keys")
+    if q.dim() == 2 and q.shape[0] == 1:
+        q = q[0]
+    if q.shape != (3,):
+        raise ValueError(f"disk_level_sets_mpl: query must be one point of the hyperbolic plane, shape (3,); got {tuple(q.shape)}")
+    if kk.dim() != 2 or kk.shape[-1] != 3 or kk.shape[0] < 1:
+        raise ValueError(f"disk_level_sets_mpl: keys must be points of the hyperbolic plane, shape (M, 3); got {tuple(kk.shape)}")
+    if kk.dtype != q.dtype:
+        kk = kk.to(q.dtype)
+    L.check_points(q, kf, name="query")
+    L.check_points(kk, kf, name="keys")
+    if not (isinstance(grid, (tuple, list)) and len(grid) == 2 and all(int(g) >= 4 for g in grid)):
+        raise ValueError(f"disk_level_sets_mpl: grid must be (radii, angles), each >= 4; got {grid!r}")
+    if not 0.0 < float(edge) < 1.0:
+        raise ValueError(f"disk_level_sets_mpl: edge must lie in (0, 1), got {edge!r}")
+    root_k = math.sqrt(kf)
+
+    # a polar grid of the disk, evenly spaced in geodesic distance rho from the origin (in units of
+    # sqrt(k): disk radius sqrt(k) tanh(rho / 2)), so it stays fine where the fields steepen near the boundary
+    rho = torch.linspace(0.0, 2.0 * math.atanh(float(edge)), int(grid[0]), dtype=q.dtype)
+    rad = root_k * torch.tanh(rho / 2.0)
+    ang = torch.linspace(0.0, 2.0 * math.pi, int(grid[1]), dtype=q.dtype)
+    px, py = rad[:, None] * torch.cos(ang)[None, :], rad[:, None] * torch.sin(ang)[None, :]
+    points = L.from_poincare(torch.stack([px, py], dim=-1).reshape(-1, 2), kf)
+    qq = q[None, :]
+    fields = (
+        att.scores(qq, points, "spatial", k=kf)[0],  # q_s . x_s
+        -2.0 * att.scores(qq, points, "distance", k=kf)[0],  # |q - x|^2_L
+    )
+    key_scores = (att.scores(qq, kk, "spatial", k=kf)[0], -2.0 * att.scores(qq, kk, "distance", k=kf)[0])
+    weights = [att.attention_map(qq, kk, kind, k=kf, temperature=temperature)[0] for kind in ("spatial", "distance")]
+    w_np = [w.detach().cpu().double().numpy() for w in weights]
+    disk_q = L.to_poincare(q, kf).detach().cpu().double().numpy()
+    disk_k = L.to_poincare(kk, kf).detach().cpu().double().numpy()
+    gx, gy = px.detach().cpu().double().numpy(), py.detach().cpu().double().numpy()
+    if isinstance(levels, (int, np.integer)) and not isinstance(levels, bool):
+        level_sets = [_level_values(s.detach().cpu().double().numpy(), levels) for s in key_scores]
+    else:
+        if len(levels) != 2:
+            raise ValueError("disk_level_sets_mpl: levels must be an int or a pair (spatial levels, |q - kappa|^2_L levels)")
+        level_sets = [np.sort(_as_1d(lv, "levels")) for lv in levels]
+
+    if axes is None:
+        fig = _new_figure((10.4, 4.9))
+        panels = list(fig.subplots(1, 2))
+    else:
+        panels = list(axes)
+        if len(panels) != 2:
+            raise ValueError(f"disk_level_sets_mpl: axes must be two Axes, got {len(panels)}")
+        fig = panels[0].figure
+    norm = Normalize(vmin=0.0, vmax=max(float(w.max()) for w in w_np))
+    titles = (
+        r"spatial: level sets of $q_s \cdot \kappa_s$" "\n" r"weights $\mathrm{softmax}_j(q_s \cdot \kappa_{s,j} / \tau)$",
+        r"distance: level sets of $\|q - \kappa\|_L^2$" "\n" r"weights $\mathrm{softmax}_j(-\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau)$",
+    )
+    circle = np.linspace(0.0, 2.0 * math.pi, 361)
+    dots = None
+    for ax, field, lv, w, title in zip(panels, fields, level_sets, w_np, titles):
+        values = field.detach().cpu().double().numpy().reshape(gx.shape)
+        ax.contour(gx, gy, values, levels=lv, colors="0.45", linewidths=0.8, linestyles="-")
+        ax.plot(root_k * np.cos(circle), root_k * np.sin(circle), color="0.2", lw=1.0)
+        dots = ax.scatter(disk_k[:, 0], disk_k[:, 1], c=w, cmap=cmap, norm=norm, s=34,
+                          edgecolors="0.15", linewidths=0.5, zorder=3, label=r"keys $\kappa_j$")
+        ax.plot(*disk_q, marker="*", ms=15, color="#D55E00", mec="black", mew=0.8, ls="none", zorder=4, label=r"query $q$")
+        ax.plot(0.0, 0.0, marker="+", ms=9, color="black", ls="none", zorder=4, label="origin")
+        ax.set_aspect("equal")
+        lim = 1.04 * root_k
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-lim, lim)
+        ax.set_xlabel(r"$p_1$ (Poincaré disk of radius $\sqrt{k}$, spatial units)")
+        ax.set_ylabel(r"$p_2$ (Poincaré disk, spatial units)")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, loc="lower left")
+    cbar = fig.colorbar(dots, ax=panels, shrink=0.85)
+    cbar.set_label(rf"attention weight of key $\kappa_j$ (query $q$, $\tau = {float(temperature):.3g}$)")
+    if suptitle:
+        fig.suptitle(suptitle)
     return fig
 
 
@@ -282,7 +527,7 @@ def cost_curves_mpl(
     xlabel: str = r"sequence length $N$",
     title: str = r"cost of $Q(K^\top V)$ against $(QK^\top)V$",
     mark_crossover: bool = True,
-):
+) -> Figure:
     """Time (s) and peak memory (bytes, drawn in MiB) against ``N``, log-log, crossovers marked.
 
     ``times`` and ``memory`` map a label to one value per ``N``; a missing value is ``nan``
@@ -328,8 +573,12 @@ def row_distribution_mpl(
     title: str = "per-row distance between two attention maps",
     bins: int = 30,
     log: bool = False,
-):
-    """Histograms (outlined, one colour and line style per entry) of per-row statistics, e.g. row TVs."""
+    ax: Axes | None = None,
+) -> Figure:
+    """Histograms (outlined, one colour and line style per entry) of per-row statistics, e.g. row TVs.
+
+    With ``ax`` the histograms are drawn there (its figure is returned); otherwise a new figure is made.
+    """
     arrays = {label: _as_1d(v, label) for label, v in values.items()}
     if not arrays:
         raise ValueError("row_distribution_mpl: nothing to draw")
@@ -340,8 +589,11 @@ def row_distribution_mpl(
         edges = np.geomspace(lo, max(hi, lo * 10), bins + 1)
     else:
         edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
-    fig = _new_figure((5.5, 3.6))
-    ax = fig.subplots()
+    if ax is None:
+        fig = _new_figure((5.5, 3.6))
+        ax = fig.subplots()
+    else:
+        fig = ax.figure
     styles = ("-", "--", "-.", ":")
     for i, (label, v) in enumerate(arrays.items()):
         ax.hist(v, bins=edges, histtype="step", lw=1.8, color=_COLOURS[i % 7], ls=styles[i % 4], label=label)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
@@ -29,6 +30,15 @@ def _array(x: Any, name: str) -> np.ndarray:
     return arr
 
 
+def _figure_and_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    if ax is None:
+        fig = Figure(figsize=figsize, layout="constrained")
+        return fig, fig.add_subplot()
+    if not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
+    return ax.figure, ax
+
+
 def error_curves(
     x: Any,
     curves: Mapping[str, Any],
@@ -40,6 +50,7 @@ def error_curves(
     floor: float = 1e-18,
     invert_x: bool = False,
     figsize: tuple[float, float] = (6.4, 4.6),
+    ax: Axes | None = None,
 ) -> Figure:
     """Log-log error curves: one line per entry of ``curves``, against ``x``.
 
@@ -52,18 +63,18 @@ def error_curves(
     floor : values below it (exact zeros included) are drawn at ``floor``
     invert_x : draw ``x`` decreasing to the right (e.g. "points getting closer")
     xlabel, ylabel, title : axis labels with units and a (LaTeX) title
+    ax : draw into this Axes (of a figure made elsewhere) instead of a new figure
 
     Returns
     -------
-    matplotlib.figure.Figure with one log-log axes.
+    matplotlib.figure.Figure with one log-log axes (``ax.figure`` when ``ax`` is given).
     """
     xs = _array(x, "x")
     if xs.ndim != 1 or not np.all(xs > 0):
         raise ValueError(f"x: expected a 1-D array of positive values, got shape {xs.shape}")
     if not curves:
         raise ValueError("curves: expected at least one labelled curve")
-    fig = Figure(figsize=figsize, layout="constrained")
-    ax = fig.add_subplot()
+    fig, ax = _figure_and_axes(ax, figsize)
     for i, (label, values) in enumerate(curves.items()):
         ys = _array(values, f"curves[{label!r}]")
         if ys.shape[0] != xs.shape[0] or ys.ndim not in (1, 2):
@@ -105,12 +116,14 @@ def bound_scatter(
     ylabel: str = r"measured $\mathrm{TV}(P, S)$ (probability)",
     title: str = r"Measured total variation against the bound $\tanh(\Delta/4)$",
     figsize: tuple[float, float] = (6.4, 5.0),
+    ax: Axes | None = None,
 ) -> Figure:
     """Scatter of measured values against their bound, with the line ``y = x`` (log-log).
 
     Points on or below the line respect the bound.  ``color`` (same length) colours the points
     with ``viridis`` and a colourbar labelled ``color_label``.  Non-positive values are left out
-    of the log axes (their count is written in the legend).
+    of the log axes (their count is written in the legend).  With ``ax`` the scatter is drawn
+    into that Axes (its figure gets the colourbar).
 
     Returns
     -------
@@ -121,8 +134,9 @@ def bound_scatter(
     if b.shape != m.shape:
         raise ValueError(f"bound and measured must have the same number of values, got {b.size} and {m.size}")
     keep = (b > 0) & (m > 0) & np.isfinite(b) & np.isfinite(m)
-    fig = Figure(figsize=figsize, layout="constrained")
-    ax = fig.add_subplot()
+    if not keep.any():
+        raise ValueError("bound_scatter: no pair with both values positive and finite to draw on log axes")
+    fig, ax = _figure_and_axes(ax, figsize)
     label = f"{int(keep.sum())} rows"
     if int((~keep).sum()):
         label += f" ({int((~keep).sum())} with a zero left out)"

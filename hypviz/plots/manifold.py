@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from hypviz import lorentz as L
+from hypviz.attention import KINDS as _ATTENTION_KINDS
 
 __all__ = [
     "DisplayProjection",
@@ -565,13 +566,15 @@ def three_models_figure_mpl(
 # --------------------------------------------------------------------------- #
 # attention drawn on the manifold
 # --------------------------------------------------------------------------- #
-_ATTENTION_KINDS = ("spatial", "distance", "lorentz", "focused")
+# keys are written kappa (k is the curvature parameter); one title per kind of hypviz.attention.KINDS
 _ATTENTION_TEXT = {
-    "spatial": r"spatial: $\mathrm{softmax}_j(q_s\cdot k_{s,j}/\tau)$",
-    "distance": r"distance: $\mathrm{softmax}_j(-\frac{1}{2}\|q-k_j\|_L^2/\tau)$",
-    "lorentz": r"Lorentz: $\mathrm{softmax}_j(\langle q,k_j\rangle_L/\tau)$",
-    "focused": r"focused (Hypformer): $\varphi(q)\cdot\varphi(k_j)/\sum_l\varphi(q)\cdot\varphi(k_l)$",
+    "spatial": r"spatial: $\mathrm{softmax}_j(q_s\cdot \kappa_{s,j}/\tau)$",
+    "distance": r"distance: $\mathrm{softmax}_j(-\frac{1}{2}\|q-\kappa_j\|_L^2/\tau)$",
+    "lorentz": r"Lorentz: $\mathrm{softmax}_j(\langle q,\kappa_j\rangle_L/\tau)$",
+    "focused": r"focused (Hypformer, linear): $\varphi(q)\cdot\varphi(\kappa_j)/\sum_l\varphi(q)\cdot\varphi(\kappa_l)$",
 }
+# top_attention: weights within this relative distance of each other count as tied (rounding, not order)
+_TIE_RTOL = 1e-9
 _QUERY_COLOUR = "#D55E00"  # vermillion star for the query
 
 
@@ -579,9 +582,11 @@ class TopKeys(NamedTuple):
     """One query's attention row and its strongest keys, for one attention kind.
 
     ``kind``: the attention kind; ``row``: ``(M,)`` the query's attention weights over all keys
-    (they sum to 1); ``indices``: ``(top,)`` the keys with the largest weights, strongest first
-    (ties broken by the lower index); ``weights``: ``row[indices]``; ``temperature``: the ``tau``
-    used (``None`` for ``"focused"``, which has none).
+    (they sum to 1); ``indices``: ``(n,)`` the ``top`` keys with the largest weights *and every key
+    tied with the weakest of them* (``n >= top``; tied: weights equal to a relative ``tie_rtol``,
+    the level of rounding, as for exactly symmetric keys of a tree embedding), strongest first,
+    keys tied with each other listed by index; ``weights``: ``row[indices]``; ``temperature``:
+    the ``tau`` used (``None`` for ``"focused"``, which has none).
     """
 
     kind: str
@@ -617,8 +622,9 @@ def top_attention(
     kinds: Sequence[str] = ("spatial", "distance"),
     top: int = 8,
     temperature: float | None = None,
+    tie_rtol: float = _TIE_RTOL,
 ) -> dict[str, TopKeys]:
-    """The attention row of one query and its ``top`` strongest keys, for each attention kind.
+    """The attention row of one query and its ``top`` strongest keys (ties included), for each attention kind.
 
     The weights come from :mod:`hypviz.attention`: ``attention_map(queries[query], keys, kind,
     k=k, temperature=temperature)`` for ``"spatial"``, ``"distance"``, ``"lorentz"`` (a row softmax,
@@ -636,7 +642,12 @@ def top_attention(
     kinds : sequence of str
         Attention kinds, each one of ``"spatial"``, ``"distance"``, ``"lorentz"``, ``"focused"``.
     top : int
-        Number of strongest keys kept per kind (at most ``M``).
+        Number of strongest keys kept per kind (at most ``M``), extended by every key whose weight
+        is tied with the ``top``-th largest: which of exactly tied keys rounding puts first must
+        not decide what is shown.
+    tie_rtol : float
+        Two positive weights ``w >= w'`` are tied when ``w' >= (1 - tie_rtol) w`` (default ``1e-9``,
+        far above the rounding of a float64 softmax, far below any real difference of weights).
 
     Returns
     -------
@@ -655,6 +666,12 @@ def top_attention(
     i = _check_index(query, "query", q.shape[0], "query")
     if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or int(top) < 1:
         raise ValueError(f"top: expected a positive integer number of keys, got {top!r}")
+    try:
+        rtol = float(tie_rtol)
+    except (TypeError, ValueError):
+        rtol = float("nan")
+    if isinstance(tie_rtol, bool) or not 0.0 <= rtol < 1.0:
+        raise ValueError(f"tie_rtol: expected a relative tolerance in [0, 1), got {tie_rtol!r}")
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
     if not kinds:
         raise ValueError(f"kinds: expected at least one of {_ATTENTION_KINDS}")
@@ -668,10 +685,32 @@ def top_attention(
         else:
             row = A.attention_map(q[i : i + 1], kk, kind, k=kf, temperature=temperature)[0]
             tau = math.sqrt(q.shape[-1] - 1) if temperature is None else float(temperature)
-        # strongest first; a stable sort breaks ties by the lower key index (deterministic)
-        order = torch.sort(row.detach().cpu().to(torch.float64), descending=True, stable=True).indices[:m]
+        order = _strongest(row.detach().cpu().to(torch.float64), m, rtol)
         out[kind] = TopKeys(kind, row, order, row[order.to(row.device)], tau)
     return out
+
+
+def _strongest(w: torch.Tensor, m: int, rtol: float) -> torch.Tensor:
+    """Indices of the ``m`` largest of ``w`` plus all keys tied with the ``m``-th; tied keys by index.
+
+    Ties are decided by the weights' values, never by the order rounding happened to give them:
+    a run of weights each within ``rtol`` (relative) of the run's largest is one tie group.
+    """
+    order = torch.sort(w, descending=True, stable=True).indices
+    vals = w[order].tolist()
+    cut = vals[m - 1]
+    if cut > 0.0:
+        while m < len(vals) and vals[m] >= (1.0 - rtol) * cut:
+            m += 1
+    idx = order[:m].tolist()
+    groups: list[list[int]] = []
+    lead = None
+    for pos, j in enumerate(idx):
+        if lead is None or not (vals[pos] > 0.0 and vals[pos] >= (1.0 - rtol) * lead):
+            groups.append([])
+            lead = vals[pos]
+        groups[-1].append(j)
+    return torch.tensor([j for g in groups for j in sorted(g)], dtype=torch.long)
 
 
 def _edge_width(rel: np.ndarray, max_linewidth: float) -> np.ndarray:
@@ -709,8 +748,9 @@ def attention_on_manifold_mpl(
 
     * every key as a dot coloured by its weight ``A_ij`` in the query's row (one colour scale,
       ``0 .. max`` over all panels, one colourbar);
-    * the query as a star; the ``top`` strongest keys are drawn larger, in proportion to their weight;
-    * the exact geodesic (:func:`hypviz.lorentz.geodesic`) from the query to each of its ``top``
+    * the query as a star; the ``top`` strongest keys (with every key tied with the weakest of
+      them, see :func:`top_attention`) are drawn larger, in proportion to their weight;
+    * the exact geodesic (:func:`hypviz.lorentz.geodesic`) from the query to each of those
       strongest keys, with line width proportional to the weight (``max_linewidth`` for the
       largest weight of any panel, at least 0.8 pt) and opacity growing with it (0.45 to 1),
       coloured on the same scale; a strong key at the query's own position (self-attention, a
@@ -817,8 +857,9 @@ def attention_on_manifold_mpl(
         Line2D([], [], ls="", marker="*", ms=12, color=_QUERY_COLOUR, markeredgecolor="k", label=f"query {query}"),
         Line2D([], [], ls="", marker="o", ms=5, color=colormap(0.5), markeredgecolor="k", label=f"keys ({n_keys})"),
     ]
+    tie_note = " (and keys tied with the weakest)" if any(len(t.indices) > min(int(top), n_keys) for t in tops.values()) else ""
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False,
-               title=f"edges: geodesics to the {min(int(top), n_keys)} strongest keys, width and opacity ∝ weight",
+               title=f"edges: geodesics to the {min(int(top), n_keys)} strongest keys{tie_note}, width and opacity ∝ weight",
                title_fontsize=8)
     taus = {t.temperature for t in tops.values() if t.temperature is not None}
     tau_text = "" if len(taus) != 1 else rf", $\tau={next(iter(taus)):.3g}$"
