@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import sys
 import time
@@ -374,7 +375,8 @@ def attention_map(
     ``cinner`` does not divide by ``k``; :mod:`hypviz.capture` measures which).  ``"focused"`` is Hypformer's linear map,
     :func:`focused_linear_map` with ``power`` and ``norm_scale`` (no temperature, no softmax).
     One matrix product into the output, then an in-place max-shifted softmax, so no second
-    ``N x M`` array exists.  ``heads_axis`` names the heads axis of a layout such as
+    ``N x M`` array exists (when a gradient is needed, torch's differentiable softmax instead,
+    which ``torch.autograd.gradcheck`` checks in the tests).  ``heads_axis`` names the heads axis of a layout such as
     ``(N, H, d + 1)`` (Hypformer's); the result is then heads-first, ``(H, N, M)``.
     """
     _check_kind(kind)
@@ -385,7 +387,7 @@ def attention_map(
     tau = _temperature(temperature, q.shape[-1] - 1)
     a, b = _operands(q, kk, kind, kf, 1.0 / tau, softmax=True)
     logits = _finish_(a @ b.transpose(-1, -2), kind)  # (..., N, M): the only N x M allocation
-    if logits.device.type != "cpu":
+    if logits.device.type != "cpu" or logits.requires_grad:  # the in-place kernel is not differentiable
         return torch.softmax(logits, dim=-1)
     return _softmax_rows_(logits)
 
@@ -426,9 +428,9 @@ def _feature_map(xs: torch.Tensor, power: float, norm_scale: float) -> torch.Ten
     y = (torch.relu(xs) + _FEATURE_EPS) / (abs(norm_scale) + _FEATURE_EPS)
     if power == 1.0:
         return y
-    z = (y / y.amax(dim=-1, keepdim=True)).pow_(power)
+    z = (y / y.amax(dim=-1, keepdim=True)).pow(power)  # (N, d): out of place, so autograd can follow
     ratio = torch.linalg.vector_norm(y, dim=-1, keepdim=True) / torch.linalg.vector_norm(z, dim=-1, keepdim=True)
-    return z.mul_(ratio)
+    return z * ratio
 
 
 def focused_linear_map(
@@ -875,8 +877,9 @@ def compare(
     tau = _temperature(temperature, d)
     focused = "focused" in (a, b)
     p_f, s_f = (_check_power(power), _check_norm_scale(norm_scale)) if focused else (None, None)
-    if isinstance(topk, bool) or not isinstance(topk, int) or topk < 1:
+    if isinstance(topk, bool) or not isinstance(topk, numbers.Integral) or topk < 1:
         raise ValueError(f"topk must be a positive integer, got {topk!r}")
+    topk = int(topk)
     if block_rows is not None and (isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1):
         raise ValueError(f"block_rows must be a positive integer or None (automatic), got {block_rows!r}")
     if memory_budget is not None and (

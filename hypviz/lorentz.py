@@ -71,7 +71,18 @@ def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
 
 
 def check_k(k: float) -> float:
-    """Return the curvature parameter ``k`` as a Python float, or raise if ``k <= 0``."""
+    """Return the curvature parameter ``k`` as a Python float, or raise if ``k <= 0``.
+
+    ``k`` is a fixed number here (as in Hypformer's code): a tensor that requires grad is refused
+    rather than silently detached, and so is a bool.
+    """
+    if isinstance(k, bool):
+        raise ValueError(f"k must be a positive number (<x,x>_L = -k), got the bool {k!r}")
+    if isinstance(k, torch.Tensor) and k.requires_grad:
+        raise ValueError(
+            "k is a tensor that requires grad; hypviz treats the curvature parameter as a fixed number "
+            "(no gradient flows to it): pass float(k) or k.detach()"
+        )
     try:
         kf = float(k)
     except (TypeError, ValueError) as exc:
@@ -288,11 +299,15 @@ def dist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
     """Geodesic distance ``d(x, y) = sqrt(k) arcosh(-<x, y>_L / k)`` (broadcasting).
 
     Evaluated as ``2 sqrt(k) arsinh(sqrt(|x - y|^2_L) / (2 sqrt(k)))`` (identity 2), accurate
-    for nearby points, unlike ``arcosh`` of a clamped inner product.
+    for nearby points, unlike ``arcosh`` of a clamped inner product.  Differentiable everywhere:
+    at ``x = y``, where the distance has a kink, the gradient is the subgradient 0 (not NaN).
     """
     kf = check_k(k)
     root_k = math.sqrt(kf)
-    return 2.0 * root_k * torch.asinh(torch.sqrt(sqdist(x, y, kf)) / (2.0 * root_k))
+    sq = sqdist(x, y, kf)
+    positive = sq > 0
+    root = torch.sqrt(torch.where(positive, sq, torch.ones_like(sq)))  # no sqrt'(0) = inf in the graph
+    return torch.where(positive, 2.0 * root_k * torch.asinh(root / (2.0 * root_k)), torch.zeros_like(sq))
 
 
 def _pairwise_operands(x: ArrayLike, y: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
