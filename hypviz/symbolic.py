@@ -1,7 +1,8 @@
-"""The derivations of MATH.md as code: every step an equation, its justification and its check.
+"""The project's derivations as code: every step an equation, its justification and its check.
 
 A :class:`Derivation` is a titled list of :class:`Step` objects.  Each step states
-``lhs <relation> rhs`` and says how it is verified:
+``lhs <relation> rhs``, has a ``name`` (tests and notebooks look steps up by it) and says how
+it is verified:
 
 ``"simplify"``  exact identity: ``lhs - rhs`` reduces to 0 (``expand``, ``cancel``,
                 ``simplify``, ``simplify`` of the ``exp`` form);
@@ -12,6 +13,18 @@ A :class:`Derivation` is a titled list of :class:`Step` objects.  Each step stat
 ``"nonzero"``   ``lhs != rhs`` as functions: ``lhs - rhs`` is non-zero at a ``witness`` point;
 ``"check"``     any other argument, written as a callable (e.g. a concavity argument, or a
                 high-precision quadrature).
+
+and what its check is worth (``role``):
+
+``"proof"``        a genuine check: it could fail if the mathematics were wrong;
+``"definition"``   the step restates a definition (the check compares a definition with itself);
+``"consequence"``  an immediate consequence of earlier steps or a truth that holds whatever the
+                   derivation says (e.g. "log is increasing"); shown for the reader, not evidence;
+``"regression"``   a comparison with a number quoted elsewhere, not a proof.
+
+Only ``"proof"`` steps count as genuine checks; :class:`Report` summaries say
+"N genuine checks (+ M definitions/consequences/regressions)".  Every step is still verified,
+whatever its role, and a failing step is named by number and name.
 
 :meth:`Derivation.verify` checks every step and returns a :class:`Report` naming the first
 step that failed; :func:`verify_all` does that for every derivation of the project.
@@ -24,10 +37,18 @@ where ``|x_s - y_s|^2`` and ``(x_s - y_s).(x_s + y_s)`` are written out coordina
 coordinate.  The curvature ``k`` is a positive symbol; pass ``k=1`` to get the formulas of the
 question-and-answer thread exactly.
 
+The derivations, by the notebook that shows them: notebook 02 (:func:`lifted_norm`,
+:func:`squared_distance`, :func:`geodesic_distance`, :func:`decomposition`: identities 1-3) and
+notebook 04 (the thread's Taylor argument and its exact error, identity 4, the Euclidean limit
+(identity 6), the softmax identities including identity 5, the KL identity, Hoeffding's bound, the
+exact KL supremum and the TV bound).
+
 The module ends with numerical companions of the derivations, in float64 torch or mpmath:
-:func:`softmax_gap_bounds` (per-row KL, TV and the bounds of the bias), :func:`worst_case_row`
-(real points attaining ``TV = tanh(Delta / 4)``), :func:`sqdist_textbook`, :func:`sqdist_mpmath`
-and :func:`sqdist_accuracy` (the float32 / float64 accuracy study of notebook 02).
+:func:`softmax_gap_bounds` (per-row KL, TV, the bias spread and the bounds),
+:func:`worst_case_row` (real points attaining ``TV = tanh(Delta / 4)``, or the exact KL supremum),
+:func:`kl_supremum_mpmath` (the closed-form KL supremum at high precision),
+:func:`sqdist_textbook`, :func:`sqdist_mpmath` and :func:`sqdist_accuracy` (the float32 / float64
+accuracy study of notebook 02).
 """
 
 from __future__ import annotations
@@ -53,7 +74,9 @@ __all__ = [
     "Report",
     "Reports",
     "DerivationError",
-    # the derivations (MATH.md)
+    "ROLES",
+    "KINDS",
+    # the derivations (notebooks 02 and 04)
     "lifted_norm",
     "squared_distance",
     "geodesic_distance",
@@ -62,11 +85,13 @@ __all__ = [
     "thread_approximation",
     "approximation_error",
     "query_constant",
+    "euclidean_limit",
     "softmax_shift",
     "bias_in_softmax",
     "lorentz_attention",
     "kl_identity",
     "hoeffding_bound",
+    "kl_supremum",
     "tv_bound",
     "derivations",
     "verify_all",
@@ -75,6 +100,7 @@ __all__ = [
     "BoundCheck",
     "softmax_gap_bounds",
     "worst_case_row",
+    "kl_supremum_mpmath",
     "sqdist_textbook",
     "sqdist_mpmath",
     "SqdistAccuracy",
@@ -82,6 +108,8 @@ __all__ = [
 ]
 
 KINDS = ("simplify", "series", "limit", "bound", "nonzero", "check")
+ROLES = ("proof", "definition", "consequence", "regression")
+_ROLE_PLURAL = {"definition": "definitions", "consequence": "consequences", "regression": "regressions"}
 
 
 # =========================================================================== #
@@ -123,6 +151,14 @@ class Step:
         the norm symbols themselves, e.g. a derivative with respect to ``|x_s|``).
     relation, order_label
         display only: the relation sign and the O-term (e.g. ``"O(r^{4})"``).
+    name
+        a short identifier, unique within the derivation (``Derivation.step(name)``); tests and
+        notebooks pick steps by name, never by position.
+    role
+        what the check is worth: ``"proof"`` (a genuine check, the default), ``"definition"``
+        (restates a definition), ``"consequence"`` (follows at once from earlier steps, or a
+        truth independent of the derivation), ``"regression"`` (agreement with a quoted number).
+        Shown as the tag of the step; only proofs count as genuine checks.
     """
 
     lhs: Any
@@ -141,10 +177,16 @@ class Step:
     coordinates: bool = True
     relation: str | None = None
     order_label: str | None = None
+    name: str | None = None
+    role: str = "proof"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"Step kind must be one of {KINDS}, got {self.kind!r}")
+        if self.role not in ROLES:
+            raise ValueError(f"Step role must be one of {ROLES}, got {self.role!r}")
+        if self.name is not None and (not isinstance(self.name, str) or not self.name.isidentifier()):
+            raise ValueError(f"Step name must be an identifier such as 'identity_3', got {self.name!r}")
         if self.kind in ("series", "limit") and self.var is None:
             raise ValueError(f"a {self.kind} step needs var=, the variable of the expansion")
         if self.kind == "series" and self.order is None:
@@ -175,17 +217,43 @@ class Definition:
 
 @dataclass(frozen=True)
 class StepResult:
-    """The outcome of checking one step (``index`` counts from 1)."""
+    """The outcome of checking one step (``index`` counts from 1; ``name`` and ``role`` as in :class:`Step`)."""
 
     index: int
     ok: bool
     how: str
     components: str = ""
+    name: str | None = None
+    role: str = "proof"
+
+    @property
+    def label(self) -> str:
+        """``step 3 (identity_3)``: the number and, when the step has one, the name."""
+        return f"step {self.index}" + (f" ({self.name})" if self.name else "")
 
     def __str__(self) -> str:
         mark = "ok  " if self.ok else "FAIL"
         extra = f"; {self.components}" if self.components else ""
-        return f"  {mark} step {self.index}: {self.how}{extra}"
+        tag = f" [{self.role}]" if self.role != "proof" else ""
+        return f"  {mark} {self.label}{tag}: {self.how}{extra}"
+
+
+def _count_roles(results: Iterable[StepResult]) -> tuple[int, str]:
+    """The number of genuine checks, and the others as ``"1 definition, 3 consequences"``."""
+    results = list(results)
+    genuine = sum(1 for r in results if r.role == "proof")
+    parts = []
+    for role in ROLES[1:]:
+        m = sum(1 for r in results if r.role == role)
+        if m:
+            parts.append(f"{m} {role if m == 1 else _ROLE_PLURAL[role]}")
+    return genuine, ", ".join(parts)
+
+
+def _genuine_text(results: Iterable[StepResult]) -> str:
+    genuine, others = _count_roles(results)
+    text = f"{genuine} genuine check" + ("" if genuine == 1 else "s")
+    return text + (f" (+ {others})" if others else "")
 
 
 class DerivationError(AssertionError):
@@ -213,13 +281,27 @@ class Report:
         bad = self.failures
         return bad[0] if bad else None
 
+    @property
+    def genuine(self) -> int:
+        """How many steps are genuine checks (role ``"proof"``)."""
+        return _count_roles(self.results)[0]
+
+    def result(self, name: str) -> StepResult:
+        """The result of the step called ``name``."""
+        for r in self.results:
+            if r.name == name:
+                return r
+        raise KeyError(f"{self.title!r} has no step named {name!r}; steps: {[r.name for r in self.results]}")
+
     def summary(self) -> str:
+        """One line: ``"<title>: all 9 steps verified: 5 genuine checks (+ 1 definition, 3 consequences)"``."""
         n = len(self.results)
         if self.ok:
             where = f"; re-checked with d = {self.d} explicit coordinates" if self.d else ""
-            return f"{self.title}: all {n} steps verified{where}"
+            return f"{self.title}: all {n} steps verified: {_genuine_text(self.results)}{where}"
         first = self.first_failure
-        return f"{self.title}: FAILED at step {first.index} of {n} ({first.how}); {len(self.failures)} failing"
+        what = f"{first.name}: {first.how}" if first.name else first.how
+        return f"{self.title}: FAILED at step {first.index} of {n} ({what}); {len(self.failures)} failing"
 
     def raise_if_failed(self) -> Report:
         if not self.ok:
@@ -240,9 +322,15 @@ class Reports(list):
     def ok(self) -> bool:
         return all(r.ok for r in self)
 
+    @property
+    def genuine(self) -> int:
+        """How many steps of all the derivations are genuine checks."""
+        return sum(r.genuine for r in self)
+
     def __repr__(self) -> str:
-        n_steps = sum(len(r.results) for r in self)
-        head = f"{len(self)} derivations, {n_steps} steps: " + ("all verified" if self.ok else "FAILURES")
+        results = [res for r in self for res in r.results]
+        head = (f"{len(self)} derivations, {len(results)} steps: " + ("all verified" if self.ok else "FAILURES")
+                + f"; {_genuine_text(results)}")
         return "\n".join([head] + ["  " + r.summary() for r in self])
 
     __str__ = __repr__
@@ -410,11 +498,32 @@ class Derivation:
     ) -> None:
         self.title = title
         self.steps = list(steps)
+        names_seen = [st.name for st in self.steps if st.name is not None]
+        dupes = sorted({nm for nm in names_seen if names_seen.count(nm) > 1})
+        if dupes:
+            raise ValueError(f"derivation {title!r}: step names must be unique, repeated: {dupes}")
         self.definitions = list(definitions)
         self.names = dict(names or {})
         self.intro = intro
         self.coords = coords
         self.d = d
+
+    # ------------------------------------------------------------------ steps by name
+    @property
+    def step_names(self) -> list[str | None]:
+        """The names of the steps, in order."""
+        return [st.name for st in self.steps]
+
+    def number(self, name: str) -> int:
+        """The number (from 1) of the step called ``name``."""
+        for i, st in enumerate(self.steps, start=1):
+            if st.name == name:
+                return i
+        raise KeyError(f"{self.title!r} has no step named {name!r}; steps: {self.step_names}")
+
+    def step(self, name: str) -> Step:
+        """The step called ``name``."""
+        return self.steps[self.number(name) - 1]
 
     # ------------------------------------------------------------------ checking
     def _substitutions(self, step: Step, d: int | None) -> dict:
@@ -524,20 +633,21 @@ class Derivation:
                     ok_c, how_c = False, f"error: {type(exc).__name__}: {exc}"
                 comp = f"d = {dd} coordinates: " + ("ok" if ok_c else how_c)
                 ok = ok and ok_c
-            report.results.append(StepResult(i, ok, how, comp))
+            report.results.append(StepResult(i, ok, how, comp, step.name, step.role))
         return report
 
     def check(self, d: int | None = -1) -> Report:
         """:meth:`verify`, raising :class:`DerivationError` naming the first failing step."""
         return self.verify(d).raise_if_failed()
 
-    def evaluate(self, index: int, values: Mapping[Any, float], d: int | None = None) -> tuple[Any, Any]:
-        """Numerical values of both sides of step ``index`` (from 1) at ``values`` (symbol -> number).
+    def evaluate(self, index: int | str, values: Mapping[Any, float], d: int | None = None) -> tuple[Any, Any]:
+        """Numerical values of both sides of a step at ``values`` (symbol -> number).
 
-        The derivation's definitions (and the step's ``given``) are substituted first; with ``d``
-        the explicit-coordinate form is used.  Returns two floats, or two numpy arrays for matrices.
+        ``index`` is the step's name or its number (from 1).  The derivation's definitions (and
+        the step's ``given``) are substituted first; with ``d`` the explicit-coordinate form is
+        used.  Returns two floats, or two numpy arrays for matrices.
         """
-        step = self.steps[index - 1]
+        step = self.step(index) if isinstance(index, str) else self.steps[index - 1]
         subs = self._substitutions(step, d)
         vals = {sp.sympify(a): sp.sympify(b) for a, b in values.items()}
         out = []
@@ -565,6 +675,8 @@ class Derivation:
                 o = sp.latex(sp.O(step.var**step.order), symbol_names=self.names)
             return f"{L} = {R} + {o}"
         if step.kind == "limit":
+            if isinstance(sp.sympify(step.lhs), sp.Add):
+                L = rf"\left({L}\right)"
             return rf"\lim_{{{self.latex(step.var)} \to {self.latex(step.point)}}} {L} = {R}"
         rel = step.relation or {"bound": r"\le", "nonzero": r"\ne"}.get(step.kind, "=")
         return f"{L} {rel} {R}"
@@ -590,7 +702,8 @@ class Derivation:
             if step.kind == "nonzero":
                 w = ", ".join(f"${self.latex(a)} = {self.latex(b)}$" for a, b in step.witness.items())
                 note += f" (at {w})"
-            lines.append(rf"{i}. $\displaystyle {self.step_latex(step)}$ — {note} *[{step.kind}]*")
+            tag = step.kind if step.role == "proof" else step.role
+            lines.append(rf"{i}. $\displaystyle {self.step_latex(step)}$ — {note} *[{tag}]*")
         return "\n".join(lines)
 
     def _used_definitions(self) -> list[Definition]:
@@ -759,9 +872,11 @@ def lifted_norm(k: Any = None, d: int = 3) -> Derivation:
     k = _curvature(k)
     P = _Pair("x", "y", k)
     steps = [
-        Step(P.at**2, P.ra**2 + k, "squaring the lift $x_t = \\sqrt{\\|x_s\\|^2 + k}$"),
-        Step(P.aa, -k, "so the Lorentzian norm of the lifted point is $-k$: it lies on the hyperboloid"),
-        Step(P.at, sp.sqrt(k), "at $x_s = 0$: the origin is $(\\sqrt{k}, 0, \\dots, 0)$", given={P.ra: 0}),
+        Step(P.at**2, P.ra**2 + k, "squaring the lift $x_t = \\sqrt{\\|x_s\\|^2 + k}$",
+             name="lift_squared", role="definition"),
+        Step(P.aa, -k, "so the Lorentzian norm of the lifted point is $-k$: it lies on the hyperboloid", name="on_hyperboloid"),
+        Step(P.at, sp.sqrt(k), "at $x_s = 0$: the origin is $(\\sqrt{k}, 0, \\dots, 0)$", given={P.ra: 0},
+             name="origin", role="consequence"),
     ]
     return _pair_derivation(
         P, "A lifted point lies on the hyperboloid $\\langle x, x\\rangle_L = -k$", steps,
@@ -770,16 +885,18 @@ def lifted_norm(k: Any = None, d: int = 3) -> Derivation:
 
 
 def squared_distance(k: Any = None, d: int = 3) -> Derivation:
-    """MATH.md identity 1: ``|x - y|^2_L = <x - y, x - y>_L = -2k - 2<x, y>_L``."""
+    """Identity 1 (notebook 02): ``|x - y|^2_L = <x - y, x - y>_L = -2k - 2<x, y>_L``."""
     k = _curvature(k)
     P = _Pair("x", "y", k)
     steps = [
         Step(P.sq, P.aa - 2 * P.inner + P.bb,
-             "bilinearity and symmetry of $\\langle \\cdot, \\cdot \\rangle_L$ (expand the product of $x - y$ with itself)"),
-        Step(P.aa, -k, "$x$ lies on the hyperboloid (the lift), and so does $y$: $\\langle y, y\\rangle_L = -k$"),
-        Step(P.sq, -2 * k - 2 * P.inner, "**identity 1**"),
-        Step(P.inner, -P.sq / 2 - k, "rearranged (for $k = 1$ the thread's $\\langle i, j\\rangle_L = -\\frac{1}{2}\\|i - j\\|_L^2 - 1$)"),
-        Step(P.sq, 0, "the squared distance of a point to itself is 0", given={P.rb: P.ra, P.c: P.ra**2}),
+             "bilinearity and symmetry of $\\langle \\cdot, \\cdot \\rangle_L$ (expand the product of $x - y$ with itself)",
+             name="bilinearity"),
+        Step(P.aa, -k, "$x$ lies on the hyperboloid (the lift), and so does $y$: $\\langle y, y\\rangle_L = -k$", name="on_hyperboloid"),
+        Step(P.sq, -2 * k - 2 * P.inner, "**identity 1**", name="identity_1"),
+        Step(P.inner, -P.sq / 2 - k, "rearranged (for $k = 1$ the thread's $\\langle i, j\\rangle_L = -\\frac{1}{2}\\|i - j\\|_L^2 - 1$)",
+             name="inner_from_distance"),
+        Step(P.sq, 0, "the squared distance of a point to itself is 0", given={P.rb: P.ra, P.c: P.ra**2}, name="self_distance"),
     ]
     return _pair_derivation(
         P, "Identity 1: the squared Lorentzian distance", steps,
@@ -788,7 +905,7 @@ def squared_distance(k: Any = None, d: int = 3) -> Derivation:
 
 
 def geodesic_distance(k: Any = None, d: int = 3) -> Derivation:
-    """MATH.md identity 2: ``d = sqrt(k) arcosh(-<x, y>_L / k)`` and ``|x - y|^2_L = 4k sinh^2(d / (2 sqrt k))``."""
+    """Identity 2 (notebook 02): ``d = sqrt(k) arcosh(-<x, y>_L / k)`` and ``|x - y|^2_L = 4k sinh^2(d / (2 sqrt k))``."""
     k = _curvature(k)
     P = _Pair("x", "y", k)
     dist = sp.Symbol("geodesic_d", nonnegative=True)
@@ -807,20 +924,21 @@ def geodesic_distance(k: Any = None, d: int = 3) -> Derivation:
         Step((k + P.ra * P.rb) ** 2, P.at**2 * P.bt**2,
              "$-\\langle x, y\\rangle_L \\ge k$, so the arcosh is defined: square both sides of "
              "$k + \\|x_s\\|\\|y_s\\| \\le x_t y_t$ (then Cauchy–Schwarz, $x_s \\cdot y_s \\le \\|x_s\\|\\|y_s\\|$)",
-             kind="bound", certificate=k * (P.ra - P.rb) ** 2),
-        Step(-P.inner, k * sp.cosh(dist / rk), "invert the definition of $d$ ($\\cosh$ undoes $\\operatorname{arcosh}$ on $[1, \\infty)$)"),
-        Step(P.sq, -2 * k + 2 * k * sp.cosh(dist / rk), "identity 1 with the line above"),
+             kind="bound", certificate=k * (P.ra - P.rb) ** 2, name="arcosh_defined"),
+        Step(-P.inner, k * sp.cosh(dist / rk), "invert the definition of $d$ ($\\cosh$ undoes $\\operatorname{arcosh}$ on $[1, \\infty)$)",
+             name="cosh_of_distance"),
+        Step(P.sq, -2 * k + 2 * k * sp.cosh(dist / rk), "identity 1 with the line above", name="sqdist_cosh"),
         Step(-2 * k + 2 * k * sp.cosh(dist / rk), 4 * k * sp.sinh(half) ** 2,
-             "half-angle formula $\\cosh u - 1 = 2 \\sinh^2(u/2)$ (holds for every $d$)", expand=False),
+             "half-angle formula $\\cosh u - 1 = 2 \\sinh^2(u/2)$ (holds for every $d$)", expand=False, name="half_angle"),
         Step(P.sq, 4 * k * sp.sinh(half) ** 2, "**identity 2** (the two lines above)", expand=False,
-             given={P.sq: -2 * k + 2 * k * sp.cosh(dist / rk)}),
+             given={P.sq: -2 * k + 2 * k * sp.cosh(dist / rk)}, name="identity_2", role="consequence"),
         Step(sp.sqrt(s), 2 * rk * sp.sinh(half),
              "square root of identity 2 ($d \\ge 0$, so $\\sinh \\ge 0$)", expand=False,
-             given={s: 4 * k * sp.sinh(half) ** 2}),
+             given={s: 4 * k * sp.sinh(half) ** 2}, name="square_root"),
         Step(dist, 2 * rk * sp.asinh(sp.sqrt(s) / (2 * rk)),
              "solved for $d$ ($\\sinh$ is increasing, $\\operatorname{arsinh}$ its inverse): the accurate way to compute the distance of nearby points",
-             kind="check", check=arsinh_inverse),
-        Step(dist, 0, "a point is at distance 0 from itself", given={P.rb: P.ra, P.c: P.ra**2}),
+             kind="check", check=arsinh_inverse, name="arsinh_form"),
+        Step(dist, 0, "a point is at distance 0 from itself", given={P.rb: P.ra, P.c: P.ra**2}, name="self_distance"),
     ]
     names = {dist: "d", s: r"\|x - y\|_L^2"}
     defs = [Definition(dist, rk * sp.acosh(-P.inner / k))]
@@ -832,21 +950,25 @@ def geodesic_distance(k: Any = None, d: int = 3) -> Derivation:
 
 
 def decomposition(k: Any = None, d: int = 3) -> Derivation:
-    """MATH.md identity 3 and its consequences (equal norms; stable formula)."""
+    """Identity 3 (notebook 02) and its consequences (equal norms; stable formula)."""
     k = _curvature(k)
     P = _Pair("x", "y", k)
     stable = P.es - (P.dd / (P.at + P.bt)) ** 2
     steps = [
-        Step(P.sq, P.es - (P.at - P.bt) ** 2, "write out $\\langle x - y, x - y\\rangle_L$: time part with a minus sign, spatial part with a plus"),
-        Step(P.es - (P.at - P.bt) ** 2, -2 * k - 2 * P.inner, "agrees with identity 1"),
-        Step(P.at - P.bt, (P.at**2 - P.bt**2) / (P.at + P.bt), "difference of squares", expand=False),
-        Step(P.at - P.bt, (P.ra**2 - P.rb**2) / (P.at + P.bt), "$x_t^2 - y_t^2 = \\|x_s\\|^2 - \\|y_s\\|^2$: the $k$ cancels"),
-        Step(P.ra**2 - P.rb**2, P.dd, "bilinearity of the dot product"),
-        Step(P.sq, stable, "**identity 3**, the stable formula: no subtraction of two large, nearly equal numbers"),
+        Step(P.sq, P.es - (P.at - P.bt) ** 2, "write out $\\langle x - y, x - y\\rangle_L$: time part with a minus sign, spatial part with a plus",
+             name="written_out", role="definition"),
+        Step(P.es - (P.at - P.bt) ** 2, -2 * k - 2 * P.inner, "agrees with identity 1", name="agrees_with_identity_1"),
+        Step(P.at - P.bt, (P.at**2 - P.bt**2) / (P.at + P.bt), "difference of squares", expand=False, name="difference_of_squares"),
+        Step(P.at - P.bt, (P.ra**2 - P.rb**2) / (P.at + P.bt), "$x_t^2 - y_t^2 = \\|x_s\\|^2 - \\|y_s\\|^2$: the $k$ cancels",
+             name="time_difference"),
+        Step(P.ra**2 - P.rb**2, P.dd, "bilinearity of the dot product", name="norm_difference"),
+        Step(P.sq, stable, "**identity 3**, the stable formula: no subtraction of two large, nearly equal numbers", name="identity_3"),
         Step(P.sq, P.es, "Euclidean spatial distance over-states the Lorentzian one by exactly $(x_t - y_t)^2$",
-             kind="bound", certificate=(P.at - P.bt) ** 2),
-        Step(P.at - P.bt, 0, "on a sphere $\\|y_s\\| = \\|x_s\\|$ the time coordinates agree", given={P.rb: P.ra}),
-        Step(P.sq, P.es, "so on a sphere $\\|y_s\\| = \\|x_s\\|$ the two distances are **equal**", given={P.rb: P.ra}),
+             kind="bound", certificate=(P.at - P.bt) ** 2, name="euclidean_overstates", role="consequence"),
+        Step(P.at - P.bt, 0, "on a sphere $\\|y_s\\| = \\|x_s\\|$ the time coordinates agree", given={P.rb: P.ra},
+             name="equal_norms_time", role="consequence"),
+        Step(P.sq, P.es, "so on a sphere $\\|y_s\\| = \\|x_s\\|$ the two distances are **equal**", given={P.rb: P.ra},
+             name="equal_norms_equal", role="consequence"),
     ]
     return _pair_derivation(
         P, "Identity 3: spatial distance minus squared time difference", steps,
@@ -855,7 +977,7 @@ def decomposition(k: Any = None, d: int = 3) -> Derivation:
 
 
 # =========================================================================== #
-# notebook 03: Taylor expansion, the thread's approximation, its exact error
+# notebook 04: Taylor expansion, the thread's approximation, its exact error, identities 4 and 6
 # =========================================================================== #
 def time_taylor(k: Any = None, order: int = 6) -> Derivation:
     """Taylor series of the time coordinate ``sqrt(r^2 + k)`` in ``r`` (up to and including ``r**order``)."""
@@ -875,13 +997,14 @@ def time_taylor(k: Any = None, order: int = 6) -> Derivation:
         return True, f"coefficients of r^0 .. r^{2 * (order // 2)} are binomial(1/2, n) k^(1/2 - n)"
 
     steps = [
-        Step(t, rk + r**2 / (2 * rk) - r**4 / (8 * k ** sp.Rational(3, 2)), "Taylor series in $r$ (the binomial series; coefficients in step 3)", kind="series", var=r, order=6),
-        Step(t, series_terms, f"to order {order}", kind="series", var=r, order=2 * (order // 2) + 2),
+        Step(t, rk + r**2 / (2 * rk) - r**4 / (8 * k ** sp.Rational(3, 2)), "Taylor series in $r$ (the binomial series; coefficients in step 3)",
+             kind="series", var=r, order=6, name="series_order_4"),
+        Step(t, series_terms, f"to order {order}", kind="series", var=r, order=2 * (order // 2) + 2, name="series_full"),
         Step(cn, sp.binomial(sp.Rational(1, 2), nn) * k ** (sp.Rational(1, 2) - nn),
              f"the coefficient $c_n$ of $r^{{2n}}$ ($n = 0, \\dots, {order // 2}$): binomial series "
-             "$(1 + u)^{1/2} = \\sum_n \\binom{1/2}{n} u^n$ with $u = r^2 / k$", kind="check", check=coefficients),
+             "$(1 + u)^{1/2} = \\sum_n \\binom{1/2}{n} u^n$ with $u = r^2 / k$", kind="check", check=coefficients, name="coefficients"),
         Step(r**2 + k, (rk + r**2 / (2 * rk)) ** 2, "the first-order truncation over-estimates the time coordinate (compare squares)",
-             kind="bound", certificate=r**4 / (4 * k)),
+             kind="bound", certificate=r**4 / (4 * k), name="truncation_over_estimates"),
     ]
     return Derivation(
         "The time coordinate near the origin", steps, names={r: r"r", cn: "c_n", nn: "n"},
@@ -889,84 +1012,134 @@ def time_taylor(k: Any = None, order: int = 6) -> Derivation:
     )
 
 
+def _query_key(k: sp.Expr) -> _Pair:
+    """Query ``q`` and key ``kappa`` (internal name ``v``: sorts after ``q``, so terms read ``q_t kappa_t``)."""
+    return _Pair("q", "v", k, "q", r"\kappa")
+
+
 def thread_approximation(k: Any = None, d: int = 3) -> Derivation:
-    """The thread's argument, step by step, with its O(r^4) terms made explicit (``k=1``: the thread's formulas)."""
+    """The thread's argument, step by step, with its O(r^4) terms made explicit (``k=1``: the thread's formulas).
+
+    The thread writes the query and the key as ``i`` and ``j``; here they are ``q`` and ``kappa``.
+    """
     k = _curvature(k)
-    P = _Pair("i", "j", k)
+    P = _query_key(k)
     rk = sp.sqrt(k)
     o4 = "O(r^{4})"
     steps = [
-        Step(P.inner, -P.at * P.bt + P.c, "Lorentzian inner product"),
-        Step(P.sq, -2 * k - 2 * P.inner, "squared Lorentzian distance (identity 1)"),
-        Step(P.inner, -P.sq / 2 - k, "rearranged"),
-        Step(P.inner, -sp.sqrt(P.ra**2 + k) * sp.sqrt(P.rb**2 + k) + P.c, f"substitute the lift $i_t = \\sqrt{{\\|i_s\\|^2 + {sp.latex(k)}}}$"),
-        Step(sp.sqrt(P.ra**2 + k), rk + P.ra**2 / (2 * rk), "Taylor: nearby points, $\\|i_s\\|, \\|j_s\\| \\ll 1$",
-             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
+        Step(P.inner, -P.at * P.bt + P.c, "Lorentzian inner product", name="inner_product", role="definition"),
+        Step(P.sq, -2 * k - 2 * P.inner, "squared Lorentzian distance (identity 1)", name="identity_1"),
+        Step(P.inner, -P.sq / 2 - k, "rearranged", name="inner_from_distance"),
+        Step(P.inner, -sp.sqrt(P.ra**2 + k) * sp.sqrt(P.rb**2 + k) + P.c,
+             f"substitute the lift $q_t = \\sqrt{{\\|q_s\\|^2 + {sp.latex(k)}}}$, $\\kappa_t = \\sqrt{{\\|\\kappa_s\\|^2 + {sp.latex(k)}}}$",
+             name="lift_substituted", role="definition"),
+        Step(sp.sqrt(P.ra**2 + k), rk + P.ra**2 / (2 * rk), "Taylor: nearby points, $\\|q_s\\|, \\|\\kappa_s\\| \\ll 1$",
+             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4, name="taylor_lift"),
         Step(P.inner, -(k + (P.ra**2 + P.rb**2) / 2) + P.c, "product of the two expansions (the cross term is fourth order)",
-             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
-        Step(P.sq, P.es, "substitute into $-2k - 2\\langle i, j\\rangle_L$: to second order the Lorentzian distance is the Euclidean one",
-             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
-        Step(P.c, (P.ra**2 + P.rb**2 - P.es) / 2, "polarisation identity (exact)"),
+             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4, name="taylor_inner"),
+        Step(P.sq, P.es, "substitute into $-2k - 2\\langle q, \\kappa\\rangle_L$: to second order the Lorentzian distance is the Euclidean one",
+             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4, name="taylor_distance"),
+        Step(P.c, (P.ra**2 + P.rb**2 - P.es) / 2, "polarisation identity (exact)", name="polarisation"),
         Step(P.c, -P.sq / 2 + (P.ra**2 + P.rb**2) / 2,
-             "the thread's result: the 'constant' is $(\\|i_s\\|^2 + \\|j_s\\|^2)/2$, which depends on the key $j$",
-             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
+             "the thread's result: the 'constant' is $(\\|q_s\\|^2 + \\|\\kappa_s\\|^2)/2$, which depends on the key $\\kappa$",
+             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4, name="thread_result"),
         Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2, "the exact 'constant' of identity 4 agrees with it to this order",
-             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4),
+             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4, name="constant_agrees"),
     ]
     return _pair_derivation(
         P, "The thread's approximation, step by step" + (" ($k = 1$)" if k == 1 else ""), steps,
-        "Query $i$ and key $j$ are points of the hyperboloid; $r$ stands for the size of their spatial parts "
-        "($O(r^4)$: shrinking both spatial parts by $\\varepsilon$ shrinks the error like $\\varepsilon^4$).", d=d,
+        "Query $q$ and key $\\kappa$ (the thread's $i$ and $j$) are points of the hyperboloid; $r$ stands for the size "
+        "of their spatial parts ($O(r^4)$: shrinking both spatial parts by $\\varepsilon$ shrinks the error like $\\varepsilon^4$).", d=d,
     )
 
 
 def approximation_error(k: Any = None, d: int = 3) -> Derivation:
-    """The exact error of the approximation: ``|i_s - j_s|^2 - |i - j|^2_L = (i_t - j_t)^2 = O(r^4)``."""
+    """The exact error of the approximation: ``|q_s - kappa_s|^2 - |q - kappa|^2_L = (q_t - kappa_t)^2 = O(r^4)``."""
     k = _curvature(k)
-    P = _Pair("i", "j", k)
+    P = _query_key(k)
     err = (P.at - P.bt) ** 2
     lead = (P.ra**2 - P.rb**2) ** 2 / (4 * k)
     eps = _EPS
     scaled = (sp.sqrt(eps**2 * P.ra**2 + k) - sp.sqrt(eps**2 * P.rb**2 + k)) ** 2 / eps**4
     rk = sp.sqrt(k)
-    # (i_t + j_t)^2 - 4k = (i_t + j_t - 2 sqrt k)(i_t + j_t + 2 sqrt k), and i_t - sqrt k = |i_s|^2 / (i_t + sqrt k)
+    # (q_t + kappa_t)^2 - 4k = (q_t + kappa_t - 2 sqrt k)(q_t + kappa_t + 2 sqrt k), and q_t - sqrt k = |q_s|^2 / (q_t + sqrt k)
     gap = P.ra**2 / (P.at + rk) + P.rb**2 / (P.bt + rk)
     steps = [
-        Step(P.es - P.sq, err, "identity 3: the error of the approximation, exactly"),
-        Step(err, (P.ra**2 - P.rb**2) ** 2 / (P.at + P.bt) ** 2, "identity 3, $i_t - j_t = (\\|i_s\\|^2 - \\|j_s\\|^2)/(i_t + j_t)$"),
+        Step(P.es - P.sq, err, "identity 3: the error of the approximation, exactly", name="exact_error", role="definition"),
+        Step(err, (P.ra**2 - P.rb**2) ** 2 / (P.at + P.bt) ** 2,
+             "identity 3, $q_t - \\kappa_t = (\\|q_s\\|^2 - \\|\\kappa_s\\|^2)/(q_t + \\kappa_t)$", name="stable_error"),
         Step(err, lead, "series: the error is fourth order in the size of the points", kind="series",
-             var=eps, order=6, scale=eps, order_label="O(r^{6})"),
-        Step(scaled, lead, "and exactly fourth order (the limit is not 0 unless the norms are equal)", kind="limit", var=eps, point=0),
-        Step(err, lead, "for all points, not only small ones: $(i_t + j_t)^2 \\ge 4k$", kind="bound",
-             certificate=(P.ra**2 - P.rb**2) ** 2 * gap * (P.at + P.bt + 2 * rk) / (4 * k * (P.at + P.bt) ** 2)),
-        Step(err, 0, "equal norms $\\|j_s\\| = \\|i_s\\|$: the approximation is exact", given={P.rb: P.ra}),
+             var=eps, order=6, scale=eps, order_label="O(r^{6})", name="fourth_order"),
+        Step(scaled, lead, "and exactly fourth order (the limit is not 0 unless the norms are equal)", kind="limit", var=eps, point=0,
+             name="exactly_fourth_order"),
+        Step(err, lead, "for all points, not only small ones: $(q_t + \\kappa_t)^2 \\ge 4k$", kind="bound",
+             certificate=(P.ra**2 - P.rb**2) ** 2 * gap * (P.at + P.bt + 2 * rk) / (4 * k * (P.at + P.bt) ** 2), name="global_bound"),
+        Step(err, 0, "equal norms $\\|\\kappa_s\\| = \\|q_s\\|$: the approximation is exact", given={P.rb: P.ra},
+             name="equal_norms_exact", role="consequence"),
     ]
     names = {eps: r"\varepsilon"}
     return _pair_derivation(
         P, "The exact error of the approximation", steps,
-        "The thread's $\\|i - j\\|_L^2 \\approx \\|i_s - j_s\\|^2$ has an error that identity 3 gives in closed form.",
+        "The thread's $\\|q - \\kappa\\|_L^2 \\approx \\|q_s - \\kappa_s\\|^2$ has an error that identity 3 gives in closed form.",
         names=names, d=d,
     )
 
 
 def query_constant(k: Any = None, d: int = 3) -> Derivation:
-    """MATH.md identity 4: ``q_s . kappa_s = -1/2 |q - kappa|^2_L + (q_t kappa_t - k)`` (the key is ``kappa``)."""
+    """Identity 4: ``q_s . kappa_s = -1/2 |q - kappa|^2_L + (q_t kappa_t - k)`` (the key is ``kappa``)."""
     k = _curvature(k)
-    P = _Pair("q", "v", k, "q", r"\kappa")  # internal name v: sorts after q, so terms read q_t kappa_t
+    P = _query_key(k)
     eps = _EPS
     steps = [
-        Step(P.c, P.inner + P.at * P.bt, "definition of $\\langle q, \\kappa\\rangle_L$"),
-        Step(P.inner, -P.sq / 2 - k, "identity 1"),
-        Step(P.c, -P.sq / 2 + (P.at * P.bt - k), "**identity 4**: the spatial dot product is distance plus $q_t \\kappa_t - k$"),
+        Step(P.c, P.inner + P.at * P.bt, "definition of $\\langle q, \\kappa\\rangle_L$", name="inner_product", role="definition"),
+        Step(P.inner, -P.sq / 2 - k, "identity 1", name="identity_1"),
+        Step(P.c, -P.sq / 2 + (P.at * P.bt - k), "**identity 4**: the spatial dot product is distance plus $q_t \\kappa_t - k$",
+             name="identity_4"),
         Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2, "near the origin the 'constant' is the thread's $(\\|q_s\\|^2 + \\|\\kappa_s\\|^2)/2$",
-             kind="series", var=eps, order=4, scale=eps, order_label="O(r^{4})"),
-        Step(sp.Derivative(P.at * P.bt, P.rb), P.at * P.rb / P.bt, "the 'constant' grows with the key's norm", coordinates=False),
+             kind="series", var=eps, order=4, scale=eps, order_label="O(r^{4})", name="near_origin"),
+        Step(sp.Derivative(P.at * P.bt, P.rb), P.at * P.rb / P.bt, "the 'constant' grows with the key's norm", coordinates=False,
+             name="grows_with_key_norm"),
         Step(sp.Derivative(P.at * P.bt, P.rb), 0, "so it is not constant over the keys", kind="nonzero", coordinates=False,
-             witness={P.ra: 0, P.rb: 1, k: 1} if isinstance(k, sp.Symbol) else {P.ra: 0, P.rb: 1}),
+             witness={P.ra: 0, P.rb: 1, k: 1} if isinstance(k, sp.Symbol) else {P.ra: 0, P.rb: 1}, name="not_constant"),
     ]
     return _pair_derivation(
         P, "Identity 4: what the thread's 'constant' is", steps,
         "Query $q$, key $\\kappa$ (a Greek k, to keep the letter $k$ for the curvature).", d=d,
+    )
+
+
+def euclidean_limit(d: int = 3) -> Derivation:
+    """Identity 6, the Euclidean shadow: ``k -> inf`` with the spatial parts fixed.
+
+    ``q_t kappa_t - k -> (|q_s|^2 + |kappa_s|^2) / 2`` and ``-1/2 |q - kappa|^2_L -> -1/2 |q_s - kappa_s|^2``:
+    identity 4 becomes the flat polarisation identity, and the key-dependent ``|kappa_s|^2 / 2`` is
+    the bias that separates dot-product from distance attention in flat space.
+    """
+    k = sp.Symbol("k", positive=True)
+    P = _query_key(k)
+    rho2 = sp.Symbol("v2_norm", nonnegative=True)  # the norm of a second key kappa_2
+    kt2 = sp.Symbol("v2_t", positive=True)
+    steps = [
+        Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2, "the 'constant' of identity 4 tends to the thread's $(\\|q_s\\|^2 + \\|\\kappa_s\\|^2)/2$",
+             kind="limit", var=k, point=sp.oo, name="constant_limit"),
+        Step(k * (P.at * P.bt - k - (P.ra**2 + P.rb**2) / 2), -((P.ra**2 - P.rb**2) ** 2) / 8,
+             "it gets there like $1/k$: $q_t\\kappa_t - k = \\frac{1}{2}(\\|q_s\\|^2 + \\|\\kappa_s\\|^2) - (\\|q_s\\|^2 - \\|\\kappa_s\\|^2)^2/(8k) + O(k^{-2})$",
+             kind="limit", var=k, point=sp.oo, name="constant_rate"),
+        Step(-P.sq / 2, -P.es / 2, "the distance logit tends to the Euclidean one ($q_t - \\kappa_t \\to 0$)",
+             kind="limit", var=k, point=sp.oo, name="distance_limit"),
+        Step(P.c, -P.es / 2 + (P.ra**2 + P.rb**2) / 2,
+             "**identity 6**, identity 4 in the limit: the flat polarisation identity, exact at every scale", name="identity_6"),
+        Step(P.at * (P.bt - kt2), (P.rb**2 - rho2**2) / 2,
+             "the bias difference between two keys tends to $\\frac{1}{2}(\\|\\kappa_{s,1}\\|^2 - \\|\\kappa_{s,2}\\|^2)$: "
+             "a key-dependent term, not a constant, even in flat space",
+             kind="limit", var=k, point=sp.oo, name="bias_difference_limit"),
+    ]
+    names = {rho2: r"\|\kappa_{s,2}\|", kt2: r"\kappa_{t,2}", P.rb: r"\|\kappa_s\|"}
+    defs = [Definition(kt2, sp.sqrt(rho2**2 + k))]
+    return _pair_derivation(
+        P, "Identity 6: the Euclidean shadow ($k \\to \\infty$, spatial parts fixed)", steps,
+        "Flatten the hyperboloid: let the curvature parameter $k$ grow (curvature $-1/k \\to 0$) and keep the spatial "
+        "parts $q_s$, $\\kappa_s$ (and a second key $\\kappa_{s,2}$) fixed.", extra_defs=defs, names=names, d=d,
     )
 
 
@@ -1019,11 +1192,13 @@ def softmax_shift(n: int = 3) -> Derivation:
     witness = {zz: 0 for zz in z}
     witness.update({b: (1 if i == 0 else 0) for i, b in enumerate(beta)})
     steps = [
-        Step(shifted, plain, f"the common factor $e^c$ cancels ($n = {n}$ keys, every entry)"),
-        Step(sum_shift, sp.exp(c) * sum_plain, "general $n$: $e^{z_l + c} = e^c e^{z_l}$, and $e^c$ leaves the sum"),
-        Step(sp.exp(zi[j] + c) / sum_shift, sp.exp(zi[j]) / sum_plain, "general $n$: numerator and denominator share $e^c$"),
+        Step(shifted, plain, f"the common factor $e^c$ cancels ($n = {n}$ keys, every entry)", name="common_shift"),
+        Step(sum_shift, sp.exp(c) * sum_plain, "general $n$: $e^{z_l + c} = e^c e^{z_l}$, and $e^c$ leaves the sum",
+             name="general_sum"),
+        Step(sp.exp(zi[j] + c) / sum_shift, sp.exp(zi[j]) / sum_plain, "general $n$: numerator and denominator share $e^c$",
+             name="general_entry"),
         Step(perkey, plain, "a term $\\beta_j$ that depends on the key does **not** cancel",
-             kind="nonzero", witness=witness),
+             kind="nonzero", witness=witness, name="per_key_shift"),
     ]
     names = {c: "c", **n1, **n2, **n3}
     return Derivation(
@@ -1064,12 +1239,13 @@ def bias_in_softmax(n: int = 3, k: Any = None) -> Derivation:
     if isinstance(k, sp.Symbol):
         witness[k] = 1
     steps = [
-        Step(_vec(s_), _vec([x + y - k / tau for x, y in zip(a_, b_)]), "identity 4 for every key, divided by the temperature $\\tau$"),
-        Step(sm_s, sm_ab, "the $-k/\\tau$ is common to all keys and cancels"),
+        Step(_vec(s_), _vec([x + y - k / tau for x, y in zip(a_, b_)]), "identity 4 for every key, divided by the temperature $\\tau$",
+             name="logits"),
+        Step(sm_s, sm_ab, "the $-k/\\tau$ is common to all keys and cancels", name="softmax_with_bias"),
         Step(sm_s, sm_a, "but the bias changes with the key: the two attentions differ",
-             kind="nonzero", witness=witness),
+             kind="nonzero", witness=witness, name="attentions_differ"),
         Step(b_[0] - b_[1], qts * (rho[0] ** 2 - rho[1] ** 2) / (tau * (t_[0] + t_[1])),
-             "bias differences come from norm differences only (identity 3)"),
+             "bias differences come from norm differences only (identity 3)", name="bias_difference"),
     ]
     defs = [Definition(qts, qt)] + dt + ds + da + db + [dss, dsab, dsa]
     return Derivation(
@@ -1079,40 +1255,60 @@ def bias_in_softmax(n: int = 3, k: Any = None) -> Derivation:
 
 
 def lorentz_attention(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
-    """MATH.md identity 5: ``softmax_j(<q, kappa_j>_L / tau) = softmax_j(-1/2 |q - kappa_j|^2_L / tau)``; bilinearity and associativity."""
+    """Identity 5: ``softmax_j(<q, kappa_j>_L / tau) = softmax_j(-1/2 |q - kappa_j|^2_L / tau)``; and without a softmax.
+
+    Without a softmax the bilinear form keeps the ``Q (K^T V)`` associativity of linear attention,
+    but the row-normalised weights ``<q, kappa_j>_L / sum_l <q, kappa_l>_L`` equal
+    ``(k + 1/2 |q - kappa_j|^2_L) / sum_l (k + 1/2 |q - kappa_l|^2_L)``: every ``<q, kappa>_L <= -k``
+    is negative, the signs cancel, and the weights *grow* with distance.
+    """
     k = _curvature(k)
     rq, rho, dots, tau, qt, kt, sq, inner, names = _keys(n, k)
     l_, dl, nl = _family("l", r"\ell", [v / tau for v in inner], r"\ell_j = \langle q, \kappa_j \rangle_L / \tau \text{ (Lorentzian logits)}")
     a_, da, na = _family("a", "a", [-x / 2 / tau for x in sq], r"a_j = -\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau \text{ (distance logits)}")
+    m_, dm, nm = _family("m", "m", inner, "", fmt=r"\langle q, \kappa_{{{j}}} \rangle_L")
+    w_, dw, nw = _family("w", "w", [v / sum(inner) for v in inner],
+                         r"w_j = \langle q, \kappa_j \rangle_L / \sum_l \langle q, \kappa_l \rangle_L \text{ (no softmax)}")
+    W_, dW, nW = _family("W", "W", [(k + x / 2) / sum(k + y / 2 for y in sq) for x in sq],
+                         r"W_j = \big(k + \frac{1}{2}\|q - \kappa_j\|_L^2\big) / \sum_l \big(k + \frac{1}{2}\|q - \kappa_l\|_L^2\big)")
     J = sp.diag(-1, *([1] * d))
     qv = sp.Matrix(sp.symbols(f"q0:{d + 1}", real=True))
     kv = sp.Matrix(sp.symbols(f"kappa0:{d + 1}", real=True))
     lorentz_inner = -qv[0] * kv[0] + sum(qv[i] * kv[i] for i in range(1, d + 1))
-    Q = sp.Matrix(2, d + 1, sp.symbols(f"Q0:{2 * (d + 1)}", real=True))
-    K = sp.Matrix(3, d + 1, sp.symbols(f"K0:{3 * (d + 1)}", real=True))
-    V = sp.Matrix(3, 2, sp.symbols("V0:6", real=True))
     sm_l, dsl, nsl = _softmax_symbol("sm_l", r"\mathrm{softmax}(\ell)", l_, r"\mathrm{softmax}(v)_j = e^{v_j} / \sum_l e^{v_l}")
     sm_a, dsa, nsa = _softmax_symbol("sm_a", r"\mathrm{softmax}(a)", a_)
     li, qjk = sp.symbols("lorentz_inner qJkappa")
-    left, right = sp.symbols("QJK_V QJ_KV")
+    dist1 = sp.Symbol("geodesic_d1", nonnegative=True)
+    Dn = sp.symbols(f"Dn1:{n + 1}", nonnegative=True)  # any values D_j >= 0
+    T = sum(k + x / 2 for x in Dn)
     extra = [
         Definition(li, lorentz_inner, tex=rf"\langle q, \kappa\rangle_L = -q_0 \kappa_0 + \sum_{{i=1}}^{{{d}}} q_i \kappa_i"),
         Definition(qjk, (qv.T * J * kv)[0, 0], tex=r"J = \mathrm{diag}(-1, 1, \dots, 1)"),
-        Definition(left, sp.ImmutableMatrix((Q * J * K.T) * V), tex=rf"Q, K, V \text{{: }} 2 \times {d + 1}, 3 \times {d + 1}, 3 \times 2 \text{{ matrices of symbols}}"),
-        Definition(right, sp.ImmutableMatrix(Q * J * (K.T * V)), tex=""),
     ]
     steps = [
-        Step(_vec(l_), _vec([x - k / tau for x in a_]), "identity 1 for every key"),
+        Step(_vec(l_), _vec([x - k / tau for x in a_]), "identity 1 for every key", name="logits"),
         Step(sm_l, sm_a,
-             "**identity 5**: the $-k/\\tau$ is common to all keys, so Lorentzian-inner-product attention *is* distance attention"),
-        Step(li, qjk, f"bilinear, written with a matrix ($d = {d}$)"),
-        Step(left, right, "so the associativity trick stays available to linear attention (2 queries, 3 keys, every entry)"),
+             "**identity 5**: the $-k/\\tau$ is common to all keys, so Lorentzian-inner-product attention *is* distance attention",
+             name="identity_5"),
+        Step(li, qjk, f"bilinear, written with a matrix ($d = {d}$): so $(Q J K^\\top) V = Q J (K^\\top V)$, but only with **no** "
+             "softmax between the two products", name="bilinear"),
+        Step(_vec(w_), _vec(W_),
+             f"without the softmax, the row-normalised weights ($n = {n}$ keys, identity 1 for each)", name="normalised_weights"),
+        Step(m_[0], -k, "every $\\langle q, \\kappa_j\\rangle_L \\le -k < 0$ (identity 2: $-\\langle q, \\kappa_j\\rangle_L = k\\cosh(d_j/\\sqrt{k})$, "
+             "$d_j$ the geodesic distance), so no weight changes sign", kind="bound",
+             certificate=2 * k * sp.sinh(dist1 / (2 * sp.sqrt(k))) ** 2,
+             given={dots[0]: qt * kt[0] - k * sp.cosh(dist1 / sp.sqrt(k))}, name="inner_at_most_minus_k"),
+        Step((k + Dn[0] / 2) / T - (k + Dn[1] / 2) / T, (Dn[0] - Dn[1]) / (2 * T),
+             "so the weights **grow with distance**: with $D_j = \\|q - \\kappa_j\\|_L^2 \\ge 0$, the farther key gets the larger weight",
+             expand=False, name="weights_grow_with_distance", role="consequence"),
     ]
-    names = {**names, **nl, **na, **nsl, **nsa, li: r"\langle q, \kappa\rangle_L", qjk: r"q^\top J \kappa",
-             left: r"(Q J K^\top) V", right: r"Q J (K^\top V)"}
+    names = {**names, **nl, **na, **nm, **nw, **nW, **nsl, **nsa, li: r"\langle q, \kappa\rangle_L", qjk: r"q^\top J \kappa",
+             dist1: "d_1", **{x: rf"D_{{{j}}}" for j, x in enumerate(Dn, start=1)}}
     return Derivation(
-        f"Identity 5: the full Lorentzian inner product has no bias ({n} keys)", steps, dl + da + [dsl, dsa] + extra, names,
-        intro="Use $\\langle q, \\kappa_j\\rangle_L$ itself (time coordinates included) as the attention logit.",
+        f"Identity 5: the full Lorentzian inner product has no bias ({n} keys); without a softmax it prefers far keys", steps,
+        dl + da + dm + dw + dW + [dsl, dsa] + extra, names,
+        intro="Use $\\langle q, \\kappa_j\\rangle_L$ itself (time coordinates included) as the attention logit, with a softmax "
+        "(steps 1-2) and without one, normalised by the row sum as linear attention does (steps 3-6).",
     )
 
 
@@ -1147,12 +1343,14 @@ def kl_identity(n: int = 3) -> Derivation:
     bi = sp.IndexedBase("b")
     j, m = sp.symbols("j n", integer=True, positive=True)
     steps = [
-        Step(_vec(S), _vec([P[i] * sp.exp(b[i]) / M for i in range(n)]), f"$S$ reweights $P$ by $e^{{b_j}}$ and renormalises ($n = {n}$)"),
-        Step(KL, sp.log(M) - Eb, f"**KL identity** ($n = {n}$)"),
-        Step(sp.log(Pj / (Pj * sp.exp(bj) / M)), sp.log(M) - bj, "general $n$, one term: $\\log(P_j / S_j) = \\log E_P[e^b] - b_j$", expand=False),
+        Step(_vec(S), _vec([P[i] * sp.exp(b[i]) / M for i in range(n)]), f"$S$ reweights $P$ by $e^{{b_j}}$ and renormalises ($n = {n}$)",
+             name="reweighting"),
+        Step(KL, sp.log(M) - Eb, f"**KL identity** ($n = {n}$)", name="kl_identity"),
+        Step(sp.log(Pj / (Pj * sp.exp(bj) / M)), sp.log(M) - bj, "general $n$, one term: $\\log(P_j / S_j) = \\log E_P[e^b] - b_j$",
+             expand=False, name="general_term"),
         Step(sp.Sum(Pi[j] * (sp.log(M) - bi[j]), (j, 1, m)), sp.log(M) * sp.Sum(Pi[j], (j, 1, m)) - sp.Sum(Pi[j] * bi[j], (j, 1, m)),
-             "general $n$: weight by $P_j$ and sum; with $\\sum_j P_j = 1$ this is the identity", expand=False),
-        Step(sp.log(M) - Eb, sp.log(Mc) - Ebc, "adding a constant $c$ to every $b_j$ changes nothing"),
+             "general $n$: weight by $P_j$ and sum; with $\\sum_j P_j = 1$ this is the identity", expand=False, name="general_sum"),
+        Step(sp.log(M) - Eb, sp.log(Mc) - Ebc, "adding a constant $c$ to every $b_j$ changes nothing", name="shift_invariance"),
     ]
     names = {**names, M: r"E_P[e^b]", Eb: r"E_P[b]", KL: r"\mathrm{KL}(P\|S)", Mc: r"E_P[e^{b + c}]", Ebc: r"E_P[b + c]",
              Pj: "P_j", bj: "b_j"}
@@ -1206,25 +1404,113 @@ def hoeffding_bound(n: int = 3) -> Derivation:
 
     steps = [
         Step(chord, sp.exp(x), "convexity: $e^x$ lies below its chord on $[0, \\Delta]$ (shift $b$ so that $\\min_j b_j = 0$, $\\max_j b_j = \\Delta$)",
-             kind="check", check=concave_chord, relation=r"\ge"),
+             kind="check", check=concave_chord, relation=r"\ge", name="chord"),
         Step(sum(P[i] * chord.subs(x, bb[i]) for i in range(n)), 1 - Eb / D + Eb / D * sp.exp(D),
-             f"average the chord over $P$ ($n = {n}$): $E_P[e^b] \\le 1 - \\theta + \\theta e^\\Delta$"),
+             f"average the chord over $P$ ($n = {n}$): $E_P[e^b] \\le 1 - \\theta + \\theta e^\\Delta$", name="averaged_chord"),
         Step(sp.log(M) - th * D, L.subs(u, D), "$\\log$ is increasing: $\\mathrm{KL}(P\\|S) = \\log E_P[e^b] - \\theta\\Delta \\le L(\\Delta)$",
-             kind="check", check=log_increasing, relation=r"\le"),
-        Step(sp.Subs(L, u, 0), 0, "$L(0) = 0$"),
-        Step(sp.Subs(sp.Derivative(L, u), u, 0), 0, "$L'(0) = 0$"),
-        Step(sp.Derivative(L, (u, 2)), R * (1 - R), "the second derivative"),
+             kind="check", check=log_increasing, relation=r"\le", name="kl_below_L", role="consequence"),
+        Step(sp.Subs(L, u, 0), 0, "$L(0) = 0$", name="L_at_0"),
+        Step(sp.Subs(sp.Derivative(L, u), u, 0), 0, "$L'(0) = 0$", name="L_prime_at_0"),
+        Step(sp.Derivative(L, (u, 2)), R * (1 - R), "the second derivative", name="L_second"),
         Step(rho * (1 - rho), sp.Rational(1, 4), "a product $\\rho (1 - \\rho)$ is at most $1/4$", kind="bound",
-             certificate=(rho - sp.Rational(1, 2)) ** 2),
+             certificate=(rho - sp.Rational(1, 2)) ** 2, name="product_quarter"),
         Step(L.subs(u, D), sp.Integral((D - u) * sp.Derivative(L, (u, 2)), (u, 0, D)),
-             "Taylor's theorem with integral remainder, using $L(0) = L'(0) = 0$", kind="check", check=taylor_remainder),
-        Step(sp.Integral((D - u) / 4, (u, 0, D)), D**2 / 8, "bound $L''$ by $1/4$ and integrate: **Hoeffding's lemma**, $\\mathrm{KL}(P\\|S) \\le \\Delta^2/8$"),
+             "Taylor's theorem with integral remainder, using $L(0) = L'(0) = 0$", kind="check", check=taylor_remainder,
+             name="taylor_remainder"),
+        Step(sp.Integral((D - u) / 4, (u, 0, D)), D**2 / 8, "bound $L''$ by $1/4$ and integrate: **Hoeffding's lemma**, $\\mathrm{KL}(P\\|S) \\le \\Delta^2/8$",
+             name="hoeffding"),
     ]
     names = {**names, D: r"\Delta", th: r"\theta", rho: r"\rho", M: r"E_P[e^b]", Eb: r"E_P[b]"}
     return Derivation(
         "Hoeffding's lemma: $\\mathrm{KL}(P\\|S) \\le \\Delta^2/8$", steps, defs, names,
         intro="$\\mathrm{KL}(P\\|S) = \\log E_P[e^b] - E_P[b]$ is unchanged by shifting $b$, so let $b_j \\in [0, \\Delta]$, "
         "$\\Delta = \\max_j b_j - \\min_j b_j$, and write $E_P[b] = \\theta\\Delta$, $0 \\le \\theta \\le 1$.",
+    )
+
+
+def kl_supremum(n: int = 3) -> Derivation:
+    """The exact supremum of ``KL(P || S)`` over all rows whose bias spans ``Delta``; Hoeffding's ``Delta^2 / 8`` bounds it.
+
+    Hoeffding's steps 1-3 give ``KL <= F(theta) = log(1 - theta + theta e^Delta) - theta Delta`` with
+    ``theta = (E_P[b] - min b) / Delta``; a two-point row attains ``F(theta)``, so the supremum is
+    ``max_theta F = F(theta*)``, ``theta* = 1/Delta - 1/(e^Delta - 1)``:
+    ``log((e^Delta - 1)/Delta) - 1 + Delta/(e^Delta - 1) = Delta^2/8 - Delta^4/576 + ... <= Delta^2/8``,
+    ``~ Delta - 1 - log Delta`` for large ``Delta``.  (``n`` is unused: the argument has no key count.)
+    """
+    D = sp.Symbol("Delta", positive=True)
+    th = sp.Symbol("theta", positive=True)
+    nn = sp.Symbol("n", integer=True, positive=True)
+    E = sp.exp(D)
+    Fexpr = sp.log(1 - th + th * E) - th * D
+    F = sp.Function("F")(th)
+    ts = sp.Symbol("theta^*", positive=True)
+    ts_expr = 1 / D - 1 / (E - 1)
+    closed = sp.log((E - 1) / D) - 1 + D / (E - 1)
+    K = sp.Function("K")(D)
+    R = sp.Function("R")(D)
+    Z = 1 - th + th * E
+    kl2 = sp.Symbol("KL2", real=True)
+    kl2_expr = (1 - th) * sp.log((1 - th) / ((1 - th) / Z)) + th * sp.log(th / (th * E / Z))
+    defs = [
+        Definition(F, Fexpr, tex=r"F(\theta) = \log(1 - \theta + \theta e^\Delta) - \theta\Delta"),
+        Definition(ts, ts_expr, tex=r"\theta^* = \frac{1}{\Delta} - \frac{1}{e^\Delta - 1}"),
+        Definition(K, closed, tex=r"K(\Delta) = \log\frac{e^\Delta - 1}{\Delta} - 1 + \frac{\Delta}{e^\Delta - 1}"),
+        Definition(R, closed - (D - 1 - sp.log(D)), tex=r"R(\Delta) = K(\Delta) - (\Delta - 1 - \log\Delta)"),
+        Definition(kl2, kl2_expr, tex=r"\mathrm{KL}^{(2)}(\theta) = \mathrm{KL}\big((1 - \theta, \theta) \,\|\, S\big), "
+                   r"S \propto (1 - \theta, \theta e^\Delta) \text{ (a two-point row, bias } (0, \Delta))"),
+    ]
+
+    def positive_theta() -> tuple[bool, str]:
+        same = _is_zero(ts_expr - (E - 1 - D) / (D * (E - 1)))[0]
+        series = _is_zero(sp.Sum(D**nn / sp.factorial(nn), (nn, 2, sp.oo)).doit() - (E - 1 - D))[0]
+        return same and series, "theta* = (e^D - 1 - D) / (D (e^D - 1)), e^D - 1 - D = sum_{n>=2} D^n/n! > 0 (and e^D - 1 > 0)"
+
+    def below_half() -> tuple[bool, str]:
+        num = D * E - 2 * E + D + 2
+        same = _is_zero(sp.Rational(1, 2) - ts_expr - num / (2 * D * (E - 1)))[0]
+        series = _is_zero(sp.Sum((nn - 2) * D**nn / sp.factorial(nn), (nn, 3, sp.oo)).doit() - num)[0]
+        return same and series, "1/2 - theta* = N / (2 D (e^D - 1)), N = D e^D - 2 e^D + D + 2 = sum_{n>=3} (n - 2) D^n/n! > 0"
+
+    def below_hoeffding() -> tuple[bool, str]:
+        below = []
+        with mpmath.workdps(40):
+            for dv in ("0.001", "0.1", "1", "2.5", "8", "20", "100"):
+                x = mpmath.mpf(dv)
+                below.append(kl_supremum_mpmath(x, dps=40) < x * x / 8)
+        return all(below), "integrate the previous step from 0, where Delta^2/8 - K vanishes (step series); spot check: below Delta^2/8 at 7 values of Delta (40 digits)"
+
+    c1 = sp.Rational(1, 2) - ts_expr  # = coth(D/2)/2 - 1/D, visibly real
+    steps = [
+        Step(kl2, F, "a two-point row with $P = (1 - \\theta, \\theta)$ and bias $(0, \\Delta)$ reaches Hoeffding's "
+             "$F(\\theta)$ (Hoeffding, steps 1-3: every row with $E_P[b] = \\min b + \\theta\\Delta$ has $\\mathrm{KL} \\le F(\\theta)$), "
+             "so the supremum over rows is $\\max_{\\theta \\in [0, 1]} F(\\theta)$", name="two_point_row"),
+        Step(sp.Derivative(F, th), (E - 1) / Z - D, "the derivative in $\\theta$", name="derivative"),
+        Step(sp.Derivative(F, (th, 2)), 0, "$F$ is concave: a stationary point in $[0, 1]$ is the maximum", kind="bound",
+             certificate=(E - 1) ** 2 / Z**2, name="concave"),
+        Step(sp.Subs(sp.Derivative(F, th), th, ts), 0, "the derivative condition $F'(\\theta) = 0$ holds at $\\theta^*$", name="stationary"),
+        Step(0, ts, "$\\theta^* > 0$", kind="check", check=positive_theta, relation="<", name="theta_star_positive"),
+        Step(ts, sp.Rational(1, 2), "$\\theta^* \\le 1/2$: the worst row puts less than half of its mass on the high-bias key",
+             kind="check", check=below_half, relation=r"\le", name="theta_star_below_half"),
+        Step(F.subs(th, ts), K, "**the exact supremum** $K(\\Delta) = \\max_\\theta F(\\theta)$, attained by the two-point row at $\\theta^*$",
+             name="closed_form"),
+        Step(K, D**2 / 8 - D**4 / 576 + D**6 / 25920 - D**8 / 1075200, "series at small $\\Delta$: Hoeffding's $\\Delta^2/8$ is its leading term",
+             kind="series", var=D, order=10, name="series"),
+        Step(sp.Derivative(K, D), D * ts * (1 - ts), "its slope (envelope theorem: $\\partial F / \\partial \\Delta$ at $\\theta^*$)",
+             name="slope"),
+        Step(0, sp.Derivative(D**2 / 8 - K, D), "$\\Delta^2/8 - K(\\Delta)$ never decreases: its slope is $\\Delta(\\theta^* - \\frac{1}{2})^2$",
+             kind="bound", certificate=D * (1 / D - sp.coth(D / 2) / 2) ** 2, name="gap_increasing"),
+        Step(K, D**2 / 8, "so, as $\\Delta^2/8 - K(\\Delta) \\to 0$ for $\\Delta \\to 0$ (series), $K(\\Delta) \\le \\Delta^2/8$ for every $\\Delta$: "
+             "Hoeffding's bound is the simple, looser one",
+             kind="check", check=below_hoeffding, relation=r"\le", name="below_hoeffding", role="consequence"),
+        Step(R, 0, "for large $\\Delta$: $K(\\Delta) \\sim \\Delta - 1 - \\log\\Delta$, linear, not quadratic",
+             kind="limit", var=D, point=sp.oo, name="large_delta"),
+    ]
+    names = {D: r"\Delta", th: r"\theta", ts: r"\theta^*", kl2: r"\mathrm{KL}^{(2)}(\theta)", nn: "n"}
+    return Derivation(
+        "The exact KL supremum: $\\sup \\mathrm{KL}(P\\|S) = \\log\\frac{e^\\Delta - 1}{\\Delta} - 1 + \\frac{\\Delta}{e^\\Delta - 1} \\le \\frac{\\Delta^2}{8}$",
+        steps, defs, names,
+        intro="Rows $P$, $S = $ softmax of the same logits plus a bias $b$ of spread $\\Delta = \\max_j b_j - \\min_j b_j$. "
+        "$F(\\theta)$ is Hoeffding's $L(\\Delta)$ written as a function of $\\theta$.",
     )
 
 
@@ -1260,22 +1546,26 @@ def tv_bound(n: int = 3) -> Derivation:
         return ok, "y - tanh y vanishes at 0 and has derivative tanh^2 y >= 0"
 
     steps = [
-        Step(sum(S[i] - P[i] for i in range(n)), 0, f"both are probability vectors ($n = {n}$)"),
+        Step(sum(S[i] - P[i] for i in range(n)), 0, f"both are probability vectors ($n = {n}$)", name="normalised"),
         Step((uA - v) / 2, uA, "so $\\mathrm{TV} = \\frac{1}{2}\\sum_j |S_j - P_j| = S(A) - P(A)$, $A = \\{j : S_j > P_j\\}$: "
-             "the sums of $S_j - P_j$ over $A$ ($u$) and over the rest ($v = -u$) cancel", given={v: -uA}),
+             "the sums of $S_j - P_j$ over $A$ ($u$) and over the rest ($v = -u$) cancel", given={v: -uA},
+             name="tv_as_set", role="consequence"),
         Step(S[0] + S[1], (P[0] * sp.exp(b[0]) + P[1] * sp.exp(b[1])) / sum(P[i] * sp.exp(b[i]) for i in range(n)),
-             "$S(A) = X/(X + Y)$ with $X = \\sum_A P_j e^{b_j}$, $Y = \\sum_{A^c} P_j e^{b_j}$ (shown for $A = \\{1, 2\\}$)"),
+             "$S(A) = X/(X + Y)$ with $X = \\sum_A P_j e^{b_j}$, $Y = \\sum_{A^c} P_j e^{b_j}$ (shown for $A = \\{1, 2\\}$)",
+             name="mass_of_set"),
         Step(X / (X + Y), Xp / (Xp + Yp), "with $b \\in [0, \\Delta]$: $X \\le X' = P(A) e^\\Delta$ and $Y \\ge Y' = 1 - P(A)$; "
              "$X/(X + Y)$ grows with $X$ and falls with $Y$", kind="bound",
-             certificate=(X * be + al * Yp + al * be) / ((X + al + Yp) * (X + Yp + be)), given={Xp: X + al, Y: Yp + be}),
-        Step(f, p * (1 - p) * (E - 1) / (p * E + 1 - p), "so $\\mathrm{TV} \\le f(p)$, $p = P(A)$"),
-        Step(sp.Subs(sp.Derivative(f, p), p, pstar), 0, "$f$ is stationary at $p^*$"),
-        Step(f.subs(p, pstar), sp.tanh(D / 4), "its value there"),
+             certificate=(X * be + al * Yp + al * be) / ((X + al + Yp) * (X + Yp + be)), given={Xp: X + al, Y: Yp + be},
+             name="extreme_bias"),
+        Step(f, p * (1 - p) * (E - 1) / (p * E + 1 - p), "so $\\mathrm{TV} \\le f(p)$, $p = P(A)$", name="f_factored"),
+        Step(sp.Subs(sp.Derivative(f, p), p, pstar), 0, "$f$ is stationary at $p^*$", name="stationary"),
+        Step(f.subs(p, pstar), sp.tanh(D / 4), "its value there", name="value_at_stationary"),
         Step(f, sp.tanh(D / 4), "and that is the maximum over all $p \\in [0, 1]$ (with $e^{\\Delta/2} = 1 + \\sigma$): "
-             "**$\\mathrm{TV}(P, S) \\le \\tanh(\\Delta/4)$**", kind="bound", certificate=cert, given={D: 2 * sp.log(1 + sig)}),
-        Step(S2 - P2, sp.tanh(D / 4), "the two-point row $P^{(2)}$ with bias $b = (\\Delta, 0)$ attains the bound exactly"),
+             "**$\\mathrm{TV}(P, S) \\le \\tanh(\\Delta/4)$**", kind="bound", certificate=cert, given={D: 2 * sp.log(1 + sig)},
+             name="tv_bound"),
+        Step(S2 - P2, sp.tanh(D / 4), "the two-point row $P^{(2)}$ with bias $b = (\\Delta, 0)$ attains the bound exactly", name="attained"),
         Step(sp.tanh(D / 4), D / 4, "sharper than Pinsker + Hoeffding, $\\sqrt{\\mathrm{KL}/2} \\le \\sqrt{\\Delta^2/16} = \\Delta/4$",
-             kind="check", check=tanh_vs_linear, relation=r"\le"),
+             kind="check", check=tanh_vs_linear, relation=r"\le", name="below_linear"),
     ]
     names = {**names, D: r"\Delta", sig: r"\sigma", al: r"\alpha", be: r"\beta", pstar: "p^*", P2: r"P^{(2)}_1", S2: r"S^{(2)}_1"}
     return Derivation(
@@ -1299,11 +1589,13 @@ def derivations(k: Any = None, d: int = 3, n: int = 3) -> dict[str, Derivation]:
         "thread_approximation_k1": thread_approximation(1, d),
         "approximation_error": approximation_error(k, d),
         "query_constant": query_constant(k, d),
+        "euclidean_limit": euclidean_limit(d),
         "softmax_shift": softmax_shift(n),
         "bias_in_softmax": bias_in_softmax(n, k),
         "lorentz_attention": lorentz_attention(n, k, d),
         "kl_identity": kl_identity(n),
         "hoeffding_bound": hoeffding_bound(n),
+        "kl_supremum": kl_supremum(n),
         "tv_bound": tv_bound(n),
     }
 
@@ -1321,13 +1613,18 @@ def verify_all(k: Any = None, d: int = 3, n: int = 3, raise_on_failure: bool = T
 # numerical companions (float64 torch, mpmath)
 # =========================================================================== #
 class BoundCheck(NamedTuple):
-    """Per-row comparison of distance attention ``P`` and spatial attention ``S`` (float64, shape ``(..., N_q)``)."""
+    """Per-row comparison of distance attention ``P`` and spatial attention ``S`` (float64, shape ``(..., N_q)``).
+
+    ``kl_bound`` is Hoeffding's ``Delta^2 / 8`` (the exact supremum is
+    :func:`hypviz.attention.kl_supremum`); ``tv_uniform`` is the baseline ``TV(P, uniform row)``.
+    """
 
     kl: torch.Tensor
     tv: torch.Tensor
     delta: torch.Tensor
     kl_bound: torch.Tensor
     tv_bound: torch.Tensor
+    tv_uniform: torch.Tensor
 
 
 def _as_points64(x: Any, k: float, name: str) -> torch.Tensor:
@@ -1337,14 +1634,42 @@ def _as_points64(x: Any, k: float, name: str) -> torch.Tensor:
     return lorentz.lift(t[..., 1:].to(torch.float64), k)
 
 
+def _expm1_minus_x(c: torch.Tensor) -> torch.Tensor:
+    """``e^c - 1 - c`` without cancellation (float64 relative error below ~1e-14)."""
+    series = c * c * (0.5 + c * (1 / 6 + c * (1 / 24 + c * (1 / 120 + c * (1 / 720 + c * (1 / 5040 + c * (1 / 40320
+             + c * (1 / 362880 + c / 3628800))))))))
+    return torch.where(c.abs() < 0.05, series, torch.expm1(c) - c)
+
+
+def _reweighting_gap(p: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``KL(P || S)`` and ``TV(P, S)`` for ``S_j = P_j e^{c_j} / E_P[e^c]``, ``c`` centred (``E_P[c] = 0``).
+
+    ``E_P[e^c] = 1 + m`` with ``m = E_P[e^c - 1 - c]``, so ``KL = log E_P[e^c] - E_P[c] = log1p(m)`` and
+    ``S_j - P_j = P_j (expm1(c_j) - m) / (1 + m)``: no difference of two nearly equal numbers, so a
+    tiny divergence keeps its relative accuracy.
+    """
+    m = (p * _expm1_minus_x(c)).sum(dim=-1)
+    kl = torch.log1p(m)
+    tv = 0.5 * (p * (torch.expm1(c) - m.unsqueeze(-1)).abs()).sum(dim=-1) / (1 + m)
+    return kl, tv.clamp(max=1.0)
+
+
 def softmax_gap_bounds(queries: Any, keys: Any, tau: float, k: float = 1.0) -> BoundCheck:
     """Measure how far spatial-dot attention is from distance attention, row by row, with the bounds.
 
     ``P = softmax_j(-|q - kappa_j|^2_L / (2 tau))`` and ``S = softmax_j(q_s . kappa_{s,j} / tau)``;
     ``KL = sum_j P_j log(P_j / S_j)``, ``TV = 1/2 sum_j |P_j - S_j|``,
-    ``Delta = q_t (max_j kappa_{t,j} - min_j kappa_{t,j}) / tau``, and the bounds ``Delta^2 / 8``
-    (Hoeffding) and ``tanh(Delta / 4)``.  Computed in float64 (time coordinates recomputed from
-    the spatial parts), whatever the input dtype.
+    ``Delta = q_t (max_j kappa_{t,j} - min_j kappa_{t,j}) / tau``, the bounds ``Delta^2 / 8``
+    (Hoeffding; the exact supremum is :func:`hypviz.attention.kl_supremum`) and ``tanh(Delta / 4)``,
+    and the baseline ``tv_uniform = TV(P, uniform) = 1/2 sum_j |P_j - 1/N_k|``.
+
+    Computed in float64 (time coordinates recomputed from the spatial parts), whatever the input
+    dtype.  Where a row's centred bias ``c_j = b_j - E_P[b]`` (``b_j = q_t kappa_{t,j} / tau``) stays
+    within ``[-1, 1]``, ``S`` is obtained from ``P`` through identity 4, ``S_j = P_j e^{c_j} / E_P[e^c]``
+    (exact; notebook 04 checks it against the softmax of the spatial logits), and KL and TV are
+    evaluated with ``expm1``/``log1p``: near the origin they are tiny, and the difference of two
+    softmax rows would keep only a few of their digits.  Other rows use the softmax of the spatial
+    logits directly.  ``tv_uniform`` likewise (``expm1`` of the centred logits near uniform).
 
     Parameters
     ----------
@@ -1369,24 +1694,40 @@ def softmax_gap_bounds(queries: Any, keys: Any, tau: float, k: float = 1.0) -> B
     spatial_logits = (q[..., 1:] @ kk[..., 1:].transpose(-1, -2)) / tau_f
     log_p = torch.log_softmax(dist_logits, dim=-1)
     log_s = torch.log_softmax(spatial_logits, dim=-1)
-    p, s = log_p.exp(), log_s.exp()
-    kl = (p * (log_p - log_s)).sum(dim=-1)
-    tv = (0.5 * (p - s).abs().sum(dim=-1)).clamp(max=1.0)  # rounding could push a disjoint pair just above 1
+    p = log_p.exp()
     kt = kk[..., 0]
+    # small gaps (every |centred bias| <= 1): through identity 4 with expm1 / log1p; large ones: directly
+    bias = q[..., :, :1] * kt[..., None, :] / tau_f
+    centred = bias - (p * bias).sum(dim=-1, keepdim=True)
+    small = centred.abs().amax(dim=-1) <= 1.0
+    kl_acc, tv_acc = _reweighting_gap(p, centred.clamp(-1.0, 1.0))
+    kl_dir = (p * (log_p - log_s)).sum(dim=-1)
+    tv_dir = (0.5 * (p - log_s.exp()).abs().sum(dim=-1)).clamp(max=1.0)  # rounding could push a disjoint pair above 1
+    kl, tv = torch.where(small, kl_acc, kl_dir), torch.where(small, tv_acc, tv_dir)
+    # baseline TV(P, uniform): P_j - 1/N = (expm1(a_j) - mean expm1(a)) / (N (1 + mean expm1(a))), a centred
+    n_keys = dist_logits.shape[-1]
+    a = dist_logits - dist_logits.mean(dim=-1, keepdim=True)
+    near_uniform = a.abs().amax(dim=-1) <= 1.0
+    e1 = torch.expm1(a.clamp(-1.0, 1.0))
+    mean_e1 = e1.mean(dim=-1)
+    tvu_acc = 0.5 * (e1 - mean_e1.unsqueeze(-1)).abs().sum(dim=-1) / (n_keys * (1 + mean_e1))
+    tvu_dir = 0.5 * (p - 1.0 / n_keys).abs().sum(dim=-1)
+    tv_uniform = torch.where(near_uniform, tvu_acc, tvu_dir).clamp(max=1.0)
     spread = (kt.amax(dim=-1) - kt.amin(dim=-1)).unsqueeze(-1)
     delta = q[..., 0] * spread / tau_f
-    return BoundCheck(kl, tv, delta, delta**2 / 8, torch.tanh(delta / 4))
+    return BoundCheck(kl, tv, delta, delta**2 / 8, torch.tanh(delta / 4), tv_uniform)
 
 
 def worst_case_row(
     query_norm: float = 2.0, key_norm: float = 2.0, d: int = 2, tau: float = 1.0, k: float = 1.0, p1: float | None = None
 ):
-    """Real points attaining ``TV(P, S) = tanh(Delta / 4)``: one query and two keys.
+    """Real points attaining ``TV(P, S) = tanh(Delta / 4)`` (or the exact KL supremum): one query and two keys.
 
     Key 2 sits at the origin, key 1 at norm ``key_norm``, so ``Delta = q_t (kappa_{t,1} - sqrt k) / tau``;
     the angle between query and key 1 is chosen so that the distance attention gives key 1 the
-    weight ``P_1 = p1``, by default ``1 / (1 + e^{Delta/2})``, the maximiser of the TV bound
-    (``p1 = 1/2`` with a small ``Delta`` makes ``KL / (Delta^2 / 8)`` approach 1 instead).
+    weight ``P_1 = p1``, by default ``1 / (1 + e^{Delta/2})``, the maximiser of the TV bound;
+    ``p1 = 1/Delta - 1/(e^Delta - 1)`` (``theta*`` of :func:`kl_supremum`) makes the KL equal its
+    exact supremum, and ``p1 = 1/2`` with a small ``Delta`` makes ``KL / (Delta^2 / 8)`` approach 1.
     Returns ``(queries, keys)`` of shapes ``(1, d + 1)`` and ``(2, d + 1)``, float64.
 
     Raises
@@ -1420,6 +1761,27 @@ def worst_case_row(
     ks = torch.zeros(2, d, dtype=torch.float64)
     ks[0, 0], ks[0, 1] = key_norm * cos, key_norm * sin
     return lorentz.lift(qs, kf), lorentz.lift(ks, kf)
+
+
+def kl_supremum_mpmath(delta: Any, dps: int = 50) -> Any:
+    """The exact KL supremum ``log((e^D - 1)/D) - 1 + D/(e^D - 1)`` at ``dps`` digits (an mpmath number).
+
+    The reference for :func:`hypviz.attention.kl_supremum` (float64); ``0`` at ``D = 0``.  Extra
+    working digits make up for the cancellation at small ``D`` (the value is ``~ D^2/8``).
+    """
+    with mpmath.workdps(dps):
+        x = mpmath.mpf(delta)
+    if x < 0:
+        raise ValueError(f"the bias spread Delta must be >= 0, got {delta!r}")
+    if x == 0:
+        return mpmath.mpf(0)
+    extra = 10 + max(0, int(-mpmath.log10(x)))
+    with mpmath.workdps(dps + 2 * extra):
+        x = mpmath.mpf(delta)
+        e1 = mpmath.expm1(x)
+        value = mpmath.log(e1 / x) - 1 + x / e1
+    with mpmath.workdps(dps):
+        return +value
 
 
 def sqdist_textbook(x: Any, y: Any, k: float = 1.0) -> torch.Tensor:

@@ -9,7 +9,9 @@ import pytest
 import sympy as sp
 import torch
 
-from hypviz import lorentz
+import mpmath
+
+from hypviz import attention, lorentz
 from hypviz import symbolic as hs
 
 NAMES = list(hs.derivations())
@@ -57,24 +59,105 @@ def test_every_kind_is_used(built):
 
 
 # --------------------------------------------------------------------------- #
+# steps have names; what a check is worth is tagged and counted
+# --------------------------------------------------------------------------- #
+def test_every_step_has_a_unique_name(built):
+    for name, der in built.items():
+        names = der.step_names
+        assert all(isinstance(nm, str) and nm.isidentifier() for nm in names), name
+        assert len(set(names)) == len(names), name
+        for i, nm in enumerate(names, start=1):
+            assert der.number(nm) == i and der.step(nm) is der.steps[i - 1]
+
+
+def test_unknown_step_name_is_a_clear_error(built):
+    with pytest.raises(KeyError, match="no step named"):
+        built["decomposition"].step("nope")
+    with pytest.raises(KeyError, match="no step named"):
+        built["decomposition"].verify().result("nope")
+
+
+def test_duplicate_step_names_are_refused():
+    st = hs.Step(x, x, "same", name="twice")
+    with pytest.raises(ValueError, match="unique"):
+        hs.Derivation("dup", [st, hs.Step(y, y, "same", name="twice")])
+    with pytest.raises(ValueError, match="identifier"):
+        hs.Step(x, x, "bad name", name="not a name")
+    with pytest.raises(ValueError, match="role"):
+        hs.Step(x, x, "bad role", role="evidence")
+
+
+# the steps a review found to be definitions or trivial consequences, by name
+NOT_GENUINE = {
+    "decomposition": {"written_out": "definition", "euclidean_overstates": "consequence",
+                      "equal_norms_time": "consequence", "equal_norms_equal": "consequence"},
+    "approximation_error": {"exact_error": "definition", "equal_norms_exact": "consequence"},
+    "thread_approximation": {"inner_product": "definition", "lift_substituted": "definition"},
+    "query_constant": {"inner_product": "definition"},
+    "tv_bound": {"tv_as_set": "consequence"},
+    "hoeffding_bound": {"kl_below_L": "consequence"},
+    "lifted_norm": {"lift_squared": "definition", "origin": "consequence"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_GENUINE))
+def test_definitions_and_consequences_are_tagged(built, reports, name):
+    der, rep = built[name], reports[name]
+    for step_name, role in NOT_GENUINE[name].items():
+        assert der.step(step_name).role == role, (name, step_name)
+        assert rep.result(step_name).role == role
+    genuine = sum(1 for st in der.steps if st.role == "proof")
+    assert rep.genuine == genuine == len(der.steps) - len([st for st in der.steps if st.role != "proof"])
+    assert f"{genuine} genuine check" in rep.summary()
+    md = der.to_markdown()
+    for step_name, role in NOT_GENUINE[name].items():
+        i = der.number(step_name)
+        line = next(ln for ln in md.splitlines() if ln.startswith(f"{i}. "))
+        assert line.endswith(f"*[{role}]*"), line
+
+
+def test_summary_counts_genuine_checks_separately(reports):
+    rep = reports["decomposition"]
+    assert rep.summary().startswith(
+        "Identity 3: spatial distance minus squared time difference: all 9 steps verified: "
+        "5 genuine checks (+ 1 definition, 3 consequences)"
+    )
+    combined = hs.Reports(reports.values())
+    total = sum(len(r.results) for r in combined)
+    others = total - combined.genuine
+    assert 0 < others < total
+    head = repr(combined).splitlines()[0]
+    assert f"{total} steps: all verified; {combined.genuine} genuine checks (+ " in head
+
+
+def test_a_failing_definition_step_still_fails_by_name():
+    bad = hs.Derivation("t", [hs.Step(x, y, "restated wrongly", name="restated", role="definition")])
+    rep = bad.verify()
+    assert not rep.ok and rep.result("restated").role == "definition"
+    assert "FAILED at step 1 of 1 (restated:" in rep.summary()
+    assert "[definition]" in str(rep.failures[0])
+
+
+# --------------------------------------------------------------------------- #
 # k = 1 reproduces the thread's formulas exactly
 # --------------------------------------------------------------------------- #
 def test_thread_formulas_at_k1():
     der = hs.thread_approximation(1)
-    ri, rj = sp.Symbol("i_norm", nonnegative=True), sp.Symbol("j_norm", nonnegative=True)
-    dot = sp.Symbol("ij_dot", real=True)
-    inner, sq = sp.Symbol("ij_inner"), sp.Symbol("ij_sqdist")
-    rhs = [st.rhs for st in der.steps]
-    assert sp.expand(rhs[1] - (-2 - 2 * inner)) == 0  # |i - j|^2_L = -2 - 2<i, j>_L
-    assert sp.expand(rhs[2] - (-sq / 2 - 1)) == 0  # <i, j>_L = -1/2 |i - j|^2_L - 1
-    assert sp.expand(rhs[4] - (1 + ri**2 / 2)) == 0  # sqrt(|i_s|^2 + 1) ~ 1 + |i_s|^2 / 2
-    assert sp.expand(rhs[5] - (-(1 + (ri**2 + rj**2) / 2) + dot)) == 0
+    rq, rk = sp.Symbol("q_norm", nonnegative=True), sp.Symbol("v_norm", nonnegative=True)  # query q, key kappa
+    dot = sp.Symbol("qv_dot", real=True)
+    inner, sq = sp.Symbol("qv_inner"), sp.Symbol("qv_sqdist")
+    rhs = {nm: der.step(nm).rhs for nm in der.step_names}
+    assert sp.expand(rhs["identity_1"] - (-2 - 2 * inner)) == 0  # |q - kappa|^2_L = -2 - 2<q, kappa>_L
+    assert sp.expand(rhs["inner_from_distance"] - (-sq / 2 - 1)) == 0  # <q, kappa>_L = -1/2 |q - kappa|^2_L - 1
+    assert sp.expand(rhs["taylor_lift"] - (1 + rq**2 / 2)) == 0  # sqrt(|q_s|^2 + 1) ~ 1 + |q_s|^2 / 2
+    assert sp.expand(rhs["taylor_inner"] - (-(1 + (rq**2 + rk**2) / 2) + dot)) == 0
     assert der.verify().ok
 
 
 def test_general_k_reduces_to_k1():
     k = sp.Symbol("k", positive=True)
     general, one = hs.thread_approximation(), hs.thread_approximation(1)
+    assert general.step_names == one.step_names
     for a, b in zip(general.steps, one.steps):
         assert sp.simplify(sp.sympify(a.rhs).subs(k, 1) - b.rhs) == 0
 
@@ -129,6 +212,12 @@ def test_verify_all_raises_on_failure(monkeypatch):
     with pytest.raises(hs.DerivationError, match="FAILED at step 2"):
         hs.verify_all()
     assert not hs.verify_all(raise_on_failure=False).ok
+    named = _three(hs.Step(x, y, "wrong", name="broken_step"))
+    monkeypatch.setattr(hs, "derivations", lambda *a, **kw: {"good": hs.squared_distance(), "bad": named})
+    with pytest.raises(hs.DerivationError, match=r"FAILED at step 2 of 3 \(broken_step: "):
+        hs.verify_all()
+    reports = hs.verify_all(raise_on_failure=False)
+    assert [r.ok for r in reports] == [True, False] and "FAILURES" in repr(reports)
 
 
 def test_coordinate_recheck_catches_a_wrong_reduction():
@@ -214,11 +303,11 @@ def test_exact_steps_hold_numerically(built, name):
             sp.Symbol("k", positive=True): float(rng.uniform(0.3, 3.0)),
         }
         n_checked = 0
-        for i, st in enumerate(der.steps, start=1):
+        for st in der.steps:
             if st.kind != "simplify" or st.given or not st.expand:
                 continue
-            lhs, rhs = der.evaluate(i, values)
-            assert np.allclose(lhs, rhs, rtol=1e-12, atol=1e-12), (name, i, lhs, rhs)
+            lhs, rhs = der.evaluate(st.name, values)
+            assert np.allclose(lhs, rhs, rtol=1e-12, atol=1e-12), (name, st.name, lhs, rhs)
             n_checked += 1
         assert n_checked >= 2
 
@@ -296,3 +385,129 @@ def test_kl_identity_numerically():
     b = q[:, :1] * keys[:, 0][None, :] / 2.0
     kl = torch.log((p * b.exp()).sum(-1)) - (p * b).sum(-1)
     assert torch.allclose(res.kl, kl, rtol=1e-9, atol=1e-15)
+
+
+def test_kl_and_tv_are_accurate_near_the_origin():
+    """Tiny divergences keep their relative accuracy (against a 60-digit reference)."""
+    g = torch.Generator().manual_seed(11)
+    q = lorentz.lift(torch.randn(2, 8, generator=g, dtype=torch.float64) * 0.001)
+    keys = lorentz.lift(torch.randn(12, 8, generator=g, dtype=torch.float64) * 0.001)
+    res = hs.softmax_gap_bounds(q, keys, tau=2.0)
+    with mpmath.workdps(60):
+        for i in range(2):
+            qs = [mpmath.mpf(v) for v in q[i, 1:].tolist()]
+            qt = mpmath.sqrt(mpmath.fsum(v * v for v in qs) + 1)
+            a, s = [], []
+            for j in range(12):
+                ks = [mpmath.mpf(v) for v in keys[j, 1:].tolist()]
+                kt = mpmath.sqrt(mpmath.fsum(v * v for v in ks) + 1)
+                dot = mpmath.fsum(u * v for u, v in zip(qs, ks))
+                a.append((1 - qt * kt + dot) / 2)  # -1/2 |q - kappa|^2_L / tau, tau = 2
+                s.append(dot / 2)
+            za, zs = mpmath.fsum(mpmath.exp(v) for v in a), mpmath.fsum(mpmath.exp(v) for v in s)
+            P, Sm = [mpmath.exp(v) / za for v in a], [mpmath.exp(v) / zs for v in s]
+            kl = mpmath.fsum(p * mpmath.log(p / x) for p, x in zip(P, Sm))
+            tv = mpmath.fsum(abs(p - x) for p, x in zip(P, Sm)) / 2
+            tvu = mpmath.fsum(abs(p - mpmath.mpf(1) / 12) for p in P) / 2
+            assert kl < 1e-12  # a tiny divergence, where a difference of two softmax rows loses its digits
+            assert abs(mpmath.mpf(res.kl[i].item()) / kl - 1) < 1e-9
+            assert abs(mpmath.mpf(res.tv[i].item()) / tv - 1) < 1e-9
+            assert abs(mpmath.mpf(res.tv_uniform[i].item()) / tvu - 1) < 1e-9
+
+
+def test_tv_uniform_and_direct_softmax_agree():
+    q, keys = _points(4, 6, 2.0, 1.0, 12), _points(10, 6, 2.0, 1.0, 13)
+    res = hs.softmax_gap_bounds(q, keys, tau=1.5)
+    p = torch.softmax(-0.5 * lorentz.pairwise_sqdist(q, keys) / 1.5, dim=-1)
+    s = torch.softmax(q[:, 1:] @ keys[:, 1:].T / 1.5, dim=-1)
+    assert torch.allclose(res.tv, 0.5 * (p - s).abs().sum(-1), rtol=1e-10, atol=1e-14)
+    assert torch.allclose(res.tv_uniform, 0.5 * (p - 1 / 10).abs().sum(-1), rtol=1e-10, atol=1e-14)
+
+
+# --------------------------------------------------------------------------- #
+# the exact KL supremum, the Euclidean limit, the weights without a softmax
+# --------------------------------------------------------------------------- #
+DELTAS = [1e-6, 1e-3, 0.04, 0.06, 0.5, 1.0, 2.7, 8.0, 20.0, 60.0]
+
+
+def _theta_star(delta: float) -> float:
+    return 1 / delta - 1 / math.expm1(delta)
+
+
+def test_attention_kl_supremum_matches_the_formula():
+    got = attention.kl_supremum(torch.tensor(DELTAS, dtype=torch.float64))
+    for dv, g_ in zip(DELTAS, got.tolist()):
+        ref = hs.kl_supremum_mpmath(dv)
+        assert abs(g_ / float(ref) - 1) < 1e-13, dv
+        assert float(ref) <= dv * dv / 8  # Hoeffding is an upper bound ...
+    assert float(hs.kl_supremum_mpmath(0.0)) == 0.0
+    with pytest.raises(ValueError, match="Delta"):
+        hs.kl_supremum_mpmath(-1.0)
+    # ... tight at small Delta, linear at large Delta: K ~ Delta - 1 - log Delta
+    assert abs(float(hs.kl_supremum_mpmath(1e-3)) / (1e-6 / 8) - 1) < 1e-6
+    for dv in (8.0, 20.0, 60.0):
+        assert abs(float(hs.kl_supremum_mpmath(dv)) - (dv - 1 - math.log(dv))) < 3 * dv * math.exp(-dv) + 1e-15
+
+
+def test_kl_supremum_is_the_max_over_theta():
+    theta = np.linspace(0.0, 1.0, 200_001)
+    for dv in (0.5, 1.0, 2.7, 8.0, 20.0):
+        F = np.log1p(theta * np.expm1(dv)) - theta * dv
+        sup = float(hs.kl_supremum_mpmath(dv))
+        assert F.max() <= sup * (1 + 1e-12)
+        assert F.max() >= sup * (1 - 1e-8)
+        assert abs(theta[F.argmax()] - _theta_star(dv)) < 1e-4
+        assert 0 < _theta_star(dv) < 0.5
+
+
+@pytest.mark.parametrize("qn, kn, d, tau, k", [(2.0, 2.0, 3, 1.0, 1.0), (3.0, 1.0, 4, 2.0, 0.5), (1.2, 1.1, 2, 0.25, 1.0)])
+def test_two_point_rows_attain_the_kl_supremum(qn, kn, d, tau, k):
+    kf = k
+    delta = math.sqrt(qn**2 + kf) * (math.sqrt(kn**2 + kf) - math.sqrt(kf)) / tau
+    q, keys = hs.worst_case_row(qn, kn, d=d, tau=tau, k=k, p1=_theta_star(delta))
+    res = hs.softmax_gap_bounds(q, keys, tau, k)
+    assert float(res.delta) == pytest.approx(delta, rel=1e-12)
+    sup = float(attention.kl_supremum(res.delta))
+    assert abs(float(res.kl) / sup - 1) < 1e-9
+    # any other weight on the far key gives less
+    for factor in (0.8, 1.25):
+        q2, k2 = hs.worst_case_row(qn, kn, d=d, tau=tau, k=k, p1=_theta_star(delta) * factor)
+        assert float(hs.softmax_gap_bounds(q2, k2, tau, k).kl) < sup * (1 - 1e-6)
+
+
+def test_random_rows_stay_below_the_kl_supremum():
+    q, keys = _points(64, 8, 3.0, 1.0, 14), _points(32, 8, 3.0, 1.0, 15)
+    keys = lorentz.lift(keys[:, 1:] * torch.exp(torch.randn(32, 1, generator=torch.Generator().manual_seed(16), dtype=torch.float64)))
+    res = hs.softmax_gap_bounds(q, keys, tau=2.0)
+    sup = attention.kl_supremum(res.delta)
+    assert bool((res.kl <= sup * (1 + 1e-12)).all())
+    assert bool((sup <= res.kl_bound * (1 + 1e-15)).all())
+
+
+def test_euclidean_limit_numerically():
+    """k -> inf with fixed spatial parts: q_t kappa_t - k -> (|q_s|^2 + |kappa_s|^2)/2, at the rate of step constant_rate."""
+    rng = np.random.default_rng(3)
+    qs, ks = rng.normal(size=5), rng.normal(size=5)
+    a2, b2 = float(qs @ qs), float(ks @ ks)
+    with mpmath.workdps(60):
+        for kv in (1e2, 1e4, 1e6):
+            kk = mpmath.mpf(kv)
+            qt, kt = mpmath.sqrt(mpmath.mpf(a2) + kk), mpmath.sqrt(mpmath.mpf(b2) + kk)
+            gap = qt * kt - kk - (a2 + b2) / 2
+            assert abs(gap * kk / (-(a2 - b2) ** 2 / 8) - 1) < 3 * (a2 + b2) / kv
+            sq = mpmath.fsum((mpmath.mpf(u) - mpmath.mpf(v)) ** 2 for u, v in zip(qs, ks)) - (qt - kt) ** 2
+            assert abs(sq - float(((qs - ks) ** 2).sum())) < 10 / kv
+    der = hs.euclidean_limit()
+    assert der.step("constant_limit").point == sp.oo
+
+
+def test_lorentzian_weights_without_softmax_grow_with_distance(kk):
+    q, keys = _points(5, 6, 1.0, kk, 17), _points(9, 6, 1.0, kk, 18)
+    inner = lorentz.pairwise_inner(q, keys)
+    sq = lorentz.pairwise_sqdist(q, keys, kk)
+    assert bool((inner <= -kk * (1 - 1e-12)).all())
+    w = inner / inner.sum(-1, keepdim=True)
+    assert torch.allclose(w, (kk + sq / 2) / (kk + sq / 2).sum(-1, keepdim=True), rtol=1e-10)
+    # the farthest key gets the largest normalised weight, the nearest the largest softmax weight
+    assert torch.equal(w.argmax(-1), sq.argmax(-1))
+    assert torch.equal(torch.softmax(inner, -1).argmax(-1), sq.argmin(-1))
