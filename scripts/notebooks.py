@@ -145,15 +145,19 @@ def execute(path: Path, timeout: int = 600) -> nbformat.NotebookNode:
     _stable_ids(nb)
     os.environ["PYTHONHASHSEED"] = "0"
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    from jupyter_client.manager import KernelManager
+    from jupyter_client.manager import AsyncKernelManager
 
     # the kernel talks over local IPC sockets in a private folder: no TCP ports, and no
     # "Kernel is running over TCP without encryption" warning on every run
     sockets = tempfile.mkdtemp(prefix="hypviz-kernel-")
-    km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "kernel"))
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            super().__init__(transport="ipc", ip=os.path.join(sockets, "kernel"), **kwargs)
+
     client = _NbvalLikeClient(
         nb,
-        km=km,
+        kernel_manager_class=IPCKernelManager,
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(Path(path).resolve().parent)}},
