@@ -428,9 +428,13 @@ def _feature_map(xs: torch.Tensor, power: float, norm_scale: float) -> torch.Ten
     y = (torch.relu(xs) + _FEATURE_EPS) / (abs(norm_scale) + _FEATURE_EPS)
     if power == 1.0:
         return y
-    z = (y / y.amax(dim=-1, keepdim=True)).pow(power)  # (N, d): out of place, so autograd can follow
+    z = y / y.amax(dim=-1, keepdim=True)
+    if torch.is_grad_enabled() and z.requires_grad:  # out of place, so autograd can follow
+        z = z.pow(power)
+        return z * (torch.linalg.vector_norm(y, dim=-1, keepdim=True) / torch.linalg.vector_norm(z, dim=-1, keepdim=True))
+    z.pow_(power)  # in place: no second (N, d) buffer
     ratio = torch.linalg.vector_norm(y, dim=-1, keepdim=True) / torch.linalg.vector_norm(z, dim=-1, keepdim=True)
-    return z * ratio
+    return z.mul_(ratio)
 
 
 def focused_linear_map(

@@ -260,7 +260,7 @@ def test_demo_report_renders_offline(browser, tmp_path, capsys):
     assert result["title"].startswith("hypviz attention report")
     assert result["plots"] == 1 and result["rendered"] == 1, result
     assert result["containers"] >= 1 and result["svgs"] >= 1
-    assert result["traces"] == 3  # spatial vs distance, lorentz vs distance, the bound line
+    assert result["traces"] == 4  # spatial, focused and lorentz vs distance, the close-threshold line
     assert result["images"] == 3 and result["images_ok"] == 3, "the embedded PNG figures did not decode"
     assert result["links"] == []  # nothing to follow: the report is one file
 
