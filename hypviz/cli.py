@@ -10,15 +10,24 @@
                    [--sample-rows 64] [--out DIR] [--force] [--[no-]progress]
     hypviz demo [--out DIR] [--force] [--device ...]
 
-Inputs are ``.pt``/``.pth`` (``torch.load(weights_only=True)``: a tensor, or a dict of tensors),
-``.npy`` or ``.npz`` files holding arrays of shape ``(..., N, d + 1)``: full hyperboloid points,
-time coordinate first, on ``<x, x>_L = -k`` (checked); with ``--spatial`` they are spatial parts
-``(..., N, d)``, lifted with ``x_t = sqrt(|x_s|^2 + k)``.  A file holding several arrays (an
+Inputs are ``.pt``/``.pth`` (``torch.load(weights_only=True)``: a dense tensor, or a dict of
+tensors), ``.npy`` or ``.npz`` files holding arrays of shape ``(..., N, d + 1)``: full hyperboloid
+points, time coordinate first, on ``<x, x>_L = -k`` (checked); with ``--spatial`` they are spatial
+parts ``(..., N, d)``, lifted with ``x_t = sqrt(|x_s|^2 + k)``.  A file holding several arrays (an
 ``.npz`` or a dict saved with ``torch.save``) is read by name: ``--queries-key`` / ``--keys-key``,
 else its only array, else the array named ``queries`` (``query``, ``q``) or ``keys`` (``key``,
 ``k``), so one file can hold both: ``hypviz compare qk.npz qk.npz``.  Leading axes are
 heads/batch (they broadcast between queries and keys); ``--heads-axis`` names the heads axis
 of a layout such as ``(N, H, d + 1)``.
+
+Points are checked in the dtype they were made in: float32/float64 at that dtype's tolerance
+(arrays of either byte order), float16/bfloat16 at theirs (``rtol = 8 eps`` of that dtype, the
+arithmetic done in float32 on their exact values), after which the spatial parts are re-lifted in
+the compute dtype (``--dtype``; float32 for half-precision inputs).  Inputs must be regular files
+(a FIFO, device or socket is refused, never read), at most ``HYPVIZ_MAX_INPUT_BYTES`` bytes
+(default 2 GiB = 2147483648): for ``.npy``/``.npz`` the size of the array read, taken from its
+``.npy`` header before anything is decompressed or loaded; for ``.pt``/``.pth`` the file size.
+hypviz never unpickles anything but tensors.
 
 Every kind of ``--kinds`` is compared with the ``--reference`` kind by
 :func:`hypviz.attention.compare`, each map read against its distance from the uniform row, with a
@@ -26,28 +35,51 @@ verdict ("close", "different", "uninformative") per comparison and per head.  Ki
 (the question-and-answer thread's softmax of ``q_s . kappa_s``), ``distance`` (Hypformer's full
 attention at ``--temperature k*scale/2``), ``lorentz``, ``focused`` (Hypformer's linear map, with
 ``--power`` and ``--norm-scale``).  The output folder gets ``report.html`` (self-contained, opens
-from disk with no network), ``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures;
-it is written to a temporary folder beside it and renamed into place, so it is never
-half-written, and an existing folder is replaced only with ``--force``.
+from disk with no network), ``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures.
 
-Exit codes: 0 success; 2 bad input or usage (one line on stderr naming the problem, nothing
-written); 1 unexpected internal error (one line; ``HYPVIZ_DEBUG=1`` shows the traceback).
-Heavy imports (torch, matplotlib, plotly) happen after the cheap checks.
+Publishing.  The report is written into a temporary folder ``.NAME.tmp-XXXXXXXX`` beside ``--out``
+(so the name of ``--out`` may be at most the file system's limit, usually 255 bytes, minus 14),
+then put in place in one step: renamed with ``renameat2(RENAME_NOREPLACE)``, or, replacing an
+existing report with ``--force``, exchanged with it by ``renameat2(RENAME_EXCHANGE)`` (Linux,
+called through ctypes: glibc's ``renameat2`` or the raw system call) and the old folder, now at the
+temporary name, removed.  So at every instant ``--out`` holds the complete old report or the
+complete new one, even under SIGKILL.  Where ``renameat2`` is unavailable (another OS, an old
+kernel, a file system without the flag) the old folder is renamed to ``.NAME.old-XXXXXXXX`` and
+the new one renamed in: two renames with signals deferred across them (a SIGKILL between them
+leaves the old report at ``.NAME.old-*``).  SIGTERM, SIGHUP and SIGINT stop a run with one line
+saying whether the new report was published, exit code 128 + the signal's number, and the
+temporary folder removed.  (``HYPVIZ_TEST_PAUSE_AT=STAGE[:SIGNAL]``, for the tests only, makes the
+command send itself SIGTERM, or SIGNAL, at one stage: ``tmp``, ``written``, ``swapped``,
+``cleaned``.)
+
+Exit codes: 0 success; 2 bad input or usage, or an output the file system refuses (disk full,
+read-only, no permission): one line on stderr naming the problem, nothing written; 1 unexpected
+internal error (one line; ``HYPVIZ_DEBUG=1`` shows the traceback); 128 + N when stopped by signal N.
+File names are shown with undecodable bytes and control characters escaped (``\\xff``, ``\\x1b``),
+in messages and in the report.  Heavy imports (torch, matplotlib, plotly) happen after the cheap
+checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
+import platform
 import re
 import shutil
+import signal
+import stat
 import sys
 import tempfile
+import threading
+import time
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = ["main", "UsageError"]
 
@@ -56,6 +88,13 @@ FORMATS = (".pt", ".pth", ".npy", ".npz")
 ROLE_NAMES = {"QUERIES": ("queries", "query", "q", "Q"), "KEYS": ("keys", "key", "k", "K")}
 MARKER = "metrics.json"  # a folder holding this file, written by hypviz, may be replaced with --force
 DEMO_NORMS = (0.1, 1.0, 3.0, 10.0)  # mean spatial norm of each demo head: from near-uniform maps to sharp ones
+MAX_INPUT_ENV = "HYPVIZ_MAX_INPUT_BYTES"
+DEFAULT_MAX_INPUT_BYTES = 2 * 1024**3  # 2 GiB: the largest array (.npy/.npz) or file (.pt) read
+PAUSE_ENV = "HYPVIZ_TEST_PAUSE_AT"  # tests only: STAGE[:SIGNAL], the command signals itself at that stage
+STAGES = ("tmp", "written", "swapped", "cleaned")
+TMP_EXTRA = len(".") + len(".tmp-") + 8  # what mkdtemp's ".NAME.tmp-XXXXXXXX" adds to NAME (".old-" is as long)
+HALF_RTOL_EPS = 8  # float16/bfloat16 points are checked at rtol = 8 eps of their dtype
+HALF = ("float16", "bfloat16")
 
 
 class UsageError(Exception):
@@ -66,6 +105,44 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _show(text: Any) -> str:
+    """``text`` (a path or name) as it may be printed or stored: bytes that are not UTF-8 and control
+    characters (terminal escape codes, bidirectional overrides) escaped, e.g. ``\\xff``, ``\\x1b``."""
+    s = os.fspath(text) if isinstance(text, os.PathLike) else text
+    if isinstance(s, bytes):
+        s = s.decode("utf-8", "backslashreplace")
+    s = str(s)
+    if not _UNSAFE.search(s):
+        return s
+    try:
+        s = os.fsencode(s).decode("utf-8", "backslashreplace")  # undecodable bytes of a file name: \xNN
+    except UnicodeError:
+        s = s.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates that are no bytes: \udNNN
+
+    def escape(m: re.Match) -> str:
+        o = ord(m.group())
+        return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+
+    return _UNSAFE.sub(escape, s)
+
+
+def _fs_len(name: str) -> int:
+    try:
+        return len(os.fsencode(name))
+    except UnicodeError:
+        return len(name.encode("utf-8", "surrogatepass"))
+
+
+def _size(n: float) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{int(n)} bytes"
+
+
 # --------------------------------------------------------------------------- #
 # argument parsing
 # --------------------------------------------------------------------------- #
@@ -73,7 +150,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit code 2)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see '{self.prog} --help')\n")
+        self.exit(2, f"{self.prog}: error: {_show(_one_line(message))} (see '{self.prog} --help')\n")
 
 
 def _positive(name: str):
@@ -160,8 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
             "Files: .pt/.pth (torch.load(weights_only=True); a tensor or a dict of tensors), .npy, .npz. "
             "Shapes (..., N, d + 1), time coordinate first (or (..., N, d) with --spatial); leading axes are "
             "heads/batch. A file with several arrays is read by --queries-key/--keys-key, else its only array, "
-            "else the array named queries/keys. Exit codes: 0 ok, 2 bad input, 1 internal error "
-            "(HYPVIZ_DEBUG=1 shows the traceback)."
+            "else the array named queries/keys. Points are checked in the dtype they were made in (float16/bfloat16 "
+            "at rtol = 8 eps of theirs). Inputs must be regular files of at most HYPVIZ_MAX_INPUT_BYTES bytes "
+            "(default 2147483648 = 2 GiB; for .npy/.npz the array's size from its header, for .pt the file's). "
+            "The report is written beside --out and put in place in one step (--force: swapped with the old one "
+            "by renameat2 RENAME_EXCHANGE where available). Exit codes: 0 ok, 2 bad input (or the disk refuses "
+            "the output), 1 internal error (HYPVIZ_DEBUG=1 shows the traceback), 128+N on signal N."
         ),
     )
     c.add_argument("queries", metavar="QUERIES", help="file of queries: .pt, .pth, .npy or .npz")
@@ -239,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # --------------------------------------------------------------------------- #
-# the output folder: checked first, written last, atomically
+# the output folder: checked first, written last, published in one step
 # --------------------------------------------------------------------------- #
 def _is_report(path: Path) -> bool:
     marker = path / MARKER
@@ -249,28 +330,84 @@ def _is_report(path: Path) -> bool:
         return False
 
 
+def _what(path: Path) -> str:
+    """What is at ``path``, in words: "a file", "a folder", "a FIFO (named pipe)", ..."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "a broken symbolic link" if os.path.islink(path) else "missing"
+    mode = st.st_mode
+    for test, words in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISREG, "a file"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+def _pathconf(folder: Path, name: str, default: int) -> int:
+    try:
+        value = os.pathconf(folder, name)
+    except (OSError, ValueError):
+        return default
+    return value if value and value > 0 else default
+
+
 def check_out(out: Path, force: bool, inputs: Sequence[Path] = ()) -> Path:
-    """Refuse an output folder that exists (without ``--force``), is not a report, or holds an input."""
+    """Refuse an output folder that exists (without ``--force``), is not a report, holds an input,
+    lies under something that is not a folder, or whose name (plus the temporary suffix) is too long."""
     out = Path(os.path.abspath(out))
-    if not out.parent.is_dir():
-        raise UsageError(f"the parent folder of --out does not exist: {out.parent} (create it first)")
+    if not out.name:
+        raise UsageError(f"--out {_show(out)} is the root folder; choose a folder to create")
+    parent = out.parent
+    if not os.path.isdir(parent):
+        probe = parent
+        while not os.path.lexists(probe) and probe.parent != probe:
+            probe = probe.parent
+        if os.path.lexists(probe) and not os.path.isdir(probe):
+            where = f"the parent of --out, {_show(probe)}," if probe == parent else f"--out {_show(out)} lies under {_show(probe)}, which"
+            raise UsageError(f"{where} is {_what(probe)}, not a folder; choose an --out inside a folder")
+        if os.path.isdir(probe) and not os.access(probe, os.X_OK):
+            raise UsageError(f"cannot look inside {_show(probe)} (permission denied) for the parent of --out {_show(out)}")
+        raise UsageError(f"the parent folder of --out does not exist: {_show(parent)} (create it first)")
+    name_max = _pathconf(parent, "PC_NAME_MAX", 255)
+    nbytes = _fs_len(out.name)
+    if nbytes + TMP_EXTRA > name_max:
+        shown = _show(out.name[:20]) + ("..." if len(out.name) > 20 else "")
+        raise UsageError(
+            f"--out name too long: {shown} is {nbytes} bytes; at most {name_max - TMP_EXTRA} here (the file system "
+            f"allows {name_max} per name, and hypviz first writes a temporary folder .NAME.tmp-XXXXXXXX beside it, "
+            f"{TMP_EXTRA} bytes longer)"
+        )
+    path_max = _pathconf(parent, "PC_PATH_MAX", 4096)
+    if _fs_len(str(parent)) + 1 + nbytes + TMP_EXTRA >= path_max:
+        raise UsageError(f"--out path too long: {_fs_len(str(out))} bytes; the file system allows {path_max} per path "
+                         f"including the {TMP_EXTRA} bytes of the temporary name")
     if out.exists() or out.is_symlink():
         if not force:
-            raise UsageError(f"output folder {out} already exists; pass --force to replace it, or choose another --out")
+            raise UsageError(f"output folder {_show(out)} already exists; pass --force to replace it, or choose another --out")
         if out.is_symlink() or not out.is_dir():
-            raise UsageError(f"--out {out} exists and is not a folder; not replacing it")
+            raise UsageError(f"--out {_show(out)} exists and is {_what(out) if not out.is_symlink() else 'a symbolic link'}, "
+                             "not a folder; not replacing it")
         if any(out.iterdir()) and not _is_report(out):
             raise UsageError(
-                f"--force would replace {out}, which is not a hypviz report (no {MARKER} written by hypviz); "
+                f"--force would replace {_show(out)}, which is not a hypviz report (no {MARKER} written by hypviz); "
                 "remove it yourself or choose another --out"
             )
         cwd = Path(os.path.abspath(os.getcwd()))
         if cwd == out or out in cwd.parents:
-            raise UsageError(f"--force would replace {out}, which holds the current folder; choose another --out")
+            raise UsageError(f"--force would replace {_show(out)}, which holds the current folder; choose another --out")
         for p in inputs:
             p = Path(os.path.abspath(p))
             if out in p.parents:
-                raise UsageError(f"--force would replace {out}, which holds the input {p}; copy the input elsewhere first")
+                raise UsageError(
+                    f"--force would replace {_show(out)}, which holds the input {_show(p)}; copy the input elsewhere first"
+                )
     return out
 
 
@@ -278,124 +415,577 @@ def _temp_dir(out: Path) -> Path:
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     except OSError as exc:
-        raise UsageError(f"cannot write into {out.parent}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write into {_show(out.parent)}: {exc.strerror or exc}") from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700 folders; a report is an ordinary folder
     return tmp
 
 
-def publish(tmp: Path, out: Path, force: bool) -> None:
-    """Rename the finished ``tmp`` folder to ``out``; with ``force`` an existing ``out`` is swapped out first."""
-    if out.exists() or out.is_symlink():
-        if not force:
-            raise UsageError(f"output folder {out} already exists; pass --force to replace it, or choose another --out")
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.replace(out, old / out.name)
+# --- signals: what a run has put on disk, and signals deferred across each step that changes it ----------- #
+class _Interrupted(BaseException):
+    """Raised by the signal handler (SIGTERM, SIGHUP, SIGINT) so that the clean-up paths run."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _RunState:
+    """What this run has done (``published``: the new report is at this path) and its signal bookkeeping."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.published: Path | None = None
+        self.critical = 0  # > 0: inside a step that must not be cut (a rename and the record of it)
+        self.pending: int | None = None  # a signal that arrived inside such a step
+        self.done = False  # set once an interruption was raised or the command has finished: later signals are noted only
+        self.delivered = 0  # how many signals the handler has seen (the test hook waits for its own)
+        self.signal: int | None = None  # the signal an interruption was raised for (even if a library swallowed it)
+
+
+_RUN = _RunState()
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    _RUN.delivered += 1
+    if _RUN.done:
+        return
+    if _RUN.critical:
+        if _RUN.pending is None:
+            _RUN.pending = signum
+        return
+    _RUN.done, _RUN.signal = True, signum
+    raise _Interrupted(signum)
+
+
+class _Critical:
+    """A step that a signal must not cut in two: signals arriving inside are acted on when it ends."""
+
+    def __enter__(self) -> None:
+        _RUN.critical += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        _RUN.critical -= 1
+        if not _RUN.critical and _RUN.pending is not None and not _RUN.done:
+            signum, _RUN.pending = _RUN.pending, None
+            _RUN.done, _RUN.signal = True, signum
+            raise _Interrupted(signum)
+
+
+def _install_handlers(previous: dict[int, Any]) -> None:
+    """Our handler for SIGTERM, SIGHUP and (when it is Python's default) SIGINT; the previous ones go into ``previous``
+    as each is replaced (so that they are restored even if a signal arrives in between)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for name in ("SIGTERM", "SIGHUP", "SIGINT"):
+        signum = getattr(signal, name, None)
+        if signum is None:
+            continue
+        current = signal.getsignal(signum)
+        if current is signal.SIG_IGN or (name == "SIGINT" and current is not signal.default_int_handler):
+            continue  # ignored on purpose (nohup), or someone else's SIGINT handler (a notebook kernel)
         try:
-            os.replace(tmp, out)
-        except BaseException:
-            os.replace(old / out.name, out)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
+            previous[signum] = current
+            signal.signal(signum, _on_signal)
+        except (ValueError, OSError):
+            previous.pop(signum, None)
+
+
+def _restore_handlers(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        try:
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+
+def _stage(name: str) -> None:
+    """Tests only: at stage ``name`` of ``HYPVIZ_TEST_PAUSE_AT=STAGE[:SIGNAL]`` send ourselves the signal."""
+    spec = os.environ.get(PAUSE_ENV, "")
+    if not spec:
+        return
+    stage, _, signame = spec.partition(":")
+    if stage != name:
+        return
+    signum = getattr(signal, "SIG" + signame.upper().removeprefix("SIG"), None) if signame else signal.SIGTERM
+    if signum is None:
+        return
+    before = _RUN.delivered
+    os.kill(os.getpid(), signum)
+    deadline = time.monotonic() + 5.0
+    while _RUN.delivered == before and time.monotonic() < deadline:  # another thread may take it: wait for the handler
+        time.sleep(0.001)
+
+
+def _discard(path: Path | None) -> None:
+    """Remove a temporary or swapped-out folder, signals deferred until it is gone."""
+    if path is None:
+        return
+    with _Critical():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# --- renameat2 through ctypes -------------------------------------------------------------------------------- #
+AT_FDCWD = -100
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+_SYS_RENAMEAT2 = {  # the system call's number where libc has no renameat2 (glibc < 2.28)
+    "x86_64": 316, "amd64": 316, "i386": 353, "i686": 353, "aarch64": 276, "arm64": 276, "riscv64": 276,
+    "loongarch64": 276, "armv7l": 382, "armv6l": 382, "ppc64le": 357, "ppc64": 357, "s390x": 347,
+}
+_RENAMEAT2: Any = None  # resolved on first use: a function (old, new, flags) -> errno (0: done), or False
+
+
+def _find_renameat2() -> Callable[[bytes, bytes, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    fn = getattr(libc, "renameat2", None)
+    if fn is not None:
+        fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+        fn.restype = ctypes.c_int
+
+        def call(old: bytes, new: bytes, flags: int) -> int:
+            return 0 if fn(AT_FDCWD, old, AT_FDCWD, new, flags) == 0 else ctypes.get_errno()
+
+        return call
+    number = _SYS_RENAMEAT2.get(platform.machine().lower())
+    syscall = getattr(libc, "syscall", None)
+    if number is None or syscall is None:
+        return None
+    syscall.restype = ctypes.c_long
+
+    def call_raw(old: bytes, new: bytes, flags: int) -> int:
+        r = syscall(ctypes.c_long(number), ctypes.c_long(AT_FDCWD), ctypes.c_char_p(old),
+                    ctypes.c_long(AT_FDCWD), ctypes.c_char_p(new), ctypes.c_long(flags))
+        return 0 if r == 0 else ctypes.get_errno()
+
+    return call_raw
+
+
+def _rename2(old: Path, new: Path, flags: int) -> bool:
+    """``renameat2(old, new, flags)``: True when done, False where unavailable (no such call, or the file
+    system lacks the flag); other failures raise ``OSError``."""
+    global _RENAMEAT2
+    if _RENAMEAT2 is None:
+        _RENAMEAT2 = _find_renameat2() or False
+    if not _RENAMEAT2:
+        return False
+    err = _RENAMEAT2(os.fsencode(old), os.fsencode(new), flags)
+    if err == 0:
+        return True
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EPERM):
+        return False  # EPERM: a seccomp filter refusing the call; a real permission problem recurs in the fallback
+    raise OSError(err, os.strerror(err), str(old), None, str(new))
+
+
+def publish(tmp: Path, out: Path, force: bool) -> str:
+    """Put the finished ``tmp`` folder at ``out`` in one step; returns how: "renamed", "exchanged", "two renames".
+
+    A new ``out``: ``renameat2(RENAME_NOREPLACE)`` (else a check and ``os.rename``).  An existing one
+    (``force``): ``renameat2(RENAME_EXCHANGE)`` swaps the two folders atomically, then the old report, now
+    at ``tmp``, is removed; where that is unavailable, ``out`` is renamed to ``.NAME.old-*`` and ``tmp``
+    renamed in.  Signals are deferred across each step and the record that it happened (``_RUN.published``),
+    so an interruption message always matches what is on disk.
+    """
+    exists = out.exists() or out.is_symlink()
+    if exists and not force:
+        raise UsageError(f"output folder {_show(out)} already exists; pass --force to replace it, or choose another --out")
+    if not exists:
+        with _Critical():
+            try:
+                done = _rename2(tmp, out, RENAME_NOREPLACE)
+            except FileExistsError:
+                done = False
+            if not done:
+                if out.exists() or out.is_symlink():
+                    raise UsageError(f"{_show(out)} appeared while the report was being written; not replacing it")
+                os.rename(tmp, out)
+            _stage("swapped")
+            _RUN.published = out
+        _stage("cleaned")
+        return "renamed"
+    old, swapped = None, False
+    try:
+        with _Critical():
+            if _rename2(tmp, out, RENAME_EXCHANGE):
+                how, old = "exchanged", tmp  # the old report is now at the temporary name
+            else:
+                how = "two renames"
+                aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+                try:
+                    os.replace(out, aside / out.name)
+                except BaseException:
+                    shutil.rmtree(aside, ignore_errors=True)  # still empty
+                    raise
+                try:
+                    os.replace(tmp, out)
+                except BaseException:
+                    os.replace(aside / out.name, out)  # should this fail, the old report stays in .NAME.old-*
+                    shutil.rmtree(aside, ignore_errors=True)
+                    raise
+                old = aside
+            swapped = True
+            _stage("swapped")
+            _RUN.published = out
+    finally:
+        if swapped:  # also when a signal that arrived during the swap is raised now
+            _discard(old)
+    _stage("cleaned")
+    return how
+
+
+_WRITE_ERRNOS = {
+    errno.ENOSPC: "free some space or choose another --out",
+    errno.EDQUOT: "free some space or choose another --out",
+    errno.EROFS: "choose an --out on a writable file system",
+    errno.EACCES: "choose an --out you may write to",
+    errno.EPERM: "choose an --out you may write to",
+    errno.EFBIG: "choose another --out",
+    errno.EIO: "choose another --out",
+    errno.ENAMETOOLONG: "choose a shorter --out",
+    errno.EMLINK: "choose another --out",
+}
+
+
+def _produce(out: Path, force: bool, write: Callable[[Path], list[str]]) -> list[str]:
+    """``write(tmp)`` into a temporary folder beside ``out``, then :func:`publish` it; on any failure or
+    interruption the temporary folder is removed (and a file system's refusal is reported as bad input)."""
+    tmp = _temp_dir(out)
+    try:
+        _stage("tmp")
+        files = write(tmp)
+        _stage("written")
+        publish(tmp, out, force)
+    except OSError as exc:
+        _discard(tmp)
+        if exc.errno in _WRITE_ERRNOS and _RUN.published is None:
+            code = errno.errorcode.get(exc.errno, str(exc.errno))
+            raise UsageError(
+                f"cannot write the report {_show(out)}: {exc.strerror or exc} ({code}); nothing written, the temporary "
+                f"folder removed; {_WRITE_ERRNOS[exc.errno]}"
+            ) from None
+        raise
+    except BaseException:
+        _discard(tmp)
+        raise
+    return files
 
 
 # --------------------------------------------------------------------------- #
 # reading the user's files
 # --------------------------------------------------------------------------- #
 def check_file(path: str, role: str) -> Path:
+    """Refuse a missing file, a folder, anything that is not a regular file (a FIFO would block), an unknown format."""
     p = Path(path)
-    if not p.exists():
-        raise UsageError(f"{role}: no such file: {path}")
-    if p.is_dir():
-        raise UsageError(f"{role}: {path} is a folder; expected a .pt, .pth, .npy or .npz file")
+    try:
+        st = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        raise UsageError(f"{role}: no such file: {_show(path)}") from None
+    except ValueError:  # an embedded NUL
+        raise UsageError(f"{role}: the file name {_show(path)} holds a NUL character") from None
+    except OSError as exc:
+        raise UsageError(f"{role}: cannot read {_show(path)}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{role}: {_show(path)} is a folder; expected a .pt, .pth, .npy or .npz file")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(
+            f"{role}: {_show(path)} is not a regular file (it is {_what(p)}); expected a .pt, .pth, .npy or .npz file "
+            "(hypviz does not read from pipes or devices)"
+        )
     if p.suffix.lower() not in FORMATS:
-        what = f"'{p.suffix}'" if p.suffix else "no extension"
-        raise UsageError(f"{role}: unknown format ({what}) for {path}; expected .pt, .pth, .npy or .npz")
+        what = f"'{_show(p.suffix)}'" if p.suffix else "no extension"
+        raise UsageError(f"{role}: unknown format ({what}) for {_show(path)}; expected .pt, .pth, .npy or .npz")
     return p
+
+
+def max_input_bytes() -> int:
+    """The largest input read: ``HYPVIZ_MAX_INPUT_BYTES`` (a positive number of bytes), default 2 GiB."""
+    text = os.environ.get(MAX_INPUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_INPUT_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(f"{MAX_INPUT_ENV} must be a positive whole number of bytes, got {_show(text)!r}")
+    return value
+
+
+def _too_big(role: str, what: str, nbytes: int, limit: int) -> UsageError:
+    return UsageError(
+        f"{role}: {what} is {_size(nbytes)} ({nbytes} bytes), above the input limit of {_size(limit)}; "
+        f"set {MAX_INPUT_ENV} to a larger number of bytes to read it"
+    )
 
 
 def _pick(entries: dict[str, Any], path: Path, role: str, name: str | None, option: str) -> tuple[Any, str]:
     names = list(entries)
-    shown = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+    shown = _show(", ".join(names[:12]) + (", ..." if len(names) > 12 else ""))
     if name is not None:
         if name not in entries:
-            raise UsageError(f"{role}: {path} has no array named {name!r} (it holds: {shown or 'nothing'})")
+            raise UsageError(f"{role}: {_show(path)} has no array named {_show(name)!r} (it holds: {shown or 'nothing'})")
         return entries[name], name
     if not names:
-        raise UsageError(f"{role}: {path} holds no arrays")
+        raise UsageError(f"{role}: {_show(path)} holds no arrays of rank 1 or more")
     if len(names) == 1:
         return entries[names[0]], names[0]
     for candidate in ROLE_NAMES[role]:
         if candidate in entries:
             return entries[candidate], candidate
-    raise UsageError(f"{role}: {path} holds {len(names)} arrays ({shown}); choose one with {option} NAME")
+    raise UsageError(f"{role}: {_show(path)} holds {len(names)} arrays ({shown}); choose one with {option} NAME")
+
+
+def _numpy_detail(exc: BaseException) -> str:
+    """numpy's reason, without its advice to load the file unsafely: hypviz never unpickles."""
+    text = _first_line(exc)
+    if re.search(r"pickle|unsafe|trust", text, re.I):
+        return "it holds pickled Python objects, which hypviz never unpickles"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _torch_detail(exc: BaseException) -> str:
+    """torch.load's reason, without its advice to load the file with weights_only=False."""
+    text = str(exc)
+    if "Weights only load failed" in text or "WeightsUnpickler" in text:
+        m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if m:
+            return f"it holds a pickled {m.group(1)} object, not only tensors"
+        return "it is not a torch.save file of tensors (its pickle is not one torch.load(weights_only=True) accepts)"
+    line = _first_line(exc)
+    if re.search(r"weights_only\W+(set to\W+)?False|pickle\.load|unsafe|trust", line, re.I):
+        line = "the file is not a torch.save file of tensors"
+    return f"{type(exc).__name__}: {line}"
+
+
+def _not_npy(head: bytes) -> str:
+    """Why a stream that should be a .npy array is not one, from its first bytes."""
+    if not head:
+        return "it is empty"
+    if head.startswith(b"PK\x03\x04"):
+        return "it is a zip archive (an .npz, or a torch.save file: name it .npz or .pt)"
+    if head[:1] == b"\x80":
+        return "it is a Python pickle (a torch.save file? name it .pt); hypviz never unpickles"
+    return "it does not start with the .npy magic string \\x93NUMPY"
+
+
+def _npy_header(fp, role: str, where: str):
+    """``(shape, fortran_order, dtype)`` from the header of a .npy stream, read before any data."""
+    import numpy as np
+
+    fmt = np.lib.format
+    head = fp.read(8)
+    if len(head) < 8 or not head.startswith(b"\x93NUMPY"):
+        raise UsageError(f"{role}: {where} is not a .npy array file: {_not_npy(head)}")
+    version = (head[6], head[7])
+    try:
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(fp)
+        elif version == (2, 0):
+            shape, fortran, dtype = fmt.read_array_header_2_0(fp)
+        elif version == (3, 0) and hasattr(fmt, "_read_array_header"):
+            shape, fortran, dtype = fmt._read_array_header(fp, version)
+        else:
+            raise UsageError(f"{role}: {where} is a .npy file of an unknown format version {version[0]}.{version[1]}")
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"{role}: {where} is not a .npy array file: its header cannot be read ({_numpy_detail(exc)})") from None
+    return tuple(int(n) for n in shape), bool(fortran), dtype
+
+
+def _refuse_header(role: str, what: str, shape: tuple, dtype, limit: int) -> int:
+    """Refuse pickled objects and arrays above the limit, from a .npy header; returns the size in bytes."""
+    if dtype.hasobject:
+        raise UsageError(
+            f"{role}: {what} holds Python objects (dtype object, stored as a pickle); hypviz never unpickles: "
+            "save float32/float64 arrays"
+        )
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > limit:
+        raise _too_big(role, f"{what} holds an array of shape {shape} {dtype} and", nbytes, limit)
+    return nbytes
+
+
+def _load_npy(path: Path, role: str, limit: int):
+    import numpy as np
+
+    try:
+        with open(path, "rb") as fp:
+            shape, _, dtype = _npy_header(fp, role, _show(path))
+            nbytes = _refuse_header(role, _show(path), shape, dtype, limit)
+            have = os.fstat(fp.fileno()).st_size - fp.tell()
+            if have < nbytes:
+                raise UsageError(
+                    f"{role}: {_show(path)} is truncated: its header promises shape {shape} {dtype} ({nbytes} bytes), "
+                    f"the file holds {have} bytes of data"
+                )
+            fp.seek(0)
+            return np.lib.format.read_array(fp, allow_pickle=False)
+    except (UsageError, _Interrupted, KeyboardInterrupt):
+        raise
+    except OSError as exc:
+        raise UsageError(f"{role}: cannot read {_show(path)}: {exc.strerror or exc}") from None
+    except Exception as exc:
+        raise UsageError(f"{role}: cannot read {_show(path)} as .npy: {_numpy_detail(exc)}") from None
+
+
+def _load_npz(path: Path, role: str, name: str | None, option: str, limit: int):
+    """One array of an .npz, found by the members' .npy headers: only the chosen array is decompressed."""
+    import numpy as np
+
+    try:
+        zf = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        with open(path, "rb") as fp:
+            head = fp.read(8)
+        hint = ": it looks like a .npy file, name it .npy" if head.startswith(b"\x93NUMPY") else " (a zip of .npy files)"
+        raise UsageError(f"{role}: {_show(path)} is not an .npz archive{hint}") from None
+    except OSError as exc:
+        raise UsageError(f"{role}: cannot read {_show(path)}: {exc.strerror or exc}") from None
+    member = ""
+    try:
+        with zf:
+            headers = {}
+            for info in zf.infolist():
+                if info.is_dir() or not info.filename.endswith(".npy"):
+                    continue
+                member = info.filename[:-4]
+                with zf.open(info) as fp:
+                    shape, _, dtype = _npy_header(fp, role, f"{_show(path)} [{_show(member)}]")
+                headers[member] = (info, shape, dtype)
+            for key in ("k", "curvature"):  # a scalar k stored beside the arrays
+                if key in headers and headers[key][1] == () and headers[key][2].kind in "iuf":
+                    member = key
+                    with zf.open(headers[key][0]) as fp:
+                        _remember_k(path, np.lib.format.read_array(fp, allow_pickle=False))
+                    break
+            entries = {key: h for key, h in headers.items() if len(h[1]) >= 1}
+            (info, shape, dtype), chosen = _pick(entries, path, role, name, option)
+            member = chosen
+            what = f"{_show(path)} [{_show(chosen)}]"
+            nbytes = _refuse_header(role, what, shape, dtype, limit)
+            if info.file_size < nbytes:
+                raise UsageError(f"{role}: {what} is truncated: its header promises shape {shape} {dtype} ({nbytes} bytes)")
+            with zf.open(info) as fp:
+                return np.lib.format.read_array(fp, allow_pickle=False), chosen
+    except (UsageError, _Interrupted, KeyboardInterrupt):
+        raise
+    except OSError as exc:
+        raise UsageError(f"{role}: cannot read {_show(path)}: {exc.strerror or exc}") from None
+    except Exception as exc:
+        where = f" [{_show(member)}]" if member else ""
+        raise UsageError(f"{role}: cannot read {_show(path)}{where}: {_numpy_detail(exc)}") from None
+
+
+def _tensor_problem(t) -> str | None:
+    """What makes a loaded tensor unusable as coordinates, in words, or None."""
+    import torch
+
+    if getattr(t, "is_nested", False):
+        return "a nested tensor"
+    if t.layout != torch.strided:
+        return f"a sparse tensor (layout {t.layout})"
+    if t.is_meta:
+        return "a meta tensor (a shape with no data)"
+    if t.is_quantized:
+        return f"a quantised tensor (dtype {t.dtype})"
+    if t.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        return None
+    if "float8" in str(t.dtype):
+        return f"a float8 tensor (dtype {t.dtype})"
+    if t.is_complex():
+        return f"a complex tensor (dtype {t.dtype})"
+    if t.dtype == torch.bool or not t.is_floating_point():
+        return f"integers (dtype {t.dtype})"
+    return f"a tensor of dtype {t.dtype}"
+
+
+def _ndim(v: Any) -> int:
+    try:
+        return int(v.ndim)
+    except Exception:
+        return 1
+
+
+def _load_torch(path: Path, role: str, name: str | None, option: str, limit: int):
+    import numpy as np
+
+    size = os.stat(path).st_size
+    if size > limit:
+        raise _too_big(role, f"the file {_show(path)}", size, limit)
+    import torch
+
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (_Interrupted, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # unpickling errors of many kinds: all mean "not a readable torch file"
+        raise UsageError(
+            f"{role}: cannot read {_show(path)} with torch.load(weights_only=True), is it a torch.save file of tensors? "
+            f"({_torch_detail(exc)})"
+        ) from None
+    chosen = None
+    if isinstance(obj, dict):
+        _remember_k(path, obj.get("k", obj.get("curvature")))
+        tensors = {str(key): v for key, v in obj.items() if isinstance(v, (torch.Tensor, np.ndarray)) and _ndim(v) >= 1}
+        obj, chosen = _pick(tensors, path, role, name, option)
+    elif name is not None:
+        raise UsageError(f"{role}: {_show(path)} holds a single {type(obj).__name__}, not named arrays; drop {option}")
+    made = None
+    if isinstance(obj, torch.Tensor):
+        problem = _tensor_problem(obj)
+        if problem:
+            raise UsageError(
+                f"{role}: {_show(path)} holds {problem}; expected a dense float16/bfloat16/float32/float64 tensor"
+            )
+        obj = obj.detach().cpu().resolve_conj().resolve_neg()
+        if obj.dtype == torch.bfloat16:  # numpy has no bfloat16: its values exactly, in float32
+            obj, made = obj.float(), "bfloat16"
+        obj = obj.numpy()
+    if not isinstance(obj, np.ndarray):
+        raise UsageError(f"{role}: {_show(path)} holds a {type(obj).__name__}; expected a tensor or a dict of tensors")
+    return obj, chosen, made
+
+
+def read_input(path: Path, role: str, name: str | None, option: str):
+    """Read one array from ``path``; returns ``(array, chosen_name, made_in)``.
+
+    ``array`` is a native-byte-order float16/float32/float64 numpy array (bfloat16 tensors come as
+    float32 holding their exact values), ``made_in`` the name of the dtype the values were made in
+    ("bfloat16", "float16", "float32", ...).  ``.npy``/``.npz`` are read with numpy alone (no torch
+    import: bad input fails fast), their ``.npy`` headers checked before any data is read;
+    ``.pt``/``.pth`` with ``torch.load(weights_only=True)``, a tensor or a dict of tensors.
+    """
+    limit = max_input_bytes()
+    suffix = path.suffix.lower()
+    chosen = made = None
+    if suffix in (".pt", ".pth"):
+        arr, chosen, made = _load_torch(path, role, name, option, limit)
+    elif suffix == ".npz":
+        arr, chosen = _load_npz(path, role, name, option, limit)
+    else:
+        if name is not None:
+            raise UsageError(f"{role}: {_show(path)} is a single .npy array; drop {option}")
+        arr = _load_npy(path, role, limit)
+    arr, made_here = _to_float(arr, role, path)
+    return arr, chosen, made or made_here
 
 
 def load_array(path: Path, role: str, name: str | None, option: str):
-    """Read one array from ``path`` as a float32/float64 numpy array; returns ``(array, chosen_name)``.
-
-    ``.npy``/``.npz`` are read with numpy alone (no torch import: bad input fails fast);
-    ``.pt``/``.pth`` with ``torch.load(weights_only=True)``, a tensor or a dict of tensors.
-    """
-    import numpy as np
-
-    suffix = path.suffix.lower()
-    chosen = None
-    if suffix in (".pt", ".pth"):
-        import torch
-
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # unpickling errors of many kinds: all mean "not a readable torch file"
-            raise UsageError(
-                f"{role}: cannot read {path} with torch.load(weights_only=True), is it a torch.save file? "
-                f"({type(exc).__name__}: {_first_line(exc)})"
-            ) from None
-        if isinstance(obj, dict):
-            _remember_k(path, obj.get("k", obj.get("curvature")))
-            tensors = {
-                str(key): v for key, v in obj.items() if isinstance(v, (torch.Tensor, np.ndarray)) and v.ndim >= 1
-            }
-            obj, chosen = _pick(tensors, path, role, name, option)
-        elif name is not None:
-            raise UsageError(f"{role}: {path} holds a single {type(obj).__name__}, not named arrays; drop {option}")
-        if isinstance(obj, torch.Tensor):
-            obj = obj.detach().cpu()
-            if obj.dtype in (torch.float16, torch.bfloat16):
-                obj = obj.float()
-            if obj.is_complex():
-                raise UsageError(f"{role}: {path} holds a tensor of dtype {obj.dtype}; expected float32 or float64 coordinates")
-            obj = obj.numpy()
-        if not isinstance(obj, np.ndarray):
-            raise UsageError(f"{role}: {path} holds a {type(obj).__name__}; expected a tensor or a dict of tensors")
-        arr = obj
-    else:
-        try:
-            loaded = np.load(path, allow_pickle=False)
-        except Exception as exc:
-            raise UsageError(f"{role}: cannot read {path} as {suffix}: {type(exc).__name__}: {_first_line(exc)}") from None
-        if suffix == ".npz":
-            if not isinstance(loaded, np.lib.npyio.NpzFile):
-                raise UsageError(f"{role}: {path} is not an .npz archive")
-            with loaded:
-                try:
-                    entries = {key: loaded[key] for key in loaded.files}
-                    scalars = {key: v for key, v in entries.items() if v.ndim == 0}
-                    _remember_k(path, scalars.get("k", scalars.get("curvature")))
-                    entries = {key: v for key, v in entries.items() if v.ndim >= 1}
-                except Exception as exc:
-                    raise UsageError(f"{role}: cannot read {path}: {type(exc).__name__}: {_first_line(exc)}") from None
-            arr, chosen = _pick(entries, path, role, name, option)
-        else:
-            if not isinstance(loaded, np.ndarray):
-                raise UsageError(f"{role}: {path} is not a single .npy array")
-            if name is not None:
-                raise UsageError(f"{role}: {path} is a single .npy array; drop {option}")
-            arr = loaded
-    return _to_float(arr, role, path), chosen
+    """Read one array from ``path`` as a float16/float32/float64 numpy array; returns ``(array, chosen_name)``
+    (see :func:`read_input`, which also says the dtype the values were made in)."""
+    arr, chosen, _ = read_input(path, role, name, option)
+    return arr, chosen
 
 
 STORED_K: dict[str, float] = {}  # path -> the curvature parameter a .pt dict or .npz stored as "k"
@@ -407,7 +997,7 @@ def _remember_k(path: Path, value: Any) -> None:
         return
     try:
         kf = float(value.item() if hasattr(value, "item") else value)
-    except (TypeError, ValueError, RuntimeError):
+    except Exception:  # a meta or sparse tensor, a string, ...: not a k
         return
     if math.isfinite(kf) and kf > 0:
         STORED_K[str(path)] = kf
@@ -420,10 +1010,11 @@ def resolve_k(given: float | None, paths: Sequence[Path]) -> tuple[float, str]:
     found = {str(p): STORED_K[str(p)] for p in paths if str(p) in STORED_K}
     values = set(found.values())
     if len(values) > 1:
-        raise UsageError(f"the input files store different curvature parameters k: {found}; pass --k")
+        shown = ", ".join(f"{_show(p)}: k = {v:g}" for p, v in found.items())
+        raise UsageError(f"the input files store different curvature parameters k ({shown}); pass --k")
     if values:
         kf = values.pop()
-        return kf, f"using k = {kf:g} stored in {', '.join(sorted(set(found)))} (pass --k to override)"
+        return kf, f"using k = {kf:g} stored in {_show(', '.join(sorted(set(found))))} (pass --k to override)"
     return 1.0, ""
 
 
@@ -432,18 +1023,30 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else ""
 
 
+def _native(arr):
+    """``arr`` in the native byte order of the same precision (a big-endian float32 stays float32)."""
+    if arr.dtype.byteorder not in ("=", "|") and not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return arr
+
+
 def _to_float(arr: Any, role: str, path: Path):
+    """``(array, made_in)``: float16/float32/float64 in native byte order, C-contiguous, 0-d kept 0-d."""
     import numpy as np
 
+    arr = _native(np.asarray(arr))
     if arr.dtype.kind in "iub":
-        raise UsageError(f"{role}: {path} holds integers (dtype {arr.dtype}); expected float32 or float64 coordinates")
+        raise UsageError(f"{role}: {_show(path)} holds integers (dtype {arr.dtype}); expected float32 or float64 coordinates")
     if arr.dtype.kind != "f":
-        raise UsageError(f"{role}: {path} holds an array of dtype {arr.dtype}; expected float32 or float64 coordinates")
-    if arr.dtype == np.float16:
-        arr = arr.astype(np.float32)
-    elif arr.dtype not in (np.float32, np.float64):
-        arr = arr.astype(np.float64)
-    return np.ascontiguousarray(arr)
+        raise UsageError(
+            f"{role}: {_show(path)} holds an array of dtype {arr.dtype}; expected float32 or float64 coordinates"
+        )
+    made = arr.dtype.name
+    if arr.dtype not in (np.float16, np.float32, np.float64):
+        arr = arr.astype(np.float64)  # long double: rounded to float64, checked at float64's tolerance
+    if not (arr.flags.c_contiguous and arr.flags.writeable):
+        arr = np.array(arr, order="C")  # (np.ascontiguousarray would turn a 0-d array into shape (1,))
+    return arr, made
 
 
 # --------------------------------------------------------------------------- #
@@ -499,11 +1102,17 @@ def prepare(
     dtype: str,
     described: dict[str, dict[str, Any]],
     model: str = "lorentz",
+    made_in: Sequence[str | None] = (None, None),
 ) -> Inputs:
     """Check ranks, axes, dimensions, finiteness, overflow (numpy) and the hyperboloid (torch).
 
     ``spatial``: the inputs are spatial parts, lifted with ``x_t = sqrt(|x_s|^2 + k)``;
     ``model="poincare"``: they are Poincare-ball points, mapped to the hyperboloid.
+    ``made_in``: the dtypes the values of ``q`` and ``kk`` were made in, when not their own (a
+    bfloat16 tensor read as float32).  Points are checked in that dtype: float32/float64 at its
+    default tolerance, float16/bfloat16 at ``rtol = 8 eps`` of theirs (the arithmetic in float32 on
+    the exact values); then the spatial parts are re-lifted in the compute dtype (``dtype``, or by
+    default the inputs' promoted, at least float32).
     """
     import numpy as np
 
@@ -514,13 +1123,18 @@ def prepare(
     kf = float(k)
     if not (math.isfinite(kf) and kf > 0):
         raise UsageError(f"--k must be a positive finite number (<x,x>_L = -k, curvature -1/k), got {k!r}")
-    q, kk = np.asarray(q), np.asarray(kk)
+    q, kk = _native(np.asarray(q)), _native(np.asarray(kk))
+    made = [m or a.dtype.name for m, a in zip(made_in, (q, kk))]
+    for a, role in ((q, "QUERIES"), (kk, "KEYS")):
+        if a.dtype.kind != "f":
+            raise UsageError(f"{role}: an array of dtype {a.dtype}; expected float16, float32 or float64 coordinates")
+    q, kk = (a if a.dtype in (np.float16, np.float32, np.float64) else a.astype(np.float64) for a in (q, kk))
     want = "(..., N, d)" if spatial else "(..., N, d + 1)"
     for a, role in ((q, "QUERIES"), (kk, "KEYS")):
         if a.ndim < 2:
+            got = "rank 0 (a scalar)" if a.ndim == 0 else f"rank {a.ndim} shape {a.shape}"
             raise UsageError(
-                f"{role}: expected shape {want} with N rows{'' if spatial else ', time coordinate first'}, "
-                f"got rank {a.ndim} shape {a.shape}"
+                f"{role}: expected shape {want} with N rows{'' if spatial else ', time coordinate first'}, got {got}"
             )
         if a.size == 0:
             raise UsageError(f"{role}: empty tensor of shape {a.shape}; expected at least one point")
@@ -565,7 +1179,8 @@ def prepare(
         ) from None
     for a, role in ((q, "QUERIES"), (kk, "KEYS")):
         _finite(a, role)
-    target = np.dtype(dtype) if dtype != "auto" else np.promote_types(q.dtype, kk.dtype)
+    at_least_32 = [np.promote_types(a.dtype, np.float32) for a in (q, kk)]  # half precision is computed in float32
+    target = np.dtype(dtype) if dtype != "auto" else np.promote_types(*at_least_32)
     sq_q = _overflow(q, "QUERIES", spatial, kf, target)
     sq_k = _overflow(kk, "KEYS", spatial, kf, target)
     if math.sqrt(sq_q) * math.sqrt(sq_k) * (q.shape[-1] + 3) >= float(np.finfo(target).max):
@@ -574,23 +1189,32 @@ def prepare(
             f"(largest |q| = {math.sqrt(sq_q):.3g}, |k| = {math.sqrt(sq_k):.3g}; their product overflows); "
             "pass --dtype float64"
         )
+    q = q if q.flags.c_contiguous and q.flags.writeable else np.array(q, order="C")
+    kk = kk if kk.flags.c_contiguous and kk.flags.writeable else np.array(kk, order="C")
 
     import torch
 
-    from hypviz.lorentz import check_k, check_points, lift
+    from hypviz.lorentz import check_k, check_points, from_poincare, lift
 
     kf = check_k(kf)
     tdtype = getattr(torch, str(target))
-    from hypviz.lorentz import from_poincare
-
-    tq, tk = torch.from_numpy(q), torch.from_numpy(kk)
+    points = []
     try:
-        if model == "poincare":
-            tq, tk = from_poincare(tq.to(tdtype), kf), from_poincare(tk.to(tdtype), kf)
-        elif spatial:
-            tq, tk = lift(tq.to(tdtype), kf), lift(tk.to(tdtype), kf)
-        tq = check_points(tq, kf, name="QUERIES")  # in the dtype they came in, with its tolerance
-        tk = check_points(tk, kf, name="KEYS")
+        for a, role, m in ((q, "QUERIES", made[0]), (kk, "KEYS", made[1])):
+            t = torch.from_numpy(a)
+            if model == "poincare" or spatial:
+                t = from_poincare(t.to(tdtype), kf) if model == "poincare" else lift(t.to(tdtype), kf)
+                points.append(check_points(t, kf, name=role))  # made here, in the compute dtype
+            elif m in HALF:
+                # the exact half-precision values, in float32 arithmetic (float16 squares overflow beyond |x| = 256),
+                # at the tolerance of the dtype they were made in; then re-lifted in the compute dtype
+                rtol = HALF_RTOL_EPS * torch.finfo(getattr(torch, m)).eps
+                t = check_points(t.to(torch.float32), kf, rtol=rtol, name=f"{role} ({m})")
+                points.append(lift(t[..., 1:].to(tdtype), kf))
+            else:
+                t = check_points(t, kf, name=f"{role} ({m})")  # in the dtype they came in, with its tolerance
+                # another dtype: keep the spatial parts, recompute the time coordinate there (on <x,x>_L = -k to its rounding)
+                points.append(t if t.dtype == tdtype else lift(t[..., 1:].to(tdtype), kf))
     except ValueError as exc:
         text = _one_line(exc)
         generic = text.endswith("lift spatial parts with hypviz.lorentz.lift(x_s, k)")
@@ -598,11 +1222,7 @@ def prepare(
             text = text[: -len("lift spatial parts with hypviz.lorentz.lift(x_s, k)")].rstrip("; ")
         hint = "; pass the spatial parts only with --spatial, or Poincare-ball points with --model poincare" if generic and not spatial else ""
         raise UsageError(f"{text}{hint}") from None
-    # another dtype: keep the spatial parts, recompute the time coordinate there (on <x,x>_L = -k to its rounding)
-    if tq.dtype != tdtype:
-        tq = lift(tq[..., 1:].to(tdtype), kf)
-    if tk.dtype != tdtype:
-        tk = lift(tk[..., 1:].to(tdtype), kf)
+    tq, tk = points
     labels = [_label(i, lead) for i in range(math.prod(lead))] if len(lead) else ["all"]
     return Inputs(queries=tq, keys=tk, k=kf, spatial=spatial, described=described, head_labels=labels)
 
@@ -658,11 +1278,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     qpath, kpath = check_file(args.queries, "QUERIES"), check_file(args.keys, "KEYS")
     out = check_out(args.out, args.force, (qpath, kpath))
     _check_device(args.device)
-    q, qname = load_array(qpath, "QUERIES", args.queries_key, "--queries-key")
-    kk, kname = load_array(kpath, "KEYS", args.keys_key, "--keys-key")
-    described = {
-        "queries": {"path": str(qpath), "array": qname, "shape": list(q.shape), "dtype": str(q.dtype)},
-        "keys": {"path": str(kpath), "array": kname, "shape": list(kk.shape), "dtype": str(kk.dtype)},
+    q, qname, qmade = read_input(qpath, "QUERIES", args.queries_key, "--queries-key")
+    kk, kname, kmade = read_input(kpath, "KEYS", args.keys_key, "--keys-key")
+    described = {  # names as they may be shown: undecodable bytes and control characters escaped
+        "queries": {"path": _show(qpath), "array": _show(qname) if qname is not None else None,
+                    "shape": list(q.shape), "dtype": qmade},
+        "keys": {"path": _show(kpath), "array": _show(kname) if kname is not None else None,
+                 "shape": list(kk.shape), "dtype": kmade},
     }
     kf, note = resolve_k(args.k, (qpath, kpath))
     inputs = prepare(
@@ -674,11 +1296,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         described=described,
         model=args.model,
+        made_in=(qmade, kmade),
     )
     if note:
         print(f"hypviz compare: {note}")
     device = _resolve_device(args.device)
-    inputs.title = f"{qpath.name} vs {kpath.name}" if qpath != kpath else qpath.name
+    inputs.title = f"{_show(qpath.name)} vs {_show(kpath.name)}" if qpath != kpath else _show(qpath.name)
     settings = Settings(
         kinds=args.kinds,
         reference=args.reference,
@@ -701,27 +1324,26 @@ def cmd_model(args: argparse.Namespace) -> int:
     if path.suffix.lower() not in (".pt", ".pth"):
         raise UsageError(
             f"KEYS is missing: pass a KEYS file, or a capture file (.pt written by hypviz.capture's Capture.save) "
-            f"as the only argument; {path.name} is not one"
+            f"as the only argument; {_show(path.name)} is not one"
         )
     out = check_out(args.out, args.force, (path,))
     _check_device(args.device)
+    size, limit = os.stat(path).st_size, max_input_bytes()
+    if size > limit:
+        raise _too_big("CAPTURE", f"the file {_show(path)}", size, limit)
     from hypviz import capture, model_report
 
     try:
         records = capture.load(path)
     except ValueError as exc:
         text = _one_line(exc)
-        raise UsageError(f"KEYS is missing and {path} is not a readable capture file ({text}); pass a KEYS file") from None
+        raise UsageError(
+            f"KEYS is missing and {_show(path)} is not a readable capture file ({text}); pass a KEYS file"
+        ) from None
     device = _resolve_device(args.device)
     results = model_report.analyse(records, temperature=args.temperature, device=str(device), progress=args.progress)
-    tmp = _temp_dir(out)
-    try:
-        files = model_report.write(results, tmp, {"path": str(path), "layers": len(records)})
-        publish(tmp, out, args.force)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    print(model_report.summary(results, out, files))
+    files = _produce(out, args.force, lambda tmp: model_report.write(results, tmp, {"path": _show(path), "layers": len(records)}))
+    print(model_report.summary(results, Path(_show(out)), files))
     return 0
 
 
@@ -774,8 +1396,8 @@ def _run(
     from hypviz import report
 
     result = report.analyse(inputs, settings)
-    tmp = _temp_dir(out)
-    try:
+
+    def write(tmp: Path) -> list[str]:
         if save_inputs:
             import numpy as np
 
@@ -784,20 +1406,33 @@ def _run(
                 queries=inputs.queries.detach().cpu().numpy(),
                 keys=inputs.keys.detach().cpu().numpy(),
             )
-        files = report.write(result, tmp, options=extra_options or {})
-        publish(tmp, out, force)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    print(report.summary(result, out, files, show_inputs=save_inputs))
+        return report.write(result, tmp, options=extra_options or {})
+
+    files = _produce(out, force, write)
+    print(report.summary(result, Path(_show(out)), files, show_inputs=save_inputs))
     return 0
 
 
 # --------------------------------------------------------------------------- #
 # entry point
 # --------------------------------------------------------------------------- #
+def _interrupted(prog: str, signum: int) -> str:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    if _RUN.published is not None:
+        return f"{prog}: interrupted after the new report was published in {_show(_RUN.published)} ({name})"
+    return f"{prog}: interrupted; nothing written ({name})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``hypviz`` command; returns the exit code (0 ok, 2 bad input, 1 internal error)."""
+    """Run the ``hypviz`` command; returns the exit code (0 ok, 2 bad input, 1 internal error, 128 + N on signal N).
+
+    Called as the program (``argv`` None: the console script, ``python -m hypviz.cli``), an
+    interrupted run ends the process with ``os._exit`` right after its one line (streams flushed),
+    so that no atexit handler (torch's among them) can print a traceback on the way out.
+    """
     debug = os.environ.get("HYPVIZ_DEBUG", "") not in ("", "0")
     parser = build_parser()
     try:
@@ -805,26 +1440,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # usage errors (2), --help and --version (0): a code, also when called in process
         return exc.code if isinstance(exc.code, int) else 2
     prog = f"hypviz {args.command}"
+    _RUN.reset()
+    previous: dict[int, Any] = {}
     try:
-        with warnings.catch_warnings():
-            if not debug:
-                warnings.simplefilter("ignore")
-            return args.func(args)
-    except UsageError as exc:
-        print(f"{prog}: error: {_one_line(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; nothing written", file=sys.stderr)
-        return 130
-    except Exception as exc:  # an internal error: one line unless HYPVIZ_DEBUG is set
-        if debug:
+        code, interrupted = _call(args, prog, debug, previous)
+    finally:
+        _restore_handlers(previous)
+    if interrupted and argv is None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+    return code
+
+
+def _call(args: argparse.Namespace, prog: str, debug: bool, previous: dict[int, Any]) -> tuple[int, bool]:
+    """``args.func(args)`` with our signal handlers: ``(exit code, interrupted)``, one line on stderr on failure.
+
+    An interruption wins over whatever exception it turned into on the way (an import interrupted
+    by a signal raises ``ImportError``, a library may wrap it) and over a normal return.
+    """
+    try:
+        try:
+            _install_handlers(previous)
+            with warnings.catch_warnings():
+                if not debug:
+                    warnings.simplefilter("ignore")
+                code = args.func(args)
+        finally:
+            _RUN.done = True  # from here on signals are only counted: what is reported below is what is on disk
+    except BaseException as exc:
+        signum = getattr(exc, "signum", None) or _RUN.signal
+        if signum is None and isinstance(exc, KeyboardInterrupt):
+            signum = signal.SIGINT
+        if signum is not None:
+            print(_interrupted(prog, int(signum)), file=sys.stderr)
+            return 128 + int(signum), True
+        if isinstance(exc, UsageError):
+            print(f"{prog}: error: {_show(_one_line(exc))}", file=sys.stderr)
+            return 2, False
+        if not isinstance(exc, Exception) or debug:
             raise
+        # an internal error: one line unless HYPVIZ_DEBUG is set
         print(
-            f"{prog}: internal error: {type(exc).__name__}: {_one_line(exc)[:500]} "
+            f"{prog}: internal error: {type(exc).__name__}: {_show(_one_line(exc)[:500])} "
             "(nothing written; set HYPVIZ_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
-        return 1
+        return 1, False
+    if _RUN.signal is not None:  # interrupted, the exception swallowed on the way: still say so
+        print(_interrupted(prog, _RUN.signal), file=sys.stderr)
+        return 128 + _RUN.signal, True
+    return code, False
 
 
 if __name__ == "__main__":
