@@ -419,13 +419,17 @@ def _check_eps(eps: Any) -> float:
     return e
 
 
-def _feature_map(xs: torch.Tensor, power: float, norm_scale: float) -> torch.Tensor:
-    """Hypformer's ``phi(x) = fp((relu(x) + 1e-6) / (|norm_scale| + 1e-6), p)``, ``fp(y, p) = |y| y^p / |y^p|``.
+def _feature_map(xs: torch.Tensor, power: float) -> torch.Tensor:
+    """``fp(relu(x) + 1e-6, p)`` with ``fp(y, p) = |y| y^p / |y^p|``: Hypformer's ``phi`` times ``|norm_scale| + 1e-6``.
 
-    ``fp`` is evaluated as ``|y| z / |z|`` with ``z = (y / max(y))^p``: the same value (``fp`` only
-    depends on the direction of ``y^p``), but ``y^p`` can no longer overflow or underflow.
+    Hypformer's ``phi(x) = fp((relu(x) + 1e-6) / (|norm_scale| + 1e-6), p)``; ``fp`` is positively
+    homogeneous (``fp(c y) = c fp(y)``), so ``phi = c fp(relu(x) + 1e-6)`` with
+    ``c = 1 / (|norm_scale| + 1e-6)``, and ``c`` is applied by the callers where it does not cancel
+    (:func:`_norm_scale_eps`): no ``norm_scale`` can make the features overflow or underflow.
+    ``fp`` is evaluated as ``|y| z / |z|`` with ``z = (y / max(y))^p``: the same value, but ``y^p``
+    can no longer overflow or underflow either.
     """
-    y = (torch.relu(xs) + _FEATURE_EPS) / (abs(norm_scale) + _FEATURE_EPS)
+    y = torch.relu(xs) + _FEATURE_EPS
     if power == 1.0:
         return y
     z = y / y.amax(dim=-1, keepdim=True)
@@ -435,6 +439,18 @@ def _feature_map(xs: torch.Tensor, power: float, norm_scale: float) -> torch.Ten
     z.pow_(power)  # in place: no second (N, d) buffer
     ratio = torch.linalg.vector_norm(y, dim=-1, keepdim=True) / torch.linalg.vector_norm(z, dim=-1, keepdim=True)
     return z.mul_(ratio)
+
+
+def _norm_scale_eps(eps: float, norm_scale: float) -> float:
+    """``eps / c^2 = eps (|norm_scale| + 1e-6)^2``: the normaliser's ``eps`` on the scale of ``fp`` features.
+
+    ``phi(q) . phi(kappa) = c^2 fp(q) . fp(kappa)``, so ``c^2 a / (c^2 sum a + eps) = a / (sum a + eps / c^2)``;
+    an overflow to ``inf`` gives the correct limit 0.
+    """
+    if eps == 0.0:
+        return 0.0
+    scale = abs(norm_scale) + _FEATURE_EPS
+    return eps * scale * scale if scale < 1e150 else math.inf
 
 
 def focused_linear_map(
@@ -453,16 +469,16 @@ def focused_linear_map(
     ``1/sqrt(d)``, as in Hypformer's ``TransConvLayer``.  All entries are positive and each row
     sums to 1 (for ``eps = 0``; ``eps`` is added to the normaliser, Hypformer uses ``1e-6``).
     Since ``fp`` is positively homogeneous, ``norm_scale`` cancels from the map (exactly when
-    ``eps = 0``).  Hypformer never forms this ``(..., N, M)`` map; it costs ``O(N M d)``.
+    ``eps = 0``), and the map is computed without it: any finite ``norm_scale`` works.  Hypformer never forms this ``(..., N, M)`` map; it costs ``O(N M d)``.
 
     ``queries (..., N, d + 1)`` and ``keys (..., M, d + 1)`` are checked to lie on
     ``<x, x>_L = -k``; only their spatial parts enter.
     """
     q, kk, _, _, _ = _validate(queries, keys, k)
     p, s, e = _check_power(power), _check_norm_scale(norm_scale), _check_eps(eps)
-    fq, fk = _feature_map(q[..., 1:], p, s), _feature_map(kk[..., 1:], p, s)
+    fq, fk = _feature_map(q[..., 1:], p), _feature_map(kk[..., 1:], p)
     a = fq @ fk.transpose(-1, -2)
-    return a.div_(a.sum(dim=-1, keepdim=True).add_(e))
+    return a.div_(a.sum(dim=-1, keepdim=True).add_(_norm_scale_eps(e, s)))
 
 
 def focused_linear_attention(
@@ -486,11 +502,11 @@ def focused_linear_attention(
     """
     q, kk, v, _, _ = _validate(queries, keys, k, values)
     p, s, e = _check_power(power), _check_norm_scale(norm_scale), _check_eps(eps)
-    fq, fk = _feature_map(q[..., 1:], p, s), _feature_map(kk[..., 1:], p, s)
+    fq, fk = _feature_map(q[..., 1:], p), _feature_map(kk[..., 1:], p)
     kv = fk.transpose(-1, -2) @ v[..., 1:]  # (..., d, d_v)
     numerator = fq @ kv  # (..., N, d_v)
     normaliser = fq @ fk.sum(dim=-2).unsqueeze(-1)  # (..., N, 1)
-    return numerator.div_(normaliser.add_(e))
+    return numerator.div_(normaliser.add_(_norm_scale_eps(e, s)))
 
 
 # --------------------------------------------------------------------------- #
@@ -770,7 +786,8 @@ class _Kind:
     def __init__(self, kind: str, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, power: float, norm_scale: float):
         self.kind = kind
         if kind == "focused":
-            self.A, self.B = _feature_map(q[..., 1:], power, norm_scale), _feature_map(kk[..., 1:], power, norm_scale)
+            # norm_scale cancels from the normalised map: the features are taken without it
+            self.A, self.B = _feature_map(q[..., 1:], power), _feature_map(kk[..., 1:], power)
             # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c
             gamma = (self.A.shape[-1] + 3) * torch.finfo(q.dtype).eps
             self.err = torch.full(self.A.shape[:-1], gamma, dtype=q.dtype)

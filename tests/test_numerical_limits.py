@@ -1,0 +1,58 @@
+"""Near the limits of floating point: either the right answer or a one-line refusal naming the limit,
+never a NaN or a silently wrong result."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hypviz import attention, lorentz
+
+
+def pts(n: int, d: int, k: float, dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return lorentz.lift(torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype), k)
+
+
+@pytest.mark.parametrize("dtype,tau", [(torch.float32, 1e-39), (torch.float64, 1e-308)])
+def test_a_temperature_that_overflows_the_logits_is_refused_with_the_limit(dtype, tau):
+    q, kk = pts(10, 8, 1.0, dtype, 1), pts(12, 8, 1.0, dtype, 2)
+    with pytest.raises(ValueError, match=r"overflow .*the smallest usable is about") as err:
+        attention.compare(q, kk, temperature=tau)
+    smallest = float(str(err.value).rsplit("about ", 1)[1])
+    res = attention.compare(q, kk, temperature=2 * smallest)  # just above the limit: finite statistics
+    assert bool(torch.isfinite(res.tv).all()) and bool(torch.isfinite(res.kl).all())
+
+
+@pytest.mark.parametrize("k", [1e8, 1e12, 1e30])
+def test_large_k_in_float32_gives_the_float64_answer_and_meets_the_bound(k):
+    q, kk = pts(16, 8, k, torch.float32, 3), pts(20, 8, k, torch.float32, 4)
+    res = attention.compare(q, kk, "spatial", "distance", k=k)
+    ref = attention.compare(lorentz.lift(q[:, 1:].double(), k), lorentz.lift(kk[:, 1:].double(), k), k=k)
+    assert res.all_bounds_met
+    assert torch.allclose(res.tv.double(), ref.tv, rtol=1e-3, atol=1e-6)
+    assert torch.allclose(res.delta.double(), ref.delta, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lorentz_and_distance_maps_are_equal_at_any_k(dtype):
+    for k in (1.0, 1e8, 1e16):
+        q, kk = pts(12, 6, k, dtype, 5), pts(14, 6, k, dtype, 6)
+        res = attention.compare(q, kk, "lorentz", "distance", k=k)
+        assert res.max_tv == 0.0 and res.verdict == "close"  # identity 5, computed by the same stable operands
+
+
+@pytest.mark.parametrize("norm_scale", [1e-30, 1e30, 1e200, -1e250])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_norm_scale_cancels_from_the_focused_map_at_any_size(norm_scale, dtype):
+    q, kk, v = pts(6, 5, 1.0, dtype, 7), pts(7, 5, 1.0, dtype, 8), pts(7, 3, 1.0, dtype, 9)
+    m = attention.focused_linear_map(q, kk, norm_scale=norm_scale)
+    torch.testing.assert_close(m, attention.focused_linear_map(q, kk), rtol=0, atol=0)
+    out = attention.focused_linear_attention(q, kk, v, norm_scale=norm_scale)
+    torch.testing.assert_close(out, attention.focused_linear_attention(q, kk, v), rtol=0, atol=0)
+    # with Hypformer's eps = 1e-6 the normaliser's offset no longer cancels: a finite answer, never NaN
+    assert bool(torch.isfinite(attention.focused_linear_attention(q, kk, v, norm_scale=norm_scale, eps=1e-6)).all())
+    res = attention.compare(q, kk, "focused", "distance", norm_scale=norm_scale)
+    assert bool(torch.isfinite(res.tv).all()) and not math.isnan(res.mean_kl)
