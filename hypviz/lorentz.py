@@ -245,6 +245,9 @@ def inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
     return -a[..., 0] * b[..., 0] + (a[..., 1:] * b[..., 1:]).sum(dim=-1)
 
 
+_NARROW = (torch.float16, torch.bfloat16, torch.float32)
+
+
 def _sqdist_checked(a: torch.Tensor, b: torch.Tensor, k: float) -> torch.Tensor:
     # identity 3: D = |x - y|^2_L = |x_s - y_s|^2 - (x_t - y_t)^2 with x_t - y_t = (x_s - y_s).(x_s + y_s) / (x_t + y_t).
     # Write e = x_s - y_s, s = x_s + y_s, T = x_t + y_t.  Two exact forms of the same D:
@@ -282,8 +285,11 @@ def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
     ``T = x_t + y_t`` and ``s_perp`` the part of ``s`` orthogonal to ``e``,
     ``|x - y|^2_L = |e|^2 (4k + |s_perp|^2) / (T^2 - |e|^2)`` with
     ``T^2 - |e|^2 = 2k + 2 (x_t y_t + x_s . y_s)``; each pair takes the form that cancels less.
-    Relative error: a few ulps, growing to at most about ``(|x_s| / sqrt(k))^(2/3)`` ulps
-    for points far from the origin.
+    Relative error (float64): a few ulps, growing to at most about ``(|x_s| / sqrt(k))^(2/3)`` ulps
+    for points far from the origin.  float32 and half-precision points are evaluated in float64 from
+    their spatial parts, with the time coordinate recomputed, and rounded once: the result is the
+    distance of the lifted points to about one ulp of the input's precision at any distance from the
+    origin (far out, the rounded time coordinate alone no longer determines the point).
 
     ``x`` and ``y`` are ``(..., d + 1)`` points on ``<x, x>_L = -k`` (checked by
     :func:`check_points`); their batch shapes broadcast.
@@ -292,6 +298,11 @@ def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
     a = check_points(x, kf, name="x")
     b = check_points(y, kf, name="y")
     _check_pair(a, b)
+    if a.dtype in _NARROW and a.device.type != "mps":
+        # evaluated in float64 from the spatial parts (time recomputed): far from the origin the rounded
+        # float32 time coordinate no longer determines the point, and |x_s|^4 overflows float32 from |x_s| ~ 1e9
+        wide = _sqdist_checked(lift(a[..., 1:].double(), kf), lift(b[..., 1:].double(), kf), kf)
+        return wide.to(a.dtype)
     return _sqdist_checked(a, b, kf)
 
 

@@ -1852,7 +1852,10 @@ def sqdist_accuracy(
     seed: int = 0,
     dps: int = 50,
 ) -> SqdistAccuracy:
-    """Relative error of ``-2k - 2<x, y>_L`` (textbook) and :func:`hypviz.lorentz.sqdist` (stable).
+    """Relative error of ``-2k - 2<x, y>_L`` (textbook) and of identity 3 (stable), both in the points' dtype.
+
+    The stable form is the arithmetic of :func:`hypviz.lorentz.sqdist` carried out in the dtype of the
+    points (``sqdist`` itself evaluates float32 and half-precision points in float64).
 
     Pairs: ``x_s`` of norm ``norm`` in a random direction, ``y_s = x_s + s u`` with ``u`` a random
     unit vector and ``s`` each separation; both rounded to the dtype, lifted in that dtype, then
@@ -1875,7 +1878,8 @@ def sqdist_accuracy(
         xp, yp = lorentz.lift(torch.from_numpy(xd), kf), lorentz.lift(torch.from_numpy(yd), kf)
         computed = {
             "textbook": sqdist_textbook(xp, yp, kf).numpy(),
-            "stable": lorentz.sqdist(xp, yp, kf).numpy(),
+            # identity 3 in the points' own precision (hypviz.lorentz.sqdist itself evaluates float32 in float64)
+            "stable": lorentz._sqdist_checked(xp, yp, kf).numpy(),
         }
         ref = sqdist_mpmath(xd, yd, kf, dps)
         with mpmath.workdps(dps):

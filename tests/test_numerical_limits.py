@@ -56,3 +56,23 @@ def test_norm_scale_cancels_from_the_focused_map_at_any_size(norm_scale, dtype):
     assert bool(torch.isfinite(attention.focused_linear_attention(q, kk, v, norm_scale=norm_scale, eps=1e-6)).all())
     res = attention.compare(q, kk, "focused", "distance", norm_scale=norm_scale)
     assert bool(torch.isfinite(res.tv).all()) and not math.isnan(res.mean_kl)
+
+
+@pytest.mark.parametrize("radius", [1e5, 1e8, 1e12, 1e15])
+def test_dist_of_far_float32_points_is_that_of_the_lifted_points(radius):
+    import mpmath
+
+    g = torch.Generator().manual_seed(int(math.log10(radius)))
+    worst = 0.0
+    for _ in range(12):
+        u = torch.randn(4, generator=g, dtype=torch.float64)
+        w = torch.randn(4, generator=g, dtype=torch.float64)
+        u, w = u / u.norm(), w / w.norm()
+        xs, ys = (radius * u).float(), (radius * (u + 1e-3 * w)).float()
+        got = float(lorentz.dist(lorentz.lift(xs), lorentz.lift(ys)))
+        with mpmath.workdps(80):
+            X, Y = [mpmath.mpf(float(v)) for v in xs], [mpmath.mpf(float(v)) for v in ys]
+            xt, yt = mpmath.sqrt(sum(a * a for a in X) + 1), mpmath.sqrt(sum(a * a for a in Y) + 1)
+            ref = 2 * mpmath.asinh(mpmath.sqrt(sum((a - b) ** 2 for a, b in zip(X, Y)) - (xt - yt) ** 2) / 2)
+        worst = max(worst, float(abs(got - ref) / ref))
+    assert worst <= 2 * torch.finfo(torch.float32).eps
