@@ -1,45 +1,106 @@
-"""The ``hypviz`` command, every path through a subprocess: compare (.npy, .npz, .pt, --spatial,
---heads-axis, --force, options), demo, and bad input (exit code 2, one line on stderr, nothing
-written).  Inputs are small (2 heads x 24 queries x 20 keys) and the runs go in parallel, so the
-module stays well under a minute on two cores.
+"""The ``hypviz`` command: compare (.npy, .npz, .pt, --spatial, --heads-axis, --force, options), demo,
+and bad input (exit code 2, one line on stderr, nothing written).  Inputs are small (2 heads x 24
+queries x 20 keys).
+
+The cases run in process through :func:`hypviz.cli.main` (which returns the exit code), with
+stdout and stderr captured at both the Python and the file-descriptor level, in their own working
+folder.  A subprocess is kept only where the process is what is tested: a bad input refused in a
+fresh interpreter before torch (or matplotlib, plotly) is imported, the traceback that
+``HYPVIZ_DEBUG=1`` lets out of the interpreter, and the installed ``hypviz`` console script.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from hypviz import attention, data, lorentz
+from hypviz import attention, cli as hypviz_cli, data, lorentz, report
 
 ROOT = Path(__file__).resolve().parent.parent
 H, N, M, D = 2, 24, 20, 4
-ENV = {k: v for k, v in os.environ.items() if k != "HYPVIZ_DEBUG"}
+UNSET = ("HYPVIZ_DEBUG", hypviz_cli.PAUSE_ENV, hypviz_cli.MAX_INPUT_ENV)  # test hooks and switches: off in every run
+ENV = {k: v for k, v in os.environ.items() if k not in UNSET}
 ENV.update(MPLBACKEND="Agg", PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
 
 
-def cli(*args: str | Path, cwd: Path, env: dict | None = None, code: str | None = None) -> subprocess.CompletedProcess:
-    """``python -m hypviz.cli ARGS`` (or ``python -c CODE ARGS``) in ``cwd``."""
+@dataclass
+class Run:
+    """What a run of the command gave: like :class:`subprocess.CompletedProcess`."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:
+            pass
+
+
+def cli(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> Run:
+    """``hypviz ARGS`` in ``cwd``, in process: ``hypviz.cli.main(ARGS)`` with stdout and stderr captured
+    (what Python writes to ``sys.stdout``/``sys.stderr`` and what anything writes to file descriptors 1
+    and 2), ``HYPVIZ_DEBUG`` and the test hooks unset (``env`` sets more), the stored k forgotten."""
+    argv = [os.fspath(a) if isinstance(a, Path) else str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.ExitStack() as stack:
+        mp = stack.enter_context(pytest.MonkeyPatch.context())
+        for name in UNSET:
+            mp.delenv(name, raising=False)
+        mp.setenv("MPLBACKEND", "Agg")
+        for name, value in (env or {}).items():
+            mp.setenv(name, value)
+        mp.chdir(cwd)
+        fd_out = stack.enter_context(tempfile.TemporaryFile(mode="w+b"))
+        fd_err = stack.enter_context(tempfile.TemporaryFile(mode="w+b"))
+        _flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(fd_out.fileno(), 1)
+        os.dup2(fd_err.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                hypviz_cli.STORED_K.clear()
+                try:
+                    code = hypviz_cli.main(argv)
+                finally:
+                    hypviz_cli.STORED_K.clear()
+        finally:
+            _flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+        fd_out.seek(0)
+        fd_err.seek(0)
+        stdout = out.getvalue() + fd_out.read().decode("utf-8", "replace")
+        stderr = err.getvalue() + fd_err.read().decode("utf-8", "replace")
+    return Run(argv, code, stdout, stderr)
+
+
+def spawn(*args: str | Path, cwd: Path, env: dict | None = None, code: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m hypviz.cli ARGS`` (or ``python -c CODE ARGS``) in ``cwd``, a fresh interpreter."""
     head = [sys.executable, "-c", code] if code else [sys.executable, "-m", "hypviz.cli"]
     return subprocess.run(
         [*head, *map(str, args)], cwd=cwd, env=env or ENV, capture_output=True, text=True, timeout=180
     )
-
-
-def run_all(jobs: dict[str, dict]) -> dict[str, subprocess.CompletedProcess]:
-    """Run several ``cli`` calls at once (each a fresh interpreter: torch's import dominates)."""
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(cli, *job["args"], cwd=job["cwd"], **job.get("kw", {})) for name, job in jobs.items()}
-        return {name: f.result() for name, f in futures.items()}
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -122,23 +183,26 @@ if not torch.cuda.is_available():
     ERRORS["cuda without CUDA"] = (["compare", "q.npy", "k.npy", "--device", "cuda"], ["CUDA is not available"])
 
 
+def _error_work(case: str, files: Path, folder: Path) -> tuple[Path, list[str]]:
+    """A working folder holding (links to) the input files, and the arguments of ``case`` run there."""
+    args = ERRORS[case][0]
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in files.iterdir():
+        (folder / f.name).symlink_to(f)
+    extra = [] if any(a.startswith("--out") for a in args) or not args else ["--out", "report"]
+    return folder, [*args, *extra]
+
+
 @pytest.fixture(scope="module")
-def error_runs(files, tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
-    jobs, outs = {}, {}
-    for name, (args, _) in ERRORS.items():
-        work = tmp_path_factory.mktemp("err")
-        for f in files.iterdir():
-            (work / f.name).symlink_to(f)
-        outs[name] = work
-        extra = [] if any(a.startswith("--out") for a in args) or not args else ["--out", "report"]
-        jobs[name] = {"args": [*args, *extra], "cwd": work}
-    results = run_all(jobs)
-    return {name: (outs[name], results[name]) for name in ERRORS}
+def error_runs(files, tmp_path_factory) -> dict[str, tuple[Path, Run]]:
+    results = {}
+    for name in ERRORS:
+        work, args = _error_work(name, files, tmp_path_factory.mktemp("err"))
+        results[name] = (work, cli(*args, cwd=work))
+    return results
 
 
-@pytest.mark.parametrize("case", list(ERRORS))
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, error_runs, files):
-    work, proc = error_runs[case]
+def _check_refused(case: str, work: Path, proc: Run | subprocess.CompletedProcess, files: Path) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, f"expected one line on stderr, got:\n{proc.stderr}"
@@ -149,6 +213,35 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, error_runs, files
     assert proc.stdout == ""
     names = {p.name for p in work.iterdir()}
     assert names == {f.name for f in files.iterdir()}, f"something was written: {names - {f.name for f in files.iterdir()}}"
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, error_runs, files):
+    work, proc = error_runs[case]
+    _check_refused(case, work, proc, files)
+
+
+# a fresh interpreter (``python -m hypviz.cli``, run by runpy as -m does) that reports, once it has exited,
+# which heavy modules were imported: cheap checks must refuse bad input before torch, matplotlib, plotly
+FRESH = (
+    "import atexit, runpy, sys\n"
+    "marker = sys.argv.pop(1)\n"
+    "def note():\n"
+    "    with open(marker, 'w') as f:\n"
+    "        f.write(' '.join(m for m in ('torch', 'matplotlib', 'plotly') if m in sys.modules))\n"
+    "atexit.register(note)\n"
+    "sys.argv[0] = 'hypviz'\n"
+    "runpy.run_module('hypviz.cli', run_name='__main__', alter_sys=True)\n"
+)
+
+
+@pytest.mark.parametrize("case", ["missing file", "k = 0"])
+def test_bad_input_is_refused_in_a_fresh_interpreter_before_torch_is_imported(case, files, tmp_path):
+    work, args = _error_work(case, files, tmp_path / "work")
+    marker = tmp_path / "imported.txt"
+    proc = spawn(marker, *args, cwd=work, code=FRESH)
+    _check_refused(case, work, proc, files)
+    assert marker.read_text() == "", f"imported before refusing: {marker.read_text()}"
 
 
 def test_existing_output_folder_is_kept_without_force(files, tmp_path):
@@ -167,10 +260,10 @@ def test_existing_output_folder_is_kept_without_force(files, tmp_path):
 
 
 # --------------------------------------------------------------------------- #
-# successful runs (all launched at once)
+# successful runs (each once, shared by the tests below)
 # --------------------------------------------------------------------------- #
 @pytest.fixture(scope="module")
-def runs(files, tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+def runs(files, tmp_path_factory) -> dict[str, tuple[Path, Run]]:
     work = tmp_path_factory.mktemp("ok")
     jobs = {
         "npy": ["compare", files / "q.npy", files / "k.npy", "--out", work / "npy", "--device", "cpu"],
@@ -182,8 +275,7 @@ def runs(files, tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedP
                      "--out", work / "pt-mixed", "--sample-rows", "5", "--kinds", "spatial", "--no-progress"],
         "demo": ["demo", "--out", work / "demo"],
     }
-    results = run_all({name: {"args": args, "cwd": work} for name, args in jobs.items()})
-    return {name: (work / name, results[name]) for name in jobs}
+    return {name: (work / name, cli(*args, cwd=work)) for name, args in jobs.items()}
 
 
 def _ok(runs, name):
@@ -320,7 +412,22 @@ def test_force_replaces_a_report_and_demo_inputs_reload(runs, tmp_path):
     assert proc.returncode == 2 and "holds the input" in proc.stderr and (target / "rows.npz").exists()
 
 
-def test_internal_errors_are_one_line_exit_1_and_write_nothing(files, tmp_path):
+def test_internal_errors_are_one_line_exit_1_and_write_nothing(files, tmp_path, monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("injected failure")
+
+    args = ("compare", files / "q.npy", files / "k.npy", "--out", tmp_path / "out")
+    with monkeypatch.context() as mp:
+        mp.setattr(report, "figures", boom)
+        proc = cli(*args, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "internal error" in proc.stderr and "injected failure" in proc.stderr
+    assert "HYPVIZ_DEBUG" in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_hypviz_debug_lets_the_traceback_out_of_the_process(files, tmp_path):
+    # a subprocess: what is tested is the interpreter printing the traceback and exiting with 1
     inject = (
         "import sys, hypviz.report as r\n"
         "def boom(*a, **k):\n    raise RuntimeError('injected failure')\n"
@@ -330,12 +437,7 @@ def test_internal_errors_are_one_line_exit_1_and_write_nothing(files, tmp_path):
         "sys.exit(c.main(sys.argv[1:]))\n"
     )
     args = ("compare", files / "q.npy", files / "k.npy", "--out", tmp_path / "out")
-    proc = cli(*args, cwd=tmp_path, code=inject)
-    assert proc.returncode == 1
-    assert proc.stderr.count("\n") == 1 and "internal error" in proc.stderr and "injected failure" in proc.stderr
-    assert "HYPVIZ_DEBUG" in proc.stderr and "Traceback" not in proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
-    proc = cli(*args, cwd=tmp_path, code=inject, env={**ENV, "HYPVIZ_DEBUG": "1"})
+    proc = spawn(*args, cwd=tmp_path, code=inject, env={**ENV, "HYPVIZ_DEBUG": "1"})
     assert proc.returncode == 1 and "Traceback" in proc.stderr and "injected failure" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -346,9 +448,10 @@ def test_console_script_help_and_version(tmp_path):
         pytest.skip(f"the console script is not installed next to {sys.executable} (pip install -e . creates it)")
     proc = subprocess.run([exe, "--version"], capture_output=True, text=True, env=ENV, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("hypviz ")
+    helps = {}
     for sub in ("compare", "demo"):
-        proc = subprocess.run([exe, sub, "--help"], capture_output=True, text=True, env=ENV, timeout=60)
+        proc = helps[sub] = subprocess.run([exe, sub, "--help"], capture_output=True, text=True, env=ENV, timeout=60)
         assert proc.returncode == 0 and "--out" in proc.stdout and "--force" in proc.stdout
-    proc = subprocess.run([exe, "compare", "--help"], capture_output=True, text=True, env=ENV, timeout=60)
+    proc = helps["compare"]  # the same command's output, not run twice
     for option in ("--spatial", "--k", "--heads-axis", "--kinds", "--temperature", "--device", "--queries-key"):
         assert option in proc.stdout
