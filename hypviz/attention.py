@@ -562,10 +562,11 @@ class Comparison:
                        from attending to nothing in particular); ``tv_uniform_b`` the same for ``P_b``
     ``logit_gap``      spread ``max_j g_j - min_j g_j`` of ``g = log P_b - log P_a`` (for softmax kinds
                        ``(s_b - s_a) / tau``; twice its sup-distance to the nearest constant)
-    ``top1``           whether both maps put their largest weight on the same key, *tie-aware*: keys
-                       within the logits' rounding bound of a row's maximum count as tied for it
-    ``topk_overlap``   ``|T_a & T_b| / k`` (capped at 1), ``T`` a map's top-k keys together with every
-                       key tied (within rounding) with its k-th largest
+    ``top1``           whether both maps put their largest weight on the same key, *tie-aware*: one
+                       map's favourite counts when it is within the logits' rounding bound of the
+                       other map's maximum
+    ``topk_overlap``   the fraction of one map's top-k keys that are (within rounding) in the other's
+                       top-k, the larger of the two directions: tie-aware the same way
     ``spearman``       Spearman rank correlation of the two rows (``None`` when not computed)
 
     and, when both kinds are softmax kinds (the bound does not apply to ``"focused"``: ``None``):
@@ -1051,16 +1052,22 @@ def _rank_stats(
 ) -> None:
     """Tie-aware top-1 / top-k agreement (and Spearman) of one row block; reads ``la``, ``lb`` only.
 
-    ``T_x`` is the set of keys whose log-weight is at least the k-th largest minus ``tol_x`` (the
-    rounding bound of the difference of two computed logits), so keys tied in exact arithmetic
-    are never told apart by rounding noise.
+    A key of one map's top-k counts as shared when its log-weight in the other map is at least that
+    map's k-th largest minus ``tol`` (the rounding bound of the difference of two computed logits);
+    the overlap is the larger of the two directions' counts over ``k``.  Keys tied in exact arithmetic
+    (symmetric embeddings) are therefore never told apart by rounding noise, and the work is
+    ``O(rows x k)`` beyond the two ``topk`` calls.
     """
-    kth_a = torch.topk(la, t_k, dim=-1).values[:, -1:]
-    kth_b = torch.topk(lb, t_k, dim=-1).values[:, -1:]
-    both = (la >= kth_a - tol_a.unsqueeze(-1)) & (lb >= kth_b - tol_b.unsqueeze(-1))
-    out["overlap"][sl] = both.sum(dim=-1).clamp_max_(t_k).to(la.dtype) / t_k
-    max_a, max_b = la.amax(dim=-1, keepdim=True), lb.amax(dim=-1, keepdim=True)
-    top1[sl] = ((la >= max_a - tol_a.unsqueeze(-1)) & (lb >= max_b - tol_b.unsqueeze(-1))).any(dim=-1)
+    va, ia = torch.topk(la, t_k, dim=-1)
+    vb, ib = torch.topk(lb, t_k, dim=-1)
+    ta, tb = tol_a.unsqueeze(-1), tol_b.unsqueeze(-1)
+    b_in_a = torch.gather(la, -1, ib) >= va[:, -1:] - ta  # (rows, k)
+    a_in_b = torch.gather(lb, -1, ia) >= vb[:, -1:] - tb
+    both = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1))
+    out["overlap"][sl] = both.to(la.dtype) / t_k
+    top1[sl] = (torch.gather(la, -1, ib[:, :1]) >= va[:, :1] - ta).squeeze(-1) | (
+        torch.gather(lb, -1, ia[:, :1]) >= vb[:, :1] - tb
+    ).squeeze(-1)
     if rank:
         m = la.shape[-1]
         ra = la.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
