@@ -285,8 +285,11 @@ def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
     ``T = x_t + y_t`` and ``s_perp`` the part of ``s`` orthogonal to ``e``,
     ``|x - y|^2_L = |e|^2 (4k + |s_perp|^2) / (T^2 - |e|^2)`` with
     ``T^2 - |e|^2 = 2k + 2 (x_t y_t + x_s . y_s)``; each pair takes the form that cancels less.
-    Relative error (float64): a few ulps, growing to at most about ``(|x_s| / sqrt(k))^(2/3)`` ulps
-    for points far from the origin.  float32 and half-precision points are evaluated in float64 from
+    Accuracy (float64): a few ulps near the origin.  The result is the distance of points within a
+    few ulps of the inputs (backward stable); for points far from the origin and displaced nearly
+    radially that distance is itself sensitive to the last bits of the coordinates (relative
+    condition number up to about ``|x_s| / sqrt(k)``), so the relative error grows up to about
+    ``|x_s| / sqrt(k)`` ulps there (measured against mpmath in the tests).  float32 and half-precision points are evaluated in float64 from
     their spatial parts, with the time coordinate recomputed, and rounded once: the result is the
     distance of the lifted points to about one ulp of the input's precision at any distance from the
     origin (far out, the rounded time coordinate alone no longer determines the point).

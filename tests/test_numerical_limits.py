@@ -76,3 +76,21 @@ def test_dist_of_far_float32_points_is_that_of_the_lifted_points(radius):
             ref = 2 * mpmath.asinh(mpmath.sqrt(sum((a - b) ** 2 for a, b in zip(X, Y)) - (xt - yt) ** 2) / 2)
         worst = max(worst, float(abs(got - ref) / ref))
     assert worst <= 2 * torch.finfo(torch.float32).eps
+
+
+@pytest.mark.parametrize("radius", [1e3, 1e6, 1e10, 1e14])
+def test_dist_of_far_float64_points_is_within_its_documented_conditioning(radius):
+    # nearly radial displacements are the worst case: relative error up to about |x_s| / sqrt(k) ulps
+    import mpmath
+
+    g = torch.Generator().manual_seed(7)
+    for i in range(12):
+        u = torch.randn(4, generator=g, dtype=torch.float64)
+        u = u / u.norm()
+        xs, ys = radius * u, radius * u * (1 + 10.0 ** -(1 + i % 10))
+        got = float(lorentz.dist(lorentz.lift(xs), lorentz.lift(ys)))
+        with mpmath.workdps(100):
+            X, Y = [mpmath.mpf(float(v)) for v in xs], [mpmath.mpf(float(v)) for v in ys]
+            xt, yt = mpmath.sqrt(sum(a * a for a in X) + 1), mpmath.sqrt(sum(a * a for a in Y) + 1)
+            ref = mpmath.acosh(xt * yt - sum(a * b for a, b in zip(X, Y)))
+        assert float(abs(got - ref) / ref) <= 64 * torch.finfo(torch.float64).eps * (1 + radius)
