@@ -199,7 +199,7 @@ def figure(results: Sequence[LayerResult]):
             ax.scatter(spread, [h[key] for h in heads], marker=marker, s=30, label=tag)
         ax.set_xlabel(r"key-norm spread $\max_j \kappa_{t,j} - \min_j \kappa_{t,j}$ (per head)")
         ax.set_ylabel("mean over queries (probability)")
-        ax.set_title(f"{lr.label}: per head, against the spread of the key norms")
+        ax.set_title(f"{lr.label}: per head vs key-norm spread")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     return fig
