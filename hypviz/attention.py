@@ -74,6 +74,7 @@ _FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_sca
 # blocking (and hence on the BLAS kernels chosen for each block shape) are caught.
 _COMPARE_BLOCK_BYTES = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 16 * 2**20))
 _DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffers
+_MIN_BLOCK_ROWS = 32  # compare on CPU: rows per block the cache-sized default may not go below (budget permitting)
 _TILT_MAX_GAP = 30.0  # compare: rows with a wider logit gap use the direct log-softmax formulas
 
 
@@ -282,7 +283,7 @@ def _logit_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Per-row rounding bound of ``A @ B^T``: ``gamma_c * sum_c |A_ic| max_j |B_jc|`` (any summation order)."""
     c = a.shape[-1]
     gamma = (c + 3) * torch.finfo(a.dtype).eps
-    col_max = b.abs().amax(dim=-2, keepdim=True)  # (..., 1, c)
+    col_max = torch.maximum(b.amax(dim=-2, keepdim=True), -b.amin(dim=-2, keepdim=True))  # (..., 1, c), no copy of b
     return gamma * (a.abs() * col_max).sum(dim=-1)
 
 
@@ -611,6 +612,8 @@ class Comparison:
     bound_met: torch.Tensor | None = None
     power: float | None = None
     norm_scale: float | None = None
+    n_queries_total: int | None = None
+    row_index: torch.Tensor | None = None
     elapsed_s: float = 0.0
 
     # ---- summaries (Python floats) ----
@@ -693,6 +696,35 @@ class Comparison:
     def n_rows(self) -> int:
         return int(self.tv.numel())
 
+    @property
+    def sampled(self) -> bool:
+        """Whether the statistics were computed on a uniform sample of the query rows (``rows=``)."""
+        return self.row_index is not None
+
+    def ci(self, field: str = "tv", level: float = 0.95) -> tuple[float, float, float]:
+        """``(mean, low, high)`` of a per-row field's mean over all rows, with a ``level`` confidence interval.
+
+        For a sampled comparison (``rows=R`` of ``N`` rows per head, the same rows for every head), the
+        interval is the normal approximation for a stratified sample without replacement:
+        ``se^2 = (1/H^2) sum_h s_h^2 / R * (N - R) / (N - 1)``, ``s_h^2`` the sample variance of head ``h``.
+        When every row was computed the mean is exact and ``low = high = mean``.
+        """
+        import statistics
+
+        x = getattr(self, field)
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"ci: {field!r} is not a per-row statistic of this comparison")
+        x = x.detach().double().reshape(-1, self.n_queries).cpu()
+        mean = float(x.mean())
+        if not self.sampled:
+            return mean, mean, mean
+        heads, r = x.shape
+        total = int(self.n_queries_total)
+        fpc = (total - r) / (total - 1)
+        se = math.sqrt(float(x.var(dim=1, unbiased=True).sum()) / r * fpc) / heads
+        z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+        return mean, mean - z * se, mean + z * se
+
     def to_dict(self) -> dict[str, Any]:
         """Scalars only (JSON-ready): the set-up, the row statistics and the verdict."""
         return {
@@ -726,6 +758,14 @@ class Comparison:
             "bound_applies": self.bound_applies,
             "max_delta": self.max_delta,
             "bound_met_fraction": self.bound_met_fraction,
+            "sampled_rows": self.n_queries if self.sampled else None,
+            "n_queries_total": self.n_queries_total,
+            "ci95": {
+                name: list(self.ci(name)[1:])
+                for name in ("tv", "kl", "tv_uniform_a", "tv_uniform_b", "top1", "topk_overlap")
+            }
+            if self.sampled
+            else None,
             "elapsed_s": self.elapsed_s,
         }
 
@@ -738,6 +778,14 @@ class Comparison:
             f"Comparison {self.a!r} (P_a) vs {self.b!r} (P_b): {lead}{self.n_queries} queries x {self.n_keys} keys, "
             f"d = {self.dim}, k = {_fmt(self.k)}, tau = {_fmt(self.temperature)}, {self.dtype}{where}",
             f"  verdict: {self.verdict}" + ("" if ratio is None else f"  (gap / baseline {_fmt(ratio)})"),
+        ]
+        if self.sampled:
+            lo, hi = self.ci("tv")[1:]
+            lines.append(
+                f"  sampled {self.n_queries} of {self.n_queries_total} query rows per head (uniform): "
+                f"mean TV 95% CI [{_fmt(lo)}, {_fmt(hi)}]"
+            )
+        lines += [
             f"  TV(P_a, P_b)   mean {_fmt(self.mean_tv)}  max {_fmt(self.max_tv)}",
             f"  baseline       TV(P_a, uniform) mean {_fmt(self.mean_tv_uniform_a)}  "
             f"TV(P_b, uniform) mean {_fmt(self.mean_tv_uniform_b)}",
@@ -804,28 +852,34 @@ class _Kind:
 
 
 def _largest_logit(*kinds: _Kind) -> float:
-    """A bound on ``|log-weight|`` over all rows: ``sum_c |A_ic| max_j |B_jc|`` (the logit error bound over gamma)."""
+    """A bound on ``|log-weight|`` over all rows: ``sum_c |A_ic| max_j |B_jc|`` (the logit error bound over gamma).
+
+    Reads the key operands without copying them (column maxima of ``B`` and ``-B``).
+    """
     out = 0.0
     for kd in kinds:
-        a, b = kd.A.double(), kd.B.double()
-        out = max(out, float((a.abs() * b.abs().amax(dim=-2, keepdim=True)).sum(dim=-1).max()))
+        col = torch.maximum(kd.B.amax(dim=-2), -kd.B.amin(dim=-2)).double().unsqueeze(-2)  # (..., 1, c)
+        out = max(out, float((kd.A.abs().double() * col).sum(dim=-1).max()))
     return out
 
 
-def _check_logit_range(kinds: tuple[str, ...], q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> None:
+def _check_logit_range(
+    built: tuple[_Kind, ...], q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float
+) -> None:
     """Refuse a temperature whose logits overflow the points' dtype (the softmax would be NaN), naming the smallest usable one."""
-    soft = [kd for kd in kinds if kd != "focused"]
+    soft = [kd for kd in built if kd.kind != "focused"]
     if not soft:
         return
-    big1 = _largest_logit(*(_Kind(kd, q.double(), kk.double(), kf, 1.0, 2.0, 1.0) for kd in soft))  # at tau = 1
     limit = torch.finfo(q.dtype).max / 16
-    big = big1 / tau
-    if not big < limit:
-        name = str(q.dtype).replace("torch.", "")
-        raise ValueError(
-            f"temperature {tau:g} makes the logits overflow {name} (largest |s / tau| about {big:.3g}, "
-            f"{name} holds {torch.finfo(q.dtype).max:.3g}); the smallest usable is about {16 * big1 / torch.finfo(q.dtype).max:.3g}"
-        )
+    big = _largest_logit(*soft)  # at this temperature, from the operands already built
+    if big < limit:
+        return
+    big1 = _largest_logit(*(_Kind(kd.kind, q.double(), kk.double(), kf, 1.0, 2.0, 1.0) for kd in soft))  # tau = 1
+    name = str(q.dtype).replace("torch.", "")
+    raise ValueError(
+        f"temperature {tau:g} makes the logits overflow {name} (largest |s / tau| about {big1 / tau:.3g}, "
+        f"{name} holds {torch.finfo(q.dtype).max:.3g}); the smallest usable is about {16 * big1 / torch.finfo(q.dtype).max:.3g}"
+    )
 
 
 def compare(
@@ -843,6 +897,8 @@ def compare(
     topk: int = 5,
     spearman: bool | None = None,
     heads_axis: int | None = None,
+    rows: int | None = None,
+    seed: int = 0,
     memory_budget: int | None = None,
     progress: bool | None = None,
 ) -> Comparison:
@@ -879,6 +935,10 @@ def compare(
         default: when ``M <= 4096``.
     heads_axis : the heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's), moved to the front.
         Tensors that require grad are detached (the statistics are not differentiable).
+    rows, seed : compute the exact statistics on ``rows`` query rows only, drawn uniformly without
+        replacement (the same rows for every head; ``torch.randperm`` seeded with ``seed``), against
+        all ``M`` keys: for very large ``N``.  Every mean then comes with a confidence interval,
+        :meth:`Comparison.ci` (normal approximation, stratified by head, finite-population corrected).
     memory_budget : bytes for the block buffers.  Default: on the CPU 256 MiB, with blocks of at most
         about 16 MiB per logit buffer (cache-friendlier); on CUDA a quarter of the free device
         memory, at least 256 MiB and at most 8 GiB.
@@ -912,6 +972,16 @@ def compare(
         raise ValueError(f"spearman must be True, False or None (automatic), got {spearman!r}")
     dev = resolve_device(device)
 
+    n_total, row_index = q.shape[-2], None
+    if rows is not None:
+        if isinstance(rows, bool) or not isinstance(rows, numbers.Integral) or rows < 2:
+            raise ValueError(f"rows must be an integer >= 2 (query rows to sample) or None (all), got {rows!r}")
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise ValueError(f"seed must be an integer, got {seed!r}")
+        if rows < n_total:
+            gen = torch.Generator().manual_seed(int(seed))
+            row_index = torch.randperm(n_total, generator=gen)[: int(rows)].sort().values
+            q = q.index_select(-2, row_index.to(q.device))
     n, m = q.shape[-2], kk.shape[-2]
     dtype, itemsize = q.dtype, q.element_size()
     t_k = min(topk, m)
@@ -923,15 +993,18 @@ def compare(
             if dev.type == "cuda":
                 budget = max(budget, min(8 * 2**30, torch.cuda.mem_get_info(dev)[0] // 4))
             else:
-                budget = min(budget, 3 * m * itemsize * _rows_for(_COMPARE_BLOCK_BYTES, m, itemsize))
+                # cache-sized blocks, but never fewer than 32 rows while the budget allows: for very many
+                # keys a block of a few rows would re-read the key operands once per handful of queries
+                rows_cap = max(_rows_for(_COMPARE_BLOCK_BYTES, m, itemsize), _MIN_BLOCK_ROWS)
+                budget = min(budget, 3 * m * itemsize * rows_cap)
         block_rows = _block_rows_for(m, itemsize, budget)
     rows = min(block_rows, n)
 
     qf, kfl = _flatten_batch(q, batch), _flatten_batch(kk, batch)
     heads = qf.shape[0]
-    _check_logit_range((a, b), qf, kfl, kf, tau)
     ka = _Kind(a, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
     kb = _Kind(b, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
+    _check_logit_range((ka, kb), qf, kfl, kf, tau)
 
     names = ("kl", "tv", "gap", "overlap", "ua", "ub") + (("rho",) if rank else ())
     out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
@@ -1034,6 +1107,8 @@ def compare(
         spearman=back(out["rho"]) if rank else None,
         power=p_f,
         norm_scale=s_f,
+        n_queries_total=n_total,
+        row_index=row_index,
         elapsed_s=time.perf_counter() - start,
         **bounds,
     )

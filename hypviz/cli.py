@@ -205,8 +205,18 @@ def _common(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--force", action="store_true", help="replace the output folder if it exists (a hypviz report)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda or cuda:INDEX")
     p.add_argument(
-        "--sample-rows", type=_count, default=64, metavar="N", help="query rows drawn in the heatmaps (default 64)"
+        "--sample-rows", type=_count, default=64, metavar="N",
+        help="query rows drawn in the heatmaps (default 64); does not change the statistics (see --rows)",
     )
+    p.add_argument(
+        "--rows",
+        type=_count,
+        default=None,
+        metavar="R",
+        help="compute the statistics on R query rows per head drawn uniformly (seeded, --seed) against all keys, "
+        "with 95%% confidence intervals on every mean: for very large N (default: every row)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the --rows sample (default 0)")
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -1248,6 +1258,8 @@ class Settings:
     command: str
     power: float = 2.0
     norm_scale: float = 1.0
+    rows: int | None = None  # statistics on a uniform sample of the query rows (None: every row)
+    seed: int = 0
 
 
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
@@ -1308,6 +1320,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         device=str(device),
         sample_rows=args.sample_rows,
+        rows=args.rows,
+        seed=args.seed,
         power=args.power,
         norm_scale=args.norm_scale,
         progress=args.progress,
@@ -1378,6 +1392,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         temperature=None,
         device=str(device),
         sample_rows=args.sample_rows,
+        rows=args.rows,
+        seed=args.seed,
         progress=args.progress,
         command="demo",
     )

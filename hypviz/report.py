@@ -118,6 +118,8 @@ def analyse(inputs: Any, settings: Any) -> Result:
             temperature=settings.temperature,
             power=settings.power,
             norm_scale=settings.norm_scale,
+            rows=getattr(settings, "rows", None),
+            seed=getattr(settings, "seed", 0),
             device=settings.device,
             progress=settings.progress,
         )
@@ -182,6 +184,9 @@ def metrics(result: Result, options: dict[str, Any] | None = None) -> dict[str, 
                 "dtype": comp0.dtype,
                 "heads_shape": list(result.lead),
                 "n_queries": comp0.n_queries,
+                "n_queries_total": comp0.n_queries_total,
+                "sampled_rows": comp0.n_queries if comp0.sampled else None,
+                "sample_seed": getattr(result.settings, "seed", 0) if comp0.sampled else None,
                 "n_keys": comp0.n_keys,
                 "dim": comp0.dim,
                 "reference": result.settings.reference,
@@ -329,8 +334,9 @@ def plotly_rows(result: Result):
         n = comp.n_queries
         tv, base, kl = _np(comp.tv)[idx], _np(comp.tv_uniform_b)[idx], _np(comp.kl)[idx]
         ok = (tv > 0) & (base > 0)
+        query = (lambda r: r) if comp.row_index is None else (lambda r, ix=comp.row_index.tolist(): ix[r])
         text = [
-            f"head {labels[i // n]}, query {i % n}<br>TV {tv[j]:.3g}, baseline TV(P_b, U) {base[j]:.3g}<br>KL {kl[j]:.3g}"
+            f"head {labels[i // n]}, query {query(i % n)}<br>TV {tv[j]:.3g}, baseline TV(P_b, U) {base[j]:.3g}<br>KL {kl[j]:.3g}"
             for j, i in enumerate(idx)
             if ok[j]
         ]
@@ -427,6 +433,10 @@ def page(result: Result, images: dict[str, bytes], plotly_div: str, plotly_js: s
         f"k = {_fmt(comp0.k)}, temperature tau = {_fmt(comp0.temperature)}, {comp0.dtype}, computed on {comp0.device}; "
         + ("inputs were spatial parts, lifted with x_t = sqrt(|x_s|^2 + k)." if result.inputs.spatial
            else "inputs are hyperboloid points, time first, checked on <x,x>_L = -k.")
+        + (f" SAMPLED: the statistics are exact on {comp0.n_queries} of {comp0.n_queries_total} query rows per head, "
+           "drawn uniformly (seed " + str(getattr(result.settings, "seed", 0)) + "); metrics.json gives every mean a 95% "
+           "confidence interval (normal approximation, stratified by head, finite-population corrected)."
+           if comp0.sampled else "")
     )
     comp_rows = []
     for comp in result.comparisons:
