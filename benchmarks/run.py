@@ -506,8 +506,9 @@ def render(results: dict[str, Any]) -> str:
             "| `compare()` at N = 1,000,000: fraction of `torch.mm` throughput | not measured (no GPU available in this session) |",
             "| linear vs quadratic | not measured (no GPU available in this session) |",
             "",
-            "The CUDA code paths exist (`device=\"auto\"` selects CUDA when `torch.cuda.is_available()`); this",
-            "script measures them when run on a CUDA machine.",
+            "The CUDA code paths exist (`device=\"auto\"` selects CUDA when `torch.cuda.is_available()`).",
+            "`python benchmarks/gpu.py` on a CUDA machine checks them against float64 CPU references and",
+            "rewrites this section with the measured rows (CI runs it with `--dry-run` on the CPU).",
         ]
     else:
         mmg = gpu["matmul_floor"]
