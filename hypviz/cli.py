@@ -1222,7 +1222,16 @@ def prepare(
                 t = check_points(t.to(torch.float32), kf, rtol=rtol, name=f"{role} ({m})")
                 points.append(lift(t[..., 1:].to(tdtype), kf))
             else:
-                t = check_points(t, kf, name=f"{role} ({m})")  # in the dtype they came in, with its tolerance
+                try:
+                    t = check_points(t, kf, name=f"{role} ({m})")  # in the dtype they came in, with its tolerance
+                except ValueError:
+                    # float64 values that are all float32 numbers were made in float32 (e.g. x.double()):
+                    # check them there, then re-lift in the compute dtype
+                    if m != "float64" or not bool((t.to(torch.float32).to(torch.float64) == t).all()):
+                        raise
+                    t = check_points(t.to(torch.float32), kf, name=f"{role} (float32 values stored as float64)")
+                    points.append(lift(t[..., 1:].to(tdtype), kf))
+                    continue
                 # another dtype: keep the spatial parts, recompute the time coordinate there (on <x,x>_L = -k to its rounding)
                 points.append(t if t.dtype == tdtype else lift(t[..., 1:].to(tdtype), kf))
     except ValueError as exc:

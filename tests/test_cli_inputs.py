@@ -141,3 +141,18 @@ def test_heads_axis_and_requires_grad_in_the_api():
     assert torch.equal(m, attention.attention_map(q, kk, "distance"))
     with pytest.raises(ValueError, match="heads_axis=3 is out of range"):
         attention.compare(nh_q, nh_k, heads_axis=3)
+
+
+def test_cli_relifts_float32_points_stored_as_float64(tmp_path, capsys):
+    q = data.lifted_gaussian((2, 30), 8, 3.0, seed=8, dtype=torch.float32)
+    np.save(tmp_path / "q64.npy", q.double().numpy())  # float32 rounding is far above float64's tolerance
+    code, out, err = run(capsys, "compare", tmp_path / "q64.npy", tmp_path / "q64.npy", "--out", tmp_path / "r")
+    assert code == 0, err
+    meta = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    ref = attention.compare(lorentz.lift(q[..., 1:].double()), lorentz.lift(q[..., 1:].double()), "spatial", "distance")
+    assert meta["comparisons"][0]["summary"]["mean_tv"] == pytest.approx(ref.mean_tv, rel=1e-12)
+    bad = q.double().clone()
+    bad[0, 3, 0] += 0.25  # a float32 number too, but off the hyperboloid at any precision
+    np.save(tmp_path / "bad.npy", bad.numpy())
+    code, out, err = run(capsys, "compare", tmp_path / "bad.npy", tmp_path / "bad.npy", "--out", tmp_path / "s")
+    assert code == 2 and "off the hyperboloid" in err
