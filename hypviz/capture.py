@@ -11,10 +11,10 @@ r"""Record the attention of a real hyperbolic transformer with forward hooks.
 
 Each :class:`LayerRecord` holds one call of one attention layer: its ``queries`` ``(H, N, d + 1)``,
 ``keys`` ``(H, M, d + 1)`` and ``values`` ``(H, M, d_v + 1)`` (or ``None``), points of the Lorentz
-model ``<x, x>_L = -k``, time coordinate first, heads first, detached copies on the CPU in the
-dtype the model made them in, together with what the layer computes from them (``kind`` and its
-parameters), so that :func:`hypviz.attention.attention_map` and :func:`hypviz.attention.compare`
-can be run on them directly (:meth:`LayerRecord.attention_map`).
+model :math:`\langle x, x\rangle_L = -k`, time coordinate first, heads first, detached copies on
+the CPU in the dtype the model made them in, together with what the layer computes from them
+(``kind`` and its parameters), so that :func:`hypviz.attention.attention_map` and
+:func:`hypviz.attention.compare` can be run on them directly (:meth:`LayerRecord.attention_map`).
 
 Two ways a layer is found:
 
@@ -24,16 +24,20 @@ Two ways a layer is found:
   are the layer's source input), ``attention_type`` (``"linear_focused"`` or ``"full"``),
   ``power_k``, ``norm_scale``, ``scale`` and ``manifold.k``.  ``"linear_focused"`` is recorded as
   kind ``"focused"`` with ``power = power_k`` and ``norm_scale``; ``"full"`` as kind ``"distance"``
-  at the temperature ``tau = k * scale / 2`` when the layer's ``manifold.cinner`` divides the Lorentzian
-  inner product by ``k`` (Hypformer's ``large/`` and ``medium/`` trees; measured on the layer's own points),
-  ``tau = scale / 2`` when it does not (its simplified tree), because with keys written ``kappa``
+  at the temperature :math:`\tau = k\,\mathrm{scale}/2` when the layer's ``manifold.cinner``
+  divides the Lorentzian inner product by :math:`k` (Hypformer's ``large/`` and ``medium/`` trees;
+  measured on the layer's own points), :math:`\tau = \mathrm{scale}/2` when it does not (its
+  simplified tree), because with keys written :math:`\kappa`
 
-  .. math:: \frac{2 + 2 \langle q, \kappa\rangle_L / k}{\mathrm{scale}} + b
-            = \frac{-\tfrac12 \|q - \kappa\|_L^2}{k\, \mathrm{scale} / 2} + b
+  .. math::
 
-  (identity 1, ``<q, kappa>_L = -1/2 |q - kappa|^2_L - k``) and the constant ``b`` cancels in the
-  row softmax.  (Logits written without the ``1/k``, ``(2 + 2 <q, kappa>_L) / scale + b``, are the
-  same distance softmax at ``tau = scale / 2``; the two agree at ``k = 1``.)
+      \frac{2 + 2\langle q, \kappa\rangle_L / k}{\mathrm{scale}} + b
+      = \frac{-\tfrac12\|q - \kappa\|_L^2}{k\,\mathrm{scale}/2} + b
+
+  (identity 1, :math:`\langle q, \kappa\rangle_L = -\tfrac12\|q - \kappa\|_L^2 - k`) and the
+  constant :math:`b` cancels in the row softmax.  Logits written without the :math:`1/k`,
+  :math:`(2 + 2\langle q, \kappa\rangle_L)/\mathrm{scale} + b`, are the same distance softmax
+  at :math:`\tau = \mathrm{scale}/2`; the two agree at :math:`k = 1`.
 * **Any other model, by name**: ``layers={"enc.0": ("enc.0.q", "enc.0.k"[, "enc.0.v"])}`` names the
   modules whose outputs are the queries, keys (and values); ``k`` is then required and ``kind``,
   ``temperature``, ``power``, ``norm_scale`` say what the layer computes (mode ``"generic"``).
@@ -58,9 +62,13 @@ from hypviz.lorentz import as_tensor, check_k, check_points, from_poincare
 
 __all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "Capture", "attention", "save", "load"]
 
+#: The ``"format"`` entry of a file written by :func:`save`.
 FORMAT = "hypviz.capture"
+#: The file format's version; :func:`load` refuses newer ones.
 VERSION = 1
+#: A record's ``mode``: a Hypformer-style layer's ``attention_type``, or ``"generic"`` (``layers=``).
 MODES: tuple[str, ...] = ("linear_focused", "full", "generic")
+#: The ``model=`` choices, what named modules output: hyperboloid points or Poincare-ball points.
 MODELS: tuple[str, ...] = ("lorentz", "poincare")
 _HYPFORMER_KIND = {"linear_focused": "focused", "full": "distance"}
 _ROLES = ("queries", "keys", "values")
@@ -90,18 +98,27 @@ def _opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool =
 
 @dataclasses.dataclass(eq=False, repr=False)
 class LayerRecord:
-    """The queries, keys and values of one call of one attention layer, and what the layer computes.
+    r"""The queries, keys and values of one call of one attention layer, and what the layer computes.
 
-    Fields
-    ------
+    All tensors are detached CPU tensors; :meth:`to_dict` gives tensors and plain Python values
+    only (readable by ``torch.load(weights_only=True)``), :meth:`from_dict` reads them back.
+    Construction validates the fields (shapes, dtypes, a ``kind`` matching the ``mode``, the
+    parameters the kind needs) and raises a one-line ``ValueError`` or ``TypeError``; the points
+    themselves are checked by :meth:`check`.
+
+    Attributes
+    ----------
     name : str
         The layer's qualified name in ``model.named_modules()`` (for ``layers=``: the key given).
-    queries : torch.Tensor ``(H, N, d + 1)``
-        Points on ``<x, x>_L = -k``, time first, heads first (``H = 1`` without a head axis).
-    keys : torch.Tensor ``(H, M, d + 1)``
-    values : torch.Tensor ``(H, M, d_v + 1)`` or None
+    queries : torch.Tensor
+        ``(H, N, d + 1)`` points on :math:`\langle x, x\rangle_L = -k`, time first, heads first
+        (``H = 1`` without a head axis).
+    keys : torch.Tensor
+        ``(H, M, d + 1)`` points.
+    values : torch.Tensor or None
+        ``(H, M, d_v + 1)`` points.
     k : float
-        Curvature parameter of the points (``<x, x>_L = -k``, curvature ``-1/k``).
+        Curvature parameter of the points (curvature :math:`-1/k`).
     mode : str
         ``"linear_focused"`` or ``"full"`` (a Hypformer-style layer), ``"generic"`` (``layers=``).
     kind : str
@@ -112,10 +129,8 @@ class LayerRecord:
     power, norm_scale : float or None
         The focused map's ``power_k`` and ``norm_scale`` (kind ``"focused"`` only, else None).
     temperature : float or None
-        The softmax temperature ``tau`` of a softmax kind (``full``: ``k * scale / 2``), else None.
-
-    All tensors are detached CPU tensors; :meth:`to_dict` gives tensors and plain Python values
-    only (readable by ``torch.load(weights_only=True)``), :meth:`from_dict` reads them back.
+        The softmax temperature :math:`\tau` of a softmax kind (``full``:
+        :math:`k\,\mathrm{scale}/2`, or :math:`\mathrm{scale}/2`, see the module docstring), else None.
     """
 
     name: str
@@ -181,30 +196,34 @@ class LayerRecord:
     # ---- shapes ----
     @property
     def n_heads(self) -> int:
-        """``H``, the number of heads."""
+        """:math:`H`, the number of heads."""
         return int(self.queries.shape[0])
 
     @property
     def n_queries(self) -> int:
-        """``N``, the number of queries per head."""
+        """:math:`N`, the number of queries per head."""
         return int(self.queries.shape[1])
 
     @property
     def n_keys(self) -> int:
-        """``M``, the number of keys per head."""
+        """:math:`M`, the number of keys per head."""
         return int(self.keys.shape[1])
 
     @property
     def dim(self) -> int:
-        """``d``, the spatial dimension of the queries and keys (they have ``d + 1`` coordinates)."""
+        """:math:`d`, the spatial dimension of the queries and keys (they have ``d + 1`` coordinates)."""
         return int(self.queries.shape[-1]) - 1
 
     # ---- use ----
     def attention_map(self) -> torch.Tensor:
-        """The layer's attention map ``(H, N, M)``: :func:`hypviz.attention.attention_map` of ``kind``.
+        r"""The layer's attention map ``(H, N, M)``: :func:`hypviz.attention.attention_map` of ``kind``.
 
-        Softmax kinds at ``temperature``; ``"focused"`` with ``power`` and ``norm_scale``
-        (``A_ij = phi(q_i) . phi(kappa_j) / sum_l phi(q_i) . phi(kappa_l)``).
+        Softmax kinds at ``temperature``, :math:`A_{ij} = \mathrm{softmax}_j(s_{ij}/\tau)`;
+        ``"focused"`` with ``power`` and ``norm_scale``,
+
+        .. math::
+
+            A_{ij} = \frac{\varphi(q_i)\cdot\varphi(\kappa_j)}{\sum_l \varphi(q_i)\cdot\varphi(\kappa_l)}.
         """
         from hypviz.attention import attention_map
 
@@ -214,9 +233,12 @@ class LayerRecord:
         return attention_map(self.queries, self.keys, self.kind, k=self.k, temperature=self.temperature, **extra)
 
     def check(self, where: str | None = None) -> LayerRecord:
-        """Check that the queries, keys and values lie on ``<x, x>_L = -k`` (in their own dtype); return ``self``.
+        """Check that queries, keys and values lie on the hyperboloid (in their own dtype); return ``self``.
 
-        Raises a one-line ``ValueError`` naming the layer, the call and the tensor.
+        Raises
+        ------
+        ValueError
+            One line naming the layer (or ``where``), the call and the tensor.
         """
         label = where or f"layer {self.name!r} (call {self.call})"
         for role in _ROLES:
@@ -243,7 +265,13 @@ class LayerRecord:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], check: bool = True) -> LayerRecord:
-        """Rebuild a record from :meth:`to_dict`'s dictionary; with ``check`` the points are validated too."""
+        """Rebuild a record from :meth:`to_dict`'s dictionary; with ``check`` the points are validated too.
+
+        Raises
+        ------
+        ValueError
+            For a non-dict, missing keys, invalid fields or (with ``check``) points off the hyperboloid.
+        """
         if not isinstance(d, Mapping):
             raise ValueError(f"a layer record must be a dict, got {type(d).__name__}")
         required = ("name", "queries", "keys", "k", "mode", "kind")
@@ -292,11 +320,19 @@ def _record_tensor(x: Any, name: str, rows: str) -> torch.Tensor:
 # files
 # --------------------------------------------------------------------------- #
 def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
-    """Write ``records`` to ``path`` atomically: ``torch.save`` of
-    ``{"format": "hypviz.capture", "version": 1, "layers": [rec.to_dict(), ...]}``.
+    """Write ``records`` to ``path`` atomically; return ``path`` as a ``Path``.
 
-    The file is written to a temporary file in the same folder and moved over ``path`` with
-    ``os.replace``, so a reader never sees a half-written file.  Returns ``path`` as a ``Path``.
+    The file is ``torch.save`` of
+    ``{"format": "hypviz.capture", "version": 1, "layers": [rec.to_dict(), ...]}``, written to a
+    temporary file in the same folder and moved over ``path`` with ``os.replace``, so a reader never
+    sees a half-written file.
+
+    Raises
+    ------
+    TypeError
+        When an element of ``records`` is not a :class:`LayerRecord`.
+    ValueError
+        When the folder does not exist or ``path`` is a folder.
     """
     recs = list(records)
     for i, rec in enumerate(recs):
@@ -332,10 +368,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def load(path: str | os.PathLike) -> list[LayerRecord]:
-    """Read a file written by :meth:`Capture.save` (``torch.load(weights_only=True)``), validated.
+    r"""Read a file written by :meth:`Capture.save` or :func:`save` (``torch.load(weights_only=True)``), validated.
 
-    Every record is checked (shapes, fields, points on ``<x, x>_L = -k``); a bad file gets a
-    one-line ``ValueError`` naming the file and what was wrong.
+    Every record is checked (shapes, fields, points on :math:`\langle x, x\rangle_L = -k`).
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and what was wrong: missing, unreadable, not a hypviz.capture file,
+        a newer version, or a bad record.
     """
     p = Path(os.fspath(path))
     if not p.is_file():
@@ -646,10 +687,11 @@ class _Generic:
 # the context manager
 # --------------------------------------------------------------------------- #
 class Capture:
-    """A recording of attention layers: use it as a context manager (see :func:`attention`).
+    """A recording of attention layers: use it as a context manager (see :func:`attention`, which builds it).
 
     ``layers`` is filled when the ``with`` block exits without an exception: one
     :class:`LayerRecord` per call of each layer, in the order the layers ran, all points checked.
+    A ``Capture`` records once; iterating over it, or ``len()``, reads ``layers``.
     """
 
     def __init__(
@@ -871,7 +913,7 @@ class Capture:
 
     # ---- results ----
     def save(self, path: str | os.PathLike) -> Path:
-        """Write :attr:`layers` to ``path`` atomically (see :func:`save`); read back with :func:`load`."""
+        """Write the recorded ``layers`` to ``path`` atomically (see :func:`save`); read back with :func:`load`."""
         return save(self.layers, path)
 
     def __len__(self) -> int:
@@ -899,7 +941,7 @@ def attention(
     power: float = 2.0,
     norm_scale: float = 1.0,
 ) -> Capture:
-    """Record the queries, keys and values of a model's attention layers while it runs.
+    r"""Record the queries, keys and values of a model's attention layers while it runs.
 
     ::
 
@@ -915,34 +957,43 @@ def attention(
         ``None``: every Hypformer-style layer, recognised by structure (submodules with ``Wq`` and
         ``Wk``, ``nn.ModuleList`` s of per-head maps to ``(N, d + 1)`` points, an optional ``Wv``,
         ``attention_type``, ``power_k``, ``norm_scale``, ``scale`` and ``manifold.k``); their
-        ``(N, H, d + 1)`` stacks are recorded heads first, ``(H, N, d + 1)``.  A list of names: only
-        those Hypformer-style layers.  A dict ``{"enc.0": ("enc.0.q", "enc.0.k"[, "enc.0.v"])}``:
-        the named modules' outputs are the queries, keys (and values) of the layer ``"enc.0"`` (any
+        per-head outputs are recorded heads first, ``(H, N, d + 1)``.  A list of names: only those
+        Hypformer-style layers.  A dict ``{"enc.0": ("enc.0.q", "enc.0.k"[, "enc.0.v"])}``: the
+        named modules' outputs are the queries, keys (and values) of the layer ``"enc.0"`` (any
         model, mode ``"generic"``); the ``i``-th output of each makes the ``i``-th record.
     k : float
-        Curvature parameter of the points (``<x, x>_L = -k``).  Required with a dict of ``layers``;
-        Hypformer-style layers use their ``manifold.k`` (``k`` must agree with it, if given).
-    model : ``"lorentz"`` or ``"poincare"``
-        What the named modules output: hyperboloid points ``(..., d + 1)``, time first (checked
-        with :func:`hypviz.lorentz.check_points` in their own dtype), or Poincaré-ball points
-        ``(..., d)`` of radius ``sqrt(k)``, mapped by :func:`hypviz.lorentz.from_poincare`,
-        ``x_s = 2k p / (k - |p|^2)``.
+        Curvature parameter of the points (:math:`\langle x, x\rangle_L = -k`).  Required with a dict
+        of ``layers``; Hypformer-style layers use their ``manifold.k`` (``k`` must agree with it, if
+        given).
+    model : str
+        ``"lorentz"`` or ``"poincare"``, what the named modules output: hyperboloid points
+        ``(..., d + 1)``, time first (checked with :func:`hypviz.lorentz.check_points` in their own
+        dtype), or Poincare-ball points ``(..., d)`` of radius :math:`\sqrt{k}`, mapped by
+        :func:`hypviz.lorentz.from_poincare`, :math:`x_s = 2k\,p/(k - \|p\|^2)`.
     heads_axis : int, optional
         The head axis of the named modules' outputs, e.g. 1 for ``(N, H, d + 1)``.  Without it an
         output ``(N, d + 1)`` is one head and the leading axes of ``(..., N, d + 1)`` are heads
         (folded into one axis).
     kind, temperature, power, norm_scale
         What a named layer computes (a kind of :mod:`hypviz.attention`): the softmax temperature
-        (default ``sqrt(d)``, stored in the record) or the focused map's ``power`` and ``norm_scale``.
+        (default :math:`\sqrt{d}`, stored in the record) or the focused map's ``power`` and
+        ``norm_scale``.
 
     Returns
     -------
     Capture
         A context manager.  Hooks are removed on exit, also when the body raises; the model's
         outputs are never changed; the records are detached CPU copies (works with and without
-        ``torch.no_grad()``).  On a clean exit the records are assembled and checked; a layer
-        whose points are off the hyperboloid, or no attention layer found, raises a one-line
-        ``ValueError``.
+        ``torch.no_grad()``).
+
+    Raises
+    ------
+    ValueError
+        At once for inconsistent arguments (an unknown ``kind`` or ``model``, a dict of ``layers``
+        without ``k``, a named module that does not exist or is not Hypformer-style, ``model`` /
+        ``heads_axis`` / ``temperature`` without a dict of ``layers``); on a clean exit of the
+        ``with`` block, one line when no attention layer was found or a layer's points are off the
+        hyperboloid.  ``TypeError`` when ``module`` is not a ``torch.nn.Module``.
     """
     return Capture(
         module,

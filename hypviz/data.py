@@ -1,28 +1,29 @@
-"""Point sets on the hyperboloid: near-origin Gaussians, tree embeddings, Hypformer-like Q/K.
+r"""Point sets on the hyperboloid: near-origin Gaussians, tree embeddings, Hypformer-like Q/K.
 
 Everything returns torch tensors of points ``(..., d + 1)``, time coordinate first, on
-``<x, x>_L = -k`` (the conventions of :mod:`hypviz.lorentz`), and is deterministic given
-``seed`` (an ``int``, a ``torch.Generator`` or a ``numpy.random.Generator``; ``None`` uses
-torch's global generator, which the notebooks seed).
+:math:`\langle x, x\rangle_L = -k` (the conventions of :mod:`hypviz.lorentz`), and is
+deterministic given ``seed`` (an ``int``, a ``torch.Generator`` or a ``numpy.random.Generator``;
+``None`` uses torch's global generator, which the notebooks seed).
 
-* :func:`wrapped_normal`, :func:`lifted_gaussian` -- samples near the origin;
-* :func:`embed_tree`, :func:`balanced_tree`, :func:`karate_club` -- trees (and a real graph,
+* :func:`wrapped_normal`, :func:`lifted_gaussian`: samples near the origin;
+* :func:`embed_tree`, :func:`balanced_tree`, :func:`karate_club`: trees (and a real graph,
   through a BFS spanning tree) embedded in the hyperbolic plane by Sarkar's construction,
   returned as a :class:`TreeEmbedding` with the measured distortion (:func:`distortion`);
-* :func:`htc_layer`, :func:`random_htc_qk` -- Hypformer's HTC linear layer, curvature change included.
+* :func:`htc_layer`, :func:`random_htc_qk`: Hypformer's HTC linear layer, curvature change included.
 
-Numerical range of the tree embeddings
---------------------------------------
+.. rubric:: Numerical range of the tree embeddings
+
 A low-distortion tree embedding puts its leaves far from the origin: the branching-3, depth-5
-tree needs them at hyperbolic radius 26.9 (edge length 5.37, k = 1) for worst-case distortion
-1.1, so its float64 coordinates are large (spatial norm 2.3e11).  Measured against the same
-construction in mpmath (60 digits), float64 still places every point to about ``1.5 eps |x_s|``
-in hyperbolic distance (1.2e-4 at norm 3.4e11; relative to the edge length, 2e-5).  The
-distortion figures use :func:`hypviz.lorentz.dist`, whose cancellation-free form agrees with an
-independent radial/angular formula to ~1e-5 absolute at radius 27 (``tests/test_data.py``).
-The error grows like ``eps e^r``, so no embedding here goes farther than
-``MAX_RADIUS * sqrt(k)`` (28, spatial norm ``sqrt(k) sinh(28) ~ 7.2e11 sqrt(k)``) from the
-origin.  Do not cast the embeddings to float32 (good to radius ~8 only).
+tree needs them at hyperbolic radius 26.9 (edge length 5.37, :math:`k = 1`) for worst-case
+distortion 1.1, so its float64 coordinates are large (spatial norm 2.3e11).  Measured against
+the same construction in mpmath (60 digits), float64 still places every point to about
+:math:`1.5\,\varepsilon\,\|x_s\|` in hyperbolic distance (1.2e-4 at norm 3.4e11; relative to
+the edge length, 2e-5).  The distortion figures use :func:`hypviz.lorentz.dist`, whose
+cancellation-free form agrees with an independent radial/angular formula to ~1e-5 absolute at
+radius 27 (``tests/test_data.py``).  The error grows like :math:`\varepsilon e^r`, so no
+embedding here goes farther than ``MAX_RADIUS * sqrt(k)`` from the origin (28, spatial norm
+:math:`\sqrt{k}\sinh 28 \approx 7.2\cdot 10^{11}\sqrt{k}`).  Do not cast the embeddings to
+float32 (good to radius ~8 only).
 """
 
 from __future__ import annotations
@@ -134,27 +135,33 @@ def wrapped_normal(
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Wrapped normal at the origin: a Gaussian in the tangent space at the origin, then ``expmap0``.
+    r"""Wrapped normal at the origin: a Gaussian in the tangent space at the origin, then ``expmap0``.
 
-    ``u_s ~ N(0, scale^2 I_d)``, ``x = expmap0((0, u_s), k)``, i.e.
-    ``x_s = sqrt(k) sinh(|u_s| / sqrt(k)) u_s / |u_s|``, ``x_t = sqrt(|x_s|^2 + k)``;
-    so ``logmap0(x)`` is exactly Gaussian and ``d(o, x) = |u_s|`` (about ``scale sqrt(d)``).
+    .. math::
+
+        u_s \sim \mathcal{N}(0, \mathrm{scale}^2 I_d), \qquad
+        x_s = \sqrt{k}\,\sinh\Bigl(\frac{\|u_s\|}{\sqrt{k}}\Bigr)\frac{u_s}{\|u_s\|}, \qquad
+        x_t = \sqrt{\|x_s\|^2 + k},
+
+    i.e. :math:`x = \exp_o((0, u_s))` (:func:`hypviz.lorentz.expmap0`), so ``logmap0(x)`` is the
+    Gaussian sample and :math:`d(o, x) = \|u_s\|` (about :math:`\mathrm{scale}\sqrt{d}`).
+    Drawn in float64, then cast to ``dtype``.
 
     Parameters
     ----------
     n : int or tuple of int
-        Number of points, or a batch shape ``(...)``.
+        Number of points, or a batch shape.
     d : int
         Dimension of the hyperbolic space (points have ``d + 1`` coordinates).
     scale : float
-        Standard deviation of each tangent coordinate, ``> 0``.
+        Standard deviation of each tangent coordinate, :math:`> 0`.
     k, seed, dtype, device
-        Curvature parameter (``<x, x>_L = -k``), random seed, float32/float64, device.
+        Curvature parameter, random seed, ``torch.float32`` or ``torch.float64``, device.
 
     Returns
     -------
     torch.Tensor
-        Shape ``(*n, d + 1)``, on the hyperboloid ``<x, x>_L = -k``.
+        Shape ``(*n, d + 1)``, on :math:`\langle x, x\rangle_L = -k`.
     """
     shape = _check_shape(n)
     d = _check_int(d, "d", 1)
@@ -181,16 +188,23 @@ def lifted_gaussian(
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Gaussian spatial parts of mean norm ``r``, lifted onto the hyperboloid (the setting of notebooks 04 and 05).
+    r"""Gaussian spatial parts of mean norm ``mean_norm`` (:math:`r`), lifted onto the hyperboloid.
 
-    ``x_s = sigma z`` with ``z ~ N(0, I_d)`` and ``sigma = r / E|z|``,
-    ``E|z| = sqrt(2) Gamma((d + 1) / 2) / Gamma(d / 2)``, so ``E|x_s| = r``; then
-    ``x_t = sqrt(|x_s|^2 + k)`` (:func:`hypviz.lorentz.lift`).
+    .. math::
+
+        x_s = \sigma z, \quad z \sim \mathcal{N}(0, I_d), \quad
+        \sigma = \frac{r}{\mathbb{E}\|z\|}, \quad
+        \mathbb{E}\|z\| = \frac{\sqrt{2}\,\Gamma((d + 1)/2)}{\Gamma(d/2)}, \qquad
+        x_t = \sqrt{\|x_s\|^2 + k},
+
+    so :math:`\mathbb{E}\|x_s\| = r` (:func:`hypviz.lorentz.lift`).  The point sets of notebooks
+    03, 05 and 06.  Drawn in float64, then cast to ``dtype``; other parameters as
+    :func:`wrapped_normal`.
 
     Returns
     -------
     torch.Tensor
-        Shape ``(*n, d + 1)``, on ``<x, x>_L = -k``.
+        Shape ``(*n, d + 1)``, on :math:`\langle x, x\rangle_L = -k`.
     """
     shape = _check_shape(n)
     d = _check_int(d, "d", 1)
@@ -205,22 +219,37 @@ def lifted_gaussian(
 # distortion
 # --------------------------------------------------------------------------- #
 def distortion(d_hyp: ArrayLike, d_graph: ArrayLike, scale: float = 1.0) -> tuple[float, float]:
-    """Worst-case and average distortion of an embedding (Sala et al. 2018's definitions).
+    r"""Worst-case and average distortion of an embedding (Sala et al. 2018's definitions).
 
-    Over all pairs ``i < j``, with ``rho_ij = d_hyp[i, j] / (scale * d_graph[i, j])``:
+    Over all pairs :math:`i < j`, with
+    :math:`\rho_{ij} = d_{\mathrm{hyp}}(i, j) / (\mathrm{scale}\; d_{\mathrm{graph}}(i, j))`,
 
-    * worst-case distortion ``max_ij rho_ij / min_ij rho_ij`` (``>= 1``; invariant to ``scale``;
-      1 means the embedding is a scaled isometry);
-    * average distortion ``mean_ij |d_hyp[i, j] - scale * d_graph[i, j]| / (scale * d_graph[i, j])``
-      (the mean relative error against the metric scaled by ``scale``; 0 is exact).
+    .. math::
+
+        \text{worst} = \frac{\max_{i<j} \rho_{ij}}{\min_{i<j} \rho_{ij}}, \qquad
+        \text{average} = \operatorname{mean}_{i<j} \bigl|\rho_{ij} - 1\bigr|.
+
+    The worst case is :math:`\ge 1`, invariant to ``scale``, and 1 for a scaled isometry (``inf``
+    when some :math:`\rho_{ij} = 0`); the average is the mean relative error against the graph
+    metric scaled by ``scale`` (0 is exact).
 
     Parameters
     ----------
-    d_hyp, d_graph : (N, N)
-        Hyperbolic distances and graph (hop) distances; only the upper triangle is read and
-        ``d_graph`` must be positive and finite there.
+    d_hyp, d_graph : array or tensor, shape (N, N)
+        Hyperbolic distances and graph (hop) distances, :math:`N \ge 2`; only the upper triangle is
+        read, and ``d_graph`` must be positive and finite there.
     scale : float
         The edge length the graph metric is scaled by.
+
+    Returns
+    -------
+    (worst, average) : tuple of float
+
+    Raises
+    ------
+    ValueError
+        For shapes other than two ``(N, N)`` matrices, a non-positive or infinite graph distance (a
+        disconnected graph), a NaN/Inf hyperbolic distance, or :math:`\mathrm{scale} \le 0`.
     """
     h = as_tensor(d_hyp, "d_hyp").to(torch.float64)
     g = as_tensor(d_graph, "d_graph").to(torch.float64)
@@ -257,12 +286,12 @@ def _hop_matrix(graph: nx.Graph, nodes: Sequence[Hashable]) -> np.ndarray:
 # --------------------------------------------------------------------------- #
 @dataclass(frozen=True, repr=False)
 class TreeEmbedding:
-    """A tree (or a graph through a spanning tree) embedded in the hyperbolic plane.
+    r"""A tree (or a graph through a spanning tree) embedded in the hyperbolic plane.
 
     Attributes
     ----------
     points : torch.Tensor
-        ``(N, 3)`` float64 points on ``<x, x>_L = -k``, time first; row ``i`` is ``nodes[i]``.
+        ``(N, 3)`` float64 points on :math:`\langle x, x\rangle_L = -k`, time first; row ``i`` is ``nodes[i]``.
     nodes : tuple
         The node labels, in the graph's node order.
     edges : torch.Tensor
@@ -272,12 +301,12 @@ class TreeEmbedding:
     depth : torch.Tensor
         ``(N,)`` int64 hop distance of each node from the root in the tree.
     scale : float
-        Edge length (hyperbolic distance, same units as :func:`hypviz.lorentz.dist`).
+        Edge length (hyperbolic distance, in the units of :func:`hypviz.lorentz.dist`).
     k : float
         Curvature parameter.
     worst_distortion, average_distortion : float
-        :func:`distortion` of all pairwise geodesic distances against ``scale`` times the
-        tree's hop distance.
+        :func:`distortion` of all pairwise geodesic distances against ``scale`` times the tree's
+        hop distance.
     graph_edges : torch.Tensor or None
         For a graph embedded through a spanning tree: ``(E', 2)`` row indices of all its edges.
     graph_worst_distortion, graph_average_distortion : float or None
@@ -302,12 +331,17 @@ class TreeEmbedding:
 
     @property
     def max_norm(self) -> float:
-        """Largest spatial norm ``|x_s|`` of the embedded points."""
+        r"""Largest spatial norm :math:`\max_i \|x_{s,i}\|` of the embedded points."""
         return float(torch.linalg.vector_norm(self.points[:, 1:], dim=-1).max())
 
     @property
     def max_radius(self) -> float:
-        """Largest hyperbolic distance from the origin, ``sqrt(k) arsinh(max |x_s| / sqrt(k))``."""
+        r"""Largest hyperbolic distance from the origin.
+
+        .. math::
+
+            \max_i d(o, x_i) = \sqrt{k}\,\operatorname{arsinh}\Bigl(\frac{\max_i \|x_{s,i}\|}{\sqrt{k}}\Bigr)
+        """
         root_k = math.sqrt(self.k)
         return root_k * math.asinh(self.max_norm / root_k)
 
@@ -438,22 +472,21 @@ def embed_tree(
     parent_gap: float = PARENT_GAP,
     max_distortion: float = 1.1,
 ) -> TreeEmbedding:
-    """Embed a networkx tree in the hyperbolic plane (Sarkar's combinatorial construction).
+    r"""Embed a networkx tree in the hyperbolic plane (Sarkar's combinatorial construction).
 
-    The root sits at the origin; every node's children lie on the circle of radius ``scale``
-    around it, spread over the arc facing away from its parent (directions in the docstring of
-    the private ``_layout``: neighbouring children ``a = 2 pi / (n - 1 + 2 g)`` apart, the outermost
-    ``g a`` from the parent edge, ``g = parent_gap``; ``g = 1`` is Sarkar's even spacing).  Nodes
-    are moved by composing Lorentz rotations and boosts (3 x 3 float64 matrices) on the hyperboloid
-    -- never through Poincare coordinates near the boundary -- see ``_sarkar_points``.  Sarkar
-    (2011) and Sala et al. (2018) show the distortion tends to 1 as the edge length grows:
-    a path of ``m`` edges whose consecutive edges meet at angle ``theta`` has hyperbolic length about
-    ``m scale - (m - 1) 2 sqrt(k) log(1 / sin(theta / 2))``.
+    The root sits at the origin; every node's :math:`n` children lie on the circle of radius
+    ``scale`` around it, spread over the arc facing away from its parent: seen from the node, with
+    its parent in direction 0, child :math:`j` is in direction
 
-    Distortion (see :func:`distortion`): with ``rho_ij = d_H(x_i, x_j) / (scale d_T(i, j))`` over
-    all pairs, ``d_H`` the geodesic distance (computed without cancellation, see the module
-    docstring) and ``d_T`` the tree's hop distance,
-    worst-case = ``max rho / min rho`` and average = ``mean |rho - 1|``.
+    .. math::
+
+        \pi + \Bigl(j - \frac{n - 1}{2}\Bigr) a, \qquad a = \frac{2\pi}{n - 1 + 2g}, \qquad j = 0, \dots, n - 1,
+
+    so neighbouring children are :math:`a` apart and the outermost are :math:`g a` from the parent
+    edge (:math:`g` = ``parent_gap``; :math:`g = 1` is Sarkar's even spacing); the root's children
+    are at :math:`2\pi j / n`.  Nodes are placed by composing Lorentz rotations and boosts (3 x 3
+    float64 matrices) on the hyperboloid, never through Poincare coordinates near the boundary.
+    Sarkar (2011) and Sala et al. (2018) show the distortion tends to 1 as the edge length grows.
 
     Parameters
     ----------
@@ -463,24 +496,33 @@ def embed_tree(
         The node placed at the origin; default the tree's centre (``nx.center``, first one), which
         minimises the largest radius.
     scale : float, optional
-        Edge length (hyperbolic distance).  Default: the smallest edge length (to 0.1 %, found by
-        bisection on the measured worst-case distortion, searched from ``sqrt(k)`` up) whose
-        worst-case distortion is ``<= max_distortion`` -- capped so that no node lies farther than
-        ``MAX_RADIUS sqrt(k)`` from the origin (the float64 limit above); when the cap binds the
-        target is not met and ``worst_distortion`` says by how much.  An explicit ``scale`` putting
-        a node beyond that radius raises ``ValueError``.
+        Edge length (hyperbolic distance).  Default: the smallest edge length (to 0.1 %, found by a
+        safeguarded regula falsi on the measured worst-case distortion, searched from
+        :math:`\sqrt{k}` up) whose worst-case distortion is at most ``max_distortion``, capped so that
+        no node lies farther than ``MAX_RADIUS * sqrt(k)`` from the origin (the float64 limit of the
+        module docstring); when the cap binds the target is not met and ``worst_distortion`` says by
+        how much.
     k : float
-        Curvature parameter (``<x, x>_L = -k``).
+        Curvature parameter.
     parent_gap : float
-        ``g`` above, ``> 0``.  The default 1.35 minimises the edge length the branching-3, depth-5
-        tree needs for worst-case distortion 1.1 (5.37 against Sarkar's even spacing's 6.7).
+        :math:`g` above, :math:`> 0`.  The default 1.35 minimises the edge length the branching-3,
+        depth-5 tree needs for worst-case distortion 1.1 (5.37 against Sarkar's even spacing's 6.7).
     max_distortion : float
-        Target worst-case distortion for the default ``scale``, ``> 1``; unused when ``scale`` is given.
+        Target worst-case distortion for the default ``scale``, :math:`> 1`; unused when ``scale`` is given.
 
     Returns
     -------
     TreeEmbedding
-        ``points`` are ``(N, 3)`` float64 (time first), row ``i`` is ``list(tree.nodes)[i]``.
+        ``points`` are ``(N, 3)`` float64 (time first), row ``i`` is ``list(tree.nodes)[i]``; the
+        distortions are measured with :func:`hypviz.lorentz.dist` against ``scale`` times the hop
+        distance.
+
+    Raises
+    ------
+    ValueError
+        For a graph that is not a tree, fewer than 2 or more than 5000 nodes, a ``root`` that is not
+        a node, ``max_distortion <= 1``, or an explicit ``scale`` that puts a node beyond
+        ``MAX_RADIUS * sqrt(k)``; ``TypeError`` for anything but a networkx (Di)Graph.
     """
     und = _check_tree(tree)
     kf = check_k(k)
@@ -579,11 +621,18 @@ def balanced_tree(
     parent_gap: float = PARENT_GAP,
     max_distortion: float = 1.1,
 ) -> TreeEmbedding:
-    """The balanced tree ``nx.balanced_tree(branching, depth)`` embedded by :func:`embed_tree`, root at the origin.
+    r"""The balanced tree ``nx.balanced_tree(branching, depth)`` embedded by :func:`embed_tree`, root at the origin.
 
-    ``branching >= 1`` children per inner node, ``depth >= 1`` levels below the root
-    (``(branching^(depth + 1) - 1) / (branching - 1)`` nodes).  With the defaults, branching 3 and
-    depth 5 (364 nodes) get worst-case distortion ``<= 1.1`` (edge length about 5.37 sqrt(k)).
+    With :math:`b` = ``branching`` :math:`\ge 1` children per inner node and :math:`h` = ``depth``
+    :math:`\ge 1` levels below the root, the tree has
+
+    .. math::
+
+        N = \sum_{i=0}^{h} b^i = \frac{b^{h+1} - 1}{b - 1} \quad (b > 1), \qquad N = h + 1 \quad (b = 1)
+
+    nodes (at most 5000).  With the defaults, branching 3 and depth 5 (364 nodes) get worst-case
+    distortion :math:`\le 1.1` (edge length about :math:`5.37\sqrt{k}`).  Other parameters as
+    :func:`embed_tree`.
     """
     b = _check_int(branching, "branching", 1)
     h = _check_int(depth, "depth", 1)
@@ -613,7 +662,12 @@ def karate_club(
     ``average_distortion``; what the construction controls) and against the original graph's
     shortest paths (``graph_worst_distortion``, ``graph_average_distortion``; worse, because the 45
     ties left out of the tree are stretched to tree paths).  ``node_data["club"]`` holds each
-    member's faction after the split ("Mr. Hi" or "Officer").
+    member's faction after the split ("Mr. Hi" or "Officer").  Other parameters as :func:`embed_tree`.
+
+    Raises
+    ------
+    ValueError
+        When ``root`` is not a member (an int in 0..33).
     """
     graph = nx.karate_club_graph()
     if isinstance(root, bool) or root not in graph:
@@ -655,31 +709,42 @@ def htc_layer(
     k_in: float = 1.0,
     k_out: float = 1.0,
 ) -> torch.Tensor:
-    """Hypformer's HTC linear layer: a linear map of the full point, time recomputed, curvature ``k_in -> k_out``.
+    r"""Hypformer's HTC linear layer: a linear map of the full point, time recomputed, curvature ``k_in -> k_out``.
 
-    ``y_s = sqrt(k_out / k_in) (W x + b)``, ``y_t = sqrt(|y_s|^2 + k_out)``.
+    .. math::
 
-    ``W`` acts on the whole point, time coordinate included (Hypformer's ``HypLinear`` has
-    ``in_features + 1`` inputs).  Hypformer's code computes ``z_s = W x + b``,
-    ``z_t = sqrt(|z_s|^2 + k_in)`` and then scales the point by ``sqrt(k_out / k_in)``; that is
-    the formula above, a point of ``<y, y>_L = -k_out``.  With ``W = [0 | I]`` and no bias the
-    layer is the homothety ``y = sqrt(k_out / k_in) x``, which multiplies every distance by
-    ``sqrt(k_out / k_in)``.
+        y_s = \sqrt{\frac{k_{\mathrm{out}}}{k_{\mathrm{in}}}}\,(W x + b), \qquad
+        y_t = \sqrt{\|y_s\|^2 + k_{\mathrm{out}}}
+
+    :math:`W` acts on the whole point, time coordinate included (Hypformer's ``HypLinear`` has
+    ``in_features + 1`` inputs).  Hypformer's code computes :math:`z_s = W x + b`,
+    :math:`z_t = \sqrt{\|z_s\|^2 + k_{\mathrm{in}}}` and then scales the point by
+    :math:`\sqrt{k_{\mathrm{out}}/k_{\mathrm{in}}}`; that is the formula above, a point of
+    :math:`\langle y, y\rangle_L = -k_{\mathrm{out}}`.  With :math:`W = [0 \mid I]` and no bias the
+    layer is the homothety :math:`y = \sqrt{k_{\mathrm{out}}/k_{\mathrm{in}}}\,x`, which multiplies
+    every geodesic distance by :math:`\sqrt{k_{\mathrm{out}}/k_{\mathrm{in}}}`.
 
     Parameters
     ----------
-    x : (..., d_in + 1)
-        Points on ``<x, x>_L = -k_in``.
-    weight : (d_out, d_in + 1)
+    x : array or tensor, shape (..., d_in + 1)
+        Points on :math:`\langle x, x\rangle_L = -k_{\mathrm{in}}`.
+    weight : array or tensor, shape (d_out, d_in + 1)
         Same dtype and device as ``x``.
-    bias : (d_out,), optional
+    bias : array or tensor, shape (d_out,), optional
+        Same dtype and device as ``x``.
     k_in, k_out : float
         Curvature parameters of the input and output hyperboloids.
 
     Returns
     -------
     torch.Tensor
-        ``(..., d_out + 1)`` on ``<y, y>_L = -k_out``.
+        ``(..., d_out + 1)`` on :math:`\langle y, y\rangle_L = -k_{\mathrm{out}}`.
+
+    Raises
+    ------
+    ValueError
+        For points off the input hyperboloid or mis-shaped ``weight``/``bias``; ``TypeError`` when
+        ``weight`` differs from ``x`` in dtype or device.
     """
     ki, ko = check_k(k_in), check_k(k_out)
     p = check_points(x, ki, name="x")
@@ -713,16 +778,21 @@ def random_htc_qk(
     seed: Any = 0,
     gain: float = math.sqrt(2.0),
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Queries and keys of one random Hypformer-like attention head: two random :func:`htc_layer` maps.
+    r"""Queries and keys of one random Hypformer-like attention head: two random :func:`htc_layer` maps.
 
-    ``Q = HTC(points; W_q)``, ``K = HTC(points; W_k)`` (no bias, as Hypformer's initialisation),
-    each ``W`` of shape ``(d_out, d_in + 1)`` drawn independently from Hypformer's initialisation
-    ``xavier_uniform(gain)``: uniform on ``[-a, a]``, ``a = gain sqrt(6 / (d_in + 1 + d_out))``.
+    .. math::
+
+        Q = \mathrm{HTC}(x; W_q), \qquad K = \mathrm{HTC}(x; W_k), \qquad
+        W_{q,ij},\, W_{k,ij} \sim \mathcal{U}[-a, a], \quad
+        a = \mathrm{gain}\,\sqrt{\frac{6}{d_{\mathrm{in}} + 1 + d_{\mathrm{out}}}},
+
+    no bias, as Hypformer's initialisation: each :math:`W` of shape ``(d_out, d_in + 1)`` drawn
+    independently (``xavier_uniform(gain)``; :math:`W_q` first).
 
     Parameters
     ----------
-    points : (..., N, d_in + 1)
-        Points on ``<x, x>_L = -k_in`` (from this module or anywhere).
+    points : array or tensor, shape (..., N, d_in + 1)
+        Points on :math:`\langle x, x\rangle_L = -k_{\mathrm{in}}` (from this module or anywhere).
     d_out : int
         Spatial dimension of the queries and keys.
     k_in, k_out, seed, gain
@@ -731,7 +801,8 @@ def random_htc_qk(
     Returns
     -------
     (queries, keys) : tuple of torch.Tensor
-        Each ``(..., N, d_out + 1)`` on ``<y, y>_L = -k_out``, dtype and device of ``points``.
+        Each ``(..., N, d_out + 1)`` on :math:`\langle y, y\rangle_L = -k_{\mathrm{out}}`, dtype and
+        device of ``points``.
     """
     ki = check_k(k_in)
     p = check_points(points, ki, name="points")

@@ -1,15 +1,18 @@
-"""Points of the Lorentz model (hyperboloid) and their geometry.
+r"""Points of the Lorentz model (hyperboloid) and their geometry.
 
-Conventions (the same as geoopt and Hypformer's code):
+Conventions (the same as geoopt and Hypformer's code): a point is :math:`x = (x_t, x_s)`,
+time coordinate **first**, shape ``(..., d + 1)``; the curvature parameter is :math:`k > 0`,
 
-* a point is ``x = (x_t, x_s)``, time coordinate **first**, shape ``(..., d + 1)``;
-* the curvature parameter ``k > 0``: the hyperboloid is ``<x, x>_L = -k``, its
-  sectional curvature is ``-1/k`` and its origin is ``(sqrt(k), 0, ..., 0)``;
-* ``<x, y>_L = -x_t y_t + x_s . y_s``.
+.. math::
 
-Every function accepts numpy arrays or torch tensors (float32 or float64, any
-leading batch shape, any device) and returns torch tensors of the same dtype and
-device.  Nothing here depends on the rest of hypviz.
+    \langle x, y\rangle_L = -x_t y_t + x_s \cdot y_s, \qquad
+    \langle x, x\rangle_L = -k, \quad x_t > 0,
+
+with sectional curvature :math:`-1/k` and origin :math:`(\sqrt{k}, 0, \dots, 0)`.
+
+Every function accepts numpy arrays or torch tensors (float32 or float64, any leading batch
+shape, any device) and returns torch tensors of the same dtype and device.  Nothing here
+depends on the rest of hypviz.
 """
 
 from __future__ import annotations
@@ -50,8 +53,13 @@ ArrayLike = Any  # numpy array, torch tensor, or a nested list of floats
 def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
     """Return ``x`` as a floating-point torch tensor without changing its dtype.
 
-    numpy arrays keep their dtype (``float64`` stays ``float64``); nested lists
-    go through ``numpy.asarray``.  Integer, boolean and complex inputs are refused.
+    numpy arrays keep their dtype (``float64`` stays ``float64``); nested lists go through
+    ``numpy.asarray``; a tensor is returned as it is.  ``name`` names ``x`` in the error message.
+
+    Raises
+    ------
+    TypeError
+        For integer, boolean, complex or object inputs, or anything ``numpy.asarray`` cannot read.
     """
     if isinstance(x, torch.Tensor):
         t = x
@@ -71,10 +79,15 @@ def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
 
 
 def check_k(k: float) -> float:
-    """Return the curvature parameter ``k`` as a Python float, or raise if ``k <= 0``.
+    """Return the curvature parameter ``k`` as a Python float, or raise if it is not a number > 0.
 
     ``k`` is a fixed number here (as in Hypformer's code): a tensor that requires grad is refused
     rather than silently detached, and so is a bool.
+
+    Raises
+    ------
+    ValueError
+        When ``k`` is not a finite number :math:`> 0`, is a bool, or is a tensor that requires grad.
     """
     if isinstance(k, bool):
         raise ValueError(f"k must be a positive number (<x,x>_L = -k), got the bool {k!r}")
@@ -137,18 +150,37 @@ def _row_name(flat_index: int, batch_shape: torch.Size) -> str:
 def check_points(
     x: ArrayLike, k: float = 1.0, atol: float | None = None, rtol: float | None = None, name: str = "x"
 ) -> torch.Tensor:
-    """Validate points on the upper sheet of ``<x, x>_L = -k`` and return them as a tensor.
+    r"""Validate points on the upper sheet of :math:`\langle x, x\rangle_L = -k`; return them as a tensor.
 
-    A point passes when it is finite, ``x_t > 0`` and
-    ``|<x, x>_L + k| <= atol + rtol * (x_t**2 + |x_s|**2)``.
-    The defaults are ``rtol = 1e-5`` (float32) or ``1e-10`` (float64) and ``atol = rtol * k``.
+    A point passes when it is finite and
+
+    .. math::
+
+        x_t > 0, \qquad
+        \bigl|\langle x, x\rangle_L + k\bigr| \le \mathrm{atol} + \mathrm{rtol}\,(x_t^2 + \|x_s\|^2).
+
+    Parameters
+    ----------
+    x : array or tensor, shape (..., d + 1)
+        The points, time first, :math:`d \ge 1`.
+    k : float
+        Curvature parameter.
+    atol, rtol : float, optional
+        Tolerances; default ``rtol = 1e-5`` (float32) or ``1e-10`` (float64) and ``atol = rtol * k``.
+    name : str
+        What the points are called in the error message.
+
+    Returns
+    -------
+    torch.Tensor
+        ``x`` as a tensor (same dtype; not copied when it already is one).
 
     Raises
     ------
     ValueError
-        naming the worst row and its ``<x, x>_L`` when points are off the
-        hyperboloid or on the lower sheet, hold NaN/Inf, have fewer than 2
-        coordinates, or when ``k <= 0``.
+        Naming the worst row and its :math:`\langle x, x\rangle_L` when points are off the
+        hyperboloid or on the lower sheet, hold NaN/Inf or have fewer than 2 coordinates, or when
+        :math:`k \le 0`.  The message guesses the cause (another ``k``, time stored last, spatial parts).
     """
     kf = check_k(k)
     t = as_tensor(x, name)
@@ -214,7 +246,17 @@ def _diagnose(flat: torch.Tensor, rtol: float) -> str:
 # points
 # --------------------------------------------------------------------------- #
 def origin(d: int, k: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """The origin ``(sqrt(k), 0, ..., 0)`` of the ``d``-dimensional hyperboloid, shape ``(d + 1,)``."""
+    r"""The origin of the ``d``-dimensional hyperboloid, shape ``(d + 1,)``.
+
+    .. math::
+
+        o = (\sqrt{k}, 0, \dots, 0)
+
+    Raises
+    ------
+    ValueError
+        When ``d`` is not an integer :math:`\ge 1` or :math:`k \le 0`.
+    """
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
         raise ValueError(f"d must be an integer >= 1 (the dimension of the hyperboloid), got {d!r}")
     o = torch.zeros(d + 1, dtype=dtype)
@@ -223,9 +265,16 @@ def origin(d: int, k: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.
 
 
 def lift(x_s: ArrayLike, k: float = 1.0) -> torch.Tensor:
-    """Lift spatial parts onto the hyperboloid: ``x = (sqrt(|x_s|^2 + k), x_s)``.
+    r"""Lift spatial parts ``(..., d)`` onto the hyperboloid, ``(..., d + 1)``, time first.
 
-    ``x_s`` has shape ``(..., d)``; the result has shape ``(..., d + 1)``, time first.
+    .. math::
+
+        x = \Bigl(\sqrt{\|x_s\|^2 + k},\; x_s\Bigr)
+
+    Raises
+    ------
+    ValueError
+        When ``x_s`` holds NaN or Inf, has no coordinate, or :math:`k \le 0`.
     """
     kf = check_k(k)
     s = as_tensor(x_s, "x_s")
@@ -237,7 +286,12 @@ def lift(x_s: ArrayLike, k: float = 1.0) -> torch.Tensor:
 
 
 def inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
-    """Lorentzian inner product ``<x, y>_L = -x_t y_t + x_s . y_s`` over the last axis (broadcasting)."""
+    r"""Lorentzian inner product over the last axis (batch shapes broadcast).
+
+    .. math::
+
+        \langle x, y\rangle_L = -x_t y_t + x_s \cdot y_s
+    """
     a, b = as_tensor(x, "x"), as_tensor(y, "y")
     _check_last_dim(a, "x")
     _check_last_dim(b, "y")
@@ -274,28 +328,40 @@ def _sqdist_checked(a: torch.Tensor, b: torch.Tensor, k: float) -> torch.Tensor:
 
 
 def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
-    """Squared Lorentzian distance ``|x - y|^2_L = -2k - 2<x, y>_L`` (broadcasting), never negative.
+    r"""Squared Lorentzian distance of points on :math:`\langle x, x\rangle_L = -k`, never negative.
 
-    Computed by the stable decomposition (identity 3, derived in notebook 02)
-    ``|x_s - y_s|^2 - (x_t - y_t)^2`` with ``x_t - y_t = (x_s - y_s).(x_s + y_s) / (x_t + y_t)``,
-    which keeps its relative accuracy for nearby points where the textbook
-    ``-2k - 2<x, y>_L`` cancels catastrophically.  Where that difference itself cancels
-    (nearby points far from the origin, displaced radially), the same identity is used
-    with the cancelling part solved exactly: with ``e = x_s - y_s``, ``s = x_s + y_s``,
-    ``T = x_t + y_t`` and ``s_perp`` the part of ``s`` orthogonal to ``e``,
-    ``|x - y|^2_L = |e|^2 (4k + |s_perp|^2) / (T^2 - |e|^2)`` with
-    ``T^2 - |e|^2 = 2k + 2 (x_t y_t + x_s . y_s)``; each pair takes the form that cancels less.
-    Accuracy (float64): a few ulps near the origin.  The result is the distance of points within a
-    few ulps of the inputs (backward stable); for points far from the origin and displaced nearly
-    radially that distance is itself sensitive to the last bits of the coordinates (relative
-    condition number up to about ``|x_s| / sqrt(k)``), so the relative error grows up to about
-    ``|x_s| / sqrt(k)`` ulps there (measured against mpmath in the tests).  float32 and half-precision points are evaluated in float64 from
-    their spatial parts, with the time coordinate recomputed, and rounded once: the result is the
-    distance of the lifted points to about one ulp of the input's precision at any distance from the
-    origin (far out, the rounded time coordinate alone no longer determines the point).
+    .. math::
 
-    ``x`` and ``y`` are ``(..., d + 1)`` points on ``<x, x>_L = -k`` (checked by
-    :func:`check_points`); their batch shapes broadcast.
+        \|x - y\|_L^2 = -2k - 2\langle x, y\rangle_L
+                      = \|x_s - y_s\|^2 - (x_t - y_t)^2,
+        \qquad x_t - y_t = \frac{(x_s - y_s)\cdot(x_s + y_s)}{x_t + y_t}
+
+    The second form (identity 3, derived in notebook 02) keeps its relative accuracy for nearby
+    points, where :math:`-2k - 2\langle x, y\rangle_L` cancels catastrophically.  Where the
+    difference itself cancels (nearby points far from the origin, displaced radially) the
+    same identity is used with the cancelling part solved exactly: with :math:`e = x_s - y_s`,
+    :math:`s = x_s + y_s`, :math:`T = x_t + y_t` and :math:`s_\perp` the part of :math:`s`
+    orthogonal to :math:`e`,
+
+    .. math::
+
+        \|x - y\|_L^2 = \frac{\|e\|^2\,(4k + \|s_\perp\|^2)}{T^2 - \|e\|^2},
+        \qquad T^2 - \|e\|^2 = 2k + 2\,(x_t y_t + x_s \cdot y_s);
+
+    each pair takes the form that cancels less.  In float64 the result is the distance of points
+    within a few ulps of the inputs (backward stable): a few ulps near the origin, up to about
+    :math:`\|x_s\| / \sqrt{k}` ulps far out for radially displaced pairs, whose distance is itself
+    that sensitive to the last bits.  float32 and half-precision points are evaluated in float64
+    from their spatial parts (time recomputed) and rounded once.
+
+    ``x`` and ``y`` are ``(..., d + 1)`` points (checked by :func:`check_points`) whose batch
+    shapes broadcast.
+
+    Raises
+    ------
+    ValueError
+        When the points are off the hyperboloid (see :func:`check_points`), differ in ``d``, or their
+        batch shapes do not broadcast; ``TypeError`` when their dtypes differ.
     """
     kf = check_k(k)
     a = check_points(x, kf, name="x")
@@ -310,11 +376,16 @@ def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
 
 
 def dist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
-    """Geodesic distance ``d(x, y) = sqrt(k) arcosh(-<x, y>_L / k)`` (broadcasting).
+    r"""Geodesic distance on the hyperboloid (batch shapes broadcast).
 
-    Evaluated as ``2 sqrt(k) arsinh(sqrt(|x - y|^2_L) / (2 sqrt(k)))`` (identity 2), accurate
-    for nearby points, unlike ``arcosh`` of a clamped inner product.  Differentiable everywhere:
-    at ``x = y``, where the distance has a kink, the gradient is the subgradient 0 (not NaN).
+    .. math::
+
+        d(x, y) = \sqrt{k}\,\operatorname{arcosh}\Bigl(-\frac{\langle x, y\rangle_L}{k}\Bigr)
+                = 2\sqrt{k}\,\operatorname{arsinh}\frac{\|x - y\|_L}{2\sqrt{k}}
+
+    Evaluated by the second form (identity 2) from :func:`sqdist`, accurate for nearby points,
+    unlike ``arcosh`` of a clamped inner product.  Differentiable everywhere: at :math:`x = y`,
+    where the distance has a kink, the gradient is the subgradient 0 (not NaN).
     """
     kf = check_k(k)
     root_k = math.sqrt(kf)
@@ -335,10 +406,14 @@ def _pairwise_operands(x: ArrayLike, y: ArrayLike) -> tuple[torch.Tensor, torch.
 
 
 def pairwise_inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
-    """All Lorentzian inner products ``<x_i, y_j>_L = (x J y^T)_ij``, ``J = diag(-1, 1, ..., 1)``.
+    r"""All Lorentzian inner products between two sets of points, by one matrix product.
 
-    ``x`` is ``(..., N, d + 1)``, ``y`` is ``(..., M, d + 1)``; the result is ``(..., N, M)``,
-    built by one matrix product (no ``N x M x (d + 1)`` intermediate).
+    .. math::
+
+        \langle x_i, y_j\rangle_L = (x J y^\top)_{ij}, \qquad J = \mathrm{diag}(-1, 1, \dots, 1)
+
+    ``x`` is ``(..., N, d + 1)``, ``y`` is ``(..., M, d + 1)``; the result is ``(..., N, M)``
+    (no ``N x M x (d + 1)`` intermediate).  The points are not checked to lie on a hyperboloid.
     """
     a, b = _pairwise_operands(x, y)
     a_j = torch.cat([-a[..., :1], a[..., 1:]], dim=-1)
@@ -346,15 +421,20 @@ def pairwise_inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
 
 
 def pairwise_sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
-    """All squared Lorentzian distances ``|x_i - y_j|^2_L``, shape ``(..., N, M)``, never negative.
+    r"""All squared Lorentzian distances :math:`\|x_i - y_j\|_L^2`, shape ``(..., N, M)``, never negative.
 
-    One matrix product of the operands of :func:`distance_operands` (``d + 3`` columns) and one
-    in-place clamp; no ``N x M x d`` intermediate and no second ``N x M`` array.
+    .. math::
 
-    Accuracy: an *absolute* error of a few ulps times ``|x_s|^2 + |y_s|^2`` (enough for attention
-    logits, where only differences along a row matter); for the relative accuracy on nearby
-    pairs that :func:`sqdist` has, call ``sqdist(x[..., :, None, :], y[..., None, :, :], k)``,
-    which costs ``N x M x d`` memory.
+        \|x_i - y_j\|_L^2 = (A B^\top)_{ij}
+
+    with ``(A, B) = distance_operands(x, y, k, scale=-2)`` (``d + 3`` columns each, see
+    :func:`distance_operands`), clamped at 0 in place: no ``N x M x d`` intermediate and no second
+    ``N x M`` array.
+
+    The error is *absolute*, a few ulps times :math:`\|x_s\|^2 + \|y_s\|^2` (enough for attention
+    logits, where only differences along a row matter).  For the relative accuracy on nearby pairs
+    of :func:`sqdist`, call ``sqdist(x[..., :, None, :], y[..., None, :, :], k)``, which costs
+    ``N x M x d`` memory.
     """
     kf = check_k(k)
     a = check_points(x, kf, name="x")
@@ -367,16 +447,26 @@ def pairwise_sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
 def distance_operands(
     x: torch.Tensor, y: torch.Tensor, k: float = 1.0, scale: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Operands ``(A, B)`` with ``A @ B^T = scale * (-1/2 |x_i - y_j|^2_L)`` (validated points).
+    r"""Operands ``(A, B)`` with :math:`A B^\top = \mathrm{scale}\cdot\bigl(-\tfrac12\|x_i - y_j\|_L^2\bigr)`.
 
-    With the time coordinate measured from the origin's, ``u = x_t - sqrt(k) = |x_s|^2 / (x_t + sqrt(k))``
-    (no cancellation), identity 1 becomes
+    With the time coordinate measured from the origin's,
+    :math:`u = x_t - \sqrt{k} = \|x_s\|^2 / (x_t + \sqrt{k})` (no cancellation), identity 1 becomes
 
-        ``-1/2 |x - y|^2_L = <x, y>_L + k = x_s . y_s - u_x u_y - sqrt(k) (u_x + u_y)``,
+    .. math::
 
-    whose terms are all of the size of ``|x_s|^2``, so nothing of size ``k`` cancels near the
-    origin: ``A = scale [x_s, u_x, u_x, 1]`` is ``(..., N, d + 3)``, ``B = [y_s, -u_y, -sqrt(k), -sqrt(k) u_y]``
-    is ``(..., M, d + 3)``.  Inputs are assumed checked (:func:`check_points`).
+        -\tfrac12\|x - y\|_L^2 = \langle x, y\rangle_L + k
+            = x_s \cdot y_s - u_x u_y - \sqrt{k}\,(u_x + u_y),
+
+    whose terms are all of the size of :math:`\|x_s\|^2`, so nothing of size :math:`k` cancels near
+    the origin.  Hence
+
+    .. math::
+
+        A = \mathrm{scale}\,[x_s,\; u_x,\; u_x,\; 1], \qquad
+        B = [y_s,\; -u_y,\; -\sqrt{k},\; -\sqrt{k}\,u_y],
+
+    of shapes ``(..., N, d + 3)`` and ``(..., M, d + 3)``.  ``x`` and ``y`` must be tensors of
+    points already checked with :func:`check_points` (nothing is validated here).
     """
     root_k = math.sqrt(k)
     xt, xs = x[..., :1], x[..., 1:]
@@ -392,11 +482,20 @@ def distance_operands(
 # maps between the hyperboloid, the tangent space at the origin and the disks
 # --------------------------------------------------------------------------- #
 def expmap0(u: ArrayLike, k: float = 1.0) -> torch.Tensor:
-    """Exponential map at the origin: tangent vector ``u = (0, u_s)`` -> point on the hyperboloid.
+    r"""Exponential map at the origin: tangent vector :math:`u = (0, u_s)` to a point of the hyperboloid.
 
-    ``x_s = sqrt(k) sinh(|u_s| / sqrt(k)) u_s / |u_s|`` and ``x_t = sqrt(|x_s|^2 + k)``
-    (equal to ``sqrt(k) cosh(|u_s| / sqrt(k))``).  ``u`` is ``(..., d + 1)`` with
-    ``u[..., 0] == 0``, as in geoopt.
+    .. math::
+
+        x_s = \sqrt{k}\,\sinh\Bigl(\frac{\|u_s\|}{\sqrt{k}}\Bigr)\frac{u_s}{\|u_s\|}, \qquad
+        x_t = \sqrt{\|x_s\|^2 + k} = \sqrt{k}\,\cosh\Bigl(\frac{\|u_s\|}{\sqrt{k}}\Bigr)
+
+    ``u`` is ``(..., d + 1)`` with ``u[..., 0] == 0`` (as in geoopt); :math:`u_s = 0` gives the origin.
+
+    Raises
+    ------
+    ValueError
+        When ``u[..., 0]`` is not zero (beyond ``1000 eps max(1, max|u|)``), ``u`` holds NaN/Inf, or
+        :math:`k \le 0`.
     """
     kf = check_k(k)
     v = as_tensor(u, "u")
@@ -423,9 +522,14 @@ def expmap0(u: ArrayLike, k: float = 1.0) -> torch.Tensor:
 
 
 def logmap0(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
-    """Logarithmic map at the origin, the inverse of :func:`expmap0`.
+    r"""Logarithmic map at the origin, the inverse of :func:`expmap0`; shape ``(..., d + 1)``.
 
-    ``u_s = sqrt(k) arsinh(|x_s| / sqrt(k)) x_s / |x_s|``, ``u_t = 0``; shape ``(..., d + 1)``.
+    .. math::
+
+        u_t = 0, \qquad
+        u_s = \sqrt{k}\,\operatorname{arsinh}\Bigl(\frac{\|x_s\|}{\sqrt{k}}\Bigr)\frac{x_s}{\|x_s\|}
+
+    so that :math:`\|u_s\| = d(o, x)`.  The points are checked with :func:`check_points`.
     """
     kf = check_k(k)
     p = check_points(x, kf)
@@ -439,7 +543,12 @@ def logmap0(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
 
 
 def to_poincare(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
-    """Hyperboloid -> Poincare ball of radius ``sqrt(k)``: ``p = sqrt(k) x_s / (x_t + sqrt(k))``, shape ``(..., d)``."""
+    r"""Hyperboloid to the Poincare ball of radius :math:`\sqrt{k}`, shape ``(..., d)``.
+
+    .. math::
+
+        p = \frac{\sqrt{k}\,x_s}{x_t + \sqrt{k}}
+    """
     kf = check_k(k)
     p = check_points(x, kf)
     root_k = math.sqrt(kf)
@@ -460,7 +569,18 @@ def _check_ball(p: torch.Tensor, kf: float, name: str) -> torch.Tensor:
 
 
 def from_poincare(p: ArrayLike, k: float = 1.0) -> torch.Tensor:
-    """Poincare ball -> hyperboloid: ``x_s = 2k p / (k - |p|^2)``, ``x_t = sqrt(k) (k + |p|^2) / (k - |p|^2)``."""
+    r"""Poincare ball of radius :math:`\sqrt{k}` to the hyperboloid, the inverse of :func:`to_poincare`.
+
+    .. math::
+
+        x_s = \frac{2k\,p}{k - \|p\|^2}, \qquad
+        x_t = \sqrt{\|x_s\|^2 + k} = \frac{\sqrt{k}\,(k + \|p\|^2)}{k - \|p\|^2}
+
+    Raises
+    ------
+    ValueError
+        When a point is not strictly inside the ball, :math:`\|p\| \ge \sqrt{k}`, or holds NaN/Inf.
+    """
     kf = check_k(k)
     q = as_tensor(p, "p")
     sq = _check_ball(q, kf, "p")
@@ -469,14 +589,29 @@ def from_poincare(p: ArrayLike, k: float = 1.0) -> torch.Tensor:
 
 
 def to_klein(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
-    """Hyperboloid -> Klein (Beltrami-Klein) ball of radius ``sqrt(k)``: ``K = sqrt(k) x_s / x_t``, shape ``(..., d)``."""
+    r"""Hyperboloid to the Klein (Beltrami-Klein) ball of radius :math:`\sqrt{k}`, shape ``(..., d)``.
+
+    .. math::
+
+        K = \frac{\sqrt{k}\,x_s}{x_t}
+    """
     kf = check_k(k)
     p = check_points(x, kf)
     return math.sqrt(kf) * p[..., 1:] / p[..., :1]
 
 
 def from_klein(q: ArrayLike, k: float = 1.0) -> torch.Tensor:
-    """Klein ball -> hyperboloid: ``x_t = k / sqrt(k - |K|^2)``, ``x_s = x_t K / sqrt(k)``."""
+    r"""Klein ball of radius :math:`\sqrt{k}` to the hyperboloid, the inverse of :func:`to_klein`.
+
+    .. math::
+
+        x_t = \frac{k}{\sqrt{k - \|K\|^2}}, \qquad x_s = \frac{x_t\,K}{\sqrt{k}}
+
+    Raises
+    ------
+    ValueError
+        When a point is not strictly inside the ball, :math:`\|K\| \ge \sqrt{k}`, or holds NaN/Inf.
+    """
     kf = check_k(k)
     t = as_tensor(q, "q")
     sq = _check_ball(t, kf, "q")
@@ -501,34 +636,42 @@ def _sinh_ratio(s: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
 
 
 def geodesic(x: ArrayLike, y: ArrayLike, n: int = 64, k: float = 1.0) -> torch.Tensor:
-    """``n`` points along the geodesic from ``x`` to ``y``, both included, at constant speed.
+    r"""``n`` points along the geodesic from ``x`` to ``y``, both included, at constant speed.
 
-    With ``theta = d(x, y) / sqrt(k)`` and ``t_i = i / (n - 1)``, ``i = 0 .. n - 1``,
+    With :math:`\theta = d(x, y)/\sqrt{k}` and :math:`t_i = i/(n - 1)`, :math:`i = 0, \dots, n - 1`,
 
-    ``gamma(t) = [sinh((1 - t) theta) x + sinh(t theta) y] / sinh(theta)``,
+    .. math::
 
-    which is ``expmap_x(t logmap_x(y))``, i.e. ``cosh(t theta) x + sinh(t theta) u / sinh(theta)``
-    with the tangent vector ``u = y + <x, y>_L x / k`` at ``x`` (the hyperboloid meets the plane
-    spanned by ``x`` and ``y`` through the origin of ``R^{d+1}`` in this curve).  Consecutive
-    samples are ``d(x, y) / (n - 1)`` apart; ``gamma(0) = x`` and ``gamma(1) = y`` exactly.
-    The sinh ratios are evaluated without overflow (``d(x, y)`` up to hundreds of ``sqrt(k)``)
-    and the time coordinate is recomputed with :func:`lift`, so every sample lies on
-    ``<x, x>_L = -k`` to rounding.  ``x == y`` gives ``n`` copies of ``x``.
+        \gamma(t) = \frac{\sinh((1 - t)\theta)\,x + \sinh(t\theta)\,y}{\sinh\theta}
+                  = \cosh(t\theta)\,x + \sinh(t\theta)\,\frac{u}{\sinh\theta},
+        \qquad u = y + \frac{\langle x, y\rangle_L}{k}\,x,
+
+    i.e. :math:`\exp_x(t\log_x y)`: the hyperboloid cut by the plane through the origin of
+    :math:`\mathbb{R}^{d+1}` spanned by :math:`x` and :math:`y`.  Consecutive samples are
+    :math:`d(x, y)/(n - 1)` apart; :math:`\gamma(0) = x` and :math:`\gamma(1) = y` exactly.  The
+    sinh ratios are evaluated without overflow (:math:`d(x, y)` up to hundreds of :math:`\sqrt{k}`)
+    and the time coordinate is recomputed with :func:`lift`, so every sample lies on the hyperboloid
+    to rounding.  ``x == y`` gives ``n`` copies of ``x``.
 
     Parameters
     ----------
-    x, y : (..., d + 1)
-        Points on ``<x, x>_L = -k`` (checked by :func:`check_points`), time first; their batch
-        shapes broadcast.  numpy arrays or torch tensors, float32 or float64, one dtype and device.
+    x, y : array or tensor, shape (..., d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k` (checked by :func:`check_points`), time first;
+        their batch shapes broadcast.  One dtype (float32 or float64) and device.
     n : int
-        Number of samples, ``>= 2``.
+        Number of samples, :math:`\ge 2`.
     k : float
-        Curvature parameter (``<x, x>_L = -k``, curvature ``-1/k``).
+        Curvature parameter.
 
     Returns
     -------
     torch.Tensor
-        ``(..., n, d + 1)``, dtype and device of the inputs.
+        Shape ``(..., n, d + 1)``, dtype and device of the inputs.
+
+    Raises
+    ------
+    ValueError
+        When ``n`` is not an integer :math:`\ge 2` or the points fail :func:`check_points`.
     """
     kf = check_k(k)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 2:

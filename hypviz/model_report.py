@@ -1,12 +1,29 @@
-"""The whole-model report behind ``hypviz compare CAPTURE.pt`` (a file written by :mod:`hypviz.capture`).
+r"""The whole-model report behind ``hypviz compare CAPTURE.pt`` (a file written by :mod:`hypviz.capture`).
 
-For every recorded attention layer and head it compares **the map the model computes** (Hypformer's
-focused linear map for a ``linear_focused`` layer; for a ``full`` layer the distance softmax at the
-layer's own ``tau = k * scale / 2``, which *is* the distance map) with the distance softmax, and the
-question-and-answer thread's spatial softmax with the same distance softmax — each read against
-both maps' distance from the uniform row, with a verdict (:func:`hypviz.attention.verdict`).
-Per layer it shows where the differences sit: the per-row gap against the query's norm, the per-head
-gap against the spread of the key norms, and the worst queries (by index) with their norms.
+For every recorded attention layer and head it compares **the map the model computes**
+(Hypformer's focused linear map for a ``linear_focused`` layer; for a ``full`` layer the
+distance softmax at the layer's recorded temperature, :math:`\tau = k\,\mathrm{scale}/2`, or
+:math:`\mathrm{scale}/2` where its ``cinner`` does not divide by :math:`k`, which *is* the
+reference) with the distance softmax
+
+.. math::
+
+    P^{\mathrm{dist}}_{ij} = \mathrm{softmax}_j\Bigl(\frac{-\tfrac12\|q_i - \kappa_j\|_L^2}{\tau}\Bigr),
+
+and the question-and-answer thread's spatial softmax
+:math:`\mathrm{softmax}_j(q_{s,i}\cdot\kappa_{s,j}/\tau)` with the same reference, each read
+against both maps' distance from the uniform row :math:`U`, with a verdict
+(:func:`hypviz.attention.verdict`, on the means over a head's queries):
+
+.. math::
+
+    \text{uninformative if } \mathrm{TV}(P_a, U) < 0.05 \text{ and } \mathrm{TV}(P_b, U) < 0.05,
+    \quad\text{else close if } \mathrm{TV}(P_a, P_b) \le 0.25\,\mathrm{TV}(P_b, U),
+    \quad\text{else different.}
+
+Per layer it shows where the differences sit: the per-row gap against the query's norm, the
+per-head gap against the spread :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j}` of the key
+norms, and the worst queries (by index) with their norms.
 
 :func:`write` puts ``report.html`` (self-contained), ``metrics.json``, ``rows.npz`` and
 ``layers.png`` into a folder; :func:`summary` is the text the command prints.
@@ -37,7 +54,22 @@ _COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#
 
 @dataclass
 class LayerResult:
-    """One recorded layer call: the model's own map and the thread's spatial softmax, each against distance."""
+    r"""One recorded layer call: the model's own map and the thread's spatial softmax, each against distance.
+
+    Attributes
+    ----------
+    label : str
+        The layer's name, with ``(call c)`` for repeated calls.
+    record : hypviz.capture.LayerRecord
+        The recorded queries, keys and layer parameters.
+    temperature : float
+        The :math:`\tau` of the distance reference (and of the spatial softmax).
+    own : hypviz.attention.Comparison or None
+        The model's map against the distance softmax; ``None`` when the model's map *is* the
+        distance softmax (kind ``"distance"``).
+    thread : hypviz.attention.Comparison
+        The spatial softmax against the distance softmax.
+    """
 
     label: str
     record: Any  # hypviz.capture.LayerRecord
@@ -47,10 +79,12 @@ class LayerResult:
 
     @property
     def own_kind(self) -> str:
+        """The kind of the map the layer computes (``record.kind``)."""
         return self.record.kind
 
     @property
     def own_is_reference(self) -> bool:
+        """Whether the layer's own map is the distance softmax itself (then ``own`` is ``None``)."""
         return self.own is None
 
 
@@ -60,10 +94,13 @@ def _fmt(x: float | None) -> str:
 
 def analyse(records: Sequence[Any], *, temperature: float | None = None, device: str = "auto",
             progress: bool | None = None) -> list[LayerResult]:
-    """Compare, for every record, the model's map and the spatial softmax with the distance softmax.
+    r"""Compare, for every record, the model's map and the spatial softmax with the distance softmax.
 
-    The distance softmax is taken at the record's own temperature (a full layer's ``k * scale / 2``),
-    else at ``temperature``, else at ``sqrt(d)``.
+    The distance softmax (and the spatial one) is taken at the record's own temperature (a full
+    layer's, see :mod:`hypviz.capture`), else at ``temperature``, else at :math:`\sqrt{d}`.  The
+    model's map is compared unless it is the distance softmax (kind ``"distance"``); a focused
+    record uses its ``power`` and ``norm_scale``.  ``device`` and ``progress`` are passed to
+    :func:`hypviz.attention.compare`.  Returns one :class:`LayerResult` per record, in order.
     """
     results = []
     for rec in records:
@@ -116,6 +153,13 @@ def worst_queries(results: Sequence[LayerResult], count: int = _WORST) -> list[d
 
 
 def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, Any]:
+    r"""Everything of the report as a JSON-ready dict (the content of ``metrics.json``).
+
+    Per layer: the set-up (mode, kind, :math:`k`, :math:`\tau`, power, norm_scale, shapes), the
+    per-head key-norm spread :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j}`, and both
+    comparisons (summary and per head); then the worst queries and the verdict rule.  ``meta`` is
+    stored as the ``inputs``; non-finite floats become ``None``.
+    """
     from hypviz import __version__
     from hypviz.report import _clean
 
@@ -268,7 +312,10 @@ softmax's bias). (also <code>layers.png</code>)</figcaption></figure>
 
 
 def write(results: Sequence[LayerResult], folder: Path, meta: dict[str, Any]) -> list[str]:
-    """Write the report into ``folder`` (which exists); return the file names."""
+    """Write ``report.html``, ``metrics.json``, ``rows.npz`` and ``layers.png`` into ``folder`` (which exists).
+
+    Returns the sorted names of the files in ``folder``.
+    """
     folder = Path(folder)
     fig = figure(results)
     buf = io.BytesIO()
@@ -284,7 +331,11 @@ def write(results: Sequence[LayerResult], folder: Path, meta: dict[str, Any]) ->
 
 
 def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_rows: int = 16) -> str:
-    """The one-screen text the command prints: one line per layer and head."""
+    r"""The one-screen text the command prints: one line per layer, one per head (at most ``max_rows`` heads).
+
+    Each head line gives the model's map's verdict with its mean TV and baseline
+    :math:`\mathrm{TV}(P^{\mathrm{dist}}, U)`, and the spatial softmax's verdict with its mean TV.
+    """
     lines = [f"hypviz compare (model): {len(results)} attention layer call(s)"]
     count = 0
     for lr in results:

@@ -1,16 +1,28 @@
-"""The comparison report behind ``hypviz compare`` and ``hypviz demo``.
+r"""The comparison report behind ``hypviz compare`` and ``hypviz demo``.
 
 :func:`analyse` runs :func:`hypviz.attention.compare` for every kind against the reference and
 the dense :func:`hypviz.attention.attention_map` on a sample of query rows; :func:`write` puts
 into a folder
 
-``report.html``   self-contained page (PNG figures embedded as base64, plotly.js inlined once):
-                  it opens from disk and makes no network request
-``metrics.json``  the set-up, one summary per comparison and per head (``"generator": "hypviz"``)
-``rows.npz``      per-row statistics, ``<a>_vs_<b>_<field>`` of shape ``(*heads, N)``
-``heatmaps.png``, ``difference.png``, ``rows.png``  the figures
+* ``report.html``: a self-contained page (PNG figures embedded as base64, plotly.js inlined
+  once): it opens from disk and makes no network request;
+* ``metrics.json``: the set-up, one summary per comparison and per head (``"generator": "hypviz"``);
+* ``rows.npz``: per-row statistics, ``<a>_vs_<b>_<field>`` of shape ``(*heads, N)``;
+* ``heatmaps.png``, ``difference.png``, ``rows.png``: the figures;
 
-and :func:`summary` is the one-screen text printed by the command.
+and :func:`summary` is the one-screen text printed by the command.  Each comparison is read
+against the reference's distance from the uniform row :math:`U` (the verdict of
+:func:`hypviz.attention.verdict`), and for two softmax kinds every row is checked against its
+bounds (derived in notebook 04)
+
+.. math::
+
+    \mathrm{TV}(P_a, P_b) \le \tanh\frac{\Delta + \epsilon}{4}, \qquad
+    \mathrm{KL}(P_b \,\|\, P_a) \le K(\Delta + \epsilon), \qquad
+    K(\Delta) = \log\frac{e^\Delta - 1}{\Delta} - 1 + \frac{\Delta}{e^\Delta - 1},
+
+with :math:`\Delta` the bias spread of the row and :math:`\epsilon` the rigorous floating-point
+allowance on the logits (:class:`hypviz.attention.Comparison`).
 """
 
 from __future__ import annotations
@@ -55,6 +67,26 @@ _MARKERS = ("o", "s", "^", "D")
 
 @dataclass
 class Result:
+    """What :func:`analyse` found, as :func:`write` and :func:`summary` read it.
+
+    Attributes
+    ----------
+    inputs : object
+        The command's inputs (``hypviz.cli.Inputs``): queries, keys, ``k``, head labels and their
+        description.
+    settings : object
+        The command's settings (``hypviz.cli.Settings``): kinds, reference, temperature, device, ...
+    comparisons : list of hypviz.attention.Comparison
+        One per kind, each against the reference.
+    maps : dict
+        Kind -> ``(rows, M)`` attention map of the shown head, on the sampled rows.
+    shown_head : int
+        The flat index of the head shown (the one whose first comparison has the largest mean TV).
+    shown_rows : list of int
+        The sampled query rows, evenly spaced.
+    lead : tuple of int
+        The broadcast leading (head) shape.
+    """
     inputs: Any  # hypviz.cli.Inputs
     settings: Any  # hypviz.cli.Settings
     comparisons: list  # hypviz.attention.Comparison, one per kind
@@ -73,7 +105,20 @@ def _flat(t: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def per_head(comp: attention.Comparison) -> list[dict[str, Any]]:
-    """Per head (leading index): TV, KL, both uniform baselines, gap ratio, verdict, rank agreement, the bound."""
+    r"""Per head (flat leading index), the summary statistics of a :class:`hypviz.attention.Comparison` as a dict.
+
+    Keys: ``verdict``, ``mean_tv``, ``max_tv``, ``mean_tv_uniform_a``, ``mean_tv_uniform_b``,
+    ``gap_ratio``, ``mean_kl``, ``max_kl``, ``top1_agreement``, ``topk_agreement``,
+    ``rank_correlation``, ``mean_delta``, ``bound_met_fraction`` (``None`` where the comparison
+    does not have the field), with the means taken over the head's query rows and
+
+    .. math::
+
+        \mathrm{gap\_ratio} = \frac{\operatorname{mean} \mathrm{TV}(P_a, P_b)}{\operatorname{mean} \mathrm{TV}(P_b, U)}
+
+    (``None`` when the denominator is 0); the verdict is :func:`hypviz.attention.verdict` of the
+    three means.
+    """
     n = comp.n_queries
 
     def flat(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -106,7 +151,14 @@ def per_head(comp: attention.Comparison) -> list[dict[str, Any]]:
 
 
 def analyse(inputs: Any, settings: Any) -> Result:
-    """Compare every kind with the reference; attention maps of a sample of rows of the worst head."""
+    """Compare every kind with the reference; dense attention maps of a sample of rows of the worst head.
+
+    Each of ``settings.kinds`` is compared with ``settings.reference`` by
+    :func:`hypviz.attention.compare` (with the settings' temperature, power, norm_scale, row sample,
+    seed, device).  The shown head is the one whose first comparison has the largest mean TV; on it,
+    ``settings.sample_rows`` evenly spaced query rows get the dense map of the reference and of
+    every kind.
+    """
     q, kk = inputs.queries, inputs.keys
     comps = [
         attention.compare(
@@ -536,7 +588,11 @@ are close, and does not apply to the focused map.</p>"""
 
 
 def write(result: Result, folder: Path, options: dict[str, Any] | None = None) -> list[str]:
-    """Write the report files into ``folder`` (which exists); return their names."""
+    """Write the report files (see the module docstring) into ``folder``, which exists.
+
+    ``options`` are stored with the inputs in ``metrics.json``.  Returns the sorted names of the
+    files in ``folder``.
+    """
     import plotly.io as pio
     import plotly.offline
 
@@ -562,7 +618,12 @@ def write(result: Result, folder: Path, options: dict[str, Any] | None = None) -
 
 
 def summary(result: Result, out: Path, files: list[str], show_inputs: bool = False, max_heads: int = 8) -> str:
-    """The one-screen text the command prints."""
+    r"""The one-screen text the command prints.
+
+    One line per comparison (verdict, mean TV, baseline :math:`\mathrm{TV}(P_b, U)`, gap / baseline,
+    top-1 agreement, how many rows meet the bound), then up to ``max_heads`` per-head lines of the
+    first comparison, and where the files are.
+    """
     comp0 = result.comparisons[0]
     inp = result.inputs.described
     heads_txt = " x ".join(str(s) for s in result.lead) + " heads x " if result.lead else ""

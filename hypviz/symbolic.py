@@ -1,54 +1,56 @@
-"""The project's derivations as code: every step an equation, its justification and its check.
+r"""The project's derivations as code: every step an equation, its justification and its check.
 
 A :class:`Derivation` is a titled list of :class:`Step` objects.  Each step states
-``lhs <relation> rhs``, has a ``name`` (tests and notebooks look steps up by it) and says how
-it is verified:
+``lhs <relation> rhs``, has a ``name`` (tests and notebooks look steps up by it) and says how it
+is verified (``kind``, one of :data:`KINDS`):
 
-``"simplify"``  exact identity: ``lhs - rhs`` reduces to 0 (``expand``, ``cancel``,
-                ``simplify``, ``simplify`` of the ``exp`` form);
-``"series"``    ``lhs - rhs = O(var**order)``: the series of ``lhs - rhs`` up to that order is 0;
-``"limit"``     ``lim_{var -> point} lhs == rhs``;
-``"bound"``     ``lhs <= rhs``: ``rhs - lhs`` equals a ``certificate`` that is non-negative by its
-                form (squares, products and quotients of non-negative symbols);
-``"nonzero"``   ``lhs != rhs`` as functions: ``lhs - rhs`` is non-zero at a ``witness`` point;
-``"check"``     any other argument, written as a callable (e.g. a concavity argument, or a
-                high-precision quadrature).
+* ``"simplify"``: exact identity, :math:`\mathrm{lhs} - \mathrm{rhs}` reduces to 0 (``expand``,
+  ``cancel``, ``simplify``, ``simplify`` of the ``exp`` form);
+* ``"series"``: :math:`\mathrm{lhs} - \mathrm{rhs} = O(\mathrm{var}^{\mathrm{order}})`, the series
+  of the difference up to that order is 0;
+* ``"limit"``: :math:`\lim_{\mathrm{var} \to \mathrm{point}} \mathrm{lhs} = \mathrm{rhs}`;
+* ``"bound"``: :math:`\mathrm{lhs} \le \mathrm{rhs}`, where :math:`\mathrm{rhs} - \mathrm{lhs}`
+  equals a ``certificate`` that is non-negative by its form (squares, products and quotients
+  of non-negative symbols);
+* ``"nonzero"``: :math:`\mathrm{lhs} \ne \mathrm{rhs}` as functions, the difference is non-zero
+  at a ``witness`` point;
+* ``"check"``: any other argument, written as a callable (e.g. a concavity argument, or a
+  high-precision quadrature);
 
-and what its check is worth (``role``):
+and what its check is worth (``role``, one of :data:`ROLES`):
 
-``"proof"``        a genuine check: it could fail if the mathematics were wrong;
-``"definition"``   the step restates a definition (the check compares a definition with itself);
-``"consequence"``  an immediate consequence of earlier steps or a truth that holds whatever the
-                   derivation says (e.g. "log is increasing"); shown for the reader, not evidence;
-``"regression"``   a comparison with a number quoted elsewhere, not a proof.
+* ``"proof"``: a genuine check, it could fail if the mathematics were wrong;
+* ``"definition"``: the step restates a definition (the check compares a definition with itself);
+* ``"consequence"``: an immediate consequence of earlier steps, or a truth that holds whatever the
+  derivation says (e.g. "log is increasing"); shown for the reader, not evidence;
+* ``"regression"``: a comparison with a number quoted elsewhere, not a proof.
 
 Only ``"proof"`` steps count as genuine checks; :class:`Report` summaries say
 "N genuine checks (+ M definitions/consequences/regressions)".  Every step is still verified,
 whatever its role, and a failing step is named by number and name.
+:meth:`Derivation.verify` checks every step and returns a :class:`Report` naming the first step
+that failed; :func:`verify_all` does that for every derivation of the project.
 
-:meth:`Derivation.verify` checks every step and returns a :class:`Report` naming the first
-step that failed; :func:`verify_all` does that for every derivation of the project.
-
-Dimension is handled honestly: the two-point derivations are written with symbols for the
-norms ``|x_s|``, ``|y_s|`` and the dot product ``x_s . y_s`` (everything depends on the
-spatial parts only through those, so the argument holds in every dimension ``d``), and every
-step is re-checked with explicit coordinates ``x_1 .. x_d`` for a small ``d`` (3 by default),
-where ``|x_s - y_s|^2`` and ``(x_s - y_s).(x_s + y_s)`` are written out coordinate by
-coordinate.  The curvature ``k`` is a positive symbol; pass ``k=1`` to get the formulas of the
-question-and-answer thread exactly.
+Dimension is handled honestly: the two-point derivations are written with symbols for the norms
+:math:`\|x_s\|`, :math:`\|y_s\|` and the dot product :math:`x_s \cdot y_s` (everything depends
+on the spatial parts only through those, so the argument holds in every dimension :math:`d`),
+and the exact, series and limit steps are re-checked with explicit coordinates
+:math:`x_1, \dots, x_d` for a small :math:`d` (3 by default; see :meth:`Derivation.verify`).  The curvature :math:`k` is a positive symbol (``k=None``); pass
+``k=1`` to get the formulas of the question-and-answer thread exactly.  Keys are written
+:math:`\kappa`.
 
 The derivations, by the notebook that shows them: notebook 02 (:func:`lifted_norm`,
 :func:`squared_distance`, :func:`geodesic_distance`, :func:`decomposition`: identities 1-3) and
 notebook 04 (the thread's Taylor argument and its exact error, identity 4, the Euclidean limit
-(identity 6), the softmax identities including identity 5, the KL identity, Hoeffding's bound, the
-exact KL supremum and the TV bound).
+(identity 6), the softmax identities including identity 5, the KL identity, Hoeffding's bound,
+the exact KL supremum and the TV bound).
 
 The module ends with numerical companions of the derivations, in float64 torch or mpmath:
 :func:`softmax_gap_bounds` (per-row KL, TV, the bias spread and the bounds),
-:func:`worst_case_row` (real points attaining ``TV = tanh(Delta / 4)``, or the exact KL supremum),
-:func:`kl_supremum_mpmath` (the closed-form KL supremum at high precision),
-:func:`sqdist_textbook`, :func:`sqdist_mpmath` and :func:`sqdist_accuracy` (the float32 / float64
-accuracy study of notebook 02).
+:func:`worst_case_row` (real points attaining :math:`\mathrm{TV} = \tanh(\Delta/4)`, or the exact
+KL supremum), :func:`kl_supremum_mpmath` (the closed-form KL supremum at high precision),
+:func:`sqdist_textbook`, :func:`sqdist_mpmath` and :func:`sqdist_accuracy` (the float32 /
+float64 accuracy study of notebook 02).
 """
 
 from __future__ import annotations
@@ -107,7 +109,9 @@ __all__ = [
     "sqdist_accuracy",
 ]
 
+#: How a :class:`Step` is verified (see the module docstring).
 KINDS = ("simplify", "series", "limit", "bound", "nonzero", "check")
+#: What a step's check is worth; only ``"proof"`` counts as a genuine check.
 ROLES = ("proof", "definition", "consequence", "regression")
 _ROLE_PLURAL = {"definition": "definitions", "consequence": "consequences", "regression": "regressions"}
 
@@ -117,48 +121,56 @@ _ROLE_PLURAL = {"definition": "definitions", "consequence": "consequences", "reg
 # =========================================================================== #
 @dataclass(frozen=True, eq=False)
 class Step:
-    """One step of a derivation: ``lhs <relation> rhs``, why it holds, and how that is checked.
+    r"""One step of a derivation: ``lhs <relation> rhs``, why it holds, and how that is checked.
 
     Parameters
     ----------
     lhs, rhs
         sympy expressions (or matrices).  They may use the abbreviation symbols of the
         :class:`Derivation` (e.g. ``x_t``), which are replaced by their definitions first.
-    why
-        the justification, one sentence, shown next to the equation.
-    kind
-        one of ``"simplify"``, ``"series"``, ``"limit"``, ``"bound"``, ``"nonzero"``, ``"check"``
+    why : str
+        The justification, one sentence, shown next to the equation.
+    kind : str
+        One of ``"simplify"``, ``"series"``, ``"limit"``, ``"bound"``, ``"nonzero"``, ``"check"``
         (see the module docstring).
     var, point, order
-        series: ``lhs - rhs = O((var - point)**order)``; limit: ``lim_{var -> point} lhs = rhs``.
+        series: :math:`\mathrm{lhs} - \mathrm{rhs} = O((\mathrm{var} - \mathrm{point})^{\mathrm{order}})`;
+        limit: :math:`\lim_{\mathrm{var} \to \mathrm{point}} \mathrm{lhs} = \mathrm{rhs}`.
     scale
-        a symbol ``eps``: before a series or limit, every spatial quantity of the derivation
-        is shrunk by ``eps`` (norms and coordinates times ``eps``, dot products times ``eps**2``),
-        so that ``O(eps**4)`` reads "fourth order in the size of the points".
+        A symbol :math:`\varepsilon`: before a series or limit, every spatial quantity of the
+        derivation is shrunk by it (norms and coordinates times :math:`\varepsilon`, dot products
+        times :math:`\varepsilon^2`), so that :math:`O(\varepsilon^4)` reads "fourth order in the
+        size of the points".
     certificate
-        bound: an expression equal to ``rhs - lhs`` that is visibly non-negative.
-    witness
-        nonzero: a substitution at which ``lhs - rhs`` is not zero.
-    check
-        check: a callable returning ``True``/``False`` or ``(ok, detail)``.
-    given
-        substitutions (earlier steps, hypotheses such as ``|y_s| = |x_s|``) applied before checking.
-    expand
-        whether to substitute the derivation's definitions (``False``: the step holds for every
+        bound: an expression equal to :math:`\mathrm{rhs} - \mathrm{lhs}` that is visibly non-negative.
+    witness : mapping
+        nonzero: a substitution at which :math:`\mathrm{lhs} - \mathrm{rhs}` is not zero.
+    check : callable
+        check: returns ``True``/``False`` or ``(ok, detail)``.
+    given : mapping
+        Substitutions (earlier steps, hypotheses such as :math:`\|y_s\| = \|x_s\|`) applied before
+        checking.
+    expand : bool
+        Whether to substitute the derivation's definitions (``False``: the step holds for every
         value of the abbreviation symbols, e.g. a half-angle formula).
-    coordinates
-        whether to re-check the step with explicit coordinates (``False`` for statements about
-        the norm symbols themselves, e.g. a derivative with respect to ``|x_s|``).
-    relation, order_label
-        display only: the relation sign and the O-term (e.g. ``"O(r^{4})"``).
-    name
-        a short identifier, unique within the derivation (``Derivation.step(name)``); tests and
+    coordinates : bool
+        Whether to re-check the step with explicit coordinates (``False`` for statements about the
+        norm symbols themselves, e.g. a derivative with respect to :math:`\|x_s\|`).
+    relation, order_label : str
+        Display only: the relation sign and the O-term (e.g. ``"O(r^{4})"``).
+    name : str
+        A short identifier, unique within the derivation (``Derivation.step(name)``); tests and
         notebooks pick steps by name, never by position.
-    role
-        what the check is worth: ``"proof"`` (a genuine check, the default), ``"definition"``
-        (restates a definition), ``"consequence"`` (follows at once from earlier steps, or a
-        truth independent of the derivation), ``"regression"`` (agreement with a quoted number).
-        Shown as the tag of the step; only proofs count as genuine checks.
+    role : str
+        What the check is worth: ``"proof"`` (the default), ``"definition"``, ``"consequence"`` or
+        ``"regression"`` (see the module docstring).  Shown as the tag of the step; only proofs count
+        as genuine checks.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``kind`` or ``role``, a ``name`` that is not an identifier, or a missing
+        argument of the kind (``var``/``order``, ``certificate``, ``witness``, ``check``).
     """
 
     lhs: Any
@@ -201,12 +213,12 @@ class Step:
 
 @dataclass(frozen=True, eq=False)
 class Definition:
-    """An abbreviation ``symbol := expr``.
+    r"""An abbreviation :math:`\mathrm{symbol} := \mathrm{expr}`.
 
     ``components(d)`` gives its form in ``d`` explicit coordinates (when that differs from
     substituting the coordinates into ``expr``); ``tex`` replaces the displayed
     ``symbol = expr`` (``""`` hides it, e.g. for the 2nd and 3rd members of a family
-    ``P_1, P_2, P_3`` displayed once as ``P_j = ...``).  Display never affects checking.
+    :math:`P_1, P_2, P_3` displayed once as :math:`P_j = \dots`).  Display never affects checking.
     """
 
     symbol: Any
@@ -217,7 +229,11 @@ class Definition:
 
 @dataclass(frozen=True)
 class StepResult:
-    """The outcome of checking one step (``index`` counts from 1; ``name`` and ``role`` as in :class:`Step`)."""
+    """The outcome of checking one step (``index`` counts from 1; ``name`` and ``role`` as in :class:`Step`).
+
+    ``ok`` says whether it verified, ``how`` by which transformation (or why not), ``components``
+    the outcome of the explicit-coordinate re-check (``""`` when there was none).
+    """
 
     index: int
     ok: bool
@@ -228,7 +244,7 @@ class StepResult:
 
     @property
     def label(self) -> str:
-        """``step 3 (identity_3)``: the number and, when the step has one, the name."""
+        """``"step 3 (identity_3)"``: the number and, when the step has one, the name."""
         return f"step {self.index}" + (f" ({self.name})" if self.name else "")
 
     def __str__(self) -> str:
@@ -262,7 +278,11 @@ class DerivationError(AssertionError):
 
 @dataclass
 class Report:
-    """The checks of one derivation.  ``ok`` when every step verified; ``str()`` tells which did not."""
+    """The checks of one derivation: ``ok`` when every step verified; ``str()`` tells which did not.
+
+    ``results`` holds one :class:`StepResult` per step, in order; ``d`` is the dimension of the
+    explicit-coordinate re-check (``None``: none was made).
+    """
 
     title: str
     results: list[StepResult] = field(default_factory=list)
@@ -270,14 +290,17 @@ class Report:
 
     @property
     def ok(self) -> bool:
+        """Whether every step verified."""
         return all(r.ok for r in self.results)
 
     @property
     def failures(self) -> list[StepResult]:
+        """The results of the steps that did not verify, in order."""
         return [r for r in self.results if not r.ok]
 
     @property
     def first_failure(self) -> StepResult | None:
+        """The first step that did not verify, or ``None``."""
         bad = self.failures
         return bad[0] if bad else None
 
@@ -287,14 +310,23 @@ class Report:
         return _count_roles(self.results)[0]
 
     def result(self, name: str) -> StepResult:
-        """The result of the step called ``name``."""
+        """The result of the step called ``name``.
+
+        Raises
+        ------
+        KeyError
+            When no step has that name (the message lists the names).
+        """
         for r in self.results:
             if r.name == name:
                 return r
         raise KeyError(f"{self.title!r} has no step named {name!r}; steps: {[r.name for r in self.results]}")
 
     def summary(self) -> str:
-        """One line: ``"<title>: all 9 steps verified: 5 genuine checks (+ 1 definition, 3 consequences)"``."""
+        """One line, e.g. ``"<title>: all 9 steps verified: 5 genuine checks (+ 1 definition, 3 consequences)"``.
+
+        On a failure: the number, name and reason of the first failing step and how many failed.
+        """
         n = len(self.results)
         if self.ok:
             where = f"; re-checked with d = {self.d} explicit coordinates" if self.d else ""
@@ -304,6 +336,13 @@ class Report:
         return f"{self.title}: FAILED at step {first.index} of {n} ({what}); {len(self.failures)} failing"
 
     def raise_if_failed(self) -> Report:
+        """Return ``self`` when every step verified.
+
+        Raises
+        ------
+        DerivationError
+            Naming the first failing step, with every failing step listed.
+        """
         if not self.ok:
             raise DerivationError(self.summary() + "\n" + "\n".join(str(r) for r in self.failures))
         return self
@@ -316,10 +355,11 @@ class Report:
 
 
 class Reports(list):
-    """The reports of :func:`verify_all`; prints one line per derivation."""
+    """The reports of :func:`verify_all`, one per derivation; prints one line per derivation."""
 
     @property
     def ok(self) -> bool:
+        """Whether every step of every derivation verified."""
         return all(r.ok for r in self)
 
     @property
@@ -462,28 +502,32 @@ def _nonneg(expr: Any) -> bool:
 
 
 class Derivation:
-    """A titled sequence of checked steps.
+    r"""A titled sequence of checked steps.
 
     Parameters
     ----------
-    title
-        what is derived, shown as a heading.
-    steps
-        the :class:`Step` objects, in reading order.
-    definitions
-        abbreviations ``symbol := expr`` used by the steps (substituted before checking).
-    names
-        LaTeX names of symbols for display, e.g. ``{x_norm: r"\\|x_s\\|"}``.
-    intro
-        one or two sentences shown under the title.
-    coords
+    title : str
+        What is derived, shown as a heading.
+    steps : sequence of Step
+        The :class:`Step` objects, in reading order; their names must be unique.
+    definitions : sequence of Definition
+        Abbreviations :math:`\mathrm{symbol} := \mathrm{expr}` used by the steps (substituted before
+        checking).
+    names : mapping
+        LaTeX names of symbols for display, e.g. ``{x_norm: r"\|x_s\|"}``.
+    intro : str
+        One or two sentences shown under the title.
+    coords : callable, optional
         ``coords(d)`` returns the substitution of the norm and dot-product symbols by explicit
-        coordinates (``|x_s| -> sqrt(x_1**2 + ... + x_d**2)``); ``None`` when the derivation has
-        no spatial vectors.
-    spatial
-        ``symbol -> degree`` for :attr:`Step.scale` (norms and coordinates 1, dot products 2).
-    d
-        the dimension of the explicit-coordinate re-check.
+        coordinates (:math:`\|x_s\| \to \sqrt{x_1^2 + \dots + x_d^2}`) and the scaling degree of each
+        coordinate; ``None`` when the derivation has no spatial vectors.
+    d : int
+        The dimension of the explicit-coordinate re-check.
+
+    Raises
+    ------
+    ValueError
+        When two steps share a name.
     """
 
     def __init__(
@@ -515,14 +559,14 @@ class Derivation:
         return [st.name for st in self.steps]
 
     def number(self, name: str) -> int:
-        """The number (from 1) of the step called ``name``."""
+        """The number (from 1) of the step called ``name``; ``KeyError`` when there is none."""
         for i, st in enumerate(self.steps, start=1):
             if st.name == name:
                 return i
         raise KeyError(f"{self.title!r} has no step named {name!r}; steps: {self.step_names}")
 
     def step(self, name: str) -> Step:
-        """The step called ``name``."""
+        """The step called ``name``; ``KeyError`` when there is none."""
         return self.steps[self.number(name) - 1]
 
     # ------------------------------------------------------------------ checking
@@ -612,9 +656,11 @@ class Derivation:
     def verify(self, d: int | None = -1) -> Report:
         """Check every step; return a :class:`Report` (``report.ok``, ``report.first_failure``).
 
-        With explicit coordinates available (two-point derivations) every step without
-        ``given`` hypotheses is checked twice: with norm / dot-product symbols (any ``d``) and
-        with ``d`` explicit coordinates (``d=-1``: the derivation's default, ``None``: skip).
+        With explicit coordinates available (two-point derivations), every ``simplify``, ``series`` and
+        ``limit`` step with ``expand`` and ``coordinates`` set and no ``given`` hypotheses is checked
+        twice: with norm / dot-product symbols (any dimension) and with ``d`` explicit coordinates
+        (``d=-1``: the derivation's default, ``None``: skip).  An exception while checking a step is
+        reported as a failure of that step.
         """
         dd = self.d if d == -1 else d
         if self.coords is None:
@@ -637,15 +683,15 @@ class Derivation:
         return report
 
     def check(self, d: int | None = -1) -> Report:
-        """:meth:`verify`, raising :class:`DerivationError` naming the first failing step."""
+        """:meth:`verify`, raising :class:`DerivationError` naming the first failing step; returns the report."""
         return self.verify(d).raise_if_failed()
 
     def evaluate(self, index: int | str, values: Mapping[Any, float], d: int | None = None) -> tuple[Any, Any]:
         """Numerical values of both sides of a step at ``values`` (symbol -> number).
 
-        ``index`` is the step's name or its number (from 1).  The derivation's definitions (and
-        the step's ``given``) are substituted first; with ``d`` the explicit-coordinate form is
-        used.  Returns two floats, or two numpy arrays for matrices.
+        ``index`` is the step's name or its number (from 1).  The derivation's definitions (and the
+        step's ``given``) are substituted first; with ``d`` the explicit-coordinate form is used.
+        Returns two floats, or two numpy arrays for matrices.
         """
         step = self.step(index) if isinstance(index, str) else self.steps[index - 1]
         subs = self._substitutions(step, d)
@@ -666,7 +712,7 @@ class Derivation:
         return sp.latex(sp.sympify(expr), symbol_names=self.names)
 
     def step_latex(self, step: Step) -> str:
-        """The step as one LaTeX equation."""
+        r"""The step as one LaTeX equation (``=``, ``\le``, ``\ne``, a limit, or a series with its O-term)."""
         L, R = self.latex(step.lhs), self.latex(step.rhs)
         if step.kind == "series":
             if step.order_label:
@@ -682,7 +728,7 @@ class Derivation:
         return f"{L} {rel} {R}"
 
     def to_markdown(self) -> str:
-        """The derivation as Markdown with inline LaTeX: title, definitions, numbered steps."""
+        """The derivation as Markdown with inline LaTeX: title, intro, the definitions used, numbered steps."""
         lines = [f"**{self.title}**", ""]
         if self.intro:
             lines += [self.intro, ""]
@@ -868,7 +914,17 @@ _EPS = sp.Symbol("epsilon", positive=True)
 # notebook 02: squared distance, geodesic distance, decomposition
 # =========================================================================== #
 def lifted_norm(k: Any = None, d: int = 3) -> Derivation:
-    """A lifted point lies on the hyperboloid: ``<x, x>_L = -x_t^2 + |x_s|^2 = -k``."""
+    r"""A lifted point lies on the hyperboloid.
+
+    .. math::
+
+        x_t = \sqrt{\|x_s\|^2 + k} \;\Longrightarrow\;
+        \langle x, x\rangle_L = -x_t^2 + \|x_s\|^2 = -k,
+        \qquad x_s = 0 \;\Longrightarrow\; x_t = \sqrt{k}
+
+    ``k=None`` is a positive symbol; ``d`` the dimension of the explicit-coordinate re-check (so for
+    every derivation below).
+    """
     k = _curvature(k)
     P = _Pair("x", "y", k)
     steps = [
@@ -885,7 +941,12 @@ def lifted_norm(k: Any = None, d: int = 3) -> Derivation:
 
 
 def squared_distance(k: Any = None, d: int = 3) -> Derivation:
-    """Identity 1 (notebook 02): ``|x - y|^2_L = <x - y, x - y>_L = -2k - 2<x, y>_L``."""
+    r"""Identity 1 (notebook 02): the squared Lorentzian distance.
+
+    .. math::
+
+        \|x - y\|_L^2 = \langle x - y, x - y\rangle_L = -2k - 2\langle x, y\rangle_L
+    """
     k = _curvature(k)
     P = _Pair("x", "y", k)
     steps = [
@@ -905,7 +966,14 @@ def squared_distance(k: Any = None, d: int = 3) -> Derivation:
 
 
 def geodesic_distance(k: Any = None, d: int = 3) -> Derivation:
-    """Identity 2 (notebook 02): ``d = sqrt(k) arcosh(-<x, y>_L / k)`` and ``|x - y|^2_L = 4k sinh^2(d / (2 sqrt k))``."""
+    r"""Identity 2 (notebook 02): geodesic distance and squared Lorentzian distance.
+
+    .. math::
+
+        d = \sqrt{k}\,\operatorname{arcosh}\Bigl(-\frac{\langle x, y\rangle_L}{k}\Bigr), \qquad
+        \|x - y\|_L^2 = 4k\sinh^2\frac{d}{2\sqrt{k}}, \qquad
+        d = 2\sqrt{k}\,\operatorname{arsinh}\frac{\|x - y\|_L}{2\sqrt{k}}
+    """
     k = _curvature(k)
     P = _Pair("x", "y", k)
     dist = sp.Symbol("geodesic_d", nonnegative=True)
@@ -950,7 +1018,16 @@ def geodesic_distance(k: Any = None, d: int = 3) -> Derivation:
 
 
 def decomposition(k: Any = None, d: int = 3) -> Derivation:
-    """Identity 3 (notebook 02) and its consequences (equal norms; stable formula)."""
+    r"""Identity 3 (notebook 02) and its consequences (the stable formula; equal norms).
+
+    .. math::
+
+        \|x - y\|_L^2 = \|x_s - y_s\|^2 - (x_t - y_t)^2
+                      = \|x_s - y_s\|^2 - \Bigl(\frac{(x_s - y_s)\cdot(x_s + y_s)}{x_t + y_t}\Bigr)^2
+                      \le \|x_s - y_s\|^2,
+
+    with equality when :math:`\|x_s\| = \|y_s\|`.
+    """
     k = _curvature(k)
     P = _Pair("x", "y", k)
     stable = P.es - (P.dd / (P.at + P.bt)) ** 2
@@ -980,7 +1057,14 @@ def decomposition(k: Any = None, d: int = 3) -> Derivation:
 # notebook 04: Taylor expansion, the thread's approximation, its exact error, identities 4 and 6
 # =========================================================================== #
 def time_taylor(k: Any = None, order: int = 6) -> Derivation:
-    """Taylor series of the time coordinate ``sqrt(r^2 + k)`` in ``r`` (up to and including ``r**order``)."""
+    r"""Taylor series of the time coordinate :math:`\sqrt{r^2 + k}` in :math:`r = \|x_s\|`, up to ``r**order``.
+
+    .. math::
+
+        \sqrt{r^2 + k} = \sum_{n \ge 0} \binom{1/2}{n} k^{1/2 - n} r^{2n}
+                       = \sqrt{k} + \frac{r^2}{2\sqrt{k}} - \frac{r^4}{8k^{3/2}} + O(r^6)
+                       \le \sqrt{k} + \frac{r^2}{2\sqrt{k}}
+    """
     k = _curvature(k)
     r = sp.Symbol("r", nonnegative=True)
     t = sp.sqrt(r**2 + k)
@@ -1018,9 +1102,15 @@ def _query_key(k: sp.Expr) -> _Pair:
 
 
 def thread_approximation(k: Any = None, d: int = 3) -> Derivation:
-    """The thread's argument, step by step, with its O(r^4) terms made explicit (``k=1``: the thread's formulas).
+    r"""The thread's argument, step by step, with its :math:`O(r^4)` terms explicit (``k=1``: the thread's formulas).
 
-    The thread writes the query and the key as ``i`` and ``j``; here they are ``q`` and ``kappa``.
+    .. math::
+
+        \|q - \kappa\|_L^2 = \|q_s - \kappa_s\|^2 + O(r^4), \qquad
+        q_s \cdot \kappa_s = -\tfrac12\|q - \kappa\|_L^2 + \tfrac12\bigl(\|q_s\|^2 + \|\kappa_s\|^2\bigr) + O(r^4),
+
+    :math:`r` the size of both spatial parts.  The thread writes the query and the key as
+    :math:`i` and :math:`j`; here they are :math:`q` and :math:`\kappa`.
     """
     k = _curvature(k)
     P = _query_key(k)
@@ -1054,7 +1144,17 @@ def thread_approximation(k: Any = None, d: int = 3) -> Derivation:
 
 
 def approximation_error(k: Any = None, d: int = 3) -> Derivation:
-    """The exact error of the approximation: ``|q_s - kappa_s|^2 - |q - kappa|^2_L = (q_t - kappa_t)^2 = O(r^4)``."""
+    r"""The exact error of the approximation :math:`\|q - \kappa\|_L^2 \approx \|q_s - \kappa_s\|^2`.
+
+    .. math::
+
+        \|q_s - \kappa_s\|^2 - \|q - \kappa\|_L^2 = (q_t - \kappa_t)^2
+          = \frac{(\|q_s\|^2 - \|\kappa_s\|^2)^2}{(q_t + \kappa_t)^2}
+          \le \frac{(\|q_s\|^2 - \|\kappa_s\|^2)^2}{4k},
+
+    the bound being the leading, exactly fourth-order term near the origin; the error is 0 for
+    equal norms.
+    """
     k = _curvature(k)
     P = _query_key(k)
     err = (P.at - P.bt) ** 2
@@ -1086,7 +1186,16 @@ def approximation_error(k: Any = None, d: int = 3) -> Derivation:
 
 
 def query_constant(k: Any = None, d: int = 3) -> Derivation:
-    """Identity 4: ``q_s . kappa_s = -1/2 |q - kappa|^2_L + (q_t kappa_t - k)`` (the key is ``kappa``)."""
+    r"""Identity 4: what the thread's "constant" is (the key is :math:`\kappa`).
+
+    .. math::
+
+        q_s \cdot \kappa_s = -\tfrac12\|q - \kappa\|_L^2 + (q_t \kappa_t - k), \qquad
+        \frac{\partial (q_t \kappa_t)}{\partial \|\kappa_s\|} = \frac{q_t \|\kappa_s\|}{\kappa_t} \ne 0,
+
+    so the "constant" :math:`q_t\kappa_t - k` (near the origin
+    :math:`\tfrac12(\|q_s\|^2 + \|\kappa_s\|^2) + O(r^4)`) changes with the key.
+    """
     k = _curvature(k)
     P = _query_key(k)
     eps = _EPS
@@ -1109,11 +1218,18 @@ def query_constant(k: Any = None, d: int = 3) -> Derivation:
 
 
 def euclidean_limit(d: int = 3) -> Derivation:
-    """Identity 6, the Euclidean shadow: ``k -> inf`` with the spatial parts fixed.
+    r"""Identity 6, the Euclidean shadow: :math:`k \to \infty` with the spatial parts fixed.
 
-    ``q_t kappa_t - k -> (|q_s|^2 + |kappa_s|^2) / 2`` and ``-1/2 |q - kappa|^2_L -> -1/2 |q_s - kappa_s|^2``:
-    identity 4 becomes the flat polarisation identity, and the key-dependent ``|kappa_s|^2 / 2`` is
-    the bias that separates dot-product from distance attention in flat space.
+    .. math::
+
+        q_t \kappa_t - k \to \tfrac12\bigl(\|q_s\|^2 + \|\kappa_s\|^2\bigr), \qquad
+        -\tfrac12\|q - \kappa\|_L^2 \to -\tfrac12\|q_s - \kappa_s\|^2, \qquad
+        q_s \cdot \kappa_s = -\tfrac12\|q_s - \kappa_s\|^2 + \tfrac12\bigl(\|q_s\|^2 + \|\kappa_s\|^2\bigr):
+
+    identity 4 becomes the flat polarisation identity, and the key-dependent
+    :math:`\tfrac12\|\kappa_s\|^2` is the bias that separates dot-product from distance attention in
+    flat space.  The constant converges like :math:`1/k`, with
+    :math:`q_t\kappa_t - k = \tfrac12(\|q_s\|^2 + \|\kappa_s\|^2) - (\|q_s\|^2 - \|\kappa_s\|^2)^2/(8k) + O(k^{-2})`.
     """
     k = sp.Symbol("k", positive=True)
     P = _query_key(k)
@@ -1147,7 +1263,12 @@ def euclidean_limit(d: int = 3) -> Derivation:
 # softmax: shift invariance, the per-key bias, identity 5
 # =========================================================================== #
 def softmax(z: Sequence[Any]) -> sp.Matrix:
-    """Symbolic softmax of a list of logits, as a column matrix."""
+    r"""Symbolic softmax of a list of logits, as a column matrix.
+
+    .. math::
+
+        \mathrm{softmax}(z)_j = \frac{e^{z_j}}{\sum_l e^{z_l}}
+    """
     exps = [sp.exp(v) for v in z]
     total = sum(exps)
     return sp.Matrix([e / total for e in exps])
@@ -1176,7 +1297,18 @@ def _vec(syms: Sequence[Any]) -> sp.Matrix:
 
 
 def softmax_shift(n: int = 3) -> Derivation:
-    """A softmax ignores a term common to all logits (``n`` explicit, and for general ``n``); a per-key term does not cancel."""
+    r"""A softmax ignores a term common to all logits (``n`` explicit and general); a per-key term does not cancel.
+
+    .. math::
+
+        \mathrm{softmax}(z + c)_j = \mathrm{softmax}(z)_j, \qquad
+        \mathrm{softmax}(z + \beta) \ne \mathrm{softmax}(z) \text{ in general.}
+
+    Raises
+    ------
+    ValueError
+        When :math:`n < 2`.
+    """
     if n < 2:
         raise ValueError(f"softmax_shift needs n >= 2 keys, got {n}")
     z = sp.symbols(f"z1:{n + 1}", real=True)
@@ -1224,7 +1356,18 @@ def _keys(n: int, k: sp.Expr):
 
 
 def bias_in_softmax(n: int = 3, k: Any = None) -> Derivation:
-    """Identity 4 inside a softmax: spatial-dot attention = distance attention with a per-key bias ``q_t kappa_{t,j} / tau``."""
+    r"""Identity 4 inside a softmax: spatial-dot attention is distance attention with a per-key bias.
+
+    .. math::
+
+        \mathrm{softmax}_j\Bigl(\frac{q_s \cdot \kappa_{s,j}}{\tau}\Bigr)
+        = \mathrm{softmax}_j\Bigl(\frac{-\tfrac12\|q - \kappa_j\|_L^2 + q_t \kappa_{t,j}}{\tau}\Bigr),
+        \qquad
+        b_1 - b_2 = \frac{q_t\,(\|\kappa_{s,1}\|^2 - \|\kappa_{s,2}\|^2)}{\tau\,(\kappa_{t,1} + \kappa_{t,2})}
+
+    with the bias :math:`b_j = q_t\kappa_{t,j}/\tau`, which changes with the key's norm (so the two
+    attentions differ), for ``n`` keys.
+    """
     k = _curvature(k)
     rq, rho, dots, tau, qt, kt, sq, inner, names = _keys(n, k)
     s_, ds, ns = _family("s", "s", [c / tau for c in dots], r"s_j = q_s \cdot \kappa_{s,j} / \tau \text{ (spatial logits)}")
@@ -1255,12 +1398,20 @@ def bias_in_softmax(n: int = 3, k: Any = None) -> Derivation:
 
 
 def lorentz_attention(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
-    """Identity 5: ``softmax_j(<q, kappa_j>_L / tau) = softmax_j(-1/2 |q - kappa_j|^2_L / tau)``; and without a softmax.
+    r"""Identity 5, and the Lorentzian inner product without a softmax.
 
-    Without a softmax the bilinear form keeps the ``Q (K^T V)`` associativity of linear attention,
-    but the row-normalised weights ``<q, kappa_j>_L / sum_l <q, kappa_l>_L`` equal
-    ``(k + 1/2 |q - kappa_j|^2_L) / sum_l (k + 1/2 |q - kappa_l|^2_L)``: every ``<q, kappa>_L <= -k``
-    is negative, the signs cancel, and the weights *grow* with distance.
+    .. math::
+
+        \mathrm{softmax}_j\Bigl(\frac{\langle q, \kappa_j\rangle_L}{\tau}\Bigr)
+        = \mathrm{softmax}_j\Bigl(\frac{-\tfrac12\|q - \kappa_j\|_L^2}{\tau}\Bigr),
+        \qquad
+        \frac{\langle q, \kappa_j\rangle_L}{\sum_l \langle q, \kappa_l\rangle_L}
+        = \frac{k + \tfrac12\|q - \kappa_j\|_L^2}{\sum_l \bigl(k + \tfrac12\|q - \kappa_l\|_L^2\bigr)}.
+
+    Without a softmax the bilinear form keeps the :math:`Q(K^\top V)` associativity of linear
+    attention, but every :math:`\langle q, \kappa\rangle_L \le -k` is negative, the signs cancel in
+    the row normalisation, and the weights *grow* with distance.  ``n`` keys, ``d`` coordinates for
+    the matrix form :math:`q^\top J \kappa`.
     """
     k = _curvature(k)
     rq, rho, dots, tau, qt, kt, sq, inner, names = _keys(n, k)
@@ -1322,7 +1473,17 @@ def _pq(n: int, nonneg_b: bool = False):
 
 
 def kl_identity(n: int = 3) -> Derivation:
-    """``S_j = P_j e^{b_j} / E_P[e^b]`` and ``KL(P || S) = log E_P[e^b] - E_P[b]`` (``n`` explicit and general)."""
+    r"""The KL divergence of spatial attention :math:`S` from distance attention :math:`P` (``n`` explicit and general).
+
+    With :math:`P = \mathrm{softmax}(a)` and :math:`S = \mathrm{softmax}(a + b)`,
+
+    .. math::
+
+        S_j = \frac{P_j e^{b_j}}{\mathbb{E}_P[e^b]}, \qquad
+        \mathrm{KL}(P \,\|\, S) = \log \mathbb{E}_P[e^b] - \mathbb{E}_P[b],
+
+    unchanged when a constant is added to every :math:`b_j`.
+    """
     a, b, P, S, defs, names = _pq(n)
     c = sp.Symbol("c", real=True)
     M = sp.Symbol("M", positive=True)
@@ -1361,7 +1522,12 @@ def kl_identity(n: int = 3) -> Derivation:
 
 
 def hoeffding_bound(n: int = 3) -> Derivation:
-    """Hoeffding's lemma, proved step by step: ``KL(P || S) <= Delta^2 / 8`` when the bias spans ``Delta``."""
+    r"""Hoeffding's lemma, proved step by step: the KL divergence is at most :math:`\Delta^2/8`.
+
+    .. math::
+
+        \mathrm{KL}(P \,\|\, S) \le \frac{\Delta^2}{8}, \qquad \Delta = \max_j b_j - \min_j b_j
+    """
     D = sp.Symbol("Delta", positive=True)
     x = sp.Symbol("x", nonnegative=True)
     u = sp.Symbol("u", nonnegative=True)
@@ -1429,13 +1595,20 @@ def hoeffding_bound(n: int = 3) -> Derivation:
 
 
 def kl_supremum(n: int = 3) -> Derivation:
-    """The exact supremum of ``KL(P || S)`` over all rows whose bias spans ``Delta``; Hoeffding's ``Delta^2 / 8`` bounds it.
+    r"""The exact supremum of :math:`\mathrm{KL}(P \,\|\, S)` over all rows whose bias spans :math:`\Delta`.
 
-    Hoeffding's steps 1-3 give ``KL <= F(theta) = log(1 - theta + theta e^Delta) - theta Delta`` with
-    ``theta = (E_P[b] - min b) / Delta``; a two-point row attains ``F(theta)``, so the supremum is
-    ``max_theta F = F(theta*)``, ``theta* = 1/Delta - 1/(e^Delta - 1)``:
-    ``log((e^Delta - 1)/Delta) - 1 + Delta/(e^Delta - 1) = Delta^2/8 - Delta^4/576 + ... <= Delta^2/8``,
-    ``~ Delta - 1 - log Delta`` for large ``Delta``.  (``n`` is unused: the argument has no key count.)
+    .. math::
+
+        \sup \mathrm{KL}(P \,\|\, S) = K(\Delta)
+          = \log\frac{e^\Delta - 1}{\Delta} - 1 + \frac{\Delta}{e^\Delta - 1}
+          = \frac{\Delta^2}{8} - \frac{\Delta^4}{576} + \frac{\Delta^6}{25920} - \dots
+          \le \frac{\Delta^2}{8}
+
+    Hoeffding's steps 1-3 give :math:`\mathrm{KL} \le F(\theta) = \log(1 - \theta + \theta e^\Delta) - \theta\Delta`
+    with :math:`\theta = (\mathbb{E}_P[b] - \min b)/\Delta`; a two-point row attains :math:`F(\theta)`,
+    so the supremum is :math:`F(\theta^*)`, :math:`\theta^* = 1/\Delta - 1/(e^\Delta - 1)`.  For large
+    :math:`\Delta`, :math:`K(\Delta) \sim \Delta - 1 - \log\Delta`.  (``n`` is unused: the argument
+    has no key count.)
     """
     D = sp.Symbol("Delta", positive=True)
     th = sp.Symbol("theta", positive=True)
@@ -1515,7 +1688,15 @@ def kl_supremum(n: int = 3) -> Derivation:
 
 
 def tv_bound(n: int = 3) -> Derivation:
-    """``TV(P, S) <= tanh(Delta / 4)``, with the two-point worst case attaining it exactly."""
+    r"""The total variation is at most :math:`\tanh(\Delta/4)`, and a two-point row attains it.
+
+    .. math::
+
+        \mathrm{TV}(P, S) \le \tanh\frac{\Delta}{4} \le \frac{\Delta}{4},
+
+    with equality for :math:`P = (p^*, 1 - p^*)`, :math:`p^* = 1/(1 + e^{\Delta/2})`, bias
+    :math:`b = (\Delta, 0)`.
+    """
     D = sp.Symbol("Delta", positive=True)
     p = sp.Symbol("p", nonnegative=True)
     sig = sp.Symbol("sigma", nonnegative=True)
@@ -1578,7 +1759,11 @@ def tv_bound(n: int = 3) -> Derivation:
 # all of them
 # =========================================================================== #
 def derivations(k: Any = None, d: int = 3, n: int = 3) -> dict[str, Derivation]:
-    """Every derivation of the project, by name (general ``k`` plus the thread's ``k = 1``)."""
+    """Every derivation of the project, by name (general ``k`` plus the thread's ``k = 1``).
+
+    ``d`` is the dimension of the explicit-coordinate re-checks, ``n`` the number of keys of the
+    softmax derivations.
+    """
     return {
         "lifted_norm": lifted_norm(k, d),
         "squared_distance": squared_distance(k, d),
@@ -1601,7 +1786,13 @@ def derivations(k: Any = None, d: int = 3, n: int = 3) -> dict[str, Derivation]:
 
 
 def verify_all(k: Any = None, d: int = 3, n: int = 3, raise_on_failure: bool = True) -> Reports:
-    """Verify every derivation; return their :class:`Reports` (raise :class:`DerivationError` on a failure)."""
+    """Verify every derivation of :func:`derivations`; return their :class:`Reports`.
+
+    Raises
+    ------
+    DerivationError
+        When a step fails and ``raise_on_failure`` is true, naming every failing derivation.
+    """
     reports = Reports(der.verify() for der in derivations(k, d, n).values())
     if raise_on_failure and not reports.ok:
         bad = [r for r in reports if not r.ok]
@@ -1613,10 +1804,12 @@ def verify_all(k: Any = None, d: int = 3, n: int = 3, raise_on_failure: bool = T
 # numerical companions (float64 torch, mpmath)
 # =========================================================================== #
 class BoundCheck(NamedTuple):
-    """Per-row comparison of distance attention ``P`` and spatial attention ``S`` (float64, shape ``(..., N_q)``).
+    r"""Per-row comparison of distance attention :math:`P` and spatial attention :math:`S` (float64, ``(..., N_q)``).
 
-    ``kl_bound`` is Hoeffding's ``Delta^2 / 8`` (the exact supremum is
-    :func:`hypviz.attention.kl_supremum`); ``tv_uniform`` is the baseline ``TV(P, uniform row)``.
+    Fields: ``kl`` :math:`\mathrm{KL}(P \,\|\, S)`, ``tv`` :math:`\mathrm{TV}(P, S)`, ``delta``
+    :math:`\Delta`, ``kl_bound`` Hoeffding's :math:`\Delta^2/8` (the exact supremum is
+    :func:`hypviz.attention.kl_supremum`), ``tv_bound`` :math:`\tanh(\Delta/4)`, and ``tv_uniform``
+    the baseline :math:`\mathrm{TV}(P, U)` to the uniform row.
     """
 
     kl: torch.Tensor
@@ -1655,32 +1848,51 @@ def _reweighting_gap(p: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 def softmax_gap_bounds(queries: Any, keys: Any, tau: float, k: float = 1.0) -> BoundCheck:
-    """Measure how far spatial-dot attention is from distance attention, row by row, with the bounds.
+    r"""Measure how far spatial-dot attention is from distance attention, row by row, with the bounds.
 
-    ``P = softmax_j(-|q - kappa_j|^2_L / (2 tau))`` and ``S = softmax_j(q_s . kappa_{s,j} / tau)``;
-    ``KL = sum_j P_j log(P_j / S_j)``, ``TV = 1/2 sum_j |P_j - S_j|``,
-    ``Delta = q_t (max_j kappa_{t,j} - min_j kappa_{t,j}) / tau``, the bounds ``Delta^2 / 8``
-    (Hoeffding; the exact supremum is :func:`hypviz.attention.kl_supremum`) and ``tanh(Delta / 4)``,
-    and the baseline ``tv_uniform = TV(P, uniform) = 1/2 sum_j |P_j - 1/N_k|``.
+    .. math::
+
+        P_j = \mathrm{softmax}_j\Bigl(-\frac{\|q - \kappa_j\|_L^2}{2\tau}\Bigr), \qquad
+        S_j = \mathrm{softmax}_j\Bigl(\frac{q_s \cdot \kappa_{s,j}}{\tau}\Bigr),
+
+        \mathrm{KL} = \sum_j P_j \log\frac{P_j}{S_j}, \qquad
+        \mathrm{TV} = \tfrac12 \sum_j |P_j - S_j|, \qquad
+        \Delta = \frac{q_t\,(\max_j \kappa_{t,j} - \min_j \kappa_{t,j})}{\tau},
+
+    with the bounds :math:`\Delta^2/8` (Hoeffding; the exact supremum is
+    :func:`hypviz.attention.kl_supremum`) and :math:`\tanh(\Delta/4)`, and the baseline
+    :math:`\mathrm{TV}(P, U) = \tfrac12\sum_j |P_j - 1/N_k|`.
 
     Computed in float64 (time coordinates recomputed from the spatial parts), whatever the input
-    dtype.  Where a row's centred bias ``c_j = b_j - E_P[b]`` (``b_j = q_t kappa_{t,j} / tau``) stays
-    within ``[-1, 1]``, ``S`` is obtained from ``P`` through identity 4, ``S_j = P_j e^{c_j} / E_P[e^c]``
-    (exact; notebook 04 checks it against the softmax of the spatial logits), and KL and TV are
-    evaluated with ``expm1``/``log1p``: near the origin they are tiny, and the difference of two
-    softmax rows would keep only a few of their digits.  Other rows use the softmax of the spatial
-    logits directly.  ``tv_uniform`` likewise (``expm1`` of the centred logits near uniform).
+    dtype.  Where a row's centred bias :math:`c_j = b_j - \mathbb{E}_P[b]`
+    (:math:`b_j = q_t\kappa_{t,j}/\tau`) stays within :math:`[-1, 1]`, :math:`S` is obtained from
+    :math:`P` through identity 4, :math:`S_j = P_j e^{c_j} / \mathbb{E}_P[e^c]` (exact; notebook 04
+    checks it against the softmax of the spatial logits), and KL and TV are evaluated with
+    ``expm1``/``log1p``: near the origin they are tiny, and the difference of two softmax rows
+    would keep only a few of their digits.  Other rows use the softmax of the spatial logits
+    directly.  ``tv_uniform`` likewise (``expm1`` of the centred logits near uniform).
 
     Parameters
     ----------
-    queries : (..., N_q, d + 1) points on the hyperboloid ``<x, x>_L = -k``
-    keys : (..., N_k, d + 1) points, same leading shape (broadcasting)
-    tau : the softmax temperature (e.g. ``sqrt(d)``), > 0
-    k : the curvature parameter
+    queries : array or tensor, shape (..., N_q, d + 1)
+        Points on the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    keys : array or tensor, shape (..., N_k, d + 1)
+        Points of the same hyperboloid, batch shape broadcasting with the queries'.
+    tau : float
+        The softmax temperature (e.g. :math:`\sqrt{d}`), :math:`> 0`.
+    k : float
+        The curvature parameter.
 
     Returns
     -------
-    BoundCheck of float64 tensors of shape ``(..., N_q)``.
+    BoundCheck
+        float64 tensors of shape ``(..., N_q)``.
+
+    Raises
+    ------
+    ValueError
+        For a non-positive temperature, points off the hyperboloid, or queries and keys of
+        different ``d``.
     """
     kf = lorentz.check_k(k)
     tau_f = float(tau)
@@ -1721,19 +1933,31 @@ def softmax_gap_bounds(queries: Any, keys: Any, tau: float, k: float = 1.0) -> B
 def worst_case_row(
     query_norm: float = 2.0, key_norm: float = 2.0, d: int = 2, tau: float = 1.0, k: float = 1.0, p1: float | None = None
 ):
-    """Real points attaining ``TV(P, S) = tanh(Delta / 4)`` (or the exact KL supremum): one query and two keys.
+    r"""Real points attaining :math:`\mathrm{TV}(P, S) = \tanh(\Delta/4)` (or the KL supremum): one query, two keys.
 
-    Key 2 sits at the origin, key 1 at norm ``key_norm``, so ``Delta = q_t (kappa_{t,1} - sqrt k) / tau``;
-    the angle between query and key 1 is chosen so that the distance attention gives key 1 the
-    weight ``P_1 = p1``, by default ``1 / (1 + e^{Delta/2})``, the maximiser of the TV bound;
-    ``p1 = 1/Delta - 1/(e^Delta - 1)`` (``theta*`` of :func:`kl_supremum`) makes the KL equal its
-    exact supremum, and ``p1 = 1/2`` with a small ``Delta`` makes ``KL / (Delta^2 / 8)`` approach 1.
-    Returns ``(queries, keys)`` of shapes ``(1, d + 1)`` and ``(2, d + 1)``, float64.
+    Key 2 sits at the origin and key 1 at norm ``key_norm``, so
+
+    .. math::
+
+        \Delta = \frac{q_t\,(\kappa_{t,1} - \sqrt{k})}{\tau}, \qquad
+        P_1 = p_1 = \frac{1}{1 + e^{\Delta/2}} \text{ by default};
+
+    the angle between the query and key 1 is chosen so that distance attention gives key 1 the
+    weight :math:`P_1 = p_1`.  The default is the maximiser of the TV bound;
+    :math:`p_1 = 1/\Delta - 1/(e^\Delta - 1)` (:math:`\theta^*` of :func:`kl_supremum`) makes the KL
+    equal its exact supremum, and :math:`p_1 = 1/2` with a small :math:`\Delta` makes
+    :math:`\mathrm{KL}/(\Delta^2/8)` approach 1.
+
+    Returns
+    -------
+    (queries, keys) : tuple of torch.Tensor
+        Shapes ``(1, d + 1)`` and ``(2, d + 1)``, float64.
 
     Raises
     ------
     ValueError
-        when no angle works (the needed ``q_s . kappa_s`` exceeds ``|q_s| |kappa_s|``).
+        When :math:`d < 2`, :math:`p_1 \notin (0, 1)`, or no angle works (the needed
+        :math:`q_s \cdot \kappa_s` exceeds :math:`\|q_s\|\|\kappa_s\|`).
     """
     kf = lorentz.check_k(k)
     if d < 2:
@@ -1764,10 +1988,19 @@ def worst_case_row(
 
 
 def kl_supremum_mpmath(delta: Any, dps: int = 50) -> Any:
-    """The exact KL supremum ``log((e^D - 1)/D) - 1 + D/(e^D - 1)`` at ``dps`` digits (an mpmath number).
+    r"""The exact KL supremum at ``dps`` digits (an mpmath number); 0 at :math:`\Delta = 0`.
 
-    The reference for :func:`hypviz.attention.kl_supremum` (float64); ``0`` at ``D = 0``.  Extra
-    working digits make up for the cancellation at small ``D`` (the value is ``~ D^2/8``).
+    .. math::
+
+        K(\Delta) = \log\frac{e^\Delta - 1}{\Delta} - 1 + \frac{\Delta}{e^\Delta - 1}
+
+    The reference for :func:`hypviz.attention.kl_supremum` (float64).  Extra working digits make
+    up for the cancellation at small :math:`\Delta` (the value is about :math:`\Delta^2/8`).
+
+    Raises
+    ------
+    ValueError
+        When :math:`\Delta < 0`.
     """
     with mpmath.workdps(dps):
         x = mpmath.mpf(delta)
@@ -1785,19 +2018,35 @@ def kl_supremum_mpmath(delta: Any, dps: int = 50) -> Any:
 
 
 def sqdist_textbook(x: Any, y: Any, k: float = 1.0) -> torch.Tensor:
-    """The textbook ``-2k - 2<x, y>_L`` (identity 1), in the inputs' dtype; cancels badly for nearby points.
+    r"""The textbook squared distance (identity 1), in the inputs' dtype; cancels badly for nearby points.
 
-    For comparison only; use :func:`hypviz.lorentz.sqdist` (identity 3) in real code.
+    .. math::
+
+        \|x - y\|_L^2 = -2k - 2\langle x, y\rangle_L
+
+    For comparison only (the points are not checked); use :func:`hypviz.lorentz.sqdist`
+    (identity 3) in real code.
     """
     kf = lorentz.check_k(k)
     return -2.0 * kf - 2.0 * lorentz.inner(x, y)
 
 
 def sqdist_mpmath(xs: np.ndarray, ys: np.ndarray, k: float = 1.0, dps: int = 50) -> list:
-    """Reference ``|x - y|^2_L`` at ``dps`` digits from the exact float values of the spatial parts.
+    r"""Reference :math:`\|x - y\|_L^2` at ``dps`` digits from the exact float values of the spatial parts.
 
-    ``xs``, ``ys`` are ``(N, d)`` arrays of spatial parts; the time coordinates are recomputed
-    at high precision, and identity 3 is used so that nothing cancels.  Returns ``N`` mpf numbers.
+    ``xs``, ``ys`` are ``(N, d)`` arrays of spatial parts; the time coordinates are recomputed at
+    high precision and identity 3 is used, so that nothing cancels:
+
+    .. math::
+
+        \|x - y\|_L^2 = \|x_s - y_s\|^2 - \Bigl(\frac{\|x_s\|^2 - \|y_s\|^2}{x_t + y_t}\Bigr)^2
+
+    Returns a list of ``N`` mpf numbers.
+
+    Raises
+    ------
+    ValueError
+        When ``xs`` and ``ys`` are not two ``(N, d)`` arrays of one shape.
     """
     xs = np.asarray(xs)
     ys = np.asarray(ys)
@@ -1820,10 +2069,10 @@ def sqdist_mpmath(xs: np.ndarray, ys: np.ndarray, k: float = 1.0, dps: int = 50)
 
 @dataclass
 class SqdistAccuracy:
-    """Relative errors of the textbook and stable squared distances against mpmath.
+    r"""Relative errors of the textbook and stable squared distances against mpmath.
 
-    ``errors[(method, dtype)]`` is ``(n_separations, n_pairs)`` (NaN where the two float
-    inputs coincide); ``actual[dtype]`` the exact separations of the float inputs.
+    ``errors[(method, dtype)]`` is ``(n_separations, n_pairs)`` (NaN where the two float inputs
+    coincide); ``actual[dtype]`` the exact separations :math:`\|x_s - y_s\|` of the float inputs.
     """
 
     separations: np.ndarray
@@ -1852,14 +2101,17 @@ def sqdist_accuracy(
     seed: int = 0,
     dps: int = 50,
 ) -> SqdistAccuracy:
-    """Relative error of ``-2k - 2<x, y>_L`` (textbook) and of identity 3 (stable), both in the points' dtype.
+    r"""Relative errors of the textbook :math:`-2k - 2\langle x, y\rangle_L` and of identity 3, in the points' dtype.
 
-    The stable form is the arithmetic of :func:`hypviz.lorentz.sqdist` carried out in the dtype of the
-    points (``sqdist`` itself evaluates float32 and half-precision points in float64).
+    The stable form is the arithmetic of :func:`hypviz.lorentz.sqdist` carried out in the dtype of
+    the points (``sqdist`` itself evaluates float32 and half-precision points in float64).  Pairs:
+    :math:`x_s` of norm ``norm`` in a random direction, :math:`y_s = x_s + s\,u` with :math:`u` a
+    random unit vector and :math:`s` each separation; both rounded to the dtype, lifted in that dtype,
+    then compared with :func:`sqdist_mpmath` on the very same float inputs:
 
-    Pairs: ``x_s`` of norm ``norm`` in a random direction, ``y_s = x_s + s u`` with ``u`` a random
-    unit vector and ``s`` each separation; both rounded to the dtype, lifted in that dtype, then
-    compared with :func:`sqdist_mpmath` on the very same float inputs.
+    .. math::
+
+        \mathrm{err} = \frac{|\hat D - D|}{D}, \qquad D = \|x - y\|_L^2 \text{ at } \mathtt{dps} \text{ digits}.
     """
     kf = lorentz.check_k(k)
     seps = np.asarray(list(separations), dtype=np.float64)

@@ -1,9 +1,15 @@
 r"""A small hyperbolic transformer with Hypformer's *structure*, written from the maths (no Hypformer code).
 
-Points are ``x = (x_t, x_s)`` on ``<x, x>_L = -k``, time first; ``lift(x_s) = (sqrt(|x_s|^2 + k), x_s)``.
-:class:`HypAttention` has what :func:`hypviz.capture.attention` recognises without arguments (per-head
-``Wq``/``Wk``/``Wv`` module lists, ``attention_type``, ``power_k``, ``norm_scale``, ``scale``, ``bias``,
-``manifold.k``, ``manifold.cinner``), so a trained :class:`ToyHypformer` can be captured and reported on::
+Points are :math:`x = (x_t, x_s)` on :math:`\langle x, x\rangle_L = -k`, time first, and
+
+.. math::
+
+    \mathrm{lift}(x_s) = \Bigl(\sqrt{\|x_s\|^2 + k},\; x_s\Bigr).
+
+:class:`HypAttention` has what :func:`hypviz.capture.attention` recognises without arguments
+(per-head ``Wq``/``Wk``/``Wv`` module lists, ``attention_type``, ``power_k``, ``norm_scale``,
+``scale``, ``bias``, ``manifold.k``, ``manifold.cinner``), so a trained :class:`ToyHypformer` can
+be captured and reported on::
 
     model = ToyHypformer(34, 4, 2, heads=3, k=2.0, attention_type="full")   # float64, parameters from seed 0
     losses = train(model, x, y, steps=30, lr=0.01, seed=0)                  # x (34, 34) features, y (34,) labels
@@ -23,58 +29,104 @@ EPS = 1e-6  # Hypformer's offset in the feature map and its normaliser
 
 
 def lift(xs: torch.Tensor, k: float) -> torch.Tensor:
-    """``(..., d) -> (..., d + 1)``: ``x_t = sqrt(|x_s|^2 + k)`` prepended."""
+    r"""Prepend the time coordinate: ``(..., d) -> (..., d + 1)``.
+
+    .. math::
+
+        x = \Bigl(\sqrt{\|x_s\|^2 + k},\; x_s\Bigr)
+    """
     return torch.cat([torch.sqrt((xs * xs).sum(dim=-1, keepdim=True) + k), xs], dim=-1)
 
 
 def centroid(a: torch.Tensor, k: float) -> torch.Tensor:
-    """Lorentzian centroid of a weighted sum ``a (..., d + 1)`` of points: ``sqrt(k) a / sqrt(|<a, a>_L|)``."""
+    r"""Lorentzian centroid of a weighted sum ``a (..., d + 1)`` of points: ``a`` rescaled onto the hyperboloid.
+
+    .. math::
+
+        c = \frac{\sqrt{k}\,a}{\sqrt{|\langle a, a\rangle_L|}}, \qquad \langle c, c\rangle_L = -k
+        \text{ for time-like } a
+    """
     aa = -a[..., :1] ** 2 + (a[..., 1:] ** 2).sum(dim=-1, keepdim=True)
     return math.sqrt(k) * a / aa.abs().sqrt()
 
 
 class Manifold:
-    """The hyperboloid ``<x, x>_L = -k`` (``k`` fixed, not learned, as in Hypformer's public code).
+    r"""The hyperboloid :math:`\langle x, x\rangle_L = -k` (``k`` fixed, not learned, as in Hypformer's public code).
 
-    ``cinner(x (..., N, d + 1), y (..., M, d + 1)) -> (..., N, M)``: ``<x_i, y_j>_L / k``.
+    ``cinner(x (..., N, d + 1), y (..., M, d + 1)) -> (..., N, M)``:
+
+    .. math::
+
+        \mathrm{cinner}(x, y)_{ij} = \frac{\langle x_i, y_j\rangle_L}{k}
     """
 
     def __init__(self, k: float):
         self.k = float(k)
 
     def cinner(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        r"""All inner products over :math:`k`, :math:`\langle x_i, y_j\rangle_L / k`, shape ``(..., N, M)``."""
         inner = x[..., 1:] @ y[..., 1:].transpose(-1, -2) - x[..., :1] @ y[..., :1].transpose(-1, -2)
         return inner / self.k
 
 
 class HypLinear(nn.Module):
-    """HypLinear-like: points ``(N, d_in + 1) -> (N, d + 1)``, ``lift(W x_s + b)`` (Hypformer's: ``W`` on all of ``x``)."""
+    r"""HypLinear-like map of points ``(N, d_in + 1) -> (N, d + 1)`` (Hypformer's applies ``W`` to all of ``x``).
+
+    .. math::
+
+        y = \mathrm{lift}(W x_s + b)
+
+    Only the spatial part :math:`x_s` enters.
+    """
 
     def __init__(self, d_in: int, d: int, k: float):
         super().__init__()
         self.linear, self.k = nn.Linear(d_in, d), float(k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r"""Map points ``(..., d_in + 1)`` to points ``(..., d + 1)``: :math:`\mathrm{lift}(W x_s + b)`."""
         return lift(self.linear(x[..., 1:]), self.k)
 
 
 class HypAttention(nn.Module):
     r"""Hypformer-style attention: ``forward(query_input (N, d_in + 1), source_input=None) -> (N, d + 1)``.
 
-    Per head ``h``: ``q = Wq[h](x)``, ``kappa = Wk[h](src)``, ``v = Wv[h](src)``, points on ``<x, x>_L = -k``.
+    Per head :math:`h`: :math:`q = W_q[h](x)`, :math:`\kappa = W_k[h](\mathrm{src})`,
+    :math:`v = W_v[h](\mathrm{src})`, points on :math:`\langle x, x\rangle_L = -k` (``src`` is
+    ``source_input``, default ``query_input``).
 
-    * ``"linear_focused"``: with ``phi(x) = f_p((relu(x_s) + 1e-6) / (|norm_scale| + 1e-6))``,
-      ``f_p(y) = (|y| / |y^p|) y^p`` (``p = power_k``), per head
-      ``o_h = phi(Q) (phi(K)^T V_s) / (phi(Q) sum_j phi(kappa_j) + 1e-6) + v_map_mlp(V_s)``
-      (no softmax, no ``1/sqrt(d)``; row ``i`` of ``v_map_mlp(V_s)`` is node ``i``'s own value, so
-      ``N = M``, self-attention, as in Hypformer); output ``lift(mean_h o_h)``.
-    * ``"full"``: per head ``A = softmax((2 + 2 cinner(q, kappa)) / scale + bias)``, which by identity 1
-      is the distance softmax ``softmax(-1/2 |q - kappa|^2_L / tau)`` at ``tau = k scale / 2``; the
-      per-head output is the centroid ``sqrt(k) a / sqrt(|<a, a>_L|)`` of ``a = A V`` (full points),
-      the layer's output the centroid of the heads' mean.
+    * ``"linear_focused"``: with the feature map (:meth:`phi`, :math:`p` = ``power_k``)
 
-    Parameters: ``norm_scale`` (init 1), ``scale`` (init ``sqrt(d)``), ``bias`` (init 0), ``v_map_mlp``
-    (``nn.Linear(d, d)``, used by the focused mode only); ``power_k`` and ``manifold.k`` are fixed.
+      .. math::
+
+          \varphi(x) = f_p\Bigl(\frac{\mathrm{relu}(x_s) + 10^{-6}}{|\mathrm{norm\_scale}| + 10^{-6}}\Bigr),
+          \qquad f_p(y) = \frac{\|y\|}{\|y^p\|}\,y^p,
+
+      each head computes
+
+      .. math::
+
+          o_h = \frac{\varphi(Q)\,(\varphi(K)^\top V_s)}{\varphi(Q)\sum_j \varphi(\kappa_j) + 10^{-6}}
+                + \mathrm{v\_map\_mlp}(V_s)
+
+      (no softmax, no :math:`1/\sqrt{d}`; row :math:`i` of :math:`\mathrm{v\_map\_mlp}(V_s)` is node
+      :math:`i`'s own value, so :math:`N = M`, self-attention, as in Hypformer), and the output is
+      :math:`\mathrm{lift}(\operatorname{mean}_h o_h)`.
+    * ``"full"``: per head
+
+      .. math::
+
+          A = \mathrm{softmax}\Bigl(\frac{2 + 2\,\mathrm{cinner}(q, \kappa)}{\mathrm{scale}} + \mathrm{bias}\Bigr)
+            = \mathrm{softmax}\Bigl(\frac{-\tfrac12\|q - \kappa\|_L^2}{\tau}\Bigr),
+          \qquad \tau = \frac{k\,\mathrm{scale}}{2}
+
+      (identity 1), the distance softmax; the per-head output is the :func:`centroid` of
+      :math:`a = A V` (full points), the layer's output the centroid of the heads' mean.
+
+    Parameters: ``norm_scale`` (init 1), ``scale`` (init :math:`\sqrt{d}`), ``bias`` (init 0),
+    ``v_map_mlp`` (``nn.Linear(d, d)``, used by the focused mode only); ``power_k`` and
+    ``manifold.k`` are fixed.  An ``attention_type`` other than these two raises ``ValueError``, and
+    so does ``"linear_focused"`` with :math:`N \ne M`.
     """
 
     def __init__(self, d_in: int, d: int, heads: int, k: float = 1.0, attention_type: str = "linear_focused",
@@ -90,7 +142,7 @@ class HypAttention(nn.Module):
         self.bias = nn.Parameter(torch.zeros(()))
 
     def reset_parameters(self) -> None:
-        """Re-draw every ``nn.Linear`` (global RNG); ``norm_scale``, ``scale``, ``bias`` back to 1, sqrt(d), 0."""
+        """Re-draw every ``nn.Linear`` (global RNG); ``norm_scale``, ``scale``, ``bias`` back to 1, ``sqrt(d)``, 0."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 m.reset_parameters()
@@ -100,12 +152,22 @@ class HypAttention(nn.Module):
             self.bias.zero_()
 
     def phi(self, xs: torch.Tensor) -> torch.Tensor:
-        """The focused feature map on spatial parts ``(..., d)``."""
+        r"""The focused feature map on spatial parts ``(..., d)``.
+
+        .. math::
+
+            \varphi(x_s) = \frac{\|y\|}{\|y^p\|}\,y^p, \qquad
+            y = \frac{\mathrm{relu}(x_s) + 10^{-6}}{|\mathrm{norm\_scale}| + 10^{-6}}, \quad p = \mathrm{power\_k}
+        """
         y = (torch.relu(xs) + EPS) / (self.norm_scale.abs() + EPS)
         yp = y**self.power_k
         return y.norm(dim=-1, keepdim=True) / yp.norm(dim=-1, keepdim=True) * yp
 
     def forward(self, query_input: torch.Tensor, source_input: torch.Tensor | None = None) -> torch.Tensor:
+        """The layer's output points ``(N, d + 1)`` for ``query_input`` and ``source_input`` (default: ``query_input``).
+
+        The computation of ``attention_type`` is in the class docstring.
+        """
         src = query_input if source_input is None else source_input
         q = torch.stack([w(query_input) for w in self.Wq])  # (H, N, d + 1)
         kk, v = torch.stack([w(src) for w in self.Wk]), torch.stack([w(src) for w in self.Wv])  # (H, M, d + 1)
@@ -123,17 +185,25 @@ class HypAttention(nn.Module):
 
 
 class ToyHypformer(nn.Module):
-    """Node classifier: ``x (N, f)`` -> input lift ``lift(W x + b)`` -> attention layers -> ``(N, classes)`` logits.
+    r"""Node classifier: features ``x (N, f)`` -> points -> attention layers -> ``(N, classes)`` logits.
+
+    .. math::
+
+        h_0 = \mathrm{lift}(W x + b), \qquad h_{i+1} = \mathrm{block}_i(h_i, h_i), \qquad
+        \mathrm{logits} = \mathrm{readout}(h_{L,s}),
+
+    the readout being ``nn.Linear(d, classes)`` of the last points' spatial parts.
 
     Parameters
     ----------
     features, d, classes : int
         Feature count ``f``, spatial dimension ``d`` of every point, number of classes.
     heads, k, attention_type, power_k
-        Of every :class:`HypAttention` layer ``blocks.i``, each ``x -> layer(x, x)``, ``(N, d + 1) -> (N, d + 1)``.
-    layers, seed : int
-        Number of attention layers; the seed of :meth:`reset_parameters`.  The readout is
-        ``nn.Linear(d, classes)`` of the last points' spatial parts.
+        Of every :class:`HypAttention` layer ``blocks[i]``, ``(N, d + 1) -> (N, d + 1)``.
+    layers : int
+        Number of attention layers.
+    seed : int
+        The seed of :meth:`reset_parameters` (parameters are float64).
     """
 
     def __init__(self, features: int, d: int, classes: int, *, heads: int = 2, k: float = 1.0,
@@ -162,17 +232,25 @@ class ToyHypformer(nn.Module):
         return h
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The class logits ``(N, classes)``: the readout of the last points' spatial parts."""
         return self.readout(self.points(x)[..., 1:])
 
 
 def train(model: ToyHypformer, x: torch.Tensor, y: torch.Tensor, steps: int = 100, lr: float = 0.05,
           seed: int | None = 0) -> list[float]:
-    """Full-batch Adam on the cross-entropy ``-mean_i log softmax(model(x))_{i, y_i}``, in float64.
+    r"""Full-batch Adam on the cross-entropy, in float64.
+
+    .. math::
+
+        \mathcal{L} = -\frac{1}{N}\sum_i \log \mathrm{softmax}\bigl(\mathrm{model}(x)\bigr)_{i, y_i}
 
     Parameters
     ----------
     model : ToyHypformer
-    x, y : ``(N, f)`` features, ``(N,)`` integer labels;  steps, lr : Adam steps and learning rate
+    x, y : torch.Tensor
+        ``(N, f)`` features and ``(N,)`` integer labels.
+    steps, lr : int, float
+        Adam steps and learning rate.
     seed : int or None
         Unless None, the parameters are first re-drawn by ``model.reset_parameters(seed)``: the result
         then depends only on the architecture, the data, ``steps``, ``lr`` and ``seed``.

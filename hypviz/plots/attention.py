@@ -1,4 +1,4 @@
-"""Attention pictures: heatmaps side by side, difference maps, bound and sweep curves, the bias in the disk.
+r"""Attention pictures: heatmaps side by side, difference maps, bound and sweep curves, the bias in the disk.
 
 Every function takes maps, per-row statistics or :class:`hypviz.attention.Comparison` results
 (computed by :mod:`hypviz.attention`, never here) and returns a ``matplotlib.figure.Figure``
@@ -6,9 +6,9 @@ made without pyplot (shown once when returned from a notebook cell; save it with
 ``fig.savefig``).  The one picture that starts from points, :func:`disk_level_sets_mpl`, gets
 its projections from :mod:`hypviz.lorentz` and its scores and weights from
 :mod:`hypviz.attention`.  Figures are labelled (axes with units, colourbars saying what they
-measure, mathtext titles; keys are written ``kappa``, since ``k`` is the curvature parameter)
-and colour-blind safe: ``viridis`` for weights, ``RdBu_r`` centred on zero for differences,
-Okabe-Ito colours plus distinct line styles and markers for curves.
+measure, mathtext titles; keys are written :math:`\kappa`, since :math:`k` is the curvature
+parameter) and colour-blind safe: ``viridis`` for weights, ``RdBu_r`` centred on zero for
+differences, Okabe-Ito colours plus distinct line styles and markers for curves.
 """
 
 from __future__ import annotations
@@ -90,8 +90,14 @@ def heatmaps_mpl(
 ) -> Figure:
     """Attention maps side by side on one shared colour scale, with one labelled colourbar.
 
-    ``maps`` are ``(N, M)`` arrays or tensors (e.g. from :func:`hypviz.attention.attention_map`);
-    the scale runs from ``vmin`` (default 0) to ``vmax`` (default the largest weight of all maps).
+    ``maps`` are ``(N, M)`` arrays or tensors of weights :math:`A_{ij}` (e.g. from
+    :func:`hypviz.attention.attention_map`), one title each; the scale runs from ``vmin`` (default 0)
+    to ``vmax`` (default the largest weight of all maps).
+
+    Raises
+    ------
+    ValueError
+        For an empty or non-2-D map, or a number of titles different from the number of maps.
     """
     from matplotlib.colors import Normalize
 
@@ -128,11 +134,20 @@ def difference_map_mpl(
     ylabel: str = r"query $i$",
     ax: Axes | None = None,
 ) -> Figure:
-    """``map_b - map_a`` on a diverging colormap centred on zero (symmetric limits ``+-limit``).
+    r"""The difference of two maps on a diverging colormap centred on zero.
 
-    ``limit`` defaults to the largest absolute difference, so that two difference maps can share
-    a scale when given the same ``limit``.  With ``ax`` the map is drawn there (its figure is
-    returned); otherwise a new figure is made.
+    .. math::
+
+        D_{ij} = A^{(b)}_{ij} - A^{(a)}_{ij}, \qquad \text{colour scale } [-\ell, \ell]
+
+    with the limit :math:`\ell` = ``limit``, by default :math:`\max_{ij} |D_{ij}|`, so that two
+    difference maps share a scale when given the same ``limit``.  With ``ax`` the map is drawn
+    there (its figure is returned); otherwise a new figure is made.
+
+    Raises
+    ------
+    ValueError
+        When the two maps differ in shape (or are not non-empty 2-D arrays).
     """
     from matplotlib.colors import Normalize
 
@@ -171,10 +186,15 @@ def difference_maps_mpl(
     ylabel: str = r"query $i$",
     panel_size: float = 3.2,
 ) -> Figure:
-    """Several differences ``map_b - map_a`` side by side on ONE zero-centred diverging scale.
+    """Several differences :math:`A^{(b)} - A^{(a)}` side by side on ONE zero-centred diverging scale.
 
-    ``pairs`` holds ``(map_a, map_b)``; ``limit`` defaults to the largest absolute difference of
-    all pairs, so a panel that looks white really is (nearly) zero next to the others.
+    ``pairs`` holds ``(map_a, map_b)``, one title each; ``limit`` defaults to the largest absolute
+    difference of all pairs, so a panel that looks white really is (nearly) zero next to the others.
+
+    Raises
+    ------
+    ValueError
+        For a pair of maps of different shapes, or a number of titles different from the number of pairs.
     """
     from matplotlib.colors import Normalize
 
@@ -217,14 +237,24 @@ def bound_sweep_mpl(
     xlabel: str = r"norm scale $r$ of the spatial parts",
     title: str = r"spatial vs distance softmax: measured gap and the bound $\Delta$",
 ) -> Figure:
-    r"""Mean and max row TV and KL of each :class:`~hypviz.attention.Comparison`, with the bounds overlaid.
+    r"""Mean and max row TV and KL of each :class:`~hypviz.attention.Comparison` of a sweep, with the bounds overlaid.
 
-    Left: ``TV`` (mean, max over rows) and the sharp bound ``tanh(Delta/4)`` (mean and max over
-    rows, ``Comparison.tv_bound``).  Right: ``KL(P_b || P_a)`` (mean, max), the exact supremum
-    ``log((e^Delta - 1)/Delta) - 1 + Delta/(e^Delta - 1)`` (``Comparison.kl_bound``, mean and max)
-    and Hoeffding's simpler ``Delta^2/8`` (``Comparison.kl_bound_hoeffding``, max).  Log-log
-    axes; zero values are not drawn.  Every result must compare two softmax kinds (the bound does
-    not apply to ``"focused"``, whose ``delta`` is ``None``).
+    .. math::
+
+        \mathrm{TV}(P_a, P_b) \le \tanh\frac{\Delta}{4}, \qquad
+        \mathrm{KL}(P_b \,\|\, P_a) \le \log\frac{e^\Delta - 1}{\Delta} - 1 + \frac{\Delta}{e^\Delta - 1}
+                                   \le \frac{\Delta^2}{8}
+
+    Left: TV (mean, max over rows) and ``Comparison.tv_bound`` (mean and max over rows).  Right:
+    KL (mean, max), the exact supremum ``Comparison.kl_bound`` (mean and max) and Hoeffding's
+    simpler ``Comparison.kl_bound_hoeffding`` (max).  One comparison per sweep value ``x``; log-log
+    axes; zero values are not drawn.
+
+    Raises
+    ------
+    ValueError
+        When ``x`` and ``results`` differ in length, or a result does not compare two softmax kinds
+        (the bound does not apply to ``"focused"``, whose ``delta`` is ``None``).
     """
     xs = _as_1d(x, "x")
     if len(results) != xs.size:
@@ -288,15 +318,25 @@ def comparison_sweep_mpl(
     ``series`` maps a label (e.g. ``r"$\tau = 8$"``) to ``(x, results)``: one sweep value and one
     comparison per point.  Three panels, each curve drawn against ``x``:
 
-    * the gap ``mean TV(P_a, P_b)`` (solid) and the reference's baseline ``mean TV(P_b, U)``
-      (dashed), log-log: the two must be read together;
+    * the gap :math:`\operatorname{mean}\mathrm{TV}(P_a, P_b)` (solid) and the reference's baseline
+      :math:`\operatorname{mean}\mathrm{TV}(P_b, U)` (dashed), log-log: the two must be read together;
     * their ratio ``Comparison.gap_ratio`` (linear axis), with the ``"close"`` threshold
-      ``close_ratio`` (default :data:`hypviz.attention.CLOSE_RATIO`) dotted;
-    * the rank measures ``top1_agreement`` (solid), ``topk_agreement`` (dashed) and
-      ``rank_correlation`` (Spearman, dotted; left out when not computed), on ``[0, 1]``.
+      ``close_ratio`` (default :data:`hypviz.attention.CLOSE_RATIO`) dotted,
 
-    Curves of different series that coincide show a collapse onto ``x``.  With ``xscale="log"``
-    every ``x`` must be positive.
+      .. math::
+
+          \mathrm{gap\_ratio} = \frac{\operatorname{mean}\mathrm{TV}(P_a, P_b)}{\operatorname{mean}\mathrm{TV}(P_b, U)};
+
+    * the rank measures ``top1_agreement`` (solid), ``topk_agreement`` (dashed) and
+      ``rank_correlation`` (Spearman, dotted; left out when not computed), on :math:`[0, 1]`.
+
+    Curves of different series that coincide show a collapse onto ``x``.
+
+    Raises
+    ------
+    ValueError
+        For no series, an ``xscale`` other than ``"log"`` and ``"linear"``, a series whose ``x`` and
+        ``results`` differ in length, or a non-positive ``x`` on a log axis.
     """
     from matplotlib.lines import Line2D
 
@@ -386,24 +426,31 @@ def disk_level_sets_mpl(
 ) -> Figure:
     r"""The key-norm bias made visible: level sets of the two scores in the Poincare disk, keys coloured by weight.
 
-    For one query ``q`` and keys ``kappa_j`` in the hyperbolic plane (``d = 2``, points ``(3,)`` /
-    ``(M, 3)`` on ``<x, x>_L = -k``), two panels in the Poincare disk of radius ``sqrt(k)``
-    (a point maps as ``p = sqrt(k) x_s / (x_t + sqrt(k))``, :func:`hypviz.lorentz.to_poincare`):
+    For one query :math:`q` and keys :math:`\kappa_j` in the hyperbolic plane (:math:`d = 2`, points
+    ``(3,)`` and ``(M, 3)`` on :math:`\langle x, x\rangle_L = -k`), two panels in the Poincare disk
+    of radius :math:`\sqrt{k}`, :math:`p = \sqrt{k}\,x_s/(x_t + \sqrt{k})`
+    (:func:`hypviz.lorentz.to_poincare`):
 
-    * left, the level sets of the spatial score ``q_s . kappa_s`` -- straight lines in the spatial
-      chart, curved in the disk -- and each key coloured by its weight
-      ``softmax_j(q_s . kappa_{s,j} / tau)``;
-    * right, the level sets of ``|q - kappa|^2_L`` -- hyperbolic circles around ``q`` -- and each key
-      coloured by ``softmax_j(-1/2 |q - kappa_j|^2_L / tau)``.
+    * left, the level sets of the spatial score :math:`q_s \cdot \kappa_s` (straight lines in the
+      spatial chart, curved in the disk) and each key coloured by its weight
+      :math:`\mathrm{softmax}_j(q_s \cdot \kappa_{s,j}/\tau)`;
+    * right, the level sets of :math:`\|q - \kappa\|_L^2` (hyperbolic circles around :math:`q`) and
+      each key coloured by :math:`\mathrm{softmax}_j(-\tfrac12\|q - \kappa_j\|_L^2/\tau)`.
 
     Both panels share one colour scale (0 to the largest weight of either).  The fields are
     evaluated on a polar grid of the disk (``grid = (radii, angles)``; radii evenly spaced in
-    geodesic distance from the origin, out to ``edge sqrt(k)``), lifted by
+    geodesic distance from the origin, out to ``edge * sqrt(k)``), lifted by
     :func:`hypviz.lorentz.from_poincare`; scores and weights come from
-    :func:`hypviz.attention.scores` and :func:`hypviz.attention.attention_map`.  ``levels`` is a
-    number of evenly spaced values strictly inside the keys' range of each score, or a pair of
-    sequences ``(spatial levels, |q - kappa|^2_L levels)``.  With ``axes`` (two Axes of one
-    figure) the panels are drawn there.
+    :func:`hypviz.attention.scores` and :func:`hypviz.attention.attention_map` at
+    :math:`\tau` = ``temperature``.  ``levels`` is a number of evenly spaced values strictly inside
+    the keys' range of each score, or a pair of sequences (spatial levels, :math:`\|q - \kappa\|_L^2`
+    levels).  With ``axes`` (two Axes of one figure) the panels are drawn there.
+
+    Raises
+    ------
+    ValueError
+        For a query that is not one ``(3,)`` point, keys that are not ``(M, 3)``, points off the
+        hyperboloid, a bad ``grid``, ``edge`` outside :math:`(0, 1)`, bad ``levels`` or ``axes``.
     """
     from matplotlib.colors import Normalize
 
@@ -496,9 +543,19 @@ def disk_level_sets_mpl(
 # cost curves
 # --------------------------------------------------------------------------- #
 def crossover(x: ArrayLike, y1: ArrayLike, y2: ArrayLike) -> float | None:
-    """The first ``x`` where ``y1`` and ``y2`` cross, interpolated linearly in log-log; ``None`` if they do not.
+    r"""The first ``x`` where ``y1`` and ``y2`` cross, interpolated linearly in log-log; ``None`` if they do not.
 
-    A crossing is a change of sign of ``log(y1 / y2)`` between consecutive points (or a tie).
+    With :math:`r_i = \log(y_{1,i}/y_{2,i})`, a crossing is a tie (:math:`r_i = 0`, giving
+    :math:`x_i`) or a change of sign between consecutive points, where
+
+    .. math::
+
+        x^* = \exp\bigl(\log x_i + t\,(\log x_{i+1} - \log x_i)\bigr), \qquad t = \frac{r_i}{r_i - r_{i+1}}.
+
+    Raises
+    ------
+    ValueError
+        When the three arrays differ in length or hold a non-positive value.
     """
     xs, a, b = _as_1d(x, "x"), _as_1d(y1, "y1"), _as_1d(y2, "y2")
     if not (xs.size == a.size == b.size):
@@ -530,9 +587,15 @@ def cost_curves_mpl(
 ) -> Figure:
     """Time (s) and peak memory (bytes, drawn in MiB) against ``N``, log-log, crossovers marked.
 
-    ``times`` and ``memory`` map a label to one value per ``N``; a missing value is ``nan``
-    (e.g. the quadratic form where it did not fit).  Several curves may share a panel; the
-    crossover of the first two curves of each panel is marked with a vertical line.
+    ``times`` and ``memory`` map a label to one value per ``N``; a missing value is ``nan`` (e.g. the
+    quadratic form where it did not fit).  Several curves may share a panel; the crossover of the
+    first two curves of each panel (:func:`crossover`, on the points where both are finite and
+    positive) is marked with a vertical line.
+
+    Raises
+    ------
+    ValueError
+        When a curve does not have one value per ``N``.
     """
     ns = _as_1d(n, "n")
     fig = _new_figure((10.0, 4.0))
@@ -577,7 +640,9 @@ def row_distribution_mpl(
 ) -> Figure:
     """Histograms (outlined, one colour and line style per entry) of per-row statistics, e.g. row TVs.
 
-    With ``ax`` the histograms are drawn there (its figure is returned); otherwise a new figure is made.
+    All entries share ``bins`` bins, evenly spaced (or log-spaced with ``log``) over the range of
+    all values.  With ``ax`` the histograms are drawn there (its figure is returned); otherwise a
+    new figure is made.
     """
     arrays = {label: _as_1d(v, label) for label, v in values.items()}
     if not arrays:

@@ -1,8 +1,10 @@
 """Numerical-error and bound curves for the derivation notebooks (matplotlib).
 
 Both functions take arrays (numpy or torch) that were computed elsewhere and return a
-:class:`matplotlib.figure.Figure`; nothing here computes geometry.  Figures are built with
-the object-oriented API (not ``pyplot``), so a notebook cell shows a returned figure once.
+:class:`matplotlib.figure.Figure`; nothing here computes geometry.  Figures are built with the
+object-oriented API (not ``pyplot``), so a notebook cell shows a returned figure once.  Colours
+are Okabe and Ito's colour-blind-safe palette (:data:`OKABE_ITO`), points coloured by a value use
+``viridis``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from matplotlib.figure import Figure
 
 __all__ = ["error_curves", "bound_scatter", "OKABE_ITO"]
 
-# Okabe & Ito's colour-blind-safe palette (black first)
+#: Okabe & Ito's colour-blind-safe palette (black first), the colours of the curves in order.
 OKABE_ITO = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#CC79A7", "#F0E442")
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
@@ -52,22 +54,40 @@ def error_curves(
     figsize: tuple[float, float] = (6.4, 4.6),
     ax: Axes | None = None,
 ) -> Figure:
-    """Log-log error curves: one line per entry of ``curves``, against ``x``.
+    r"""Log-log error curves: one line per entry of ``curves``, against ``x``.
+
+    A curve given as ``(n, m)`` samples per ``x`` is drawn as the median with a shaded min-max band
+    (NaN samples ignored); labels containing ``"float32"`` are dashed.  Values are drawn at
+    :math:`\max(y, \mathrm{floor})`, so exact zeros stay on the log axis.
 
     Parameters
     ----------
-    x : (n,) positive values (e.g. separations)
-    curves : label -> (n,) values, or (n, m) samples per ``x`` (drawn as the median with a
-        shaded min-max band; NaN samples are ignored)
-    reference_lines : label -> value, drawn as dotted horizontal lines (e.g. machine epsilons)
-    floor : values below it (exact zeros included) are drawn at ``floor``
-    invert_x : draw ``x`` decreasing to the right (e.g. "points getting closer")
-    xlabel, ylabel, title : axis labels with units and a (LaTeX) title
-    ax : draw into this Axes (of a figure made elsewhere) instead of a new figure
+    x : array, shape (n,)
+        Positive values (e.g. separations :math:`\|x_s - y_s\|`).
+    curves : mapping
+        Label -> ``(n,)`` values, or ``(n, m)`` samples per ``x``.
+    reference_lines : mapping, optional
+        Label -> value, drawn as dotted horizontal lines (e.g. machine epsilons).
+    floor : float
+        Values below it (exact zeros included) are drawn at ``floor``.
+    invert_x : bool
+        Draw ``x`` decreasing to the right (e.g. "points getting closer").
+    xlabel, ylabel, title : str
+        Axis labels with units and a (LaTeX) title.
+    figsize : tuple of float
+        Size of a new figure, in inches.
+    ax : matplotlib.axes.Axes, optional
+        Draw into this Axes (of a figure made elsewhere) instead of a new figure.
 
     Returns
     -------
-    matplotlib.figure.Figure with one log-log axes (``ax.figure`` when ``ax`` is given).
+    matplotlib.figure.Figure
+        One log-log axes (``ax.figure`` when ``ax`` is given).
+
+    Raises
+    ------
+    ValueError
+        For non-positive or non-1-D ``x``, no curves, an empty curve or one whose length is not ``n``.
     """
     xs = _array(x, "x")
     if xs.ndim != 1 or not np.all(xs > 0):
@@ -118,16 +138,23 @@ def bound_scatter(
     figsize: tuple[float, float] = (6.4, 5.0),
     ax: Axes | None = None,
 ) -> Figure:
-    """Scatter of measured values against their bound, with the line ``y = x`` (log-log).
+    r"""Scatter of measured values against their bound, with the line :math:`y = x` (log-log).
 
-    Points on or below the line respect the bound.  ``color`` (same length) colours the points
-    with ``viridis`` and a colourbar labelled ``color_label``.  Non-positive values are left out
-    of the log axes (their count is written in the legend).  With ``ax`` the scatter is drawn
-    into that Axes (its figure gets the colourbar).
+    Points on or below the line respect the bound, e.g. :math:`\mathrm{TV}(P, S) \le \tanh(\Delta/4)`.
+    ``color`` (one value per point) colours the points with ``viridis`` and a colourbar labelled
+    ``color_label`` (on a log scale when ``log_color`` and every drawn value is positive).  Pairs with a
+    non-positive or non-finite value are left out of the log axes (their count is written in the
+    legend).  With ``ax`` the scatter is drawn into that Axes (its figure gets the colourbar).
 
     Returns
     -------
-    matplotlib.figure.Figure with one log-log axes (and a colourbar when ``color`` is given).
+    matplotlib.figure.Figure
+        One log-log axes (and a colourbar when ``color`` is given).
+
+    Raises
+    ------
+    ValueError
+        When ``bound``, ``measured`` (and ``color``) differ in length, or no pair is positive and finite.
     """
     b = _array(bound, "bound").ravel()
     m = _array(measured, "measured").ravel()

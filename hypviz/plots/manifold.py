@@ -1,33 +1,39 @@
-"""Pictures of hyperbolic space: the hyperboloid sheet, the Poincare disk and the Klein disk.
+r"""Pictures of hyperbolic space: the hyperboloid sheet, the Poincare disk and the Klein disk.
 
-Every function takes points of the Lorentz model, shape ``(N, d + 1)`` (time coordinate
-first, ``<x, x>_L = -k``; any leading batch shape is flattened), as numpy arrays or torch
-tensors, and returns a figure: a ``matplotlib.figure.Figure`` (``*_mpl``; made without
-pyplot, so it is shown once when returned from a notebook cell and never leaks a global
-figure; save it with ``fig.savefig``) or a ``plotly.graph_objects.Figure`` (``*_plotly``;
-its data rounded to ``decimals`` places so stored notebook outputs compare exactly).
+Every function takes points of the Lorentz model, shape ``(N, d + 1)`` (time coordinate first,
+:math:`\langle x, x\rangle_L = -k`; any leading batch shape is flattened), as numpy arrays or
+torch tensors, and returns a figure: a ``matplotlib.figure.Figure`` (``*_mpl``; made without
+pyplot, so it is shown once when returned from a notebook cell and never leaks a global figure;
+save it with ``fig.savefig``) or a ``plotly.graph_objects.Figure`` (``*_plotly``; its data
+rounded to ``decimals`` places so stored notebook outputs compare exactly).
 
 All geometry comes from :mod:`hypviz.lorentz`:
 
-* geodesic segments between ``points[i]`` and ``points[j]`` for each row ``(i, j)`` of
-  ``edges`` are sampled exactly by :func:`hypviz.lorentz.geodesic` (``gamma(t) = [sinh((1 - t)
-  theta) x + sinh(t theta) y] / sinh(theta)``, ``theta = d(x, y) / sqrt(k)``, at constant speed)
-  and then carried to each model with ``to_poincare`` / ``to_klein``: arcs orthogonal to the
-  boundary in the Poincare disk, straight chords in the Klein disk, curves on the sheet -- never
-  straight chords in R^3;
-* the optional geodesic grid is two families of geodesics perpendicular to the display
-  axes at equal hyperbolic spacing (``expmap0`` for the feet, chords of the Klein disk
-  mapped back with ``from_klein``);
+* geodesic segments between ``points[i]`` and ``points[j]`` for each row ``(i, j)`` of ``edges``
+  are sampled exactly by :func:`hypviz.lorentz.geodesic`, at constant speed,
+
+  .. math::
+
+      \gamma(t) = \frac{\sinh((1 - t)\theta)\,x + \sinh(t\theta)\,y}{\sinh\theta},
+      \qquad \theta = \frac{d(x, y)}{\sqrt{k}},
+
+  and then carried to each model with ``to_poincare``
+  (:math:`p = \sqrt{k}\,x_s/(x_t + \sqrt{k})`) or ``to_klein`` (:math:`K = \sqrt{k}\,x_s/x_t`):
+  arcs orthogonal to the boundary in the Poincare disk, straight chords in the Klein disk, curves
+  on the sheet, never straight chords in :math:`\mathbb{R}^3`;
+* the optional geodesic grid is two families of geodesics perpendicular to the display axes at
+  equal hyperbolic spacing (``expmap0`` for the feet, chords of the Klein disk mapped back with
+  ``from_klein``);
 * the sheet is ``expmap0`` of a polar grid of the tangent plane at the origin.
 
 Attention on the manifold (:func:`attention_on_manifold_mpl`): one query's edges to its strongest
-keys, width and opacity by weight, one disk per attention kind side by side; the weights come from
-:mod:`hypviz.attention` through :func:`top_attention`, never computed here.
+keys, width and opacity by weight, one disk per attention kind side by side; the weights come
+from :mod:`hypviz.attention` through :func:`top_attention`, never computed here.
 
-For ``d > 2`` the points are shown through a documented projection, stated on every
-figure: :func:`project_for_display` (uncentred PCA of ``logmap0(x)`` in the tangent space
-at the origin, keep 2 components, ``expmap0`` back).  Coordinates are never dropped
-silently; ``d = 1`` is refused.
+For :math:`d > 2` the points are shown through a documented projection, stated on every figure:
+:func:`project_for_display` (uncentred PCA of ``logmap0(x)`` in the tangent space at the origin,
+keep 2 components, ``expmap0`` back).  Coordinates are never dropped silently; :math:`d = 1` is
+refused.
 """
 
 from __future__ import annotations
@@ -133,12 +139,12 @@ def _sheet(k: float, radius: float, n_radial: int, n_angle: int, dtype: torch.dt
 
 
 class DisplayProjection(NamedTuple):
-    """Points brought to the 2-D hyperbolic plane for display.
+    r"""Points brought to the 2-D hyperbolic plane for display (the result of :func:`project_for_display`).
 
-    ``points``: ``(N, 3)`` on ``<x, x>_L = -k``; ``basis``: ``(d, 2)`` orthonormal directions in
-    the tangent space at the origin (``None`` when ``d == 2``: nothing projected); ``kept``:
-    fraction of ``sum |logmap0(x)|^2`` kept; ``note``: the sentence stated on the figure
-    (empty when ``d == 2``).
+    ``points``: ``(N, 3)`` on :math:`\langle x, x\rangle_L = -k`; ``basis``: :math:`B`, ``(d, 2)``
+    orthonormal directions in the tangent space at the origin (``None`` when :math:`d = 2`: nothing
+    projected); ``kept``: the fraction of :math:`\sum_i \|\log_o(x_i)\|^2` kept; ``note``: the
+    sentence stated on the figure (empty when :math:`d = 2`).
     """
 
     points: torch.Tensor
@@ -147,7 +153,14 @@ class DisplayProjection(NamedTuple):
     note: str
 
     def apply(self, x: torch.Tensor, k: float) -> torch.Tensor:
-        """Carry more points of the same space (e.g. geodesic samples) through the same projection."""
+        r"""Carry more points of the same space (e.g. geodesic samples) through the same projection.
+
+        .. math::
+
+            x \mapsto \exp_o\bigl((0,\; \log_o(x)_s\, B)\bigr)
+
+        (``x`` unchanged when ``basis`` is ``None``).
+        """
         if self.basis is None:
             return x
         u = L.logmap0(x, k)[..., 1:] @ self.basis.to(x.dtype)
@@ -155,16 +168,26 @@ class DisplayProjection(NamedTuple):
 
 
 def project_for_display(points: ArrayLike, k: float = 1.0) -> DisplayProjection:
-    """Bring points of a ``d``-dimensional hyperboloid to the 2-D one for display.
+    r"""Bring points of a ``d``-dimensional hyperboloid to the 2-D one for display.
 
-    ``d == 2``: returned unchanged.  ``d > 2``: ``u = logmap0(x)`` (tangent space at the
-    origin), project ``u_s`` on its two leading principal directions *about the origin*
-    (uncentred PCA, i.e. the top right singular vectors of the ``(N, d)`` matrix of ``u_s``,
-    so the origin stays the centre), then ``expmap0`` back.  Distances from the origin are
-    kept for points in the kept plane and shrink otherwise; other distances are not kept.
-    The returned ``note`` says so and is written on every figure.
+    :math:`d = 2`: returned unchanged.  :math:`d > 2`: with :math:`U` the ``(N, d)`` matrix of the
+    tangent vectors :math:`u_s = \log_o(x)_s` at the origin and its singular value decomposition
+    :math:`U = W \Sigma V^\top`, the basis :math:`B` is the two leading right singular vectors
+    (uncentred PCA, so the origin stays the centre; the largest-magnitude entry of each column made positive), and
 
-    ``points``: ``(..., d + 1)``; result ``points`` ``(N, 3)``.
+    .. math::
+
+        x' = \exp_o\bigl((0,\; u_s B)\bigr), \qquad
+        \mathrm{kept} = \frac{\sigma_1^2 + \sigma_2^2}{\sum_i \sigma_i^2}.
+
+    Distances from the origin are kept for points in the kept plane and shrink otherwise; other
+    distances are not kept.  The returned ``note`` says so and is written on every figure.
+    ``points`` are ``(..., d + 1)``; the result's ``points`` ``(N, 3)``.
+
+    Raises
+    ------
+    ValueError
+        For :math:`d < 2` or points off the hyperboloid.
     """
     kf = L.check_k(k)
     x = L.check_points(points, kf, name="points")
@@ -429,27 +452,40 @@ def hyperboloid_figure_mpl(
     title: str | None = None,
     figsize: tuple[float, float] = (6.0, 5.0),
 ):
-    """Static 3-D picture of the sheet ``<x, x>_L = -k`` (d = 2) with points and geodesics.
+    r"""Static 3-D picture of the sheet :math:`\langle x, x\rangle_L = -k` (:math:`d = 2`) with points and geodesics.
+
+    Axes :math:`x_1`, :math:`x_2` (spatial) and :math:`x_t` (time, vertical).
 
     Parameters
     ----------
-    points : (..., d + 1)
-        Points of the hyperboloid, time first; ``d > 2`` goes through :func:`project_for_display`
+    points : array or tensor, shape (..., d + 1)
+        Points of the hyperboloid, time first; :math:`d > 2` goes through :func:`project_for_display`
         (stated in the title).
     k : float
-        Curvature parameter (``<x, x>_L = -k``, curvature ``-1/k``).
-    values : (N,), optional
-        Colour the points by these values with ``cmap``; the colourbar is labelled ``value_label``.
-    edges : (E, 2) integer, optional
-        Index pairs ``(i, j)``: draw the exact geodesic from ``points[i]`` to ``points[j]``.
+        Curvature parameter (curvature :math:`-1/k`).
+    values : array, shape (N,), optional
+        Colour the points by these values with ``cmap`` (range ``vmin`` .. ``vmax``, default their
+        range); the colourbar is labelled ``value_label``.
+    edges : array of int, shape (E, 2), optional
+        Index pairs ``(i, j)``: draw the exact geodesic from ``points[i]`` to ``points[j]``
+        (``n_geodesic`` samples each).
     grid : bool
         Draw a geodesic grid on the sheet.
     radius : float, optional
-        Hyperbolic radius of the drawn part of the sheet (default: a little beyond the farthest point).
+        Hyperbolic radius of the drawn part of the sheet (default: 1.15 times the farthest point or
+        geodesic sample, at least :math:`\sqrt{k}`).
+    show_origin, title, figsize
+        Mark the origin :math:`(\sqrt{k}, 0, 0)`; a title replacing the default; the figure size.
 
     Returns
     -------
     matplotlib.figure.Figure
+
+    Raises
+    ------
+    ValueError
+        For points off the hyperboloid or of dimension :math:`d < 2`, ``values`` or ``edges`` that do
+        not fit the points, or a non-positive ``radius``.
     """
     scene = _prepare(points, k, values, edges, grid, radius, n_geodesic, None)
     fig = _new_figure(figsize)
@@ -482,16 +518,27 @@ def disk_figure_mpl(
     title: str | None = None,
     figsize: tuple[float, float] = (5.6, 5.0),
 ):
-    """The Poincare disk (``model="poincare"``) or Klein disk (``model="klein"``) of radius ``sqrt(k)``.
+    r"""The Poincare disk (``model="poincare"``) or Klein disk (``model="klein"``) of radius :math:`\sqrt{k}`.
+
+    .. math::
+
+        p = \frac{\sqrt{k}\,x_s}{x_t + \sqrt{k}} \quad\text{(Poincare)}, \qquad
+        K = \frac{\sqrt{k}\,x_s}{x_t} \quad\text{(Klein)}
 
     Points go through ``to_poincare`` / ``to_klein``; geodesics are exact samples carried by the
     same map, so they come out as arcs orthogonal to the boundary (Poincare) or straight chords
-    (Klein).  Parameters as :func:`hyperboloid_figure_mpl`; ``grid`` (default on) adds the
-    geodesic grid, ``legend`` a legend under the disk.
+    (Klein).  Parameters as :func:`hyperboloid_figure_mpl`; ``grid`` (default on) adds the geodesic
+    grid, run on to hyperbolic radius :math:`6\sqrt{k}` (or the drawn radius, if larger; at most
+    :math:`12\sqrt{k}`), and ``legend`` a legend under the disk.
 
     Returns
     -------
     matplotlib.figure.Figure
+
+    Raises
+    ------
+    ValueError
+        For a ``model`` other than ``"poincare"`` and ``"klein"``, or as :func:`hyperboloid_figure_mpl`.
     """
     model = _check_model(model)
     scene = _prepare(points, k, values, edges, grid, radius, n_geodesic, None)
@@ -579,14 +626,14 @@ _QUERY_COLOUR = "#D55E00"  # vermillion star for the query
 
 
 class TopKeys(NamedTuple):
-    """One query's attention row and its strongest keys, for one attention kind.
+    r"""One query's attention row and its strongest keys, for one attention kind (see :func:`top_attention`).
 
     ``kind``: the attention kind; ``row``: ``(M,)`` the query's attention weights over all keys
     (they sum to 1); ``indices``: ``(n,)`` the ``top`` keys with the largest weights *and every key
-    tied with the weakest of them* (``n >= top``; tied: weights equal to a relative ``tie_rtol``,
-    the level of rounding, as for exactly symmetric keys of a tree embedding), strongest first,
-    keys tied with each other listed by index; ``weights``: ``row[indices]``; ``temperature``:
-    the ``tau`` used (``None`` for ``"focused"``, which has none).
+    tied with the weakest of them* (:math:`n \ge` ``top``; tied: weights equal to a relative
+    ``tie_rtol``, the level of rounding, as for exactly symmetric keys of a tree embedding),
+    strongest first, keys tied with each other listed by index; ``weights``: ``row[indices]``;
+    ``temperature``: the :math:`\tau` used (``None`` for ``"focused"``, which has none).
     """
 
     kind: str
@@ -624,35 +671,48 @@ def top_attention(
     temperature: float | None = None,
     tie_rtol: float = _TIE_RTOL,
 ) -> dict[str, TopKeys]:
-    """The attention row of one query and its ``top`` strongest keys (ties included), for each attention kind.
+    r"""The attention row of one query and its ``top`` strongest keys (ties included), for each attention kind.
 
-    The weights come from :mod:`hypviz.attention`: ``attention_map(queries[query], keys, kind,
-    k=k, temperature=temperature)`` for ``"spatial"``, ``"distance"``, ``"lorentz"`` (a row softmax,
-    ``tau`` defaulting to ``sqrt(d)``), and ``focused_linear_map(queries[query], keys, k=k)`` for
-    ``"focused"`` (Hypformer's implicit linear-attention map, no temperature).
+    The weights come from :mod:`hypviz.attention`: ``attention_map(queries[query], keys, kind, k=k,
+    temperature=temperature)`` for ``"spatial"``, ``"distance"``, ``"lorentz"`` (a row softmax,
+    :math:`\tau` defaulting to :math:`\sqrt{d}`), and ``focused_linear_map(queries[query], keys, k=k)``
+    for ``"focused"`` (Hypformer's implicit linear-attention map, no temperature).  Two positive
+    weights :math:`w \ge w'` are tied when
+
+    .. math::
+
+        w' \ge (1 - \mathrm{tie\_rtol})\, w.
 
     Parameters
     ----------
-    queries : (N, d + 1)
-        Query points on ``<x, x>_L = -k``, time first.
-    keys : (M, d + 1)
+    queries : array or tensor, shape (N, d + 1)
+        Query points on :math:`\langle x, x\rangle_L = -k`, time first.
+    keys : array or tensor, shape (M, d + 1)
         Key points on the same hyperboloid.
     query : int
         Row of ``queries`` to show.
     kinds : sequence of str
         Attention kinds, each one of ``"spatial"``, ``"distance"``, ``"lorentz"``, ``"focused"``.
     top : int
-        Number of strongest keys kept per kind (at most ``M``), extended by every key whose weight
-        is tied with the ``top``-th largest: which of exactly tied keys rounding puts first must
-        not decide what is shown.
+        Number of strongest keys kept per kind (at most ``M``), extended by every key whose weight is
+        tied with the ``top``-th largest: which of exactly tied keys rounding puts first must not
+        decide what is shown.
+    temperature : float, optional
+        The softmax temperature :math:`\tau` (default :math:`\sqrt{d}`).
     tie_rtol : float
-        Two positive weights ``w >= w'`` are tied when ``w' >= (1 - tie_rtol) w`` (default ``1e-9``,
-        far above the rounding of a float64 softmax, far below any real difference of weights).
+        In :math:`[0, 1)`; default ``1e-9``, far above the rounding of a float64 softmax, far below
+        any real difference of weights.
 
     Returns
     -------
     dict
         ``kind -> TopKeys``, in the order of ``kinds``.
+
+    Raises
+    ------
+    ValueError
+        For points off the hyperboloid, queries and keys of different ``d``, a ``query`` index out of
+        range, ``top < 1``, a ``tie_rtol`` outside :math:`[0, 1)`, or an unknown kind.
     """
     from hypviz import attention as A
 
@@ -741,32 +801,38 @@ def attention_on_manifold_mpl(
     title: str | None = None,
     panel_size: float = 4.4,
 ):
-    """One query's attention drawn on the manifold: edges to its strongest keys, one panel per kind.
+    r"""One query's attention drawn on the manifold: edges to its strongest keys, one panel per kind.
 
     For each kind (default ``"spatial"`` and ``"distance"``, side by side) the panel shows, in the
     Poincare disk (``model="poincare"``) or the Klein disk (``"klein"``):
 
-    * every key as a dot coloured by its weight ``A_ij`` in the query's row (one colour scale,
-      ``0 .. max`` over all panels, one colourbar);
-    * the query as a star; the ``top`` strongest keys (with every key tied with the weakest of
-      them, see :func:`top_attention`) are drawn larger, in proportion to their weight;
-    * the exact geodesic (:func:`hypviz.lorentz.geodesic`) from the query to each of those
-      strongest keys, with line width proportional to the weight (``max_linewidth`` for the
-      largest weight of any panel, at least 0.8 pt) and opacity growing with it (0.45 to 1),
-      coloured on the same scale; a strong key at the query's own position (self-attention, a
-      geodesic of length 0) is drawn as a ring around the star, with the same width and colour code;
-      a legend gives the weights of three reference widths.
+    * every key as a dot coloured by its weight :math:`A_{ij}` in the query's row (one colour scale,
+      0 to the maximum over all panels, one colourbar);
+    * the query as a star; the ``top`` strongest keys (with every key tied with the weakest of them,
+      see :func:`top_attention`) are drawn larger, in proportion to their weight;
+    * the exact geodesic (:func:`hypviz.lorentz.geodesic`) from the query to each of those strongest
+      keys, with line width and opacity growing with the weight,
+
+      .. math::
+
+          \mathrm{width} = \max\Bigl(\mathrm{max\_linewidth}\,\frac{A_{ij}}{A_{\max}},\; 0.8\,\mathrm{pt}\Bigr),
+          \qquad \mathrm{opacity} = 0.45 + 0.55\,\frac{A_{ij}}{A_{\max}},
+
+      (:math:`A_{\max}` the largest weight of any panel) and coloured on the same scale; a strong key
+      at the query's own position (self-attention, a geodesic of length 0) is drawn as a ring around
+      the star, with the same width and colour code; a legend gives the weights of three reference
+      widths.
 
     The weights come from :func:`top_attention` (that is, from :mod:`hypviz.attention`); nothing
-    here computes attention.  Queries and keys of dimension ``d > 2`` are shown through one
+    here computes attention.  Queries and keys of dimension :math:`d > 2` are shown through one
     :func:`project_for_display` fitted to the query and all keys (stated on the figure); the
-    geodesics are computed in ``d`` dimensions and then projected.
+    geodesics are computed in :math:`d` dimensions and then projected.
 
     Parameters
     ----------
-    queries : (N, d + 1)
-        Query points on ``<x, x>_L = -k``.
-    keys : (M, d + 1)
+    queries : array or tensor, shape (N, d + 1)
+        Query points on :math:`\langle x, x\rangle_L = -k`.
+    keys : array or tensor, shape (M, d + 1)
         Key points.
     k : float
         Curvature parameter.
@@ -774,9 +840,12 @@ def attention_on_manifold_mpl(
         The query row to show.
     kinds, top, temperature
         As :func:`top_attention`.
-    model : "poincare" or "klein"
+    model : str
+        ``"poincare"`` or ``"klein"``.
     grid, radius, n_geodesic
         As :func:`disk_figure_mpl`.
+    max_linewidth, cmap, title, panel_size
+        The widest edge (pt), the colormap, a title replacing the default, the panel size (inches).
 
     Returns
     -------
@@ -1027,12 +1096,12 @@ def hyperboloid_figure_plotly(
     sheet_resolution: tuple[int, int] = (20, 37),
     height: int = 520,
 ):
-    """Interactive 3-D picture of the sheet ``<x, x>_L = -k`` (d = 2) with points and geodesics.
+    r"""Interactive 3-D picture of the sheet :math:`\langle x, x\rangle_L = -k` (:math:`d = 2`), points and geodesics.
 
-    Axes: ``x_1``, ``x_2`` (spatial) horizontal, ``x_t`` (time) vertical.  Traces, in order:
-    the sheet (a ``Surface`` of ``sheet_resolution`` samples), the geodesic grid (if ``grid``),
-    the geodesics (one trace for all ``edges``), the points, the origin (if ``show_origin``).
-    Every coordinate is rounded to ``decimals`` places.  Other parameters as
+    Axes: :math:`x_1`, :math:`x_2` (spatial) horizontal, :math:`x_t` (time) vertical.  Traces, in
+    order: the sheet (a ``Surface`` of ``sheet_resolution`` samples), the geodesic grid (if
+    ``grid``), the geodesics (one trace for all ``edges``), the points, the origin (if
+    ``show_origin``).  Every coordinate is rounded to ``decimals`` places.  Other parameters as
     :func:`hyperboloid_figure_mpl`.
 
     Returns
@@ -1122,6 +1191,8 @@ def three_models_figure_plotly(
     height: int = 460,
 ):
     """Interactive three panels: hyperboloid (3-D), Poincare disk, Klein disk, one colour scale.
+
+    Data rounded to ``decimals`` places; parameters as :func:`hyperboloid_figure_plotly`.
 
     Returns
     -------
