@@ -42,14 +42,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
 from hypviz import attention
+import hypviz.plots.style as style
 
 __all__ = ["LayerResult", "analyse", "metrics", "write", "summary"]
 
 _WORST = 10  # worst queries listed per report
-_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
 
 
 @dataclass
@@ -229,7 +228,7 @@ def figure(results: Sequence[LayerResult]):
         norms = _query_norms(lr.record)
         ax = row[0]
         for h in range(tv.shape[0]):
-            ax.scatter(norms[h], tv[h], s=8, alpha=0.6, color=_COLOURS[h % len(_COLOURS)], label=f"head {h}")
+            ax.scatter(norms[h], tv[h], s=8, alpha=0.6, color=style.colour(h), label=f"head {h}")
         ax.set_xlabel(r"query norm $\|q_s\|$ (spatial units)")
         ax.set_ylabel(r"$\mathrm{TV}(P, P^{\mathrm{dist}})$ per query (probability)")
         ax.set_title(f"{lr.label}: {what} vs distance, per query")

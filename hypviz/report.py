@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from hypviz import attention
+import hypviz.plots.style as style
 
 __all__ = ["Result", "analyse", "write", "summary", "per_head"]
 
@@ -61,8 +62,6 @@ _ROW_FIELDS = (
     "bound_met",
 )  # the bound fields exist only for two softmax kinds, spearman only when computed
 _MAX_SCATTER = 4000  # rows drawn per comparison in the row figures (evenly spaced, plus the worst ones)
-_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7")  # Okabe-Ito
-_MARKERS = ("o", "s", "^", "D")
 
 
 @dataclass
@@ -297,8 +296,6 @@ def _scatter_rows(comp: attention.Comparison) -> np.ndarray:
 
 def figures(result: Result) -> dict[str, Any]:
     """The matplotlib figures of the report: ``heatmaps``, ``difference``, ``rows``."""
-    from matplotlib.figure import Figure
-
     from hypviz.plots import attention as pa
 
     ref = result.settings.reference
@@ -342,7 +339,7 @@ def _rows_figure(result: Result):
             ok = (tv > 0) & (x > 0)
             if not ok.any():
                 continue
-            ax.scatter(x[ok], tv[ok], s=9, alpha=0.6, color=_COLOURS[c % 4], marker=_MARKERS[c % 4],
+            ax.scatter(x[ok], tv[ok], s=9, alpha=0.6, color=style.colour(c % 4), marker=style.marker(c % 4),
                        label=f"{comp.a} vs {comp.b} ({int(ok.sum())} rows)")
             spans[ax][0] = min(spans[ax][0], float(x[ok].min()), float(tv[ok].min()))
             spans[ax][1] = max(spans[ax][1], float(x[ok].max()), float(tv[ok].max()))
@@ -357,7 +354,7 @@ def _rows_figure(result: Result):
             ax.set_axis_off()
             continue
         slope, text = lines[ax]
-        ax.plot([lo / 2, hi * 2], [slope * lo / 2, slope * hi * 2], color="#000000", ls="--", lw=1.0, label=text)
+        ax.plot([lo / 2, hi * 2], [slope * lo / 2, slope * hi * 2], color=style.BOUND, ls="--", lw=1.0, label=text)
         for axis, scale in ((ax.xaxis, ax.set_xscale), (ax.yaxis, ax.set_yscale)):
             scale("log")
             axis.set_major_locator(LogLocator(base=10.0, numticks=7))  # few labels: fast layout
@@ -400,7 +397,7 @@ def plotly_rows(result: Result):
                 x=[float(f"{v:.4g}") for v in base[ok]],
                 y=[float(f"{v:.4g}") for v in tv[ok]],
                 mode="markers",
-                marker={"size": 5, "color": _COLOURS[c % 4], "opacity": 0.6},
+                marker={"size": 5, "color": style.colour(c % 4), "opacity": 0.6},
                 name=f"{comp.a} vs {comp.b}",
                 text=text,
                 hoverinfo="text",
@@ -413,7 +410,7 @@ def plotly_rows(result: Result):
                 x=[lo / 2, hi * 2],
                 y=[r * lo / 2, r * hi * 2],
                 mode="lines",
-                line={"color": "#000000", "dash": "dash", "width": 1},
+                line={"color": style.BOUND, "dash": "dash", "width": 1},
                 name=f"TV = {r} x baseline (close below)",
                 hoverinfo="skip",
             )

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 import torch
 
+import hypviz.plots.style as style
+
 if TYPE_CHECKING:  # matplotlib is imported lazily, inside the functions
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -37,16 +39,6 @@ __all__ = [
 
 ArrayLike = Any
 
-# Okabe-Ito (colour-blind safe)
-_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#56B4E9", "#CC79A7", "#000000")
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
-_BOUND_COLOUR = "#000000"
-
-
-def _new_figure(figsize: tuple[float, float]) -> Figure:
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=figsize, layout="constrained")
 
 
 def _as_2d(x: ArrayLike, name: str) -> np.ndarray:
@@ -107,7 +99,7 @@ def heatmaps_mpl(
     lo = 0.0 if vmin is None else float(vmin)
     hi = max(float(a.max()) for a in arrays) if vmax is None else float(vmax)
     norm = Normalize(vmin=lo, vmax=hi if hi > lo else lo + 1.0)
-    fig = _new_figure((panel_size * len(arrays) + 1.2, panel_size + 0.6))
+    fig = style.new_figure((panel_size * len(arrays) + 1.2, panel_size + 0.6))
     axes = fig.subplots(1, len(arrays), squeeze=False)[0]
     image = None
     for ax, arr, title in zip(axes, arrays, titles):
@@ -159,7 +151,7 @@ def difference_map_mpl(
     if not lim > 0:
         lim = 1e-16
     if ax is None:
-        fig = _new_figure((4.4, 3.6))
+        fig = style.new_figure((4.4, 3.6))
         ax = fig.subplots()
     else:
         fig = ax.figure
@@ -210,7 +202,7 @@ def difference_maps_mpl(
     if not lim > 0:
         lim = 1e-16
     norm = Normalize(vmin=-lim, vmax=lim)
-    fig = _new_figure((panel_size * len(diffs) + 1.4, panel_size + 0.6))
+    fig = style.new_figure((panel_size * len(diffs) + 1.4, panel_size + 0.6))
     axes = fig.subplots(1, len(diffs), squeeze=False)[0]
     image = None
     for ax, dd, title in zip(axes, diffs, titles):
@@ -273,17 +265,17 @@ def bound_sweep_mpl(
             vals.append(float(t.mean() if how == "mean" else t.max()))
         return np.asarray(vals)
 
-    fig = _new_figure((10.0, 4.0))
+    fig = style.new_figure((10.0, 4.0))
     ax_tv, ax_kl = fig.subplots(1, 2)
     panels = (
         (ax_tv, "tv", "tv_bound", r"$\mathrm{TV}(P_a, P_b)$", r"$\tanh(\Delta/4)$", "total variation (probability)"),
         (ax_kl, "kl", "kl_bound", r"$\mathrm{KL}(P_b \,\|\, P_a)$", r"$\sup \mathrm{KL}(\Delta)$ (exact)", "KL divergence (nats)"),
     )
     for ax, field, bound, name, bname, ylabel in panels:
-        ax.plot(xs, _positive(stat(field, "max")), color=_COLOURS[1], marker=_MARKERS[1], ls="-", label=f"max {name}")
-        ax.plot(xs, _positive(stat(field, "mean")), color=_COLOURS[0], marker=_MARKERS[0], ls="-", label=f"mean {name}")
-        ax.plot(xs, _positive(stat(bound, "max")), color=_BOUND_COLOUR, ls="--", label=f"bound: max {bname}")
-        ax.plot(xs, _positive(stat(bound, "mean")), color=_BOUND_COLOUR, ls=":", label=f"bound: mean {bname}")
+        ax.plot(xs, _positive(stat(field, "max")), color=style.colour(1), marker=style.marker(1), ls="-", label=f"max {name}")
+        ax.plot(xs, _positive(stat(field, "mean")), color=style.colour(0), marker=style.marker(0), ls="-", label=f"mean {name}")
+        ax.plot(xs, _positive(stat(bound, "max")), color=style.BOUND, ls="--", label=f"bound: max {bname}")
+        ax.plot(xs, _positive(stat(bound, "mean")), color=style.BOUND, ls=":", label=f"bound: mean {bname}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(xlabel)
@@ -347,7 +339,7 @@ def comparison_sweep_mpl(
     if xscale not in ("log", "linear"):
         raise ValueError(f"comparison_sweep_mpl: xscale must be 'log' or 'linear', got {xscale!r}")
     ratio_line = att.CLOSE_RATIO if close_ratio is None else float(close_ratio)
-    fig = _new_figure((13.5, 4.2))
+    fig = style.new_figure((13.5, 4.2))
     ax_tv, ax_ratio, ax_rank = fig.subplots(1, 3)
     rank_names: list[str] = []
     for i, (label, (x, results)) in enumerate(series.items()):
@@ -356,7 +348,7 @@ def comparison_sweep_mpl(
             raise ValueError(f"comparison_sweep_mpl: series {label!r} has {xs.size} sweep values but {len(results)} results")
         if xscale == "log" and not np.all(xs > 0):
             raise ValueError(f"comparison_sweep_mpl: series {label!r} has non-positive x values on a log axis")
-        colour, marker = _COLOURS[i % 7], _MARKERS[i % 7]
+        colour, marker = style.colour(i), style.marker(i)
         gap = np.array([r.mean_tv for r in results])
         base = np.array([r.mean_tv_uniform_b for r in results])
         ratio = np.array([np.nan if r.gap_ratio is None else r.gap_ratio for r in results])
@@ -367,18 +359,18 @@ def comparison_sweep_mpl(
                  (f"top-{results[0].topk}", [r.topk_agreement for r in results])]
         if all(r.rank_correlation is not None for r in results):
             ranks.append(("Spearman", [r.rank_correlation for r in results]))
-        for style, (name, vals) in zip(_MEASURE_STYLES, ranks):
-            ax_rank.plot(xs, np.asarray(vals, dtype=float), color=colour, marker=marker, ls=style, ms=4,
+        for line, (name, vals) in zip(_MEASURE_STYLES, ranks):
+            ax_rank.plot(xs, np.asarray(vals, dtype=float), color=colour, marker=marker, ls=line, ms=4,
                          label=f"{label}: {name}")
             if name not in rank_names:
                 rank_names.append(name)
-    ax_ratio.axhline(ratio_line, color=_BOUND_COLOUR, ls=":", lw=1.2, label=f"'close' threshold {ratio_line:g}")
+    ax_ratio.axhline(ratio_line, color=style.BOUND, ls=":", lw=1.2, label=f"'close' threshold {ratio_line:g}")
     # colours (series) are named in the middle panel; the outer panels name the line styles
-    ax_tv.legend(handles=[Line2D([], [], color=_BOUND_COLOUR, ls="-", label=r"gap $\mathrm{TV}(P_a, P_b)$"),
-                          Line2D([], [], color=_BOUND_COLOUR, ls="--", label=r"baseline $\mathrm{TV}(P_b, U)$")],
+    ax_tv.legend(handles=[Line2D([], [], color=style.BOUND, ls="-", label=r"gap $\mathrm{TV}(P_a, P_b)$"),
+                          Line2D([], [], color=style.BOUND, ls="--", label=r"baseline $\mathrm{TV}(P_b, U)$")],
                  fontsize=8, loc="upper left")
-    ax_rank.legend(handles=[Line2D([], [], color=_BOUND_COLOUR, ls=style, label=name)
-                            for style, name in zip(_MEASURE_STYLES, rank_names)], fontsize=8, loc="best")
+    ax_rank.legend(handles=[Line2D([], [], color=style.BOUND, ls=line, label=name)
+                            for line, name in zip(_MEASURE_STYLES, rank_names)], fontsize=8, loc="best")
     ax_ratio.legend(fontsize=8, loc="best")
     ax_tv.set_yscale("log")
     ax_tv.set_ylabel("mean row total variation (probability)")
@@ -502,7 +494,7 @@ def disk_level_sets_mpl(
         level_sets = [np.sort(_as_1d(lv, "levels")) for lv in levels]
 
     if axes is None:
-        fig = _new_figure((10.4, 4.9))
+        fig = style.new_figure((10.4, 4.9))
         panels = list(fig.subplots(1, 2))
     else:
         panels = list(axes)
@@ -522,7 +514,7 @@ def disk_level_sets_mpl(
         ax.plot(root_k * np.cos(circle), root_k * np.sin(circle), color="0.2", lw=1.0)
         dots = ax.scatter(disk_k[:, 0], disk_k[:, 1], c=w, cmap=cmap, norm=norm, s=34,
                           edgecolors="0.15", linewidths=0.5, zorder=3, label=r"keys $\kappa_j$")
-        ax.plot(*disk_q, marker="*", ms=15, color="#D55E00", mec="black", mew=0.8, ls="none", zorder=4, label=r"query $q$")
+        ax.plot(*disk_q, marker="*", ms=15, color=style.QUERY, mec="black", mew=0.8, ls="none", zorder=4, label=r"query $q$")
         ax.plot(0.0, 0.0, marker="+", ms=9, color="black", ls="none", zorder=4, label="origin")
         ax.set_aspect("equal")
         lim = 1.04 * root_k
@@ -598,7 +590,7 @@ def cost_curves_mpl(
         When a curve does not have one value per ``N``.
     """
     ns = _as_1d(n, "n")
-    fig = _new_figure((10.0, 4.0))
+    fig = style.new_figure((10.0, 4.0))
     ax_t, ax_m = fig.subplots(1, 2)
     panels = ((ax_t, times, 1.0, "time (s)", "time"), (ax_m, memory, 1.0 / 2**20, memory_label, "memory"))
     for ax, series, scale, ylabel, what in panels:
@@ -608,12 +600,12 @@ def cost_curves_mpl(
             if v.size != ns.size:
                 raise ValueError(f"cost_curves_mpl: {label!r} has {v.size} values for {ns.size} sizes")
             curves.append(v)
-            ax.plot(ns, _positive(v), color=_COLOURS[i % 7], marker=_MARKERS[i % 7], ls="-", label=label)
+            ax.plot(ns, _positive(v), color=style.colour(i), marker=style.marker(i), ls="-", label=label)
         if mark_crossover and len(curves) >= 2:
             ok = np.isfinite(curves[0]) & np.isfinite(curves[1]) & (curves[0] > 0) & (curves[1] > 0)
             x_cross = crossover(ns[ok], curves[0][ok], curves[1][ok]) if ok.sum() >= 2 else None
             if x_cross is not None:
-                ax.axvline(x_cross, color=_BOUND_COLOUR, ls=":", lw=1.2, label=f"{what} crossover, $N \\approx {x_cross:.3g}$")
+                ax.axvline(x_cross, color=style.BOUND, ls=":", lw=1.2, label=f"{what} crossover, $N \\approx {x_cross:.3g}$")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel(xlabel)
@@ -655,13 +647,13 @@ def row_distribution_mpl(
     else:
         edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
     if ax is None:
-        fig = _new_figure((5.5, 3.6))
+        fig = style.new_figure((5.5, 3.6))
         ax = fig.subplots()
     else:
         fig = ax.figure
     styles = ("-", "--", "-.", ":")
     for i, (label, v) in enumerate(arrays.items()):
-        ax.hist(v, bins=edges, histtype="step", lw=1.8, color=_COLOURS[i % 7], ls=styles[i % 4], label=label)
+        ax.hist(v, bins=edges, histtype="step", lw=1.8, color=style.colour(i), ls=styles[i % 4], label=label)
     if log:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)

@@ -16,11 +16,12 @@ from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
+import hypviz.plots.style as style
+from hypviz.plots.style import OKABE_ITO
+
 __all__ = ["error_curves", "bound_scatter", "OKABE_ITO"]
 
 #: Okabe & Ito's colour-blind-safe palette (black first), the colours of the curves in order.
-OKABE_ITO = ("#000000", "#E69F00", "#56B4E9", "#009E73", "#D55E00", "#0072B2", "#CC79A7", "#F0E442")
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def _array(x: Any, name: str) -> np.ndarray:
@@ -100,7 +101,7 @@ def error_curves(
         if ys.shape[0] != xs.shape[0] or ys.ndim not in (1, 2):
             raise ValueError(f"curves[{label!r}]: expected shape ({xs.shape[0]},) or ({xs.shape[0]}, m), got {ys.shape}")
         color = OKABE_ITO[i % len(OKABE_ITO)]
-        style = "--" if "float32" in label else "-"
+        line = "--" if "float32" in label else "-"
         if ys.ndim == 2:
             with np.errstate(all="ignore"):
                 med = np.nanmedian(ys, axis=1)
@@ -108,7 +109,7 @@ def error_curves(
             ax.fill_between(xs, np.maximum(lo, floor), np.maximum(hi, floor), color=color, alpha=0.15, linewidth=0)
         else:
             med = ys
-        ax.plot(xs, np.maximum(med, floor), style, color=color, marker=_MARKERS[i % len(_MARKERS)], label=label)
+        ax.plot(xs, np.maximum(med, floor), line, color=color, marker=style.marker(i), label=label)
     for j, (label, value) in enumerate((reference_lines or {}).items()):
         ax.axhline(value, color="0.45", linestyle=":", linewidth=1.0)
         ax.annotate(label, (0.01, value), xycoords=("axes fraction", "data"), xytext=(0, 3),
@@ -172,7 +173,7 @@ def bound_scatter(
         if c.shape != b.shape:
             raise ValueError(f"color must have one value per point ({b.size}), got {c.size}")
         norm = LogNorm(c[keep].min(), c[keep].max()) if log_color and np.all(c[keep] > 0) else Normalize()
-        sc = ax.scatter(b[keep], m[keep], c=c[keep], cmap="viridis", norm=norm, s=4, alpha=0.6, linewidths=0, rasterized=True, label=label)
+        sc = ax.scatter(b[keep], m[keep], c=c[keep], cmap=style.SEQUENTIAL, norm=norm, s=4, alpha=0.6, linewidths=0, rasterized=True, label=label)
         fig.colorbar(sc, ax=ax, label=color_label)
     else:
         ax.scatter(b[keep], m[keep], color=OKABE_ITO[5], s=4, alpha=0.6, linewidths=0, rasterized=True, label=label)

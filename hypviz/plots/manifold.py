@@ -46,6 +46,7 @@ import torch
 
 from hypviz import lorentz as L
 from hypviz.attention import KINDS as _ATTENTION_KINDS
+import hypviz.plots.style as style
 
 __all__ = [
     "DisplayProjection",
@@ -68,12 +69,10 @@ __all__ = [
 ArrayLike = Any
 
 # Okabe-Ito colours (colour-blind safe) for the fixed elements; viridis for values.
-_POINT_COLOUR = "#0072B2"  # blue
-_EDGE_COLOUR = "#D55E00"  # vermillion
-_ORIGIN_COLOUR = "#000000"
+_ORIGIN_COLOUR = style.BLACK
 _GRID_COLOUR = "#999999"
 _SHEET_COLOUR = "#BBBBBB"
-_DEFAULT_CMAP = "viridis"
+_DEFAULT_CMAP = style.SEQUENTIAL
 _PLOTLY_SCALES = {"viridis": "Viridis", "cividis": "Cividis", "plasma": "Plasma", "inferno": "Inferno",
                   "magma": "Magma", "rdbu_r": "RdBu_r"}
 
@@ -345,12 +344,6 @@ _SUB = str.maketrans("0123456789t", "₀₁₂₃₄₅₆₇₈₉ₜ")
 # --------------------------------------------------------------------------- #
 # matplotlib
 # --------------------------------------------------------------------------- #
-def _new_figure(figsize: tuple[float, float]):
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=figsize, layout="constrained")
-
-
 def _segments(lines: torch.Tensor) -> list[np.ndarray]:
     return [np.asarray(line) for line in lines.detach().cpu().numpy()]
 
@@ -368,14 +361,14 @@ def _draw_hyperboloid_mpl(ax, scene: _Scene, cmap: str, vmin, vmax, show_origin:
                                              label="geodesic grid"))
     if scene.edges.shape[0]:
         segs = [s[:, [1, 2, 0]] for s in _segments(scene.edges)]
-        ax.add_collection3d(Line3DCollection(segs, colors=_EDGE_COLOUR, linewidths=1.6, label="geodesics"))
+        ax.add_collection3d(Line3DCollection(segs, colors=style.EDGE, linewidths=1.6, label="geodesics"))
     x = scene.x.numpy()
     mappable = None
     if scene.values is not None:
         mappable = ax.scatter(x[:, 1], x[:, 2], x[:, 0], c=scene.values, cmap=cmap, vmin=vmin, vmax=vmax,
                               s=22, edgecolors="k", linewidths=0.3, depthshade=False, label="points")
     else:
-        ax.scatter(x[:, 1], x[:, 2], x[:, 0], color=_POINT_COLOUR, s=22, edgecolors="k", linewidths=0.3,
+        ax.scatter(x[:, 1], x[:, 2], x[:, 0], color=style.POINT, s=22, edgecolors="k", linewidths=0.3,
                    depthshade=False, label="points")
     if show_origin:
         o = L.origin(2, k).numpy()
@@ -406,14 +399,14 @@ def _draw_disk_mpl(ax, scene: _Scene, model: str, cmap: str, vmin, vmax, show_or
         ax.add_collection(LineCollection(segs, colors=_GRID_COLOUR, linewidths=0.5, label="geodesic grid"))
     if scene.edges.shape[0]:
         segs = _segments(_to_model(scene.edges, k, model))
-        ax.add_collection(LineCollection(segs, colors=_EDGE_COLOUR, linewidths=1.6, label="geodesics"))
+        ax.add_collection(LineCollection(segs, colors=style.EDGE, linewidths=1.6, label="geodesics"))
     p = _to_model(scene.x, k, model).numpy()
     mappable = None
     if scene.values is not None:
         mappable = ax.scatter(p[:, 0], p[:, 1], c=scene.values, cmap=cmap, vmin=vmin, vmax=vmax, s=22,
                               edgecolors="k", linewidths=0.3, zorder=3, label="points")
     else:
-        ax.scatter(p[:, 0], p[:, 1], color=_POINT_COLOUR, s=22, edgecolors="k", linewidths=0.3, zorder=3,
+        ax.scatter(p[:, 0], p[:, 1], color=style.POINT, s=22, edgecolors="k", linewidths=0.3, zorder=3,
                    label="points")
     if show_origin:
         ax.scatter([0.0], [0.0], marker="x", color=_ORIGIN_COLOUR, s=40, zorder=4, label="origin")
@@ -488,7 +481,7 @@ def hyperboloid_figure_mpl(
         not fit the points, or a non-positive ``radius``.
     """
     scene = _prepare(points, k, values, edges, grid, radius, n_geodesic, None)
-    fig = _new_figure(figsize)
+    fig = style.new_figure(figsize)
     ax = fig.add_subplot(projection="3d")
     vmin, vmax = _value_range(scene.values, vmin, vmax)
     mappable = _draw_hyperboloid_mpl(ax, scene, cmap, vmin, vmax, show_origin)
@@ -542,7 +535,7 @@ def disk_figure_mpl(
     """
     model = _check_model(model)
     scene = _prepare(points, k, values, edges, grid, radius, n_geodesic, None)
-    fig = _new_figure(figsize)
+    fig = style.new_figure(figsize)
     ax = fig.add_subplot()
     vmin, vmax = _value_range(scene.values, vmin, vmax)
     mappable = _draw_disk_mpl(ax, scene, model, cmap, vmin, vmax, show_origin)
@@ -591,7 +584,7 @@ def three_models_figure_mpl(
     matplotlib.figure.Figure
     """
     scene = _prepare(points, k, values, edges, grid, radius, n_geodesic, None)
-    fig = _new_figure(figsize)
+    fig = style.new_figure(figsize)
     spec = fig.add_gridspec(1, 3, width_ratios=(1.15, 1.0, 1.0), wspace=0.12)
     ax0 = fig.add_subplot(spec[0, 0], projection="3d")
     ax1 = fig.add_subplot(spec[0, 1])
@@ -622,7 +615,6 @@ _ATTENTION_TEXT = {
 }
 # top_attention: weights within this relative distance of each other count as tied (rounding, not order)
 _TIE_RTOL = 1e-9
-_QUERY_COLOUR = "#D55E00"  # vermillion star for the query
 
 
 class TopKeys(NamedTuple):
@@ -880,7 +872,7 @@ def attention_on_manifold_mpl(
     arcs = _segments(_to_model(scene.edges, kf, model)) if scene.edges.shape[0] else []
 
     n_panels = len(tops)
-    fig = _new_figure((panel_size * n_panels + 1.2, panel_size + 1.3))
+    fig = style.new_figure((panel_size * n_panels + 1.2, panel_size + 1.3))
     axes = fig.subplots(1, n_panels, squeeze=False)[0]
     for ax, (kind, t) in zip(axes, tops.items()):
         ax.add_patch(Circle((0.0, 0.0), root_k, fill=False, color="k", linewidth=1.2))
@@ -899,7 +891,7 @@ def attention_on_manifold_mpl(
         sizes[idx] += 110.0 * w / w_max  # the strongest keys are also drawn larger (a key equal to the query too)
         ax.scatter(p_keys[:, 0], p_keys[:, 1], c=rows[kind], cmap=colormap, norm=norm, s=sizes, edgecolors="k",
                    linewidths=0.3, zorder=3, label="keys")
-        ax.scatter([p_query[0]], [p_query[1]], marker="*", s=220, color=_QUERY_COLOUR, edgecolors="k",
+        ax.scatter([p_query[0]], [p_query[1]], marker="*", s=220, color=style.QUERY, edgecolors="k",
                    linewidths=0.6, zorder=4, label=f"query {query}")
         # a strong key at the query's own position (self-attention: a geodesic of length 0) gets a ring
         own = [o for o in range(len(idx)) if float(np.abs(arcs[edge_of[idx[o]]] - p_query).max()) < 1e-12]
@@ -923,7 +915,7 @@ def attention_on_manifold_mpl(
     handles = [Line2D([], [], color=colormap(norm(v)), lw=float(_edge_width(np.array(v / w_max), max_linewidth)),
                       alpha=float(_edge_alpha(np.array(v / w_max))), label=rf"$A_{{ij}} = {v:.3g}$") for v in refs]
     handles += [
-        Line2D([], [], ls="", marker="*", ms=12, color=_QUERY_COLOUR, markeredgecolor="k", label=f"query {query}"),
+        Line2D([], [], ls="", marker="*", ms=12, color=style.QUERY, markeredgecolor="k", label=f"query {query}"),
         Line2D([], [], ls="", marker="o", ms=5, color=colormap(0.5), markeredgecolor="k", label=f"keys ({n_keys})"),
     ]
     tie_note = " (and keys tied with the weakest)" if any(len(t.indices) > min(int(top), n_keys) for t in tops.values()) else ""
@@ -976,7 +968,7 @@ def _coloraxis(scene: _Scene, value_label: str, cmap: str, vmin, vmax, decimals:
 
 def _marker(scene: _Scene, decimals: int) -> dict:
     if scene.values is None:
-        return dict(size=4, color=_POINT_COLOUR, line=dict(width=0.5, color="black"))
+        return dict(size=4, color=style.POINT, line=dict(width=0.5, color="black"))
     return dict(size=4, color=_rounded(scene.values, decimals), coloraxis="coloraxis",
                 line=dict(width=0.5, color="black"))
 
@@ -1008,7 +1000,7 @@ def _hyperboloid_traces_plotly(scene: _Scene, decimals: int, show_origin: bool, 
     if scene.edges.shape[0]:
         ex, ey, ez = _polylines(scene.edges.numpy(), (1, 2, 0))
         traces.append(go.Scatter3d(x=_rounded(ex, decimals), y=_rounded(ey, decimals), z=_rounded(ez, decimals),
-                                   mode="lines", line=dict(color=_EDGE_COLOUR, width=4), name="geodesics",
+                                   mode="lines", line=dict(color=style.EDGE, width=4), name="geodesics",
                                    hoverinfo="skip"))
     x = scene.x.numpy()
     traces.append(go.Scatter3d(x=_rounded(x[:, 1], decimals), y=_rounded(x[:, 2], decimals),
@@ -1051,7 +1043,7 @@ def _disk_traces_plotly(scene: _Scene, model: str, decimals: int, show_origin: b
     if scene.edges.shape[0]:
         ex, ey = _polylines(_to_model(scene.edges, k, model).numpy(), (0, 1))
         traces.append(go.Scatter(x=_rounded(ex, decimals), y=_rounded(ey, decimals), mode="lines",
-                                 line=dict(color=_EDGE_COLOUR, width=2.5), name="geodesics", hoverinfo="skip",
+                                 line=dict(color=style.EDGE, width=2.5), name="geodesics", hoverinfo="skip",
                                  showlegend=legend))
     p = _to_model(scene.x, k, model).numpy()
     traces.append(go.Scatter(x=_rounded(p[:, 0], decimals), y=_rounded(p[:, 1], decimals), mode="markers",
