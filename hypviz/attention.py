@@ -1,32 +1,43 @@
-"""Attention maps on the hyperboloid: score kinds, Hypformer's focused linear attention, streaming comparison.
+r"""Attention maps on the hyperboloid: four score kinds, Hypformer's focused linear attention, a streaming comparison.
 
-Inputs are points of the Lorentz model, time coordinate first: ``queries`` of shape
-``(..., N, d + 1)``, ``keys`` (and ``values``) of shape ``(..., M, d + 1)``, with optional
-leading head/batch axes that broadcast.  The curvature parameter is ``k``
-(``<x, x>_L = -k``), exactly as in :mod:`hypviz.lorentz`.
+Inputs are points of the Lorentz model, time coordinate first, as in :mod:`hypviz.lorentz`:
+``queries`` of shape ``(..., N, d + 1)`` and ``keys`` (and ``values``) of shape ``(..., M, d + 1)``
+on :math:`\langle x, x\rangle_L = -k`, with optional leading head/batch axes that broadcast.
+Keys are written :math:`\kappa`, because :math:`k` is the curvature parameter.
 
-Kinds (``scores`` for the softmax kinds; ``attention_map`` and ``compare`` for all)::
+The kinds (:data:`KINDS`).  Three are softmax kinds, :math:`A_{ij} = \operatorname{softmax}_j(s_{ij} / \tau)`
+with the scores
 
-    "spatial"   s_ij = q_s . kappa_s                (the question-and-answer thread's object)
-    "distance"  s_ij = -1/2 |q - kappa|^2_L         (never positive; Hypformer's full attention
-                                                     at tau = k * scale / 2)
-    "lorentz"   s_ij = <q, kappa>_L = -q_t kappa_t + q_s . kappa_s
-    "focused"   A_ij = phi(q_i) . phi(kappa_j) / sum_l phi(q_i) . phi(kappa_l)
-                                                    (Hypformer's linear attention: no softmax)
+.. math::
 
-Keys are written ``kappa`` in formulas, since ``k`` is the curvature parameter.  The softmax
-kinds are related exactly (identities 4 and 5, derived in notebook 04)::
+    s^{\mathrm{spatial}}_{ij} = q_s \cdot \kappa_s, \qquad
+    s^{\mathrm{distance}}_{ij} = -\tfrac12 \|q - \kappa\|_L^2 \le 0, \qquad
+    s^{\mathrm{lorentz}}_{ij} = \langle q, \kappa\rangle_L = -q_t \kappa_t + q_s \cdot \kappa_s,
 
-    q_s . kappa_s = -1/2 |q - kappa|^2_L + q_t kappa_t - k      <q, kappa>_L = -1/2 |q - kappa|^2_L - k
+where ``"spatial"`` is the question-and-answer thread's object and ``"distance"`` is Hypformer's
+full attention at :math:`\tau = k \cdot \mathrm{scale} / 2`.  The fourth, ``"focused"``, is
+Hypformer's linear attention, which has no softmax and no temperature (:func:`focused_linear_map`):
 
-so inside a row softmax "lorentz" equals "distance" exactly, while "spatial" is "distance"
-plus a key-dependent bias ``q_t kappa_t / tau``.  :func:`compare` measures how far two kinds'
-maps are apart, row by row, next to each map's distance from the uniform row, and checks the
-bound on the softmax gap (:func:`tv_supremum`, :func:`kl_supremum`).
+.. math::
 
-Every public function validates its inputs once (one-line ``ValueError``/``TypeError``)
-and then computes with unchecked internals.  Pairwise results are built with matrix
-products, in row blocks, never by broadcasting ``N x M x d``.
+    A_{ij} = \frac{\phi(q_i) \cdot \phi(\kappa_j)}{\sum_l \phi(q_i) \cdot \phi(\kappa_l)} .
+
+The softmax kinds are related exactly (identity 4, derived in notebook 04, and identity 1 rearranged):
+
+.. math::
+
+    q_s \cdot \kappa_s = -\tfrac12 \|q - \kappa\|_L^2 + (q_t \kappa_t - k), \qquad
+    \langle q, \kappa\rangle_L = -\tfrac12 \|q - \kappa\|_L^2 - k,
+
+so inside a row softmax ``"lorentz"`` equals ``"distance"`` exactly (identity 5), while ``"spatial"``
+is ``"distance"`` plus the key-dependent bias :math:`q_t \kappa_t / \tau`.  :func:`compare` measures
+how far two kinds' maps are apart, row by row, next to each map's distance from the uniform row,
+and checks the bounds on the softmax gap (:func:`tv_supremum`, :func:`kl_supremum`).
+
+Every public function validates its inputs once (a one-line ``ValueError`` or ``TypeError``) and
+then computes with unchecked internals.  Pairwise arrays come from matrix products (one for
+:func:`scores` and :func:`attention_map`; one or two per block of query rows in :func:`compare`),
+never from broadcasting ``N x M x d``.
 """
 
 from __future__ import annotations
@@ -64,7 +75,9 @@ __all__ = [
 
 ArrayLike = Any
 
+#: The attention kinds, the softmax kinds (:data:`SOFTMAX_KINDS`) and ``"focused"`` (Hypformer's linear map).
 KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz", "focused")
+#: The kinds whose map is a row softmax of :func:`scores` over a temperature.
 SOFTMAX_KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz")
 # coefficient c of the key-norm bias: logits(kind) = -1/2 |q - k|^2_L + c * q_t k_t + (row constant)
 _BIAS = {"spatial": 1.0, "distance": 0.0, "lorentz": 0.0}
@@ -75,6 +88,7 @@ _FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_sca
 _COMPARE_BLOCK_BYTES = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 16 * 2**20))
 _DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffers
 _MIN_BLOCK_ROWS = 32  # compare on CPU: rows per block the cache-sized default may not go below (budget permitting)
+_P_ROUTE_EPS = 8.0  # compare: baselines from the softmax weights where the logits' rounding bound (tol / 2) exceeds 4 eps
 _TILT_MAX_GAP = 30.0  # compare: rows with a wider logit gap use the direct log-softmax formulas
 
 
@@ -203,8 +217,12 @@ def _validate(
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """The device a computation runs on: ``"auto"`` is CUDA when available, else the CPU.
 
-    ``"cpu"``, ``"cuda"`` and ``"cuda:<index>"`` (or a :class:`torch.device`) are accepted;
-    asking for CUDA on a machine without it raises a one-line ``ValueError``.
+    ``"cpu"``, ``"cuda"`` and ``"cuda:<index>"`` (or a :class:`torch.device`) are accepted.
+
+    Raises
+    ------
+    ValueError
+        For any other device, for CUDA on a machine without it, or for a CUDA index the machine does not have.
     """
     if isinstance(device, str) and device == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -291,27 +309,40 @@ def _logit_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 # the bounds: suprema over all rows with a given bias spread Delta
 # --------------------------------------------------------------------------- #
 def tv_supremum(delta: ArrayLike) -> torch.Tensor:
-    r"""Sharp bound on ``TV(P, S)`` for two softmax rows whose logits differ by a bias of spread ``Delta``.
+    r"""Sharp bound on the total variation of two softmax rows whose logits differ by a bias of spread :math:`\Delta`.
 
-    .. math:: \sup TV = \tanh(\Delta / 4)
+    For :math:`P_j \propto e^{s_j}` and :math:`S_j \propto e^{s_j + b_j}` with
+    :math:`\max_j b_j - \min_j b_j \le \Delta`,
 
-    (attained by a two-point row; notebook 04 derives it).  Same dtype as ``delta``.
+    .. math::
+
+        \mathrm{TV}(P, S) = \tfrac12 \sum_j |P_j - S_j| \le \tanh\frac{\Delta}{4},
+
+    with equality for a two-point row (notebook 04 derives it).  Returns a tensor of the dtype of
+    a floating-point ``delta`` (torch's default dtype for a Python number or integers).
     """
     d = torch.as_tensor(delta)
     return torch.tanh(d / 4)
 
 
 def kl_supremum(delta: ArrayLike) -> torch.Tensor:
-    r"""Exact supremum of ``KL(P || S)`` over all rows whose logit bias has spread ``Delta >= 0``.
+    r"""Exact supremum of the KL divergence of two softmax rows whose logits differ by a bias of spread :math:`\Delta \ge 0`.
 
-    .. math:: \sup KL = \max_{\theta \in [0, 1]} \big[\log(1 - \theta + \theta e^{\Delta}) - \theta \Delta\big]
-              = \log\frac{e^{\Delta} - 1}{\Delta} - 1 + \frac{\Delta}{e^{\Delta} - 1}
-              \le \frac{\Delta^2}{8}
+    For :math:`P` and :math:`S` as in :func:`tv_supremum` (the supremum is the same for
+    :math:`\mathrm{KL}(P \| S)` and :math:`\mathrm{KL}(S \| P)`),
 
-    (two-point extremality by convexity of ``e^b``, notebook 04; ``Delta^2/8`` is Hoeffding's
-    simpler bound, ``~ Delta - 1 - log Delta`` for large ``Delta``: 4.92 at 8, 16.0 at 20).
-    Evaluated in float64 without cancellation (a series below ``Delta = 0.05``) and returned in
-    the dtype of ``delta``.
+    .. math::
+
+        \sup \mathrm{KL} = \max_{\theta \in [0, 1]} \bigl[\log(1 - \theta + \theta e^{\Delta}) - \theta \Delta\bigr]
+            = \log\frac{e^{\Delta} - 1}{\Delta} - 1 + \frac{\Delta}{e^{\Delta} - 1}
+            \le \frac{\Delta^2}{8},
+
+    attained by a two-point row (by convexity of :math:`e^b`; notebook 04 derives it).
+    :math:`\Delta^2/8` is Hoeffding's simpler bound; the supremum grows only like
+    :math:`\Delta - 1 - \log\Delta` for large :math:`\Delta` (4.92 at 8, 16.0 at 20).  Evaluated in
+    float64 without cancellation (a series below :math:`\Delta = 0.05`; negative values count as 0)
+    and returned in the dtype of ``delta`` (torch's default dtype for a Python float, float64 for
+    integers).
     """
     d0 = torch.as_tensor(delta)
     d = d0.double().clamp_min(0.0)
@@ -328,27 +359,38 @@ def kl_supremum(delta: ArrayLike) -> torch.Tensor:
 # dense maps
 # --------------------------------------------------------------------------- #
 def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) -> torch.Tensor:
-    """Attention scores between every query and every key, shape ``(..., N, M)``.
+    r"""Attention scores between every query and every key, shape ``(..., N, M)``, by one matrix product.
 
-    ========== ============================== =====================================
-    kind       ``s_ij``                       note
-    ========== ============================== =====================================
-    spatial    ``q_s . kappa_s``              the question-and-answer thread's object
-    distance   ``-1/2 |q - kappa|^2_L``       never positive (clamped at 0)
-    lorentz    ``<q, kappa>_L``               ``= -1/2 |q - kappa|^2_L - k`` exactly
-    ========== ============================== =====================================
+    .. math::
+
+        s^{\mathrm{spatial}}_{ij} = q_{s,i} \cdot \kappa_{s,j}, \qquad
+        s^{\mathrm{distance}}_{ij} = -\tfrac12 \|q_i - \kappa_j\|_L^2 \le 0, \qquad
+        s^{\mathrm{lorentz}}_{ij} = \langle q_i, \kappa_j\rangle_L = -\tfrac12 \|q_i - \kappa_j\|_L^2 - k
 
     Parameters
     ----------
-    queries : ``(..., N, d + 1)`` points on ``<x, x>_L = -k``, time first.
-    keys : ``(..., M, d + 1)`` points; leading axes broadcast against those of ``queries``.
-    kind : ``"spatial"``, ``"distance"`` or ``"lorentz"``.
-    k : curvature parameter, ``<x, x>_L = -k``.
+    queries : array or tensor, shape (..., N, d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k`, time first (checked).
+    keys : array or tensor, shape (..., M, d + 1)
+        Points; their leading axes broadcast against those of ``queries``.
+    kind : str
+        ``"spatial"``, ``"distance"`` or ``"lorentz"`` (``"focused"`` has no scores).
+    k : float
+        Curvature parameter.
 
     Returns
     -------
-    torch.Tensor of shape ``(..., N, M)``, dtype and device of the inputs, built by one matrix
-    product (``"distance"`` uses the shifted-time form of identity 1, see ``_operands``).
+    torch.Tensor
+        ``(..., N, M)``, dtype and device of the inputs.  ``"distance"`` is computed from the
+        ``d + 3`` columns of :func:`hypviz.lorentz.distance_operands` (identity 1 with time measured
+        from the origin's, no cancellation near it) and clamped at 0; ``"lorentz"`` directly as
+        :math:`-q_t \kappa_t + q_s \cdot \kappa_s`.
+
+    Raises
+    ------
+    ValueError
+        For another ``kind``, points off the hyperboloid, ``d`` that differ, leading axes that do not
+        broadcast, inputs on two devices, or :math:`k \le 0`; ``TypeError`` when the dtypes differ.
     """
     _check_kind(kind, allowed=SOFTMAX_KINDS)
     q, kk, _, kf, _ = _validate(queries, keys, k)
@@ -367,18 +409,52 @@ def attention_map(
     norm_scale: float = 1.0,
     heads_axis: int | None = None,
 ) -> torch.Tensor:
-    r"""Attention map of ``kind``, shape ``(..., N, M)``; rows sum to 1.
+    r"""Attention map of ``kind``, shape ``(..., N, M)``; every row sums to 1.
 
-    For the softmax kinds, :math:`A_{ij} = \operatorname{softmax}_j(s_{ij} / \tau)` with ``s`` the
-    :func:`scores` of ``kind`` and ``tau = temperature`` (default ``sqrt(d)``, ``d`` the spatial
-    dimension).  Hypformer's full (quadratic) attention is ``"distance"`` at ``tau = k * scale / 2``,
-    its learned ``scale`` initialised to ``sqrt(d)`` (``scale / 2`` in its simplified code, whose
-    ``cinner`` does not divide by ``k``; :mod:`hypviz.capture` measures which).  ``"focused"`` is Hypformer's linear map,
-    :func:`focused_linear_map` with ``power`` and ``norm_scale`` (no temperature, no softmax).
-    One matrix product into the output, then an in-place max-shifted softmax, so no second
-    ``N x M`` array exists (when a gradient is needed, torch's differentiable softmax instead,
-    which ``torch.autograd.gradcheck`` checks in the tests).  ``heads_axis`` names the heads axis of a layout such as
-    ``(N, H, d + 1)`` (Hypformer's); the result is then heads-first, ``(H, N, M)``.
+    For the softmax kinds, with :math:`s` the :func:`scores` of ``kind``,
+
+    .. math::
+
+        A_{ij} = \frac{\exp(s_{ij} / \tau)}{\sum_l \exp(s_{il} / \tau)} ;
+
+    ``"lorentz"`` is evaluated as ``"distance"``, which has the same softmax (identity 5), because
+    the direct :math:`-q_t \kappa_t + q_s \cdot \kappa_s` loses the differences between keys when
+    :math:`k` is large.  ``"focused"`` is Hypformer's linear map, :func:`focused_linear_map` with
+    ``power`` and ``norm_scale`` (no softmax; ``temperature`` is not used).
+
+    Parameters
+    ----------
+    queries, keys : array or tensor, shapes (..., N, d + 1) and (..., M, d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k`, time first (checked); leading axes broadcast.
+    kind : str
+        One of :data:`KINDS`.
+    k : float
+        Curvature parameter.
+    temperature : float, optional
+        :math:`\tau`, default :math:`\sqrt{d}` (``d`` the spatial dimension).  Hypformer's full
+        (quadratic) attention is ``"distance"`` at :math:`\tau = k \cdot \mathrm{scale} / 2`, its
+        learned ``scale`` initialised to :math:`\sqrt{d}` (``scale / 2`` in its simplified code,
+        whose ``cinner`` does not divide by ``k``; :mod:`hypviz.capture` measures which).
+    power, norm_scale : float
+        The focused map's ``power_k`` and ``norm_scale`` (``"focused"`` only).
+    heads_axis : int, optional
+        The heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's); the result is then
+        heads-first, ``(H, N, M)``.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., N, M)``, dtype and device of the inputs.  One matrix product writes the logits; on
+        the CPU, without gradient, the softmax then overwrites them in place, so no second
+        ``N x M`` array exists.  On other devices, or when a gradient is needed, it is
+        ``torch.softmax`` (differentiable; ``torch.autograd.gradcheck`` checks it in the tests).
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``kind``, a non-positive ``temperature`` or ``power``, a non-finite
+        ``norm_scale``, a bad ``heads_axis``, or inputs :func:`scores` refuses; ``TypeError`` when
+        the dtypes differ.
     """
     _check_kind(kind)
     if kind == "focused":
@@ -463,17 +539,32 @@ def focused_linear_map(
     k: float = 1.0,
     eps: float = 0.0,
 ) -> torch.Tensor:
-    """Hypformer's implicit attention map ``A_ij = phi(q_i) . phi(k_j) / sum_l phi(q_i) . phi(k_l)``.
+    r"""Hypformer's implicit linear-attention map, shape ``(..., N, M)``: no softmax, all entries positive.
 
-    ``phi(x) = fp((relu(x_s) + 1e-6) / (|norm_scale| + 1e-6), power)`` with the focusing function
-    ``fp(y, p) = (|y| / |y^p|) y^p`` (element-wise power), on the spatial parts only and without
-    ``1/sqrt(d)``, as in Hypformer's ``TransConvLayer``.  All entries are positive and each row
-    sums to 1 (for ``eps = 0``; ``eps`` is added to the normaliser, Hypformer uses ``1e-6``).
-    Since ``fp`` is positively homogeneous, ``norm_scale`` cancels from the map (exactly when
-    ``eps = 0``), and the map is computed without it: any finite ``norm_scale`` works.  Hypformer never forms this ``(..., N, M)`` map; it costs ``O(N M d)``.
+    .. math::
+
+        A_{ij} = \frac{\phi(q_i) \cdot \phi(\kappa_j)}{\sum_l \phi(q_i) \cdot \phi(\kappa_l) + \varepsilon},
+        \qquad
+        \phi(x) = f_p\Bigl(\frac{\mathrm{relu}(x_s) + 10^{-6}}{|\mathrm{norm\_scale}| + 10^{-6}}\Bigr),
+        \qquad
+        f_p(y) = \frac{\|y\|}{\|y^p\|}\, y^p,
+
+    with the power :math:`y^p` taken element-wise (the focusing function, :math:`p` = ``power``), on
+    the spatial parts only and without :math:`1/\sqrt{d}`, as in Hypformer's ``TransConvLayer``.
+    Each row sums to 1 for :math:`\varepsilon = 0` (``eps``, the default; Hypformer adds
+    :math:`10^{-6}` to the normaliser).  :math:`f_p` is positively homogeneous, so ``norm_scale``
+    cancels from the map (exactly when :math:`\varepsilon = 0`; otherwise it only rescales
+    :math:`\varepsilon`), and the features are computed without it: any finite ``norm_scale`` works.
+    Hypformer never forms this map; here it costs :math:`O(N M d)`.
 
     ``queries (..., N, d + 1)`` and ``keys (..., M, d + 1)`` are checked to lie on
-    ``<x, x>_L = -k``; only their spatial parts enter.
+    :math:`\langle x, x\rangle_L = -k`; only their spatial parts enter.
+
+    Raises
+    ------
+    ValueError
+        For points or shapes :func:`scores` refuses, a non-positive ``power``, a non-finite
+        ``norm_scale`` or a negative or non-finite ``eps``; ``TypeError`` when the dtypes differ.
     """
     q, kk, _, _, _ = _validate(queries, keys, k)
     p, s, e = _check_power(power), _check_norm_scale(norm_scale), _check_eps(eps)
@@ -492,14 +583,26 @@ def focused_linear_attention(
     k: float = 1.0,
     eps: float = 0.0,
 ) -> torch.Tensor:
-    """Hypformer's aggregated spatial output ``phi(Q) (phi(K)^T V_s) / (phi(Q) sum_j phi(k_j) + eps)``.
+    r"""Hypformer's aggregated spatial output, computed right to left: no ``N x M`` array.
 
-    Computed right to left in ``O(N d d_v)`` time and ``O((N + M) (d + d_v) + d d_v)`` memory,
-    no ``N x M`` array.  By associativity it equals ``focused_linear_map(queries, keys) @ V_s``
-    (to rounding: relative 1e-5 in float32).  ``values (..., M, d_v + 1)`` are points; the result
-    is the spatial output ``(..., N, d_v)`` (Hypformer then adds a learned map of ``V_s``, averages
-    heads and lifts with ``hypviz.lorentz.lift(out, k)``).  ``eps = 1e-6`` reproduces Hypformer's
-    normaliser exactly; the default 0 makes the identity with the map exact.
+    With :math:`\phi` as in :func:`focused_linear_map` and :math:`V_s` the values' spatial parts,
+
+    .. math::
+
+        O = \frac{\phi(Q)\,\bigl(\phi(K)^\top V_s\bigr)}{\phi(Q) \sum_j \phi(\kappa_j) + \varepsilon},
+
+    in :math:`O((N + M)\, d\, d_v)` time and :math:`O((N + M)(d + d_v) + d\, d_v)` memory.  By
+    associativity it equals ``focused_linear_map(queries, keys) @ V_s`` up to rounding (the tests
+    hold float32 to a relative :math:`10^{-5}`).  ``values (..., M, d_v + 1)`` are points (checked);
+    the result is the spatial output ``(..., N, d_v)`` (Hypformer then adds a learned map of
+    :math:`V_s`, averages the heads and lifts with ``hypviz.lorentz.lift(out, k)``).
+    ``eps = 1e-6`` reproduces Hypformer's normaliser exactly; the default 0 makes the identity with
+    the map exact.
+
+    Raises
+    ------
+    ValueError
+        As :func:`focused_linear_map`, and when ``values`` has not one row per key.
     """
     q, kk, v, _, _ = _validate(queries, keys, k, values)
     p, s, e = _check_power(power), _check_norm_scale(norm_scale), _check_eps(eps)
@@ -514,9 +617,10 @@ def focused_linear_attention(
 # streaming comparison
 # --------------------------------------------------------------------------- #
 UNIFORM_TV = 0.05
-"""A map whose row is within this total variation of the uniform row is *near uniform*."""
+"""A row whose total variation from the uniform row is below this is *near uniform* (:func:`verdict`)."""
 CLOSE_RATIO = 0.25
-"""Two maps are *close* when ``TV(P_a, P_b) <= CLOSE_RATIO * TV(P_b, uniform)``."""
+r"""Two maps are *close* when :math:`\mathrm{TV}(P_a, P_b) \le 0.25\,\mathrm{TV}(P_b, U)`, this ratio times the reference's baseline (:func:`verdict`)."""
+#: The three readings :func:`verdict` gives.
 VERDICTS: tuple[str, ...] = ("close", "different", "uninformative")
 _SPEARMAN_MAX_KEYS = 4096  # compare: rank correlations by default only up to this many keys
 
@@ -526,15 +630,19 @@ def _fmt(x: float | None) -> str:
 
 
 def verdict(tv: float, tv_uniform_a: float, tv_uniform_b: float) -> str:
-    r"""Plain-language reading of a comparison, from its scale-free measures only.
+    r"""Plain-language reading of a comparison, from its scale-free measures only; ``b`` is the reference.
 
-    * ``"uninformative"``: both maps are near uniform, ``TV(P_a, U) < 0.05`` and ``TV(P_b, U) < 0.05``
-      (``U`` the uniform row): any two near-uniform maps have a small TV, so it says nothing;
-    * ``"close"``: the gap is small *next to the reference's own structure*,
+    With :math:`U` the uniform row:
+
+    * ``"uninformative"`` when both maps are near uniform, :math:`\mathrm{TV}(P_a, U) < 0.05` and
+      :math:`\mathrm{TV}(P_b, U) < 0.05`: any two near-uniform maps have a small TV, so it says nothing;
+    * else ``"close"`` when the gap is small next to the reference's own structure,
       :math:`\mathrm{TV}(P_a, P_b) \le 0.25\, \mathrm{TV}(P_b, U)`;
-    * ``"different"``: otherwise.
+    * else ``"different"``.
 
-    The thresholds are :data:`UNIFORM_TV` and :data:`CLOSE_RATIO`; never an absolute TV alone.
+    ``tv``, ``tv_uniform_a`` and ``tv_uniform_b`` are :math:`\mathrm{TV}(P_a, P_b)`,
+    :math:`\mathrm{TV}(P_a, U)` and :math:`\mathrm{TV}(P_b, U)` (of one row, or means over rows).
+    The thresholds are :data:`UNIFORM_TV` and :data:`CLOSE_RATIO`; an absolute TV alone is never read.
     """
     if tv_uniform_a < UNIFORM_TV and tv_uniform_b < UNIFORM_TV:
         return "uninformative"
@@ -553,34 +661,50 @@ def _mean(t: torch.Tensor | None) -> float | None:
 
 @dataclasses.dataclass(repr=False)
 class Comparison:
-    """Row-by-row comparison of two attention maps ``P_a`` and ``P_b`` (``b`` is the reference).
+    r"""Row-by-row comparison of two attention maps :math:`P_a` and :math:`P_b` (``b`` is the reference), made by :func:`compare`.
 
-    Per-row fields have shape ``(..., N)`` (the broadcast leading axes, then the queries):
+    Per-row fields are tensors of shape ``(..., N)`` (the broadcast leading axes, then the query
+    rows computed), on the inputs' device:
 
-    ``kl``             ``KL(P_b || P_a)``
-    ``tv``             total variation ``1/2 sum_j |P_b - P_a|``
-    ``tv_uniform_a``   ``TV(P_a, U)``, ``U`` the uniform row ``1/M``: the baseline (how far the map is
-                       from attending to nothing in particular); ``tv_uniform_b`` the same for ``P_b``
-    ``logit_gap``      spread ``max_j g_j - min_j g_j`` of ``g = log P_b - log P_a`` (for softmax kinds
-                       ``(s_b - s_a) / tau``; twice its sup-distance to the nearest constant)
-    ``top1``           whether both maps put their largest weight on the same key, *tie-aware*: one
-                       map's favourite counts when it is within the logits' rounding bound of the
-                       other map's maximum
-    ``topk_overlap``   the fraction of one map's top-k keys that are (within rounding) in the other's
-                       top-k, the larger of the two directions: tie-aware the same way
-    ``spearman``       Spearman rank correlation of the two rows (``None`` when not computed)
+    * ``kl``: :math:`\mathrm{KL}(P_b \| P_a) = \sum_j P_{b,j} \log(P_{b,j} / P_{a,j})`;
+    * ``tv``: the total variation :math:`\tfrac12 \sum_j |P_{b,j} - P_{a,j}|`;
+    * ``tv_uniform_a``, ``tv_uniform_b``: :math:`\mathrm{TV}(P_a, U)` and :math:`\mathrm{TV}(P_b, U)`,
+      :math:`U` the uniform row :math:`1/M`: the baseline, how far each map is from attending to
+      nothing in particular;
+    * ``logit_gap``: the spread :math:`\max_j g_j - \min_j g_j` of :math:`g = \log P_b - \log P_a`
+      (twice its sup-distance from the nearest constant; for two softmax kinds
+      :math:`(s_b - s_a)/\tau` up to a row constant);
+    * ``top1``: whether both maps put their largest weight on the same key, *tie-aware*: one map's
+      favourite counts when its logit in the other map is within that map's rounding bound of its
+      maximum;
+    * ``topk_overlap``: the fraction of one map's top-k keys that are (within rounding, the same
+      way) among the other's top k, the larger of the two directions;
+    * ``spearman``: the Spearman rank correlation :math:`1 - 6 \sum_j d_j^2 / (M (M^2 - 1))` of the
+      two rows' ranks (ties are ranked in the order the sort returns: not tie-aware), ``None`` when
+      not computed.
 
-    and, when both kinds are softmax kinds (the bound does not apply to ``"focused"``: ``None``):
+    For two softmax kinds (``None`` when a map is ``"focused"``: no such bound holds for it):
 
-    ``delta``          the bound's ``Delta = |c_a - c_b| q_t (max_j kappa_t - min_j kappa_t) / tau``
-    ``tv_bound``       ``tanh(Delta / 4)`` (sharp);  ``kl_bound``: the exact supremum
-                       :func:`kl_supremum` ``(Delta)``;  ``kl_bound_hoeffding``: ``Delta^2 / 8``
-    ``allowance``      rigorous floating-point allowance on the gap (0 in exact arithmetic)
-    ``bound_met``      ``tv <= tanh((Delta + allowance) / 4)`` and ``kl <= kl_supremum(Delta + allowance)``
+    * ``delta``: the spread of the bias between the two kinds' logits,
+      :math:`\Delta_i = |c_a - c_b|\, q_{t,i} (\max_j \kappa_{t,j} - \min_j \kappa_{t,j}) / \tau`, with
+      :math:`c` each kind's coefficient of the key-norm bias :math:`q_t \kappa_t` (spatial 1,
+      distance 0, lorentz 0: identities 4 and 5);
+    * ``tv_bound``: :math:`\tanh(\Delta / 4)` (sharp, :func:`tv_supremum`);
+    * ``kl_bound``: the exact supremum :func:`kl_supremum` of :math:`\Delta`;
+      ``kl_bound_hoeffding``: :math:`\Delta^2 / 8`;
+    * ``allowance``: a rigorous floating-point allowance :math:`\alpha` on the logit gap (0 when
+      ``a == b``);
+    * ``bound_met``: whether :math:`\mathrm{TV} \le \tanh((\Delta + \alpha)/4)` and
+      :math:`\mathrm{KL} \le \sup\mathrm{KL}(\Delta + \alpha)`, each up to a slack of
+      :math:`8 \varepsilon \log_2(M + 1)` (relative and absolute, :math:`\varepsilon` the dtype's
+      machine epsilon) for the rounding of the statistics themselves.
 
-    ``c`` is each kind's coefficient of the key-norm bias ``q_t kappa_t`` (spatial 1, distance 0,
-    lorentz 0; identities 4 and 5). The bound being met is a fact about the theory; whether the
-    maps agree is :attr:`verdict` (see :func:`verdict`).
+    The set-up: ``a``, ``b``, ``k``, ``temperature`` (:math:`\tau`), ``topk`` (capped at
+    :math:`M`), ``device`` (where it ran), ``dtype``, ``batch_shape``, ``n_queries`` (rows computed),
+    ``n_keys``, ``dim`` (:math:`d`), ``block_rows``, ``n_blocks``, ``power`` and ``norm_scale``
+    (``None`` without a focused map), ``n_queries_total`` and ``row_index`` (the sampled rows, or
+    ``None`` when every row was computed), ``elapsed_s``.  The bound being met is a fact about the
+    theory; whether the maps agree is :attr:`verdict`.
     """
 
     a: str
@@ -624,67 +748,79 @@ class Comparison:
 
     @property
     def mean_tv(self) -> float:
+        """Mean of ``tv`` over all rows (in float64)."""
         return float(self.tv.double().mean())
 
     @property
     def max_tv(self) -> float:
+        """Largest ``tv`` of any row."""
         return float(self.tv.max())
 
     @property
     def mean_kl(self) -> float:
+        """Mean of ``kl`` over all rows (in float64)."""
         return float(self.kl.double().mean())
 
     @property
     def max_kl(self) -> float:
+        """Largest ``kl`` of any row."""
         return float(self.kl.max())
 
     @property
     def mean_tv_uniform_a(self) -> float:
+        r"""Mean of ``tv_uniform_a`` (:math:`\mathrm{TV}(P_a, U)`, the baseline of map ``a``)."""
         return float(self.tv_uniform_a.double().mean())
 
     @property
     def mean_tv_uniform_b(self) -> float:
+        r"""Mean of ``tv_uniform_b`` (:math:`\mathrm{TV}(P_b, U)`, the baseline of the reference)."""
         return float(self.tv_uniform_b.double().mean())
 
     @property
     def gap_ratio(self) -> float | None:
-        """``mean TV(P_a, P_b) / mean TV(P_b, U)``: the gap next to the reference's baseline (``None`` if that is 0)."""
+        r"""The gap next to the reference's baseline, :math:`\overline{\mathrm{TV}(P_a, P_b)} / \overline{\mathrm{TV}(P_b, U)}` (means over rows; ``None`` if the baseline is 0)."""
         base = self.mean_tv_uniform_b
         return None if base == 0.0 else self.mean_tv / base
 
     @property
     def verdict(self) -> str:
-        """``"close"``, ``"different"`` or ``"uninformative"`` from the row means (see :func:`verdict`)."""
+        """The :func:`verdict` of the row means of ``tv``, ``tv_uniform_a`` and ``tv_uniform_b`` (``"close"``, ``"different"`` or ``"uninformative"``)."""
         return verdict(self.mean_tv, self.mean_tv_uniform_a, self.mean_tv_uniform_b)
 
     @property
     def row_verdicts(self) -> dict[str, float]:
-        """Fraction of query rows with each verdict (same rule, row by row)."""
+        """Fraction of the rows with each verdict, ``{"close": ..., "different": ..., "uninformative": ...}`` (:func:`verdict` row by row)."""
         codes = _row_verdicts(self.tv.double(), self.tv_uniform_a.double(), self.tv_uniform_b.double()).reshape(-1)
         return {name: float((codes == i).double().mean()) for i, name in enumerate(VERDICTS)}
 
     @property
     def max_delta(self) -> float | None:
+        """Largest ``delta`` (``None`` when the bound does not apply)."""
         return None if self.delta is None else float(self.delta.max())
 
     @property
     def mean_delta(self) -> float | None:
+        """Mean of ``delta`` (``None`` when the bound does not apply)."""
         return _mean(self.delta)
 
     @property
     def bound_met_fraction(self) -> float | None:
+        """Fraction of rows that met the bound (``None`` when it does not apply)."""
         return _mean(self.bound_met)
 
     @property
     def all_bounds_met(self) -> bool | None:
+        """Whether every row met the bound (``None`` when it does not apply)."""
         return None if self.bound_met is None else bool(self.bound_met.all())
 
     @property
     def top1_agreement(self) -> float:
+        """Fraction of rows whose maps agree on their largest weight (tie-aware, ``top1``)."""
         return float(self.top1.double().mean())
 
     @property
     def topk_agreement(self) -> float:
+        """Mean of ``topk_overlap`` over all rows."""
         return float(self.topk_overlap.double().mean())
 
     @property
@@ -694,6 +830,7 @@ class Comparison:
 
     @property
     def n_rows(self) -> int:
+        """Number of rows compared, over all leading axes."""
         return int(self.tv.numel())
 
     @property
@@ -702,12 +839,25 @@ class Comparison:
         return self.row_index is not None
 
     def ci(self, field: str = "tv", level: float = 0.95) -> tuple[float, float, float]:
-        """``(mean, low, high)`` of a per-row field's mean over all rows, with a ``level`` confidence interval.
+        r"""``(mean, low, high)``: the mean of a per-row field over all rows and its ``level`` confidence interval.
 
-        For a sampled comparison (``rows=R`` of ``N`` rows per head, the same rows for every head), the
-        interval is the normal approximation for a stratified sample without replacement:
-        ``se^2 = (1/H^2) sum_h s_h^2 / R * (N - R) / (N - 1)``, ``s_h^2`` the sample variance of head ``h``.
-        When every row was computed the mean is exact and ``low = high = mean``.
+        For a sampled comparison (``rows=R`` of :math:`N` rows per head, the same rows for each of the
+        :math:`H` heads, i.e. the flattened leading axes), the interval is ``mean`` :math:`\pm z\,\mathrm{se}`
+        (:math:`z` the normal quantile of ``level``), the normal approximation for a sample
+        stratified by head and drawn without replacement:
+
+        .. math::
+
+            \mathrm{se}^2 = \frac{1}{H^2} \sum_h \frac{s_h^2}{R}\,\frac{N - R}{N - 1},
+
+        :math:`s_h^2` the sample variance of head :math:`h`.  When every row was computed the mean
+        is exact and ``low = high = mean``.
+
+        Raises
+        ------
+        ValueError
+            When ``field`` is no per-row tensor here (``spearman`` when not computed, a scalar field);
+            a name that is no field at all raises ``AttributeError``.
         """
         import statistics
 
@@ -726,7 +876,7 @@ class Comparison:
         return mean, mean - z * se, mean + z * se
 
     def to_dict(self) -> dict[str, Any]:
-        """Scalars only (JSON-ready): the set-up, the row statistics and the verdict."""
+        """The set-up, the summaries of the row statistics and the verdict as plain Python values, JSON-ready (no tensors)."""
         return {
             "a": self.a,
             "b": self.b,
@@ -770,7 +920,10 @@ class Comparison:
         }
 
     def summary(self, show_device: bool = True) -> str:
-        """A readable summary, numbers rounded to 3 significant digits (no addresses, no timings)."""
+        """A readable summary, numbers rounded to 3 significant digits (no addresses, no timings).
+
+        ``show_device=False`` leaves out where it ran, for text that must not depend on the machine.
+        """
         lead = f"{self.batch_shape} x " if self.batch_shape else ""
         where = f" on {self.device}" if show_device else ""
         ratio = self.gap_ratio
@@ -808,11 +961,6 @@ class Comparison:
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython
         p.text(self.summary())
-
-
-def _dot_rows(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``sum_j x_ij y_ij`` per row (real tensors), fused: no ``B x M`` temporary."""
-    return torch.linalg.vecdot(x, y, dim=-1)
 
 
 def _direct_stats(la: torch.Tensor, lb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -882,6 +1030,176 @@ def _check_logit_range(
     )
 
 
+def _topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk(x, k, dim=-1)`` of a contiguous ``(rows, M)`` block, in one cheap pass for large ``M``.
+
+    The row is cut into chunks; the ``k`` largest entries lie in the ``k`` chunks with the largest
+    maxima (each chunk holding one of them has a maximum at least the ``k``-th largest value), so
+    only those chunks (and a short tail) are searched.  The values are exactly torch's; among tied
+    keys the index chosen may differ, which the tie-aware statistics do not see.
+    """
+    r, m = x.shape
+    chunk = max(64, int(math.sqrt(m)))
+    n_chunks = m // chunk
+    if n_chunks < 4 * k or not x.is_contiguous():
+        return torch.topk(x, k, dim=-1)
+    main = n_chunks * chunk
+    _, best = torch.topk(x[:, :main].view(r, n_chunks, chunk).amax(dim=-1), k, dim=-1)  # (rows, k)
+    idx = (best.unsqueeze(-1) * chunk + torch.arange(chunk, device=x.device)).reshape(r, k * chunk)
+    if main < m:
+        idx = torch.cat([idx, torch.arange(main, m, device=x.device).expand(r, m - main)], dim=-1)
+    v, j = torch.topk(torch.gather(x, -1, idx), k, dim=-1)
+    return v, torch.gather(idx, -1, j)
+
+
+def _weighted_sum(p: torch.Tensor, x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+    """``sum_j p_ij x_ij`` per row through a scratch buffer (faster on the CPU than ``vecdot``)."""
+    return torch.mul(p, x, out=tmp).sum(dim=-1)
+
+
+def _tv_uniform_p(p: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+    """``TV(P, U) = 1/2 sum_j |p_j - mean p| / sum_j p_j`` per row from computed softmax weights.
+
+    Normalising by the computed sum cancels the rounding of the softmax's own normaliser (a factor
+    common to the row); what is left is each weight's own rounding, at most ``~2 eps`` on ``TV``
+    (:func:`_baseline` takes the rows where that is more than the logits' own rounding).
+    """
+    total = p.sum(dim=-1)
+    mean = (total / p.shape[-1]).unsqueeze(-1)
+    return 0.5 * torch.sub(p, mean, out=tmp).abs_().sum(dim=-1) / total
+
+
+class _SharedLogits:
+    """Two softmax kinds from ONE product: ``spatial = S``, ``distance = lorentz = S - c w^T`` (row constants dropped).
+
+    ``S = q_s kappa_s^T / tau``; with ``u_kappa = kappa_t - sqrt(k) = |kappa_s|^2 / (kappa_t + sqrt(k))``,
+    ``-1/2 |q - kappa|^2_L / tau = S - (q_t / tau) u_kappa - (a row constant)`` (identities 1 and 4),
+    so the second map is a rank-one update of the first, exact in every digit that matters to a
+    softmax.  ``err`` bounds each row's rounding of either kind's logits (any summation order).
+    """
+
+    def __init__(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float):
+        self.A = q[..., 1:] * (1.0 / tau)  # (H, N, d)
+        self.B = kk[..., 1:]  # (H, M, d), a view
+        self.c = q[..., 0] * (1.0 / tau)  # (H, N)
+        ks = kk[..., 1:]
+        self.w = ks.square().sum(dim=-1) / (kk[..., 0] + math.sqrt(kf))  # (H, M), no cancellation
+        eps = torch.finfo(q.dtype).eps
+        err_s = _logit_error(self.A, self.B)  # gamma * sum |A| max|B|
+        size = err_s / ((self.A.shape[-1] + 3) * eps)  # sum_c |A_ic| max_j |B_jc| >= |S_ij|
+        self.largest = size + self.c.abs() * self.w.amax(dim=-1, keepdim=True)  # >= |logit| of either kind
+        self.err_spatial = err_s
+        self.err_distance = err_s + 3.0 * eps * self.largest
+
+    def rows(self, h: int, idx: torch.Tensor, biased: bool, dev: torch.device) -> torch.Tensor:
+        """Logit rows ``idx`` of head ``h`` (recomputed, for the few rows that need the direct formulas)."""
+        s = self.A[h, idx].to(dev) @ self.B[h].to(dev).transpose(0, 1)
+        if biased:
+            s.addr_(self.c[h, idx].to(dev), self.w[h].to(dev), alpha=-1.0)
+        return s
+
+
+def _shared_blocks(
+    sh: _SharedLogits,
+    a_biased: bool,
+    n: int,
+    rows: int,
+    t_k: int,
+    rank: bool,
+    tol: tuple[torch.Tensor, torch.Tensor],
+    out: dict[str, torch.Tensor],
+    top1: torch.Tensor,
+    bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    dev: torch.device,
+    bar: Any,
+) -> None:
+    """Every statistic of a spatial-vs-distance (or -lorentz) comparison, one product per row block.
+
+    Per block: ``S`` by one matrix product, the biased map by a rank-one update, top-k of both, both
+    maps by in-place softmaxes and their uniform baselines from the weights (rows near uniform
+    recomputed without cancellation), then the tilted KL and TV from ``x = log P_a - log P_b`` (up to
+    a constant) ``= +-c (w - E_{P_b} w)``, another rank-one form.  Three ``rows x M`` buffers;
+    nothing of size ``N x M``.
+    """
+    buf_s, buf_d, tmp = bufs
+    m = sh.B.shape[-2]
+    sign = 1.0 if not a_biased else -1.0  # x = log P_a - log P_b + const = sign * c * w
+    heads = sh.A.shape[0]
+    for h in range(heads):
+        b_t = sh.B[h].to(dev).transpose(0, 1)
+        w = sh.w[h].to(dev)
+        w_span = w.amax() - w.amin()
+        for i in range(0, n, rows):
+            j = min(i + rows, n)
+            r = j - i
+            sl = (h, slice(i, j))
+            c = sh.c[h, i:j].to(dev)
+            s = torch.mm(sh.A[h, i:j].to(dev), b_t, out=buf_s[:r])
+            dl = torch.addr(s, c, w, alpha=-1.0, out=buf_d[:r])
+            la, lb = (dl, s) if a_biased else (s, dl)
+            ta, tb = tol[0][sl], tol[1][sl]
+            _rank_stats(la, lb, ta, tb, t_k, out, top1, sl, rank)
+            out["gap"][sl] = c * w_span  # spread of log P_a - log P_b: exact from the rank-one form
+            # the baselines (the other map's logits are consumed here), then P_b in place
+            ua, _ = _baseline(la, ta, tmp[:r])
+            ub, done = _baseline(lb, tb, tmp[:r])
+            pb = lb if done else _softmax_rows_(lb)
+            out["ua"][sl], out["ub"][sl] = ua, ub
+            wb = pb @ w  # E_{P_b}[w]
+            x = torch.addr((-sign * c * wb).unsqueeze(-1), c, w, alpha=sign, out=tmp[:r])  # centred under P_b
+            scratch = la  # consumed above
+            s1 = _weighted_sum(pb, x, scratch)  # E_{P_b}[x] (zero up to rounding; cancels it below)
+            wide = out["gap"][sl] > _TILT_MAX_GAP
+            any_wide = bool(wide.any())
+            if any_wide:
+                x.masked_fill_(wide.unsqueeze(-1), 0.0)
+            e = x.expm1_()  # e^x - 1
+            m1 = _weighted_sum(pb, e, scratch)  # E_{P_b}[e^x] - 1
+            out["kl"][sl] = (torch.log1p(m1) - s1).clamp_min_(0.0)
+            e.sub_(m1.unsqueeze(-1)).abs_()
+            out["tv"][sl] = 0.5 * _weighted_sum(pb, e, scratch) / (1.0 + m1)
+            if any_wide:
+                idx = wide.nonzero().squeeze(-1)
+                kl_w, tv_w = _direct_stats(sh.rows(h, i + idx, a_biased, dev), sh.rows(h, i + idx, not a_biased, dev))
+                out["kl"][h, i + idx] = kl_w
+                out["tv"][h, i + idx] = tv_w
+            if bar is not None:
+                bar.update(1)
+
+
+def _baseline(l: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """``TV(softmax(l), U)`` per row, and whether ``l`` now holds the softmax (computed in place).
+
+    From the weights (:func:`_tv_uniform_p`), whose rounding moves ``TV`` by up to ``~2 eps``, on
+    the rows where the logits' own rounding (``tol / 2`` per row, about as much on ``TV``) is larger;
+    the other rows (logits near 0: maps near uniform) from the logits by centred ``expm1``
+    (:func:`_tv_uniform`, no cancellation).
+    """
+    small = (tol < _P_ROUTE_EPS * torch.finfo(l.dtype).eps).nonzero().squeeze(-1)
+    if len(small) == l.shape[0]:
+        return _tv_uniform(l, tmp), False
+    exact = _tv_uniform(l.index_select(0, small), tmp[: len(small)]) if len(small) else None
+    tv = _tv_uniform_p(_softmax_rows_(l), tmp)
+    if exact is not None:
+        tv[small] = exact
+    return tv, True
+
+
+def _check_shared_range(sh: _SharedLogits, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> None:
+    """Refuse a temperature whose logits overflow the points' dtype, naming the smallest usable one."""
+    limit = torch.finfo(q.dtype).max / 16
+    big = float(sh.largest.max()) if sh.largest.numel() else 0.0
+    if big < limit:
+        return
+    s1 = _SharedLogits(q.double(), kk.double(), kf, 1.0)  # tau = 1, in float64
+    big1 = float(s1.largest.max())
+    name = str(q.dtype).replace("torch.", "")
+    raise ValueError(
+        f"temperature {tau:g} makes the logits overflow {name} (largest |s / tau| about {big1 / tau:.3g}, "
+        f"{name} holds {torch.finfo(q.dtype).max:.3g}); the smallest usable is about {16 * big1 / torch.finfo(q.dtype).max:.3g}"
+    )
+
+
 def compare(
     queries: ArrayLike,
     keys: ArrayLike,
@@ -902,54 +1220,135 @@ def compare(
     memory_budget: int | None = None,
     progress: bool | None = None,
 ) -> Comparison:
-    r"""Compare the attention maps of two kinds row by row, streaming over row blocks.
+    r"""Compare the attention maps of two kinds row by row, streaming over blocks of query rows.
 
-    ``P_a`` and ``P_b`` are the maps of :func:`attention_map` (softmax kinds at temperature
-    ``tau``; ``"focused"`` is Hypformer's normalised linear map with ``power`` and ``norm_scale``);
-    ``b`` is the reference.  Each query row gets ``KL(P_b || P_a)``, the total variation, each map's
-    TV from the uniform row (the baseline every comparison must be read against), tie-aware top-1
-    and top-k agreement, a Spearman rank correlation, and for two softmax kinds the bound
-    ``Delta_i`` and whether the row met it (see :class:`Comparison`); :attr:`Comparison.verdict`
-    reads the result as ``"close"``, ``"different"`` or ``"uninformative"`` (:func:`verdict`).
-    For ``a="spatial", b="distance"``, with :math:`\Delta = q_t (\max_j \kappa_t - \min_j \kappa_t) / \tau`:
+    :math:`P_a` and :math:`P_b` are the maps of :func:`attention_map` (softmax kinds at temperature
+    :math:`\tau`; ``"focused"`` with ``power`` and ``norm_scale``); ``b`` is the reference.  Each
+    query row gets :math:`\mathrm{KL}(P_b \| P_a)`, the total variation, each map's TV from the
+    uniform row :math:`U` (the baseline every gap must be read against), tie-aware top-1 and top-k
+    agreement, a Spearman rank correlation and, for two softmax kinds, the bound's :math:`\Delta_i`
+    and whether the row met it (see :class:`Comparison`); :attr:`Comparison.verdict` reads the
+    result as ``"close"``, ``"different"`` or ``"uninformative"`` (:func:`verdict`).  For two
+    softmax kinds whose logits carry the key-norm bias :math:`q_t \kappa_t / \tau` with coefficients
+    :math:`c_a, c_b` (spatial 1, distance and lorentz 0),
 
-    .. math:: \mathrm{TV} \le \tanh(\Delta/4), \qquad
-              \mathrm{KL}(P \| S) \le \log\frac{e^\Delta - 1}{\Delta} - 1 + \frac{\Delta}{e^\Delta - 1} \le \frac{\Delta^2}{8}.
+    .. math::
+
+        \Delta_i = |c_a - c_b|\, \frac{q_{t,i} (\max_j \kappa_{t,j} - \min_j \kappa_{t,j})}{\tau}, \qquad
+        \mathrm{TV}_i \le \tanh\frac{\Delta_i}{4}, \qquad
+        \mathrm{KL}_i(P_b \| P_a) \le \log\frac{e^{\Delta_i} - 1}{\Delta_i} - 1 + \frac{\Delta_i}{e^{\Delta_i} - 1}
+        \le \frac{\Delta_i^2}{8} .
 
     Parameters
     ----------
-    queries, keys : ``(..., N, d + 1)``, ``(..., M, d + 1)`` points on ``<x, x>_L = -k``.
-    a, b : kinds (``"spatial"``, ``"distance"``, ``"lorentz"``, ``"focused"``).
-    k : curvature parameter.
-    temperature : softmax temperature ``tau``, default ``sqrt(d)``.  Hypformer's full attention is
-        ``"distance"`` at ``tau = k * scale / 2`` (its learned ``scale``, initialised to ``sqrt(d)``;
-        ``scale / 2`` in its simplified code).
-    power, norm_scale : the focused map's ``power_k`` and ``norm_scale`` (only used by ``"focused"``).
-    device : ``"auto"`` (CUDA when available, else CPU), ``"cpu"`` or ``"cuda[:i]"``.  Blocks are
-        moved there; the per-row results come back on the inputs' device; ``result.device`` says
+    queries, keys : array or tensor, shapes (..., N, d + 1) and (..., M, d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k`, time first (checked); leading axes broadcast.
+        Tensors that require grad are detached: the statistics are not differentiable.
+    a, b : str
+        Kinds of :data:`KINDS`; ``b`` is the reference.
+    k : float
+        Curvature parameter.
+    temperature : float, optional
+        :math:`\tau`, default :math:`\sqrt{d}`.  Hypformer's full attention is ``"distance"`` at
+        :math:`\tau = k \cdot \mathrm{scale} / 2` (its learned ``scale``, initialised to
+        :math:`\sqrt{d}`; ``scale / 2`` in its simplified code).
+    power, norm_scale : float
+        The focused map's ``power_k`` and ``norm_scale`` (checked and used only with ``"focused"``).
+    device : str or torch.device
+        ``"auto"`` (CUDA when available, else the CPU), ``"cpu"`` or ``"cuda[:i]"``.  The blocks are
+        computed there; the per-row results come back on the inputs' device; ``result.device`` says
         where it ran.
-    block_rows : query rows per block; default from ``memory_budget`` so that the working memory
-        is ``O(block_rows x M)`` whatever ``N``.
-    topk : the ``k`` of the top-k agreement (capped at ``M``).
-    spearman : compute the per-row Spearman correlation (sorts every row, ``O(N M log M)``);
-        default: when ``M <= 4096``.
-    heads_axis : the heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's), moved to the front.
-        Tensors that require grad are detached (the statistics are not differentiable).
-    rows, seed : compute the exact statistics on ``rows`` query rows only, drawn uniformly without
-        replacement (the same rows for every head; ``torch.randperm`` seeded with ``seed``), against
-        all ``M`` keys: for very large ``N``.  Every mean then comes with a confidence interval,
-        :meth:`Comparison.ci` (normal approximation, stratified by head, finite-population corrected).
-    memory_budget : bytes for the block buffers.  Default: on the CPU 256 MiB, with blocks of at most
-        about 16 MiB per logit buffer (cache-friendlier); on CUDA a quarter of the free device
-        memory, at least 256 MiB and at most 8 GiB.
-    progress : show a tqdm bar; default: only for long runs on a terminal.
+    block_rows : int, optional
+        Query rows per block (capped at :math:`N`); by default from ``memory_budget``, so that the
+        working memory is :math:`O(\mathrm{block\_rows} \times M)` whatever :math:`N`.
+    topk : int
+        The :math:`k` of the top-k agreement (capped at :math:`M`).
+    spearman : bool, optional
+        Compute the per-row Spearman correlation (sorts every row, :math:`O(N M \log M)`); by
+        default when :math:`M \le 4096`.
+    heads_axis : int, optional
+        The heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's), moved to the front.
+    rows : int, optional
+        Compute the statistics on ``rows`` query rows only (an integer :math:`\ge 2`), drawn
+        uniformly without replacement (the same rows for every head), against all :math:`M` keys:
+        for very large :math:`N`.  Every mean then comes with a confidence interval,
+        :meth:`Comparison.ci`.  ``rows >= N`` computes every row.
+    seed : int
+        Seed of ``torch.randperm`` drawing the ``rows``.
+    memory_budget : int, optional
+        Bytes for the three ``block_rows x M`` buffers.  Default: on the CPU 256 MiB, with at most
+        about 16 MiB per buffer unless that is under 32 rows (cache-friendlier); on CUDA a quarter
+        of the free device memory, at least 256 MiB and at most 8 GiB.
+    progress : bool, optional
+        Show a tqdm bar on stderr; by default only for long runs (at least 64 blocks and
+        :math:`2^{28}` logits) on a terminal.
+
+    Returns
+    -------
+    Comparison
+        Per-row tensors of shape ``(..., n)`` (``n`` the query rows computed) on the inputs'
+        device, the set-up and the summaries.
+
+    Raises
+    ------
+    ValueError
+        For an unknown kind, points or shapes :func:`scores` refuses, a non-positive
+        ``temperature`` or ``power``, a non-finite ``norm_scale``, a bad ``topk``, ``block_rows``,
+        ``memory_budget``, ``spearman``, ``rows``, ``seed``, ``heads_axis`` or ``device``; a
+        temperature so small that the logits overflow the dtype (the message names the smallest
+        usable one); statistics that come out non-finite.  ``TypeError`` when the dtypes differ.
 
     Notes
     -----
-    The statistics use the tilted form: with ``h = g - E_{P_b}[g]``, ``KL = E_{P_b}[h] + log E_{P_b}[e^{-h}]``
-    and ``TV = 1/2 E_{P_b}|e^{-h} / E_{P_b}[e^{-h}] - 1|`` (``expm1``/``log1p``), accurate to the
-    rounding of the logits, not of ``log N`` (the uniform baselines likewise, centred on the row
-    mean); rows whose logit gap exceeds 30 use the direct log-softmax formulas.
+    *One product or two.*  When one kind is ``"spatial"`` and the other ``"distance"`` or
+    ``"lorentz"`` (either way round), both maps come from one matrix product per row block.  With
+    :math:`S_{ij} = q_{s,i} \cdot \kappa_{s,j} / \tau`, :math:`c_i = q_{t,i} / \tau` and
+    :math:`w_j = \kappa_{t,j} - \sqrt{k} = \|\kappa_{s,j}\|^2 / (\kappa_{t,j} + \sqrt{k})`
+    (no cancellation), identities 1 and 4 give
+
+    .. math::
+
+        -\frac{\|q_i - \kappa_j\|_L^2}{2\tau} = S_{ij} - c_i w_j + \Bigl(\frac{k}{\tau} - c_i \sqrt{k}\Bigr),
+
+    and the row constant in brackets does not change a softmax: the distance (and lorentz) map is
+    the softmax of the rank-one update :math:`S - c\, w^\top` of the spatial logits.  So
+    :math:`\log P_a - \log P_b = \pm c_i w_j` up to a row constant, and the logit gap is
+    :math:`c_i (\max_j w_j - \min_j w_j)`, which is :math:`\Delta_i` in exact arithmetic.  Every other
+    pair (distance against lorentz, a kind against itself, anything against ``"focused"``) computes
+    each map's own logits, one product per map and block: the distance and lorentz kinds by the
+    operands of :func:`hypviz.lorentz.distance_operands`, the focused map as the logarithm of its
+    feature products.
+
+    *The statistics.*  With :math:`x_j = \log P_{a,j} - \log P_{b,j}` centred under :math:`P_b`,
+
+    .. math::
+
+        \mathrm{KL}(P_b \| P_a) = \log \mathbb{E}_{P_b}[e^{x}] - \mathbb{E}_{P_b}[x], \qquad
+        \mathrm{TV}(P_a, P_b) = \frac{\mathbb{E}_{P_b}\bigl|e^{x} - \mathbb{E}_{P_b}[e^{x}]\bigr|}{2\,\mathbb{E}_{P_b}[e^{x}]},
+
+    evaluated with ``expm1`` and ``log1p``: accurate to the rounding of the logits, not of the
+    log-probabilities (of size :math:`\log M`).  Rows whose logit gap exceeds 30 use the direct
+    log-softmax formulas instead.  The baselines, with :math:`u = l - \operatorname{mean}_j l_j`
+    centred logits,
+
+    .. math::
+
+        \mathrm{TV}(P, U) = \frac{\operatorname{mean}_j \bigl|e^{u_j} - \operatorname{mean}_l e^{u_l}\bigr|}{2 \operatorname{mean}_l e^{u_l}},
+
+    likewise by ``expm1`` (by the softmax directly for rows whose logits span more than 30).  In
+    the one-product path this holds for rows whose logits' rounding bound is under
+    :math:`4\varepsilon`, the maps near uniform; the other rows' baselines come from the computed
+    softmax weights normalised by their sum, whose rounding (about :math:`2\varepsilon` on TV) is then
+    below the logits' own.
+
+    *Ties and bounds.*  The top-1 and top-k agreements count a key as shared when its logit in the
+    other map is within that map's rounding bound of the cut, so keys tied in exact arithmetic
+    (symmetric embeddings) are never told apart by rounding noise.  :math:`\Delta_i` is computed in
+    float64 from the spatial parts,
+    :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j} = (n_{\max} - n_{\min}) / (\sqrt{n_{\max} + k} + \sqrt{n_{\min} + k})`
+    with :math:`n = \|\kappa_s\|^2`, without the cancellation of two rounded time coordinates.  The
+    working memory is three ``block_rows x M`` buffers (plus temporaries of that size for the
+    Spearman ranks); nothing of size ``N x M`` is allocated.
     """
     start = time.perf_counter()
     _check_kind(a, "a")
@@ -1002,9 +1401,23 @@ def compare(
 
     qf, kfl = _flatten_batch(q, batch), _flatten_batch(kk, batch)
     heads = qf.shape[0]
-    ka = _Kind(a, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
-    kb = _Kind(b, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
-    _check_logit_range((ka, kb), qf, kfl, kf, tau)
+    # a softmax kind against one that differs from it by the key-norm bias: one product per block
+    shared = a in SOFTMAX_KINDS and b in SOFTMAX_KINDS and (a == "spatial") != (b == "spatial")
+    if shared:
+        sh = _SharedLogits(qf, kfl, kf, tau)
+        _check_shared_range(sh, qf, kfl, kf, tau)
+        err_a, err_b = (sh.err_distance, sh.err_spatial) if b == "spatial" else (sh.err_spatial, sh.err_distance)
+
+        def largest() -> float:
+            return float(sh.largest.max())
+    else:
+        ka = _Kind(a, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
+        kb = _Kind(b, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
+        _check_logit_range((ka, kb), qf, kfl, kf, tau)
+        err_a, err_b = ka.err, kb.err
+
+        def largest() -> float:
+            return _largest_logit(ka, kb)
 
     names = ("kl", "tv", "gap", "overlap", "ua", "ub") + (("rho",) if rank else ())
     out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
@@ -1012,7 +1425,7 @@ def compare(
     buf_a = torch.empty(rows, m, dtype=dtype, device=dev)
     buf_b = torch.empty(rows, m, dtype=dtype, device=dev)
     buf_c = torch.empty(rows, m, dtype=dtype, device=dev)
-    tol_a, tol_b = (2.0 * ka.err).to(dev), (2.0 * kb.err).to(dev)
+    tol_a, tol_b = (2.0 * err_a).to(dev), (2.0 * err_b).to(dev)
 
     n_blocks = heads * math.ceil(n / rows)
     show = progress
@@ -1024,21 +1437,24 @@ def compare(
 
         bar = tqdm(total=n_blocks, desc=f"compare {a} vs {b}", unit="block", leave=False, file=sys.stderr)
     try:
-        for h in range(heads):
-            ba_t = ka.B[h].to(dev).transpose(0, 1)
-            bb_t = kb.B[h].to(dev).transpose(0, 1)
-            for i in range(0, n, rows):
-                j = min(i + rows, n)
-                qa, qb = ka.A[h, i:j].to(dev), kb.A[h, i:j].to(dev)
-                la = ka.logits(qa, ba_t, buf_a[: j - i])
-                lb = kb.logits(qb, bb_t, buf_b[: j - i])
-                sl = (h, slice(i, j))
-                _rank_stats(la, lb, tol_a[sl], tol_b[sl], t_k, out, top1, sl, rank)
-                out["ua"][sl] = _tv_uniform(la, buf_c[: j - i])
-                out["ub"][sl] = _tv_uniform(lb, buf_c[: j - i])
-                _block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t))
-                if bar is not None:
-                    bar.update(1)
+        if shared:
+            _shared_blocks(sh, b == "spatial", n, rows, t_k, rank, (tol_a, tol_b), out, top1, (buf_a, buf_b, buf_c), dev, bar)
+        else:
+            for h in range(heads):
+                ba_t = ka.B[h].to(dev).transpose(0, 1)
+                bb_t = kb.B[h].to(dev).transpose(0, 1)
+                for i in range(0, n, rows):
+                    j = min(i + rows, n)
+                    qa, qb = ka.A[h, i:j].to(dev), kb.A[h, i:j].to(dev)
+                    la = ka.logits(qa, ba_t, buf_a[: j - i])
+                    lb = kb.logits(qb, bb_t, buf_b[: j - i])
+                    sl = (h, slice(i, j))
+                    _rank_stats(la, lb, tol_a[sl], tol_b[sl], t_k, out, top1, sl, rank)
+                    out["ua"][sl] = _tv_uniform(la, buf_c[: j - i])
+                    out["ub"][sl] = _tv_uniform(lb, buf_c[: j - i])
+                    _block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t), buf_c[: j - i])
+                    if bar is not None:
+                        bar.update(1)
     finally:
         if bar is not None:
             bar.close()
@@ -1047,7 +1463,7 @@ def compare(
     if bad or not bool(torch.isfinite(out["ub"]).all()):
         raise ValueError(
             f"compare {a} vs {b}: the {', '.join(bad) or 'uniform baselines'} came out non-finite in {dtype}: the logits "
-            f"(largest |s / tau| about {_largest_logit(ka, kb):.3g}) are beyond what {dtype} resolves at k = {kf:g}, "
+            f"(largest |s / tau| about {largest():.3g}) are beyond what {dtype} resolves at k = {kf:g}, "
             f"tau = {tau:g}; use float64, a larger temperature or a smaller k"
         )
     home = q.device
@@ -1067,7 +1483,7 @@ def compare(
         q_t = (qf[..., 1:].double().square().sum(dim=-1) + kf).sqrt()
         delta = (abs(_BIAS[a] - _BIAS[b]) * q_t * spread / tau).to(dtype)
         eps = torch.finfo(dtype).eps
-        allowance = torch.zeros_like(delta) if a == b else 2.0 * (ka.err + kb.err) + 4.0 * eps * delta
+        allowance = torch.zeros_like(delta) if a == b else 2.0 * (err_a + err_b) + 4.0 * eps * delta
         d_eff = (delta + allowance).to(home).reshape(shape)
         ulps = 8.0 * eps * math.log2(m + 1)
         kl, tv = back(out["kl"]), back(out["tv"])
@@ -1133,8 +1549,8 @@ def _rank_stats(
     (symmetric embeddings) are therefore never told apart by rounding noise, and the work is
     ``O(rows x k)`` beyond the two ``topk`` calls.
     """
-    va, ia = torch.topk(la, t_k, dim=-1)
-    vb, ib = torch.topk(lb, t_k, dim=-1)
+    va, ia = _topk_rows(la, t_k)
+    vb, ib = _topk_rows(lb, t_k)
     ta, tb = tol_a.unsqueeze(-1), tol_b.unsqueeze(-1)
     b_in_a = torch.gather(la, -1, ib) >= va[:, -1:] - ta  # (rows, k)
     a_in_b = torch.gather(lb, -1, ia) >= vb[:, -1:] - tb
@@ -1175,23 +1591,24 @@ def _block_stats(
     sl: tuple,
     op_a: tuple[_Kind, torch.Tensor, torch.Tensor],
     op_b: tuple[_Kind, torch.Tensor, torch.Tensor],
+    tmp: torch.Tensor,
 ) -> None:
-    """KL, TV and logit gap of one row block; overwrites the logit buffers ``la``, ``lb``."""
+    """KL, TV and logit gap of one row block; overwrites the logit buffers ``la``, ``lb`` and ``tmp``."""
     g = torch.sub(la, lb, out=la)  # g' = (s_a - s_b) / tau = -g
     gap = g.amax(dim=-1) - g.amin(dim=-1)
     out["gap"][sl] = gap
     pb = _softmax_rows_(lb)
-    g.sub_(_dot_rows(pb, g).unsqueeze(-1))  # -h, centred under P_b
-    s = _dot_rows(pb, g)  # E_Pb[-h] (zero up to rounding)
+    g.sub_(_weighted_sum(pb, g, tmp).unsqueeze(-1))  # -h, centred under P_b
+    s = _weighted_sum(pb, g, tmp)  # E_Pb[-h] (zero up to rounding)
     wide = gap > _TILT_MAX_GAP
     any_wide = bool(wide.any())
     if any_wide:
         g.masked_fill_(wide.unsqueeze(-1), 0.0)
     e = g.expm1_()  # e^{-h} - 1
-    m1 = _dot_rows(pb, e)  # E_Pb[e^{-h}] - 1
+    m1 = _weighted_sum(pb, e, tmp)  # E_Pb[e^{-h}] - 1
     out["kl"][sl] = (torch.log1p(m1) - s).clamp_min_(0.0)
     e.sub_(m1.unsqueeze(-1)).abs_()
-    out["tv"][sl] = 0.5 * _dot_rows(pb, e) / (1.0 + m1)
+    out["tv"][sl] = 0.5 * _weighted_sum(pb, e, tmp) / (1.0 + m1)
     if any_wide:  # recompute those rows' logits and use log-softmax directly
         idx = wide.nonzero().squeeze(-1)
         (ka, qa, ba_t), (kb, qb, bb_t) = op_a, op_b

@@ -1,41 +1,50 @@
-"""The ``hypviz`` command: compare the attention maps of your own queries and keys.
+r"""The ``hypviz`` command: compare the attention maps of your own queries and keys, and write a report.
 
 ::
 
-    hypviz compare CAPTURE.pt [--out DIR]            (a file written by hypviz.capture: the whole model)
-    hypviz compare QUERIES KEYS [--spatial] [--k K] [--heads-axis AXIS] [--kinds spatial,focused]
-                   [--reference distance] [--temperature TAU] [--power P] [--norm-scale S]
-                   [--device auto|cpu|cuda]
-                   [--dtype auto|float32|float64] [--queries-key NAME] [--keys-key NAME]
-                   [--sample-rows 64] [--out DIR] [--force] [--[no-]progress]
-    hypviz demo [--out DIR] [--force] [--device ...]
+    hypviz compare QUERIES KEYS [--spatial | --model lorentz|poincare] [--k K] [--heads-axis AXIS]
+                   [--kinds spatial,focused] [--reference distance] [--temperature TAU]
+                   [--power P] [--norm-scale S] [--dtype auto|float32|float64]
+                   [--queries-key NAME] [--keys-key NAME] [--device auto|cpu|cuda|cuda:INDEX]
+                   [--sample-rows N] [--rows R] [--seed SEED] [--[no-]progress] [--out DIR] [--force]
+    hypviz compare CAPTURE.pt [--temperature TAU] [--device ...] [--[no-]progress] [--out DIR] [--force]
+    hypviz demo [--device ...] [--sample-rows N] [--rows R] [--seed SEED] [--[no-]progress] [--out DIR] [--force]
 
-Inputs are ``.pt``/``.pth`` (``torch.load(weights_only=True)``: a dense tensor, or a dict of
+The second form reads a file written by :mod:`hypviz.capture` and reports on every attention
+layer of the model (:mod:`hypviz.model_report`); of the options above only those shown apply to it.
+``hypviz demo`` writes the same report as the first form for built-in data.
+
+Inputs are ``.pt``/``.pth`` files (``torch.load(weights_only=True)``: a dense tensor, or a dict of
 tensors), ``.npy`` or ``.npz`` files holding arrays of shape ``(..., N, d + 1)``: full hyperboloid
-points, time coordinate first, on ``<x, x>_L = -k`` (checked); with ``--spatial`` they are spatial
-parts ``(..., N, d)``, lifted with ``x_t = sqrt(|x_s|^2 + k)``.  A file holding several arrays (an
-``.npz`` or a dict saved with ``torch.save``) is read by name: ``--queries-key`` / ``--keys-key``,
-else its only array, else the array named ``queries`` (``query``, ``q``) or ``keys`` (``key``,
-``k``), so one file can hold both: ``hypviz compare qk.npz qk.npz``.  Leading axes are
-heads/batch (they broadcast between queries and keys); ``--heads-axis`` names the heads axis
-of a layout such as ``(N, H, d + 1)``.
+points, time coordinate first, on :math:`\langle x, x\rangle_L = -k` (checked).  With ``--spatial``
+they are spatial parts ``(..., N, d)``, lifted with :math:`x_t = \sqrt{\|x_s\|^2 + k}`; with
+``--model poincare`` they are Poincare-ball points ``(..., N, d)``, mapped to the hyperboloid.  A
+file holding several arrays (an ``.npz`` or a dict saved with ``torch.save``) is read by name:
+``--queries-key`` / ``--keys-key``, else its only array, else the array named ``queries``
+(``query``, ``q``, ``Q``) or ``keys`` (``key``, ``k``, ``K``), so one file can hold both:
+``hypviz compare qk.npz qk.npz``.  A scalar ``k`` (or ``curvature``) stored in such a file is the
+default of ``--k`` (else 1).  Leading axes are heads/batch (they broadcast between queries and
+keys); ``--heads-axis`` names the heads axis of a layout such as ``(N, H, d + 1)``.
 
 Points are checked in the dtype they were made in: float32/float64 at that dtype's tolerance
 (arrays of either byte order), float16/bfloat16 at theirs (``rtol = 8 eps`` of that dtype, the
-arithmetic done in float32 on their exact values), after which the spatial parts are re-lifted in
-the compute dtype (``--dtype``; float32 for half-precision inputs).  Inputs must be regular files
-(a FIFO, device or socket is refused, never read), at most ``HYPVIZ_MAX_INPUT_BYTES`` bytes
-(default 2 GiB = 2147483648): for ``.npy``/``.npz`` the size of the array read, taken from its
-``.npy`` header before anything is decompressed or loaded; for ``.pt``/``.pth`` the file size.
-hypviz never unpickles anything but tensors.
+arithmetic done in float32 on their exact values).  Where the compute dtype (``--dtype``; by
+default the inputs', float32 for half-precision inputs) differs from the dtype they were made in,
+the time coordinate is then recomputed from the spatial parts in the compute dtype.  Inputs must be regular files (a FIFO, device or socket
+is refused, never read), at most ``HYPVIZ_MAX_INPUT_BYTES`` bytes (default 2 GiB = 2147483648):
+for ``.npy``/``.npz`` the size of the array read, taken from its ``.npy`` header before anything
+is decompressed or loaded; for ``.pt``/``.pth`` the file size.  hypviz never unpickles anything
+but tensors.
 
 Every kind of ``--kinds`` is compared with the ``--reference`` kind by
 :func:`hypviz.attention.compare`, each map read against its distance from the uniform row, with a
 verdict ("close", "different", "uninformative") per comparison and per head.  Kinds: ``spatial``
-(the question-and-answer thread's softmax of ``q_s . kappa_s``), ``distance`` (Hypformer's full
-attention at ``--temperature k*scale/2``), ``lorentz``, ``focused`` (Hypformer's linear map, with
-``--power`` and ``--norm-scale``).  The output folder gets ``report.html`` (self-contained, opens
-from disk with no network), ``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures.
+(the question-and-answer thread's softmax of :math:`q_s \cdot \kappa_s`), ``distance``
+(Hypformer's full attention at ``--temperature`` :math:`k \cdot \mathrm{scale} / 2`),
+``lorentz``, ``focused`` (Hypformer's linear map, with ``--power`` and ``--norm-scale``).  The
+output folder gets ``report.html`` (self-contained, opens from disk with no network),
+``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures (and, for the demo,
+``inputs.npz``).
 
 Publishing.  The report is written into a temporary folder ``.NAME.tmp-XXXXXXXX`` beside ``--out``
 (so the name of ``--out`` may be at most the file system's limit, usually 255 bytes, minus 14),
@@ -44,18 +53,18 @@ existing report with ``--force``, exchanged with it by ``renameat2(RENAME_EXCHAN
 called through ctypes: glibc's ``renameat2`` or the raw system call) and the old folder, now at the
 temporary name, removed.  So at every instant ``--out`` holds the complete old report or the
 complete new one, even under SIGKILL.  Where ``renameat2`` is unavailable (another OS, an old
-kernel, a file system without the flag) the old folder is renamed to ``.NAME.old-XXXXXXXX`` and
-the new one renamed in: two renames with signals deferred across them (a SIGKILL between them
-leaves the old report at ``.NAME.old-*``).  SIGTERM, SIGHUP and SIGINT stop a run with one line
-saying whether the new report was published, exit code 128 + the signal's number, and the
-temporary folder removed.  (``HYPVIZ_TEST_PAUSE_AT=STAGE[:SIGNAL]``, for the tests only, makes the
-command send itself SIGTERM, or SIGNAL, at one stage: ``tmp``, ``written``, ``swapped``,
-``cleaned``.)
+kernel, a file system without the flag) the old folder is moved into a new folder
+``.NAME.old-XXXXXXXX`` and the new one renamed in: two renames with signals deferred across them
+(a SIGKILL between them leaves the old report in ``.NAME.old-*``).  SIGTERM, SIGHUP and SIGINT
+(while Python's default SIGINT handler is installed) stop a run with one line saying whether the
+new report was published, exit code 128 + the signal's number, and the temporary folder removed.
+(``HYPVIZ_TEST_PAUSE_AT=STAGE[:SIGNAL]``, for the tests only, makes the command send itself
+SIGTERM, or SIGNAL, at one stage: ``tmp``, ``written``, ``swapped``, ``cleaned``.)
 
 Exit codes: 0 success; 2 bad input or usage, or an output the file system refuses (disk full,
 read-only, no permission): one line on stderr naming the problem, nothing written; 1 unexpected
 internal error (one line; ``HYPVIZ_DEBUG=1`` shows the traceback); 128 + N when stopped by signal N.
-File names are shown with undecodable bytes and control characters escaped (``\\xff``, ``\\x1b``),
+File names are shown with undecodable bytes and control characters escaped (``\xff``, ``\x1b``),
 in messages and in the report.  Heavy imports (torch, matplotlib, plotly) happen after the cheap
 checks.
 """
@@ -81,7 +90,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-__all__ = ["main", "UsageError"]
+__all__ = ["main", "build_parser", "UsageError"]
 
 KINDS = ("spatial", "distance", "lorentz", "focused")  # hypviz.attention.KINDS, repeated to keep `--help` free of torch
 FORMATS = (".pt", ".pth", ".npy", ".npz")
@@ -226,6 +235,13 @@ def _common(p: argparse.ArgumentParser, default_out: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``hypviz`` command, with its sub-commands ``compare`` and ``demo``.
+
+    Each option's type checks its value (a positive finite ``--k``, ``--temperature`` and
+    ``--power``, a finite ``--norm-scale``, known ``--kinds``) and a usage error is one line with
+    exit code 2.  The site's CLI page is generated from this parser, so it lists exactly what the
+    command accepts.
+    """
     from hypviz import __version__
 
     parser = _Parser(
@@ -1452,11 +1468,14 @@ def _interrupted(prog: str, signum: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``hypviz`` command; returns the exit code (0 ok, 2 bad input, 1 internal error, 128 + N on signal N).
+    """Run the ``hypviz`` command on ``argv`` (default ``sys.argv[1:]``) and return its exit code.
 
-    Called as the program (``argv`` None: the console script, ``python -m hypviz.cli``), an
-    interrupted run ends the process with ``os._exit`` right after its one line (streams flushed),
-    so that no atexit handler (torch's among them) can print a traceback on the way out.
+    The exit code is 0 on success (also for ``--help`` and ``--version``), 2 for bad input or usage
+    (one line on stderr), 1 for an internal error (one line; with ``HYPVIZ_DEBUG=1`` the exception
+    propagates instead, with its traceback), 128 + N when stopped by signal N.  Called as the program (``argv`` None:
+    the console script, ``python -m hypviz.cli``), an interrupted run ends the process with
+    ``os._exit`` right after its one line (streams flushed), so that no atexit handler (torch's
+    among them) can print a traceback on the way out.
     """
     debug = os.environ.get("HYPVIZ_DEBUG", "") not in ("", "0")
     parser = build_parser()

@@ -13,13 +13,6 @@ from hypviz import attention as att
 from hypviz import lorentz as L
 
 
-def points(n: int, d: int, r: float, *, k: float = 1.0, dtype=torch.float64, seed: int = 0, lead=()):
-    """Lifted Gaussian spatial parts of mean norm about r, built in float64 then cast."""
-    g = torch.Generator().manual_seed(seed)
-    xs = torch.randn(*lead, n, d, generator=g, dtype=torch.float64) * (r / math.sqrt(d))
-    return L.lift(xs, k).to(dtype) if dtype == torch.float64 else L.lift(xs.to(dtype), k)
-
-
 def as64(x: torch.Tensor, k: float = 1.0) -> torch.Tensor:
     """The float64 point with the same spatial part (re-lifted, so it is on the hyperboloid in float64)."""
     return L.lift(x[..., 1:].double(), k)
@@ -64,7 +57,7 @@ def ref_stats(q, kk, a, b, tau, k=1.0, t=5):
 @pytest.mark.parametrize("kind", att.SOFTMAX_KINDS)
 @pytest.mark.parametrize("k", [0.5, 1.0, 3.0])
 @pytest.mark.parametrize("r", [0.05, 1.0, 4.0])
-def test_scores_match_bruteforce_float64(kind, k, r):
+def test_scores_match_bruteforce_float64(points, kind, k, r):
     q, kk = points(17, 5, r, k=k, seed=1), points(13, 5, r, k=k, seed=2)
     got = att.scores(q, kk, kind, k=k)
     ref = ref_scores(q, kk, kind, k)
@@ -73,14 +66,14 @@ def test_scores_match_bruteforce_float64(kind, k, r):
     assert torch.allclose(got, ref, rtol=0, atol=1e-12 * float(scale))
 
 
-def test_distance_scores_agree_with_lorentz_pairwise_sqdist():
+def test_distance_scores_agree_with_lorentz_pairwise_sqdist(points):
     q, kk = points(40, 8, 2.0, k=2.0, seed=3), points(30, 8, 2.0, k=2.0, seed=4)
     assert torch.allclose(att.scores(q, kk, "distance", k=2.0), -0.5 * L.pairwise_sqdist(q, kk, k=2.0), atol=1e-12)
     assert bool((att.scores(q, q, "distance", k=2.0) <= 0).all())
 
 
 @pytest.mark.parametrize("r", [0.01, 0.3, 3.0])
-def test_scores_float32_close_to_float64(r):
+def test_scores_float32_close_to_float64(points, r):
     q, kk = points(64, 16, r, dtype=torch.float32, seed=5), points(48, 16, r, dtype=torch.float32, seed=6)
     for kind in att.SOFTMAX_KINDS:
         got = att.scores(q, kk, kind).double()
@@ -90,7 +83,7 @@ def test_scores_float32_close_to_float64(r):
         assert float((got - ref).abs().max()) < 64 * 1.2e-7 * size, kind
 
 
-def test_identities_4_and_5():
+def test_identities_4_and_5(points):
     k = 1.7
     q, kk = points(20, 6, 1.5, k=k, seed=7), points(25, 6, 1.5, k=k, seed=8)
     sp, di, lo = (att.scores(q, kk, kind, k=k) for kind in ("spatial", "distance", "lorentz"))
@@ -102,7 +95,7 @@ def test_identities_4_and_5():
 
 @pytest.mark.parametrize("kind", att.SOFTMAX_KINDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_attention_map_is_row_softmax(kind, dtype):
+def test_attention_map_is_row_softmax(points, kind, dtype):
     q, kk = points(33, 9, 1.2, dtype=dtype, seed=9), points(70, 9, 1.2, dtype=dtype, seed=10)
     A = att.attention_map(q, kk, kind)
     assert A.shape == (33, 70) and A.dtype == dtype
@@ -127,13 +120,13 @@ def test_in_place_softmax_both_paths():
     assert att._softmax_rows_(y).data_ptr() == ptr and torch.allclose(y, ref, atol=1e-15)
 
 
-def test_attention_map_large_rows_equals_softmax():
+def test_attention_map_large_rows_equals_softmax(points):
     q, kk = points(300, 4, 1.0, seed=11), points(4000, 4, 1.0, seed=12)
     A = att.attention_map(q, kk, "distance", temperature=0.7)
     assert torch.allclose(A, torch.softmax(ref_scores(q, kk, "distance") / 0.7, -1), atol=1e-14)
 
 
-def test_multi_head_and_broadcasting_shapes():
+def test_multi_head_and_broadcasting_shapes(points):
     q = points(11, 6, 1.0, seed=13, lead=(2, 3))
     kk = points(7, 6, 1.0, seed=14, lead=(3,))
     for kind in att.SOFTMAX_KINDS:
@@ -150,7 +143,7 @@ def test_multi_head_and_broadcasting_shapes():
     assert out.shape == (2, 3, 11, 4)
 
 
-def test_numpy_inputs_give_torch_outputs():
+def test_numpy_inputs_give_torch_outputs(points):
     q, kk = points(5, 3, 1.0, seed=16).numpy(), points(4, 3, 1.0, seed=17).numpy()
     A = att.attention_map(q, kk, "spatial")
     assert isinstance(A, torch.Tensor) and A.dtype == torch.float64
@@ -161,7 +154,7 @@ def test_numpy_inputs_give_torch_outputs():
 # --------------------------------------------------------------------------- #
 @pytest.mark.parametrize("power", [1.0, 2.0, 3.0])
 @pytest.mark.parametrize("norm_scale", [0.1, 1.0, -2.5])
-def test_focused_linear_map_matches_formula(power, norm_scale):
+def test_focused_linear_map_matches_formula(points, power, norm_scale):
     q, kk = points(21, 8, 1.0, seed=18), points(19, 8, 1.0, seed=19)
     A = att.focused_linear_map(q, kk, power=power, norm_scale=norm_scale)
     fq, fk = ref_phi(q[:, 1:], power, norm_scale), ref_phi(kk[:, 1:], power, norm_scale)
@@ -172,7 +165,7 @@ def test_focused_linear_map_matches_formula(power, norm_scale):
     assert torch.allclose(A.sum(-1), torch.ones(21, dtype=torch.float64), atol=1e-14)
 
 
-def test_focusing_function_keeps_the_norm_and_norm_scale_cancels():
+def test_focusing_function_keeps_the_norm_and_norm_scale_cancels(points):
     q, kk = points(30, 8, 2.0, seed=20), points(25, 8, 2.0, seed=21)
     maps = [att.focused_linear_map(q, kk, norm_scale=s) for s in (0.01, 1.0, 10.0)]
     assert torch.allclose(maps[0], maps[1], rtol=1e-12) and torch.allclose(maps[1], maps[2], rtol=1e-12)
@@ -180,7 +173,7 @@ def test_focusing_function_keeps_the_norm_and_norm_scale_cancels():
     assert float((att.focused_linear_map(q, kk, power=1.0) - maps[1]).abs().max()) > 1e-3
 
 
-def test_feature_map_stable_for_extreme_scales():
+def test_feature_map_stable_for_extreme_scales(points):
     q = points(10, 8, 5.0, seed=22)
     A = att.focused_linear_map(q, q, power=6.0, norm_scale=1e-4)
     assert bool(torch.isfinite(A).all())
@@ -190,7 +183,7 @@ def test_feature_map_stable_for_extreme_scales():
 
 
 @pytest.mark.parametrize("power", [1.0, 2.0])
-def test_focused_linear_attention_equals_map_times_values(power):
+def test_focused_linear_attention_equals_map_times_values(points, power):
     q, kk = points(64, 16, 1.0, seed=23, lead=(2,)), points(80, 16, 1.0, seed=24, lead=(2,))
     v = points(80, 12, 1.0, seed=25, lead=(2,))
     out = att.focused_linear_attention(q, kk, v, power=power)
@@ -204,7 +197,7 @@ def test_focused_linear_attention_equals_map_times_values(power):
     assert float(((out32 - ref32).norm(dim=-1) / ref32.norm(dim=-1)).max()) < 1e-5
 
 
-def test_focused_linear_attention_hypformer_eps():
+def test_focused_linear_attention_hypformer_eps(points):
     q, kk, v = points(20, 8, 1.0, seed=26), points(30, 8, 1.0, seed=27), points(30, 8, 1.0, seed=28)
     fq, fk = ref_phi(q[:, 1:], 2.0, 1.0), ref_phi(kk[:, 1:], 2.0, 1.0)
     ref = (fq @ (fk.T @ v[:, 1:])) / (fq @ fk.sum(0)[:, None] + 1e-6)
@@ -213,7 +206,7 @@ def test_focused_linear_attention_hypformer_eps():
     assert not torch.allclose(out, att.focused_linear_attention(q, kk, v), rtol=1e-12, atol=0)
 
 
-def test_associativity_fails_with_softmax_between_products():
+def test_associativity_fails_with_softmax_between_products(points):
     q, kk, v = points(40, 8, 1.0, seed=29), points(50, 8, 1.0, seed=30), points(50, 8, 1.0, seed=31)
     qs, ks, vs = q[:, 1:], kk[:, 1:], v[:, 1:]
     left = torch.softmax(qs @ ks.T, -1) @ vs
@@ -229,7 +222,7 @@ PAIRS = [("spatial", "distance"), ("distance", "spatial"), ("lorentz", "distance
 
 @pytest.mark.parametrize("a,b", PAIRS)
 @pytest.mark.parametrize("block_rows", [1, 3, 7, 29, None])
-def test_compare_streamed_equals_dense(a, b, block_rows):
+def test_compare_streamed_equals_dense(points, a, b, block_rows):
     q, kk = points(29, 6, 1.5, seed=32), points(23, 6, 1.5, seed=33)
     res = att.compare(q, kk, a, b, block_rows=block_rows, topk=3, device="cpu")
     ref = ref_stats(q, kk, a, b, math.sqrt(6))
@@ -247,7 +240,7 @@ def test_compare_streamed_equals_dense(a, b, block_rows):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("r", [0.01, 0.1, 1.0, 3.0, 10.0, 30.0])
 @pytest.mark.parametrize("a,b", PAIRS)
-def test_bound_holds_on_every_row(dtype, r, a, b):
+def test_bound_holds_on_every_row(points, dtype, r, a, b):
     q, kk = points(48, 16, r, dtype=dtype, seed=34), points(64, 16, r, dtype=dtype, seed=35)
     res = att.compare(q, kk, a, b, block_rows=16)
     assert res.all_bounds_met, res.summary()
@@ -269,7 +262,7 @@ def test_bound_holds_on_every_row(dtype, r, a, b):
         assert bool((ref["kl"] <= att.kl_supremum(delta) + kl_slack).all())
 
 
-def test_delta_is_math_md_bound_and_equals_logit_gap():
+def test_delta_is_math_md_bound_and_equals_logit_gap(points):
     q, kk = points(40, 8, 2.0, seed=36), points(50, 8, 2.0, seed=37)
     tau = 1.3
     res = att.compare(q, kk, "spatial", "distance", temperature=tau)
@@ -290,7 +283,7 @@ def test_delta_is_math_md_bound_and_equals_logit_gap():
         assert r2.max_tv < 1e-13 and r2.top1_agreement == 1.0
 
 
-def test_equal_norm_keys_make_the_maps_equal():
+def test_equal_norm_keys_make_the_maps_equal(points):
     g = torch.Generator().manual_seed(38)
     ks = torch.randn(30, 8, generator=g, dtype=torch.float64)
     kk = L.lift(2.0 * ks / ks.norm(dim=-1, keepdim=True))
@@ -299,7 +292,7 @@ def test_equal_norm_keys_make_the_maps_equal():
     assert res.max_delta < 1e-14 and res.max_tv < 1e-13
 
 
-def test_wide_gap_rows_use_direct_formulas():
+def test_wide_gap_rows_use_direct_formulas(points):
     q, kk = points(12, 8, 40.0, dtype=torch.float32, seed=40), points(40, 8, 40.0, dtype=torch.float32, seed=41)
     res = att.compare(q, kk, "spatial", "distance", block_rows=5)
     assert float(res.logit_gap.min()) > 30  # every row goes through the fallback
@@ -310,7 +303,7 @@ def test_wide_gap_rows_use_direct_formulas():
     assert res.all_bounds_met
 
 
-def test_compare_multi_head():
+def test_compare_multi_head(points):
     q = points(10, 6, 1.0, seed=42, lead=(2, 3))
     kk = points(8, 6, 1.0, seed=43, lead=(3,))
     res = att.compare(q, kk, block_rows=4)
@@ -321,7 +314,7 @@ def test_compare_multi_head():
     assert torch.equal(res.bound_met[1, 2], one.bound_met)
 
 
-def test_memory_budget_sets_block_rows():
+def test_memory_budget_sets_block_rows(points):
     q, kk = points(50, 4, 1.0, seed=44), points(100, 4, 1.0, seed=45)
     res = att.compare(q, kk, memory_budget=3 * 100 * 8 * 7)
     assert res.block_rows == 7 and res.n_blocks == 8
@@ -331,7 +324,7 @@ def test_memory_budget_sets_block_rows():
     assert res2.block_rows * 2**17 * 4 * 3 <= 256 * 2**20
 
 
-def test_summary_and_repr_are_readable():
+def test_summary_and_repr_are_readable(points):
     q, kk = points(16, 4, 1.0, seed=48), points(12, 4, 1.0, seed=49)
     res = att.compare(q, kk, device="cpu")
     text = repr(res)
@@ -342,7 +335,7 @@ def test_summary_and_repr_are_readable():
     assert res.to_dict()["device"] == "cpu"
 
 
-def test_progress_bar(capsys):
+def test_progress_bar(points, capsys):
     q, kk = points(16, 4, 1.0, seed=50), points(12, 4, 1.0, seed=51)
     att.compare(q, kk, block_rows=2, progress=True)
     assert "compare spatial vs distance" in capsys.readouterr().err
@@ -360,7 +353,7 @@ def test_device_auto_follows_cuda_availability(monkeypatch):
     assert att.resolve_device("auto") == torch.device("cuda")
 
 
-def test_device_cpu_reported():
+def test_device_cpu_reported(points):
     q, kk = points(6, 3, 1.0, seed=52), points(5, 3, 1.0, seed=53)
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert att.compare(q, kk).device == expected
@@ -368,7 +361,7 @@ def test_device_cpu_reported():
     assert att.compare(q, kk, device=torch.device("cpu")).device == "cpu"
 
 
-def test_device_cuda_without_cuda_is_a_clear_error(monkeypatch):
+def test_device_cuda_without_cuda_is_a_clear_error(points, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     q, kk = points(6, 3, 1.0, seed=54), points(5, 3, 1.0, seed=55)
     with pytest.raises(ValueError, match="CUDA is not available"):
@@ -386,7 +379,7 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
     return msg
 
 
-def test_bad_inputs():
+def test_bad_inputs(points):
     q, kk = points(6, 3, 1.0, seed=56), points(5, 3, 1.0, seed=57)
     with pytest.raises(ValueError, match="kind must be one of") as e:
         att.scores(q, kk, "euclid")

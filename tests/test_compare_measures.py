@@ -13,11 +13,6 @@ from hypviz import attention as att
 from hypviz import lorentz as L
 
 
-def points(n: int, d: int, r: float, *, k: float = 1.0, seed: int = 0, lead=()) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return L.lift(torch.randn(*lead, n, d, generator=g, dtype=torch.float64) * (r / math.sqrt(d)), k)
-
-
 def dense_map(q, kk, kind, tau, k=1.0, power=2.0, norm_scale=1.0):
     return att.attention_map(q, kk, kind, k=k, temperature=tau, power=power, norm_scale=norm_scale).double()
 
@@ -66,7 +61,7 @@ def test_two_point_rows_attain_the_kl_supremum():
 # --------------------------------------------------------------------------- #
 @pytest.mark.parametrize("a,b", [("spatial", "distance"), ("focused", "distance"), ("spatial", "focused")])
 @pytest.mark.parametrize("r", [0.05, 1.0, 8.0])
-def test_streamed_measures_equal_dense_references(a, b, r):
+def test_streamed_measures_equal_dense_references(points, a, b, r):
     q, kk = points(37, 6, r, seed=1), points(29, 6, r, seed=2)
     tau = 1.7
     res = att.compare(q, kk, a, b, temperature=tau, block_rows=5, power=3.0, norm_scale=0.7, device="cpu")
@@ -90,7 +85,7 @@ def test_streamed_measures_equal_dense_references(a, b, r):
         assert res.bound_applies and res.all_bounds_met
 
 
-def test_uniform_baseline_is_accurate_for_nearly_uniform_float32_rows():
+def test_uniform_baseline_is_accurate_for_nearly_uniform_float32_rows(points):
     # at r = 1e-3 every row is within ~1e-7 of uniform: a direct 1/2 sum |p - 1/M| in float32 would be noise
     q, kk = points(16, 64, 1e-3, seed=3), points(256, 64, 1e-3, seed=4)
     r32 = att.compare(q.float(), kk.float(), "spatial", "distance", temperature=8.0)
@@ -123,7 +118,7 @@ def test_verdict_rules():
     assert att.UNIFORM_TV == 0.05 and att.CLOSE_RATIO == 0.25
 
 
-def test_verdicts_of_the_three_regimes():
+def test_verdicts_of_the_three_regimes(points):
     # lorentz vs distance: equal maps
     q, kk = points(32, 16, 3.0, seed=5), points(64, 16, 3.0, seed=6)
     assert att.compare(q, kk, "lorentz", "distance").verdict == "close"
@@ -140,7 +135,7 @@ def test_verdicts_of_the_three_regimes():
     assert d["verdict"] == "different" and set(d["row_verdicts"]) == set(att.VERDICTS)
 
 
-def test_equal_key_norms_make_spatial_and_distance_identical():
+def test_equal_key_norms_make_spatial_and_distance_identical(points):
     # keys on a sphere |kappa_s| = const: the bias q_t kappa_t is constant over keys and cancels
     g = torch.Generator().manual_seed(9)
     ks = torch.randn(50, 8, generator=g, dtype=torch.float64)
@@ -150,7 +145,7 @@ def test_equal_key_norms_make_spatial_and_distance_identical():
     assert res.max_tv < 1e-12 and res.verdict == "close"
 
 
-def test_attention_map_focused_is_the_focused_linear_map():
+def test_attention_map_focused_is_the_focused_linear_map(points):
     q, kk = points(9, 5, 2.0, seed=11), points(7, 5, 2.0, seed=12)
     got = att.attention_map(q, kk, "focused", power=3.0, norm_scale=2.0)
     assert torch.allclose(got, att.focused_linear_map(q, kk, power=3.0, norm_scale=2.0), rtol=1e-14)

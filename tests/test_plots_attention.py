@@ -18,11 +18,6 @@ from hypviz import lorentz as L
 from hypviz.plots import attention as pa
 
 
-def points(n, d, r, seed):
-    g = torch.Generator().manual_seed(seed)
-    return L.lift(torch.randn(n, d, generator=g, dtype=torch.float64) * r / math.sqrt(d))
-
-
 def render(fig) -> np.ndarray:
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
@@ -40,8 +35,8 @@ def colourbars(fig):
 
 
 @pytest.fixture(scope="module")
-def maps():
-    q, kk = points(24, 8, 2.0, 0), points(30, 8, 2.0, 1)
+def maps(points):
+    q, kk = points(24, 8, 2.0, seed=0), points(30, 8, 2.0, seed=1)
     return [att.attention_map(q, kk, kind) for kind in att.SOFTMAX_KINDS]
 
 
@@ -91,9 +86,9 @@ def test_difference_maps_share_a_zero_centred_scale(maps):
         pa.difference_maps_mpl([(maps[1], maps[0])], [])
 
 
-def test_bound_sweep_overlays_the_bound():
+def test_bound_sweep_overlays_the_bound(points):
     scales = [0.1, 1.0, 3.0]
-    results = [att.compare(points(20, 8, r, 2), points(25, 8, r, 3)) for r in scales]
+    results = [att.compare(points(20, 8, r, seed=2), points(25, 8, r, seed=3)) for r in scales]
     fig = pa.bound_sweep_mpl(scales, results)
     ax_tv, ax_kl = [a for a in fig.axes if a.lines]
     labels = [line.get_label() for line in ax_tv.lines]
@@ -114,16 +109,16 @@ def test_bound_sweep_overlays_the_bound():
     assert_not_blank(fig)
     with pytest.raises(ValueError, match="sweep values"):
         pa.bound_sweep_mpl([1.0], results)
-    focused = att.compare(points(6, 8, 1.0, 2), points(7, 8, 1.0, 3), "focused", "distance")
+    focused = att.compare(points(6, 8, 1.0, seed=2), points(7, 8, 1.0, seed=3), "focused", "distance")
     with pytest.raises(ValueError, match="two softmax kinds"):
         pa.bound_sweep_mpl([1.0], [focused])
 
 
-def test_comparison_sweep_draws_the_gap_next_to_its_baseline():
+def test_comparison_sweep_draws_the_gap_next_to_its_baseline(points):
     radii = [0.3, 1.0, 3.0]
     series = {}
     for tau in (2.0, 8.0):
-        res = [att.compare(points(16, 8, r, 4), points(20, 8, r, 5), temperature=tau) for r in radii]
+        res = [att.compare(points(16, 8, r, seed=4), points(20, 8, r, seed=5), temperature=tau) for r in radii]
         series[rf"$\tau = {tau:g}$"] = ([r * r / tau for r in radii], res)
     fig = pa.comparison_sweep_mpl(series)
     ax_tv, ax_ratio, ax_rank = fig.axes
@@ -221,7 +216,7 @@ def test_disk_spatial_level_sets_are_curved_distance_level_sets_are_circles():
         assert radii.std() < 0.01 * radii.mean()
 
 
-def test_disk_level_sets_into_given_axes_and_bad_input():
+def test_disk_level_sets_into_given_axes_and_bad_input(points):
     from matplotlib.figure import Figure
 
     q, keys = _disk_setup()
@@ -230,9 +225,9 @@ def test_disk_level_sets_into_given_axes_and_bad_input():
     out = pa.disk_level_sets_mpl(q[None], keys, axes=axes)
     assert out is fig and len(colourbars(fig)) == 1
     with pytest.raises(ValueError, match="shape \\(3,\\)"):
-        pa.disk_level_sets_mpl(points(2, 2, 1.0, 0), keys)
+        pa.disk_level_sets_mpl(points(2, 2, 1.0, seed=0), keys)
     with pytest.raises(ValueError, match="shape \\(M, 3\\)"):
-        pa.disk_level_sets_mpl(q, points(5, 3, 1.0, 0))
+        pa.disk_level_sets_mpl(q, points(5, 3, 1.0, seed=0))
     with pytest.raises(ValueError, match="two Axes"):
         pa.disk_level_sets_mpl(q, keys, axes=[axes[0]])
     with pytest.raises(ValueError, match="hyperboloid|<x, x>_L|lie on"):

@@ -1,0 +1,80 @@
+"""compare(): the one-product path for two softmax kinds gives what the two-product path gives.
+
+``spatial`` against ``distance`` or ``lorentz`` is computed from ONE matrix product per row block
+(the second map is a rank-one update of the first); every other pair from one product per map.
+Forcing the general path on the same inputs must reproduce every field.
+"""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+from hypviz import attention as att
+
+
+def both_paths(monkeypatch, *args, **kwargs):
+    one = att.compare(*args, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(att, "_SharedLogits", None)  # any use of the one-product path would now fail
+        m.setattr(att, "SOFTMAX_KINDS", ())  # ... and it is not taken
+        two = att.compare(*args, **kwargs)
+    return one, two
+
+
+FIELDS = ("kl", "tv", "tv_uniform_a", "tv_uniform_b", "logit_gap", "delta", "tv_bound", "kl_bound")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(
+    "a,b,r,k,tau",
+    [
+        ("spatial", "distance", 1.0, 1.0, None),
+        ("distance", "spatial", 2.0, 1.0, 2.0),
+        ("spatial", "lorentz", 0.05, 1.0, None),  # near uniform: the baselines come from the logits
+        ("lorentz", "spatial", 6.0, 4.0, 0.5),  # wide gaps: the direct log-softmax rows
+        ("spatial", "distance", 3.0, 1e4, 1.0),  # large k: no cancellation of size k
+    ],
+)
+def test_one_product_equals_two_products(points, monkeypatch, dtype, a, b, r, k, tau):
+    q = points(300, 16, r, k=k, seed=1, lead=(2,), dtype=dtype)
+    kk = points(700, 16, r, k=k, seed=2, lead=(2,), dtype=dtype)
+    one, two = both_paths(monkeypatch, q, kk, a, b, k=k, temperature=tau, block_rows=64, spearman=True)
+    rtol = 1e-9 if dtype == torch.float64 else 2e-4
+    for name in FIELDS:
+        x, y = getattr(one, name).double(), getattr(two, name).double()
+        scale = y.abs().max().clamp_min(torch.finfo(dtype).eps)
+        assert torch.allclose(x, y, rtol=rtol, atol=rtol * float(scale)), name
+    # the rounding allowances bound different computations: the same size, not the same number
+    ratio = one.allowance.double() / two.allowance.double()
+    assert bool(((ratio > 0.2) & (ratio < 5)).all())
+    assert torch.equal(one.bound_met, two.bound_met)
+    # discrete statistics: tie-aware, so the two rounding patterns agree on (almost) every row
+    assert float((one.top1 == two.top1).double().mean()) >= 0.99
+    assert float((one.topk_overlap - two.topk_overlap).abs().max()) <= 0.2 + 1e-12
+    assert torch.allclose(one.spearman.double(), two.spearman.double(), atol=1e-2)
+
+
+def test_one_product_sampled_rows(points, monkeypatch):
+    q, kk = points(900, 8, 1.5, seed=3), points(500, 8, 1.5, seed=4)
+    one, two = both_paths(monkeypatch, q, kk, rows=128, seed=7, block_rows=50)
+    assert torch.equal(one.row_index, two.row_index)
+    assert torch.allclose(one.tv, two.tv, rtol=1e-9, atol=1e-15)
+    assert one.ci("tv") == pytest.approx(two.ci("tv"), rel=1e-9)
+
+
+def test_topk_rows_equals_torch_topk():
+    g = torch.Generator().manual_seed(0)
+    for m in (5, 100, 4096, 5000, 16411):
+        x = torch.randn(7, m, generator=g)
+        x[0, :] = 1.0  # all tied
+        x[1, ::97] = 9.0  # ties at the top, spread over chunks
+        for k in (1, 5):
+            if k > m:
+                continue
+            v, i = att._topk_rows(x, k)
+            tv, _ = torch.topk(x, k, dim=-1)
+            assert torch.equal(v, tv)
+            assert torch.equal(torch.gather(x, -1, i), v)  # the indices point at those values
+            assert bool((i.sort(dim=-1).values.diff(dim=-1) > 0).all()) if k > 1 else True  # distinct keys
