@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import os
 import sys
 import time
@@ -52,6 +51,7 @@ from typing import Any, Callable
 
 import torch
 
+from hypviz import _validate as validate
 from hypviz.lorentz import as_tensor, check_k, check_points, distance_operands, lift
 
 __all__ = [
@@ -96,27 +96,13 @@ _TILT_MAX_GAP = 30.0  # compare: rows with a wider logit gap use the direct log-
 # validation: done once per public call
 # --------------------------------------------------------------------------- #
 def _check_kind(kind: Any, name: str = "kind", allowed: tuple[str, ...] = KINDS) -> str:
-    if not isinstance(kind, str) or kind not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(repr(k) for k in allowed)}, got {kind!r}")
-    return kind
-
-
-def _check_positive(value: Any, name: str, hint: str = "") -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a positive finite number{hint}, got {value!r}")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive finite number{hint}, got {value!r}") from None
-    if not math.isfinite(v) or v <= 0.0:
-        raise ValueError(f"{name} must be a positive finite number{hint}, got {value!r}")
-    return v
+    return validate.choice(kind, name, allowed)
 
 
 def _temperature(temperature: Any, d: int) -> float:
     if temperature is None:
         return math.sqrt(d)
-    return _check_positive(temperature, "temperature", f" (default sqrt(d) = {math.sqrt(d):.4g})")
+    return validate.positive(temperature, "temperature", f" (default sqrt(d) = {math.sqrt(d):.4g})")
 
 
 def _points(x: ArrayLike, name: str, rows: str) -> torch.Tensor:
@@ -473,27 +459,15 @@ def attention_map(
 # Hypformer's focused linear attention
 # --------------------------------------------------------------------------- #
 def _check_power(power: Any) -> float:
-    return _check_positive(power, "power", " (Hypformer's power_k, default 2)")
+    return validate.positive(power, "power", " (Hypformer's power_k, default 2)")
 
 
 def _check_norm_scale(norm_scale: Any) -> float:
-    try:
-        s = float(norm_scale)
-    except (TypeError, ValueError):
-        raise ValueError(f"norm_scale must be a finite number, got {norm_scale!r}") from None
-    if not math.isfinite(s) or isinstance(norm_scale, bool):
-        raise ValueError(f"norm_scale must be a finite number, got {norm_scale!r}")
-    return s
+    return validate.number(norm_scale, "norm_scale")
 
 
 def _check_eps(eps: Any) -> float:
-    try:
-        e = float(eps)
-    except (TypeError, ValueError):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}") from None
-    if not math.isfinite(e) or e < 0:
-        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
-    return e
+    return validate.number(eps, "eps", minimum=0.0)
 
 
 def _feature_map(xs: torch.Tensor, power: float) -> torch.Tensor:
@@ -1122,7 +1096,6 @@ def _shared_blocks(
     nothing of size ``N x M``.
     """
     buf_s, buf_d, tmp = bufs
-    m = sh.B.shape[-2]
     sign = 1.0 if not a_biased else -1.0  # x = log P_a - log P_b + const = sign * c * w
     heads = sh.A.shape[0]
     for h in range(heads):
@@ -1358,25 +1331,17 @@ def compare(
     tau = _temperature(temperature, d)
     focused = "focused" in (a, b)
     p_f, s_f = (_check_power(power), _check_norm_scale(norm_scale)) if focused else (None, None)
-    if isinstance(topk, bool) or not isinstance(topk, numbers.Integral) or topk < 1:
-        raise ValueError(f"topk must be a positive integer, got {topk!r}")
-    topk = int(topk)
-    if block_rows is not None and (isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1):
-        raise ValueError(f"block_rows must be a positive integer or None (automatic), got {block_rows!r}")
-    if memory_budget is not None and (
-        isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 1
-    ):
-        raise ValueError(f"memory_budget must be a positive number of bytes or None, got {memory_budget!r}")
+    topk = validate.integer(topk, "topk", 1)
+    block_rows = validate.integer(block_rows, "block_rows", 1, " (None: automatic)", allow_none=True)
+    memory_budget = validate.integer(memory_budget, "memory_budget", 1, " (bytes; None: automatic)", allow_none=True)
     if spearman is not None and not isinstance(spearman, bool):
         raise ValueError(f"spearman must be True, False or None (automatic), got {spearman!r}")
     dev = resolve_device(device)
 
     n_total, row_index = q.shape[-2], None
     if rows is not None:
-        if isinstance(rows, bool) or not isinstance(rows, numbers.Integral) or rows < 2:
-            raise ValueError(f"rows must be an integer >= 2 (query rows to sample) or None (all), got {rows!r}")
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise ValueError(f"seed must be an integer, got {seed!r}")
+        rows = validate.integer(rows, "rows", 2, " (query rows to sample; None: all)", allow_none=True)
+        seed = validate.integer(seed, "seed")
         if rows < n_total:
             gen = torch.Generator().manual_seed(int(seed))
             row_index = torch.randperm(n_total, generator=gen)[: int(rows)].sort().values

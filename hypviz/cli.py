@@ -90,6 +90,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from hypviz import _validate as validate
+
 __all__ = ["main", "build_parser", "UsageError"]
 
 KINDS = ("spatial", "distance", "lorentz", "focused")  # hypviz.attention.KINDS, repeated to keep `--help` free of torch
@@ -163,15 +165,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _positive(name: str):
+    hint = " (<x,x>_L = -k, curvature -1/k)" if name == "--k" else ""
+
     def parse(text: str) -> float:
         try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a positive number, got {text!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            hint = " (<x,x>_L = -k, curvature -1/k)" if name == "--k" else ""
-            raise argparse.ArgumentTypeError(f"{name} must be a positive finite number{hint}, got {text!r}")
-        return value
+            return validate.positive(text, name, hint)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 
@@ -1146,9 +1146,10 @@ def prepare(
         raise UsageError("--spatial and --model poincare exclude each other: ball points are not spatial parts")
     if model == "poincare":
         spatial = True  # (..., N, d) arrays: the same shape checks
-    kf = float(k)
-    if not (math.isfinite(kf) and kf > 0):
-        raise UsageError(f"--k must be a positive finite number (<x,x>_L = -k, curvature -1/k), got {k!r}")
+    try:
+        kf = validate.positive(k, "--k", " (<x,x>_L = -k, curvature -1/k)")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     q, kk = _native(np.asarray(q)), _native(np.asarray(kk))
     made = [m or a.dtype.name for m, a in zip(made_in, (q, kk))]
     for a, role in ((q, "QUERIES"), (kk, "KEYS")):

@@ -37,6 +37,7 @@ import networkx as nx
 import numpy as np
 import torch
 
+from hypviz import _validate as validate
 from hypviz.lorentz import as_tensor, check_k, check_points, dist, expmap0, lift
 
 __all__ = [
@@ -66,36 +67,12 @@ ArrayLike = Any  # numpy array, torch tensor, or a nested list of floats
 # --------------------------------------------------------------------------- #
 # argument checks and random numbers
 # --------------------------------------------------------------------------- #
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if int(value) < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_positive(value: Any, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a positive number, got {value!r}") from exc
-    if not math.isfinite(v) or v <= 0.0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
-
-
 def _check_shape(n: int | Sequence[int]) -> tuple[int, ...]:
     if isinstance(n, (int, np.integer)) and not isinstance(n, bool):
-        return (_check_int(n, "n", 1),)
+        return (validate.integer(n, "n", 1),)
     if isinstance(n, (tuple, list, torch.Size)) and len(n) > 0:
-        return tuple(_check_int(m, "n", 1) for m in n)
+        return tuple(validate.integer(m, "n", 1) for m in n)
     raise ValueError(f"n must be a positive integer or a non-empty tuple of them (the batch shape), got {n!r}")
-
-
-def _check_dtype(dtype: torch.dtype) -> torch.dtype:
-    if dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
-    return dtype
 
 
 def _generator(seed: Any) -> torch.Generator | np.random.Generator | None:
@@ -164,10 +141,10 @@ def wrapped_normal(
         Shape ``(*n, d + 1)``, on :math:`\langle x, x\rangle_L = -k`.
     """
     shape = _check_shape(n)
-    d = _check_int(d, "d", 1)
-    s = _check_positive(scale, "scale")
+    d = validate.integer(d, "d", 1)
+    s = validate.positive(scale, "scale")
     kf = check_k(k)
-    dtype = _check_dtype(dtype)
+    dtype = validate.float_dtype(dtype)
     u = s * _standard_normal(shape + (d,), _generator(seed), torch.float64)
     x = expmap0(torch.nn.functional.pad(u, (1, 0)), kf)
     return x.to(dtype=dtype, device=device)
@@ -207,10 +184,10 @@ def lifted_gaussian(
         Shape ``(*n, d + 1)``, on :math:`\langle x, x\rangle_L = -k`.
     """
     shape = _check_shape(n)
-    d = _check_int(d, "d", 1)
-    r = _check_positive(mean_norm, "mean_norm")
+    d = validate.integer(d, "d", 1)
+    r = validate.positive(mean_norm, "mean_norm")
     kf = check_k(k)
-    dtype = _check_dtype(dtype)
+    dtype = validate.float_dtype(dtype)
     xs = (r / _mean_chi(d)) * _standard_normal(shape + (d,), _generator(seed), torch.float64)
     return lift(xs, kf).to(dtype=dtype, device=device)
 
@@ -257,7 +234,7 @@ def distortion(d_hyp: ArrayLike, d_graph: ArrayLike, scale: float = 1.0) -> tupl
         raise ValueError(
             f"d_hyp and d_graph: expected two (N, N) matrices with N >= 2, got {tuple(h.shape)} and {tuple(g.shape)}"
         )
-    s = _check_positive(scale, "scale")
+    s = validate.positive(scale, "scale")
     iu = torch.triu_indices(h.shape[0], h.shape[0], offset=1)
     hh, gg = h[iu[0], iu[1]], g[iu[0], iu[1]]
     if not bool(torch.isfinite(gg).all()) or not bool((gg > 0).all()):
@@ -526,8 +503,8 @@ def embed_tree(
     """
     und = _check_tree(tree)
     kf = check_k(k)
-    g = _check_positive(parent_gap, "parent_gap")
-    target = _check_positive(max_distortion, "max_distortion")
+    g = validate.positive(parent_gap, "parent_gap")
+    target = validate.positive(max_distortion, "max_distortion")
     if target <= 1.0:
         raise ValueError(f"max_distortion must be > 1 (1 would be an isometry), got {max_distortion!r}")
     if root is None:
@@ -542,7 +519,7 @@ def embed_tree(
     if scale is None:
         tau = _default_tau(layout, kf, hops, height, target)
     else:
-        tau = _check_positive(scale, "scale") / root_k
+        tau = validate.positive(scale, "scale") / root_k
     points = _sarkar_points(layout, tau, kf)
     radius = math.asinh(float(torch.linalg.vector_norm(points[:, 1:], dim=-1).max()) / root_k)
     if radius > MAX_RADIUS * (1.0 + 1e-9):
@@ -634,8 +611,8 @@ def balanced_tree(
     distortion :math:`\le 1.1` (edge length about :math:`5.37\sqrt{k}`).  Other parameters as
     :func:`embed_tree`.
     """
-    b = _check_int(branching, "branching", 1)
-    h = _check_int(depth, "depth", 1)
+    b = validate.integer(branching, "branching", 1)
+    h = validate.integer(depth, "depth", 1)
     count = h + 1 if b == 1 else (b ** (h + 1) - 1) // (b - 1)
     if count > _MAX_NODES:
         raise ValueError(
@@ -806,8 +783,8 @@ def random_htc_qk(
     """
     ki = check_k(k_in)
     p = check_points(points, ki, name="points")
-    d_out = _check_int(d_out, "d_out", 1)
-    a = _check_positive(gain, "gain") * math.sqrt(6.0 / (p.shape[-1] + d_out))
+    d_out = validate.integer(d_out, "d_out", 1)
+    a = validate.positive(gain, "gain") * math.sqrt(6.0 / (p.shape[-1] + d_out))
     gen = _generator(seed)
     shape = (d_out, p.shape[-1])
     w_q = _uniform(shape, a, gen, p.dtype).to(p.device)

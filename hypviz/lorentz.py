@@ -12,7 +12,7 @@ with sectional curvature :math:`-1/k` and origin :math:`(\sqrt{k}, 0, \dots, 0)`
 
 Every function accepts numpy arrays or torch tensors (float32 or float64, any leading batch
 shape, any device) and returns torch tensors of the same dtype and device.  Nothing here
-depends on the rest of hypviz.
+depends on the rest of hypviz but its private argument checks (``hypviz._validate``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from hypviz import _validate as validate
 
 __all__ = [
     "as_tensor",
@@ -89,20 +91,12 @@ def check_k(k: float) -> float:
     ValueError
         When ``k`` is not a finite number :math:`> 0`, is a bool, or is a tensor that requires grad.
     """
-    if isinstance(k, bool):
-        raise ValueError(f"k must be a positive number (<x,x>_L = -k), got the bool {k!r}")
     if isinstance(k, torch.Tensor) and k.requires_grad:
         raise ValueError(
             "k is a tensor that requires grad; hypviz treats the curvature parameter as a fixed number "
             "(no gradient flows to it): pass float(k) or k.detach()"
         )
-    try:
-        kf = float(k)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"k must be a positive number (<x,x>_L = -k), got {k!r}") from exc
-    if not math.isfinite(kf) or kf <= 0.0:
-        raise ValueError(f"k must be a positive finite number (<x,x>_L = -k, curvature -1/k), got {k!r}")
-    return kf
+    return validate.positive(k, "k", " (<x,x>_L = -k, curvature -1/k)")
 
 
 def _check_last_dim(x: torch.Tensor, name: str, minimum: int = 2) -> None:
@@ -257,8 +251,7 @@ def origin(d: int, k: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.
     ValueError
         When ``d`` is not an integer :math:`\ge 1` or :math:`k \le 0`.
     """
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
-        raise ValueError(f"d must be an integer >= 1 (the dimension of the hyperboloid), got {d!r}")
+    d = validate.integer(d, "d", 1, " (the dimension of the hyperboloid)")
     o = torch.zeros(d + 1, dtype=dtype)
     o[0] = math.sqrt(check_k(k))
     return o

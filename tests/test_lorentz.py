@@ -110,7 +110,7 @@ def test_origin():
         L.check_points(o, k)
     assert L.origin(2, dtype=torch.float32).dtype == torch.float32
     for bad in (0, -1, 2.5):
-        raises_one_line(ValueError, r"d must be an integer >= 1", L.origin, bad)
+        raises_one_line(ValueError, r"d must be a positive integer", L.origin, bad)
     raises_one_line(ValueError, r"k must be a positive", L.origin, 3, 0.0)
 
 

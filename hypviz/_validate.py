@@ -1,0 +1,76 @@
+"""The argument checks of hypviz, with one wording: ``"<name> must be <expected>, got <value>"``.
+
+Private: the public functions of every module call these once, at their entry, and then compute
+with unchecked internals.  Nothing here imports torch at module level (the CLI's ``--help`` stays
+light); a check that needs torch imports it when called.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+__all__ = ["positive", "number", "integer", "choice", "float_dtype"]
+
+
+def _fail(name: str, expected: str, value: Any, hint: str = "", exc: type[Exception] = ValueError) -> Exception:
+    return exc(f"{name} must be {expected}{hint}, got {value!r}")
+
+
+def positive(value: Any, name: str, hint: str = "") -> float:
+    """``value`` as a float, refused unless a finite number :math:`> 0` (bools are refused too)."""
+    if isinstance(value, bool):
+        raise _fail(name, "a positive finite number", value, hint)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise _fail(name, "a positive finite number", value, hint) from None
+    if not math.isfinite(v) or v <= 0.0:
+        raise _fail(name, "a positive finite number", value, hint)
+    return v
+
+
+def number(value: Any, name: str, minimum: float | None = None, hint: str = "") -> float:
+    """``value`` as a float, refused unless finite (and ``>= minimum`` when given; bools are refused)."""
+    expected = "a finite number" if minimum is None else f"a finite number >= {minimum:g}"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise _fail(name, expected, value, hint) from None
+    if isinstance(value, bool) or not math.isfinite(v) or (minimum is not None and v < minimum):
+        raise _fail(name, expected, value, hint)
+    return v
+
+
+def integer(value: Any, name: str, minimum: int | None = None, hint: str = "", allow_none: bool = False) -> int | None:
+    """``value`` as an int (any integral type, never a bool), refused below ``minimum``; ``None`` passes if allowed."""
+    if value is None and allow_none:
+        return None
+    if minimum == 1:
+        expected = "a positive integer"
+    elif minimum is None:
+        expected = "an integer"
+    else:
+        expected = f"an integer >= {minimum}"
+    if allow_none:
+        expected += " or None"
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (minimum is not None and int(value) < minimum):
+        raise _fail(name, expected, value, hint)
+    return int(value)
+
+
+def choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is one of the strings ``allowed``."""
+    if not isinstance(value, str) or value not in allowed:
+        raise _fail(name, "one of " + ", ".join(repr(a) for a in allowed), value)
+    return value
+
+
+def float_dtype(dtype: Any, name: str = "dtype") -> Any:
+    """``dtype`` if it is ``torch.float32`` or ``torch.float64`` (a ``TypeError`` otherwise)."""
+    import torch
+
+    if dtype not in (torch.float32, torch.float64):
+        raise _fail(name, "torch.float32 or torch.float64", dtype, exc=TypeError)
+    return dtype
