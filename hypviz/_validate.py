@@ -15,7 +15,8 @@ __all__ = ["positive", "number", "integer", "choice", "float_dtype"]
 
 
 def _fail(name: str, expected: str, value: Any, hint: str = "", exc: type[Exception] = ValueError) -> Exception:
-    return exc(f"{name} must be {expected}{hint}, got {value!r}")
+    what = f"{value!r} (a bool)" if isinstance(value, bool) else repr(value)
+    return exc(f"{name} must be {expected}{hint}, got {what}")
 
 
 def positive(value: Any, name: str, hint: str = "") -> float:

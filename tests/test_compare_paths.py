@@ -12,13 +12,14 @@ import pytest
 import torch
 
 from hypviz import attention as att
+from hypviz import block_stats, streaming
 
 
 def both_paths(monkeypatch, *args, **kwargs):
     one = att.compare(*args, **kwargs)
     with monkeypatch.context() as m:
-        m.setattr(att, "_SharedLogits", None)  # any use of the one-product path would now fail
-        m.setattr(att, "SOFTMAX_KINDS", ())  # ... and it is not taken
+        m.setattr(streaming, "_SharedLogits", None)  # any use of the one-product path would now fail
+        m.setattr(streaming, "SOFTMAX_KINDS", ())  # ... and it is not taken
         two = att.compare(*args, **kwargs)
     return one, two
 
@@ -73,8 +74,18 @@ def test_topk_rows_equals_torch_topk():
         for k in (1, 5):
             if k > m:
                 continue
-            v, i = att._topk_rows(x, k)
+            v, i = block_stats._topk_rows(x, k)
             tv, _ = torch.topk(x, k, dim=-1)
             assert torch.equal(v, tv)
             assert torch.equal(torch.gather(x, -1, i), v)  # the indices point at those values
             assert bool((i.sort(dim=-1).values.diff(dim=-1) > 0).all()) if k > 1 else True  # distinct keys
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("a,b", [("spatial", "distance"), ("distance", "lorentz"), ("focused", "spatial")])
+def test_compare_leaves_its_inputs_untouched(points, dtype, a, b):
+    q, kk = points(40, 6, 2.0, seed=5, dtype=dtype), points(70, 6, 2.0, seed=6, dtype=dtype)
+    q0, k0 = q.clone(), kk.clone()
+    att.compare(q, kk, a, b, block_rows=16, rows=20)
+    att.compare(q, kk, a, b)
+    assert torch.equal(q, q0) and torch.equal(kk, k0)

@@ -1,0 +1,548 @@
+"""``compare()``: two attention maps compared row by row, streaming over row blocks.
+
+Nothing of size ``N x M`` is ever allocated: each block of query rows gets its logits (for a
+softmax kind against one that differs from it by the key-norm bias, from ONE matrix product, the
+second map a rank-one update of the first; otherwise one product per map), and every statistic
+of :class:`hypviz.comparison.Comparison` is taken from the block before the next one is computed.
+Public through :func:`hypviz.attention.compare`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+from hypviz import _validate as validate
+from hypviz.attention import (
+    _BIAS,
+    SOFTMAX_KINDS,
+    _check_kind,
+    _check_norm_scale,
+    _check_power,
+    _feature_map,
+    _finish_,
+    _flatten_batch,
+    _logit_error,
+    _operands,
+    _rows_for,
+    _softmax_rows_,
+    _temperature,
+    _validate,
+    resolve_device,
+)
+from hypviz.bounds import kl_supremum, tv_supremum
+from hypviz.block_stats import _TILT_MAX_GAP, _baseline, _block_stats, _direct_stats, _rank_stats, _tv_uniform, _weighted_sum
+from hypviz.comparison import Comparison
+
+__all__ = ["compare"]
+
+ArrayLike = Any
+
+_COMPARE_BLOCK_BYTES = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 16 * 2**20))
+_DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffers
+_MIN_BLOCK_ROWS = 32  # compare on CPU: rows per block the cache-sized default may not go below (budget permitting)
+_SPEARMAN_MAX_KEYS = 4096  # compare: rank correlations by default only up to this many keys
+
+
+def _block_rows_for(m: int, itemsize: int, budget: int) -> int:
+    # three (rows x M) buffers live across the block (two logit rows and one scratch)
+    return max(1, budget // (3 * m * itemsize))
+
+
+class _Kind:
+    """One map of a comparison: operands ``A``, ``B`` with ``log-weights = A @ B^T`` (then clamp or log)."""
+
+    def __init__(self, kind: str, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, power: float, norm_scale: float):
+        self.kind = kind
+        if kind == "focused":
+            # norm_scale cancels from the normalised map: the features are taken without it
+            self.A, self.B = _feature_map(q[..., 1:], power), _feature_map(kk[..., 1:], power)
+            # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c
+            gamma = (self.A.shape[-1] + 3) * torch.finfo(q.dtype).eps
+            self.err = torch.full(self.A.shape[:-1], gamma, dtype=q.dtype)
+        else:
+            self.A, self.B = _operands(q, kk, kind, kf, 1.0 / tau, softmax=True)
+            self.err = _logit_error(self.A, self.B)
+
+    def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        torch.mm(a_rows, b_t, out=out)
+        if self.kind == "focused":
+            return out.clamp_min_(torch.finfo(out.dtype).tiny).log_()
+        return _finish_(out, self.kind)
+
+
+def _largest_logit(*kinds: _Kind) -> float:
+    """A bound on ``|log-weight|`` over all rows: ``sum_c |A_ic| max_j |B_jc|`` (the logit error bound over gamma).
+
+    Reads the key operands without copying them (column maxima of ``B`` and ``-B``).
+    """
+    out = 0.0
+    for kd in kinds:
+        col = torch.maximum(kd.B.amax(dim=-2), -kd.B.amin(dim=-2)).double().unsqueeze(-2)  # (..., 1, c)
+        out = max(out, float((kd.A.abs().double() * col).sum(dim=-1).max()))
+    return out
+
+
+def _check_logit_range(
+    built: tuple[_Kind, ...], q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float
+) -> None:
+    """Refuse a temperature whose logits overflow the points' dtype (the softmax would be NaN), naming the smallest usable one."""
+    soft = [kd for kd in built if kd.kind != "focused"]
+    if not soft:
+        return
+    limit = torch.finfo(q.dtype).max / 16
+    big = _largest_logit(*soft)  # at this temperature, from the operands already built
+    if big < limit:
+        return
+    big1 = _largest_logit(*(_Kind(kd.kind, q.double(), kk.double(), kf, 1.0, 2.0, 1.0) for kd in soft))  # tau = 1
+    name = str(q.dtype).replace("torch.", "")
+    raise ValueError(
+        f"temperature {tau:g} makes the logits overflow {name} (largest |s / tau| about {big1 / tau:.3g}, "
+        f"{name} holds {torch.finfo(q.dtype).max:.3g}); the smallest usable is about {16 * big1 / torch.finfo(q.dtype).max:.3g}"
+    )
+
+
+class _SharedLogits:
+    """Two softmax kinds from ONE product: ``spatial = S``, ``distance = lorentz = S - c w^T`` (row constants dropped).
+
+    ``S = q_s kappa_s^T / tau``; with ``u_kappa = kappa_t - sqrt(k) = |kappa_s|^2 / (kappa_t + sqrt(k))``,
+    ``-1/2 |q - kappa|^2_L / tau = S - (q_t / tau) u_kappa - (a row constant)`` (identities 1 and 4),
+    so the second map is a rank-one update of the first, exact in every digit that matters to a
+    softmax.  ``err`` bounds each row's rounding of either kind's logits (any summation order).
+    """
+
+    def __init__(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float):
+        self.A = q[..., 1:] * (1.0 / tau)  # (H, N, d)
+        self.B = kk[..., 1:]  # (H, M, d), a view
+        self.c = q[..., 0] * (1.0 / tau)  # (H, N)
+        ks = kk[..., 1:]
+        self.w = torch.linalg.vector_norm(ks, dim=-1).square_().div_(kk[..., 0] + math.sqrt(kf))  # (H, M), no cancellation
+        eps = torch.finfo(q.dtype).eps
+        err_s = _logit_error(self.A, self.B)  # gamma * sum |A| max|B|
+        size = err_s / ((self.A.shape[-1] + 3) * eps)  # sum_c |A_ic| max_j |B_jc| >= |S_ij|
+        self.largest = size + self.c.abs() * self.w.amax(dim=-1, keepdim=True)  # >= |logit| of either kind
+        self.err_spatial = err_s
+        self.err_distance = err_s + 3.0 * eps * self.largest
+
+    def rows(self, h: int, idx: torch.Tensor, biased: bool, dev: torch.device) -> torch.Tensor:
+        """Logit rows ``idx`` of head ``h`` (recomputed, for the few rows that need the direct formulas)."""
+        s = self.A[h, idx].to(dev) @ self.B[h].to(dev).transpose(0, 1)
+        if biased:
+            s.addr_(self.c[h, idx].to(dev), self.w[h].to(dev), alpha=-1.0)
+        return s
+
+
+def _shared_blocks(
+    sh: _SharedLogits,
+    a_biased: bool,
+    n: int,
+    rows: int,
+    t_k: int,
+    rank: bool,
+    tol: tuple[torch.Tensor, torch.Tensor],
+    out: dict[str, torch.Tensor],
+    top1: torch.Tensor,
+    bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    dev: torch.device,
+    bar: Any,
+) -> None:
+    """Every statistic of a spatial-vs-distance (or -lorentz) comparison, one product per row block.
+
+    Per block: ``S`` by one matrix product, the biased map by a rank-one update, top-k of both, both
+    maps by in-place softmaxes and their uniform baselines from the weights (rows near uniform
+    recomputed without cancellation), then the tilted KL and TV from ``x = log P_a - log P_b`` (up to
+    a constant) ``= +-c (w - E_{P_b} w)``, another rank-one form.  Three ``rows x M`` buffers;
+    nothing of size ``N x M``.
+    """
+    buf_s, buf_d, tmp = bufs
+    sign = 1.0 if not a_biased else -1.0  # x = log P_a - log P_b + const = sign * c * w
+    heads = sh.A.shape[0]
+    for h in range(heads):
+        b_t = sh.B[h].to(dev).transpose(0, 1)
+        w = sh.w[h].to(dev)
+        w_span = w.amax() - w.amin()
+        for i in range(0, n, rows):
+            j = min(i + rows, n)
+            r = j - i
+            sl = (h, slice(i, j))
+            c = sh.c[h, i:j].to(dev)
+            s = torch.mm(sh.A[h, i:j].to(dev), b_t, out=buf_s[:r])
+            dl = torch.addr(s, c, w, alpha=-1.0, out=buf_d[:r])
+            la, lb = (dl, s) if a_biased else (s, dl)
+            ta, tb = tol[0][sl], tol[1][sl]
+            _rank_stats(la, lb, ta, tb, t_k, out, top1, sl, rank)
+            out["gap"][sl] = c * w_span  # spread of log P_a - log P_b: exact from the rank-one form
+            # the baselines (the other map's logits are consumed here), then P_b in place
+            ua, _ = _baseline(la, ta, tmp[:r])
+            ub, done = _baseline(lb, tb, tmp[:r])
+            pb = lb if done else _softmax_rows_(lb)
+            out["ua"][sl], out["ub"][sl] = ua, ub
+            wb = pb @ w  # E_{P_b}[w]
+            x = torch.addr((-sign * c * wb).unsqueeze(-1), c, w, alpha=sign, out=tmp[:r])  # centred under P_b
+            scratch = la  # consumed above
+            s1 = _weighted_sum(pb, x, scratch)  # E_{P_b}[x] (zero up to rounding; cancels it below)
+            wide = out["gap"][sl] > _TILT_MAX_GAP
+            any_wide = bool(wide.any())
+            if any_wide:
+                x.masked_fill_(wide.unsqueeze(-1), 0.0)
+            e = x.expm1_()  # e^x - 1
+            m1 = _weighted_sum(pb, e, scratch)  # E_{P_b}[e^x] - 1
+            out["kl"][sl] = (torch.log1p(m1) - s1).clamp_min_(0.0)
+            e.sub_(m1.unsqueeze(-1)).abs_()
+            out["tv"][sl] = 0.5 * _weighted_sum(pb, e, scratch) / (1.0 + m1)
+            if any_wide:
+                idx = wide.nonzero().squeeze(-1)
+                kl_w, tv_w = _direct_stats(sh.rows(h, i + idx, a_biased, dev), sh.rows(h, i + idx, not a_biased, dev))
+                out["kl"][h, i + idx] = kl_w
+                out["tv"][h, i + idx] = tv_w
+            if bar is not None:
+                bar.update(1)
+
+
+def _check_shared_range(sh: _SharedLogits, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> None:
+    """Refuse a temperature whose logits overflow the points' dtype, naming the smallest usable one."""
+    limit = torch.finfo(q.dtype).max / 16
+    big = float(sh.largest.max()) if sh.largest.numel() else 0.0
+    if big < limit:
+        return
+    s1 = _SharedLogits(q.double(), kk.double(), kf, 1.0)  # tau = 1, in float64
+    big1 = float(s1.largest.max())
+    name = str(q.dtype).replace("torch.", "")
+    raise ValueError(
+        f"temperature {tau:g} makes the logits overflow {name} (largest |s / tau| about {big1 / tau:.3g}, "
+        f"{name} holds {torch.finfo(q.dtype).max:.3g}); the smallest usable is about {16 * big1 / torch.finfo(q.dtype).max:.3g}"
+    )
+
+
+def compare(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    a: str = "spatial",
+    b: str = "distance",
+    *,
+    k: float = 1.0,
+    temperature: float | None = None,
+    power: float = 2.0,
+    norm_scale: float = 1.0,
+    device: str | torch.device = "auto",
+    block_rows: int | None = None,
+    topk: int = 5,
+    spearman: bool | None = None,
+    heads_axis: int | None = None,
+    rows: int | None = None,
+    seed: int = 0,
+    memory_budget: int | None = None,
+    progress: bool | None = None,
+) -> Comparison:
+    r"""Compare the attention maps of two kinds row by row, streaming over blocks of query rows.
+
+    :math:`P_a` and :math:`P_b` are the maps of :func:`attention_map` (softmax kinds at temperature
+    :math:`\tau`; ``"focused"`` with ``power`` and ``norm_scale``); ``b`` is the reference.  Each
+    query row gets :math:`\mathrm{KL}(P_b \| P_a)`, the total variation, each map's TV from the
+    uniform row :math:`U` (the baseline every gap must be read against), tie-aware top-1 and top-k
+    agreement, a Spearman rank correlation and, for two softmax kinds, the bound's :math:`\Delta_i`
+    and whether the row met it (see :class:`Comparison`); :attr:`Comparison.verdict` reads the
+    result as ``"close"``, ``"different"`` or ``"uninformative"`` (:func:`verdict`).  For two
+    softmax kinds whose logits carry the key-norm bias :math:`q_t \kappa_t / \tau` with coefficients
+    :math:`c_a, c_b` (spatial 1, distance and lorentz 0),
+
+    .. math::
+
+        \Delta_i = |c_a - c_b|\, \frac{q_{t,i} (\max_j \kappa_{t,j} - \min_j \kappa_{t,j})}{\tau}, \qquad
+        \mathrm{TV}_i \le \tanh\frac{\Delta_i}{4}, \qquad
+        \mathrm{KL}_i(P_b \| P_a) \le \log\frac{e^{\Delta_i} - 1}{\Delta_i} - 1 + \frac{\Delta_i}{e^{\Delta_i} - 1}
+        \le \frac{\Delta_i^2}{8} .
+
+    Parameters
+    ----------
+    queries, keys : array or tensor, shapes (..., N, d + 1) and (..., M, d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k`, time first (checked); leading axes broadcast.
+        Tensors that require grad are detached: the statistics are not differentiable.
+    a, b : str
+        Kinds of :data:`KINDS`; ``b`` is the reference.
+    k : float
+        Curvature parameter.
+    temperature : float, optional
+        :math:`\tau`, default :math:`\sqrt{d}`.  Hypformer's full attention is ``"distance"`` at
+        :math:`\tau = k \cdot \mathrm{scale} / 2` (its learned ``scale``, initialised to
+        :math:`\sqrt{d}`; ``scale / 2`` in its simplified code).
+    power, norm_scale : float
+        The focused map's ``power_k`` and ``norm_scale`` (checked and used only with ``"focused"``).
+    device : str or torch.device
+        ``"auto"`` (CUDA when available, else the CPU), ``"cpu"`` or ``"cuda[:i]"``.  The blocks are
+        computed there; the per-row results come back on the inputs' device; ``result.device`` says
+        where it ran.
+    block_rows : int, optional
+        Query rows per block (capped at :math:`N`); by default from ``memory_budget``, so that the
+        working memory is :math:`O(\mathrm{block\_rows} \times M)` whatever :math:`N`.
+    topk : int
+        The :math:`k` of the top-k agreement (capped at :math:`M`).
+    spearman : bool, optional
+        Compute the per-row Spearman correlation (sorts every row, :math:`O(N M \log M)`); by
+        default when :math:`M \le 4096`.
+    heads_axis : int, optional
+        The heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's), moved to the front.
+    rows : int, optional
+        Compute the statistics on ``rows`` query rows only (an integer :math:`\ge 2`), drawn
+        uniformly without replacement (the same rows for every head), against all :math:`M` keys:
+        for very large :math:`N`.  Every mean then comes with a confidence interval,
+        :meth:`Comparison.ci`.  ``rows >= N`` computes every row.
+    seed : int
+        Seed of ``torch.randperm`` drawing the ``rows``.
+    memory_budget : int, optional
+        Bytes for the three ``block_rows x M`` buffers.  Default: on the CPU 256 MiB, with at most
+        about 16 MiB per buffer unless that is under 32 rows (cache-friendlier); on CUDA a quarter
+        of the free device memory, at least 256 MiB and at most 8 GiB.
+    progress : bool, optional
+        Show a tqdm bar on stderr; by default only for long runs (at least 64 blocks and
+        :math:`2^{28}` logits) on a terminal.
+
+    Returns
+    -------
+    Comparison
+        Per-row tensors of shape ``(..., n)`` (``n`` the query rows computed) on the inputs'
+        device, the set-up and the summaries.
+
+    Raises
+    ------
+    ValueError
+        For an unknown kind, points or shapes :func:`scores` refuses, a non-positive
+        ``temperature`` or ``power``, a non-finite ``norm_scale``, a bad ``topk``, ``block_rows``,
+        ``memory_budget``, ``spearman``, ``rows``, ``seed``, ``heads_axis`` or ``device``; a
+        temperature so small that the logits overflow the dtype (the message names the smallest
+        usable one); statistics that come out non-finite.  ``TypeError`` when the dtypes differ.
+
+    Notes
+    -----
+    *One product or two.*  When one kind is ``"spatial"`` and the other ``"distance"`` or
+    ``"lorentz"`` (either way round), both maps come from one matrix product per row block.  With
+    :math:`S_{ij} = q_{s,i} \cdot \kappa_{s,j} / \tau`, :math:`c_i = q_{t,i} / \tau` and
+    :math:`w_j = \kappa_{t,j} - \sqrt{k} = \|\kappa_{s,j}\|^2 / (\kappa_{t,j} + \sqrt{k})`
+    (no cancellation), identities 1 and 4 give
+
+    .. math::
+
+        -\frac{\|q_i - \kappa_j\|_L^2}{2\tau} = S_{ij} - c_i w_j + \Bigl(\frac{k}{\tau} - c_i \sqrt{k}\Bigr),
+
+    and the row constant in brackets does not change a softmax: the distance (and lorentz) map is
+    the softmax of the rank-one update :math:`S - c\, w^\top` of the spatial logits.  So
+    :math:`\log P_a - \log P_b = \pm c_i w_j` up to a row constant, and the logit gap is
+    :math:`c_i (\max_j w_j - \min_j w_j)`, which is :math:`\Delta_i` in exact arithmetic.  Every other
+    pair (distance against lorentz, a kind against itself, anything against ``"focused"``) computes
+    each map's own logits, one product per map and block: the distance and lorentz kinds by the
+    operands of :func:`hypviz.lorentz.distance_operands`, the focused map as the logarithm of its
+    feature products.
+
+    *The statistics.*  With :math:`x_j = \log P_{a,j} - \log P_{b,j}` centred under :math:`P_b`,
+
+    .. math::
+
+        \mathrm{KL}(P_b \| P_a) = \log \mathbb{E}_{P_b}[e^{x}] - \mathbb{E}_{P_b}[x], \qquad
+        \mathrm{TV}(P_a, P_b) = \frac{\mathbb{E}_{P_b}\bigl|e^{x} - \mathbb{E}_{P_b}[e^{x}]\bigr|}{2\,\mathbb{E}_{P_b}[e^{x}]},
+
+    evaluated with ``expm1`` and ``log1p``: accurate to the rounding of the logits, not of the
+    log-probabilities (of size :math:`\log M`).  Rows whose logit gap exceeds 30 use the direct
+    log-softmax formulas instead.  The baselines, with :math:`u = l - \operatorname{mean}_j l_j`
+    centred logits,
+
+    .. math::
+
+        \mathrm{TV}(P, U) = \frac{\operatorname{mean}_j \bigl|e^{u_j} - \operatorname{mean}_l e^{u_l}\bigr|}{2 \operatorname{mean}_l e^{u_l}},
+
+    likewise by ``expm1`` (by the softmax directly for rows whose logits span more than 30).  In
+    the one-product path this holds for rows whose logits' rounding bound is under
+    :math:`4\varepsilon`, the maps near uniform; the other rows' baselines come from the computed
+    softmax weights normalised by their sum, whose rounding (about :math:`2\varepsilon` on TV) is then
+    below the logits' own.
+
+    *Ties and bounds.*  The top-1 and top-k agreements count a key as shared when its logit in the
+    other map is within that map's rounding bound of the cut, so keys tied in exact arithmetic
+    (symmetric embeddings) are never told apart by rounding noise.  :math:`\Delta_i` is computed in
+    float64 from the spatial parts,
+    :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j} = (n_{\max} - n_{\min}) / (\sqrt{n_{\max} + k} + \sqrt{n_{\min} + k})`
+    with :math:`n = \|\kappa_s\|^2`, without the cancellation of two rounded time coordinates.  The
+    working memory is three ``block_rows x M`` buffers (plus temporaries of that size for the
+    Spearman ranks); nothing of size ``N x M`` is allocated.
+    """
+    start = time.perf_counter()
+    _check_kind(a, "a")
+    _check_kind(b, "b")
+    q, kk, _, kf, batch = _validate(queries, keys, k, heads_axis=heads_axis, detach=True)
+    d = q.shape[-1] - 1
+    tau = _temperature(temperature, d)
+    focused = "focused" in (a, b)
+    p_f, s_f = (_check_power(power), _check_norm_scale(norm_scale)) if focused else (None, None)
+    topk = validate.integer(topk, "topk", 1)
+    block_rows = validate.integer(block_rows, "block_rows", 1, " (None: automatic)", allow_none=True)
+    memory_budget = validate.integer(memory_budget, "memory_budget", 1, " (bytes; None: automatic)", allow_none=True)
+    if spearman is not None and not isinstance(spearman, bool):
+        raise ValueError(f"spearman must be True, False or None (automatic), got {spearman!r}")
+    dev = resolve_device(device)
+
+    n_total, row_index = q.shape[-2], None
+    if rows is not None:
+        rows = validate.integer(rows, "rows", 2, " (query rows to sample; None: all)", allow_none=True)
+        seed = validate.integer(seed, "seed")
+        if rows < n_total:
+            gen = torch.Generator().manual_seed(int(seed))
+            row_index = torch.randperm(n_total, generator=gen)[: int(rows)].sort().values
+            q = q.index_select(-2, row_index.to(q.device))
+    n, m = q.shape[-2], kk.shape[-2]
+    dtype, itemsize = q.dtype, q.element_size()
+    t_k = min(topk, m)
+    rank = m <= _SPEARMAN_MAX_KEYS if spearman is None else spearman
+    if block_rows is None:
+        budget = memory_budget
+        if budget is None:
+            budget = _DEFAULT_BUDGET
+            if dev.type == "cuda":
+                budget = max(budget, min(8 * 2**30, torch.cuda.mem_get_info(dev)[0] // 4))
+            else:
+                # cache-sized blocks, but never fewer than 32 rows while the budget allows: for very many
+                # keys a block of a few rows would re-read the key operands once per handful of queries
+                rows_cap = max(_rows_for(_COMPARE_BLOCK_BYTES, m, itemsize), _MIN_BLOCK_ROWS)
+                budget = min(budget, 3 * m * itemsize * rows_cap)
+        block_rows = _block_rows_for(m, itemsize, budget)
+    rows = min(block_rows, n)
+
+    qf, kfl = _flatten_batch(q, batch), _flatten_batch(kk, batch)
+    heads = qf.shape[0]
+    # a softmax kind against one that differs from it by the key-norm bias: one product per block
+    shared = a in SOFTMAX_KINDS and b in SOFTMAX_KINDS and (a == "spatial") != (b == "spatial")
+    if shared:
+        sh = _SharedLogits(qf, kfl, kf, tau)
+        _check_shared_range(sh, qf, kfl, kf, tau)
+        err_a, err_b = (sh.err_distance, sh.err_spatial) if b == "spatial" else (sh.err_spatial, sh.err_distance)
+
+        def largest() -> float:
+            return float(sh.largest.max())
+    else:
+        ka = _Kind(a, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
+        kb = _Kind(b, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
+        _check_logit_range((ka, kb), qf, kfl, kf, tau)
+        err_a, err_b = ka.err, kb.err
+
+        def largest() -> float:
+            return _largest_logit(ka, kb)
+
+    names = ("kl", "tv", "gap", "overlap", "ua", "ub") + (("rho",) if rank else ())
+    out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
+    top1 = torch.empty(heads, n, dtype=torch.bool, device=dev)
+    buf_a = torch.empty(rows, m, dtype=dtype, device=dev)
+    buf_b = torch.empty(rows, m, dtype=dtype, device=dev)
+    buf_c = torch.empty(rows, m, dtype=dtype, device=dev)
+    tol_a, tol_b = (2.0 * err_a).to(dev), (2.0 * err_b).to(dev)
+
+    n_blocks = heads * math.ceil(n / rows)
+    show = progress
+    if show is None:
+        show = n_blocks >= 64 and n * m * heads >= 2**28 and sys.stderr.isatty()
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=n_blocks, desc=f"compare {a} vs {b}", unit="block", leave=False, file=sys.stderr)
+    try:
+        if shared:
+            _shared_blocks(sh, b == "spatial", n, rows, t_k, rank, (tol_a, tol_b), out, top1, (buf_a, buf_b, buf_c), dev, bar)
+        else:
+            for h in range(heads):
+                ba_t = ka.B[h].to(dev).transpose(0, 1)
+                bb_t = kb.B[h].to(dev).transpose(0, 1)
+                for i in range(0, n, rows):
+                    j = min(i + rows, n)
+                    qa, qb = ka.A[h, i:j].to(dev), kb.A[h, i:j].to(dev)
+                    la = ka.logits(qa, ba_t, buf_a[: j - i])
+                    lb = kb.logits(qb, bb_t, buf_b[: j - i])
+                    sl = (h, slice(i, j))
+                    _rank_stats(la, lb, tol_a[sl], tol_b[sl], t_k, out, top1, sl, rank)
+                    out["ua"][sl] = _tv_uniform(la, buf_c[: j - i])
+                    out["ub"][sl] = _tv_uniform(lb, buf_c[: j - i])
+                    _block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t), buf_c[: j - i])
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    bad = [name for name, t in (("TV", out["tv"]), ("KL", out["kl"]), ("uniform baselines", out["ua"])) if not bool(torch.isfinite(t).all())]
+    if bad or not bool(torch.isfinite(out["ub"]).all()):
+        raise ValueError(
+            f"compare {a} vs {b}: the {', '.join(bad) or 'uniform baselines'} came out non-finite in {dtype}: the logits "
+            f"(largest |s / tau| about {largest():.3g}) are beyond what {dtype} resolves at k = {kf:g}, "
+            f"tau = {tau:g}; use float64, a larger temperature or a smaller k"
+        )
+    home = q.device
+    shape = (*batch, n)
+
+    def back(t: torch.Tensor) -> torch.Tensor:
+        return t.to(home).reshape(shape)
+
+    bounds: dict[str, torch.Tensor | None] = {}
+    if not focused:
+        # the bound, per row, and the floating-point allowance on the logit gap
+        # in float64 from the spatial parts: kappa_t,max - kappa_t,min = (n_max - n_min) / (t_max + t_min),
+        # n = |kappa_s|^2, without the cancellation of two rounded time coordinates (large k, float32)
+        nk = torch.cat([c.double().square().sum(dim=-1) for c in kfl[..., 1:].split(65536, dim=-2)], dim=-1)  # no float64 copy of all keys
+        n_max, n_min = nk.amax(dim=-1), nk.amin(dim=-1)
+        spread = ((n_max - n_min) / ((n_max + kf).sqrt() + (n_min + kf).sqrt())).unsqueeze(-1)
+        q_t = (qf[..., 1:].double().square().sum(dim=-1) + kf).sqrt()
+        delta = (abs(_BIAS[a] - _BIAS[b]) * q_t * spread / tau).to(dtype)
+        eps = torch.finfo(dtype).eps
+        allowance = torch.zeros_like(delta) if a == b else 2.0 * (err_a + err_b) + 4.0 * eps * delta
+        d_eff = (delta + allowance).to(home).reshape(shape)
+        ulps = 8.0 * eps * math.log2(m + 1)
+        kl, tv = back(out["kl"]), back(out["tv"])
+        met = (tv <= torch.tanh(d_eff / 4) * (1 + ulps) + ulps) & (
+            kl <= kl_supremum(d_eff) * (1 + ulps) + ulps * (d_eff + eps)
+        )
+        dl = delta.to(dtype).to(home).reshape(shape)
+        bounds = dict(
+            delta=dl,
+            tv_bound=tv_supremum(dl),
+            kl_bound=kl_supremum(dl),
+            kl_bound_hoeffding=dl.square() / 8,
+            allowance=allowance.to(dtype).to(home).reshape(shape),
+            bound_met=met,
+        )
+    return Comparison(
+        a=a,
+        b=b,
+        k=kf,
+        temperature=tau,
+        topk=t_k,
+        device=str(dev),
+        dtype=str(dtype).replace("torch.", ""),
+        batch_shape=tuple(batch),
+        n_queries=n,
+        n_keys=m,
+        dim=d,
+        block_rows=rows,
+        n_blocks=n_blocks,
+        kl=back(out["kl"]),
+        tv=back(out["tv"]),
+        tv_uniform_a=back(out["ua"]),
+        tv_uniform_b=back(out["ub"]),
+        logit_gap=back(out["gap"]),
+        top1=back(top1),
+        topk_overlap=back(out["overlap"]),
+        spearman=back(out["rho"]) if rank else None,
+        power=p_f,
+        norm_scale=s_f,
+        n_queries_total=n_total,
+        row_index=row_index,
+        elapsed_s=time.perf_counter() - start,
+        **bounds,
+    )
+
+
+
+
+
+
+
