@@ -1,25 +1,27 @@
 """The GPU run, prepared as one script: correctness on the device, then the benchmark rows.
 
-    python benchmarks/gpu.py                  # on a CUDA machine: checks, benchmarks, rewrites BENCHMARKS.md's GPU section
-    python benchmarks/gpu.py --dry-run        # anywhere (CI): the same steps at tiny sizes on the CPU;
-                                              # writes the section to a temporary file, never to BENCHMARKS.md
+    .venv/bin/python benchmarks/gpu.py            # on a CUDA machine: checks, benchmarks, rewrites BENCHMARKS.md's GPU section
+    .venv/bin/python benchmarks/gpu.py --dry-run  # anywhere (CI): the same steps at tiny sizes on the CPU;
+                                                  # writes the section to a temporary file, never to BENCHMARKS.md
 
 1. **Correctness on the device** (float32 and float64): every kind's ``attention_map`` against a
    float64 CPU reference of the same points (tolerance from the logits' size and the dtype's unit
    roundoff), and ``compare()`` streamed in small row blocks on the device against the statistics of
    the dense float64 maps.  Any failure stops the script with exit code 1 before anything is measured.
-2. **Benchmarks** (float32, d = 64): ``torch.mm`` of the same shapes as the baseline (and its
-   throughput in FLOP/s), ``lorentz.pairwise_sqdist`` and ``attention_map`` against it, ``compare()``
-   of two kinds at N = M = 65,536 and at 1,000,000 (time, and the achieved fraction of the matmul
-   throughput for the products it performs), and ``compare(rows=4096)`` at N = M = 1,000,000.
-3. The GPU section (``## 5. GPU``) of the Markdown file is replaced by the measured rows, with the
-   device named.  Sized to finish in well under 4 minutes on one modern GPU.
+2. **Benchmarks** (float32, d = 64): ``torch.mm`` as the baseline (and its throughput in FLOP/s),
+   ``lorentz.pairwise_sqdist`` and ``attention_map`` against it; ``compare()`` of two kinds against
+   the two dense ``attention_map`` calls it replaces at N = M = 16,384; ``compare()`` at N = M = 65,536
+   and 1,000,000 and ``compare(rows=4096)`` at 1,000,000, each with the achieved fraction of the
+   throughput of ``torch.mm`` of the same shape (one product: what spatial vs distance needs; the
+   two-product figure of the general path next to it).
+3. The GPU section of the Markdown file (the heading ``## N. GPU``, and its row of the verdict
+   table) is replaced by the measured rows, with the device named; ``benchmarks/report.py`` writes
+   it.  Sized to finish in well under 4 minutes on one modern GPU.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
 import time
@@ -27,13 +29,14 @@ from pathlib import Path
 
 import torch
 
+import report  # benchmarks/report.py: the script's own directory is on sys.path
+from hypviz import attention, data, lorentz
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from hypviz import attention, data, lorentz  # noqa: E402
-
-FULL = {"check_n": 257, "kernel_n": 8192, "compare_n": 65536, "big_n": 1_000_000, "rows": 4096, "repeats": 5}
-DRY = {"check_n": 33, "kernel_n": 256, "compare_n": 512, "big_n": 4096, "rows": 128, "repeats": 2}
+FULL = {"check_n": 257, "kernel_n": 8192, "maps_n": 16384, "compare_n": 65536, "big_n": 1_000_000, "rows": 4096,
+        "repeats": 5, "mm_out_bytes": 4 * 2**30}
+DRY = {"check_n": 33, "kernel_n": 256, "maps_n": 256, "compare_n": 512, "big_n": 4096, "rows": 128, "repeats": 2,
+       "mm_out_bytes": 2**20}
 D = 64
 
 
@@ -90,15 +93,22 @@ def check_correctness(dev: torch.device, n: int) -> list[str]:
 # --------------------------------------------------------------------------- #
 # 2. benchmarks
 # --------------------------------------------------------------------------- #
-def bench(dev: torch.device, sizes: dict) -> dict:
-    out: dict = {}
-    n, reps = sizes["kernel_n"], sizes["repeats"]
+def mm_time(a: torch.Tensor, b: torch.Tensor, repeats: int, dev: torch.device, max_out_bytes: int) -> float:
+    """Time of ``a @ b^T`` ((R x d) @ (d x M)) into a preallocated output, by row blocks that fit, scaled to all ``R``."""
+    r, m = a.shape[0], b.shape[0]
+    rows = max(1, min(r, max_out_bytes // (a.element_size() * m)))
+    out = torch.empty(rows, m, dtype=a.dtype, device=dev)
+    blk, bt = a[:rows].contiguous(), b.contiguous().T
+    return best_of(lambda: torch.mm(blk, bt, out=out), repeats, dev) * r / rows
+
+
+def _bench_kernels(dev: torch.device, n: int, reps: int) -> tuple[dict, dict]:
     q = data.lifted_gaussian(n, D, 1.0, seed=1, dtype=torch.float32).to(dev)
     kk = data.lifted_gaussian(n, D, 1.0, seed=2, dtype=torch.float32).to(dev)
     qs, ks = q[:, 1:].contiguous(), kk[:, 1:].contiguous()
     t_mm = best_of(lambda: qs @ ks.T, reps, dev)
-    out["mm"] = {"n": n, "time_s": t_mm, "flops": 2 * n * n * D / t_mm}
-    out["kernels"] = {
+    mm = {"n": n, "d": D, "time_s": t_mm, "flops": 2 * n * n * D / t_mm}
+    kernels = {
         name: best_of(fn, reps, dev) / t_mm
         for name, fn in (
             ("lorentz.pairwise_sqdist", lambda: lorentz.pairwise_sqdist(q, kk)),
@@ -106,55 +116,45 @@ def bench(dev: torch.device, sizes: dict) -> dict:
             ("attention.attention_map spatial", lambda: attention.attention_map(q, kk, "spatial")),
         )
     }
-    flops_per_s = out["mm"]["flops"]
+    return mm, kernels
+
+
+def _bench_vs_maps(dev: torch.device, n: int, reps: int, mm_out_bytes: int) -> dict:
+    """compare() against the two dense maps it replaces (section 3's floor, on the device)."""
+    q = data.lifted_gaussian(n, D, 1.0, seed=5, dtype=torch.float32).to(dev)
+    kk = data.lifted_gaussian(n, D, 1.0, seed=6, dtype=torch.float32).to(dev)
+    t_c = best_of(lambda: attention.compare(q, kk, "spatial", "distance", device=dev, spearman=False, progress=False), reps, dev)
+    t_m = best_of(lambda: (attention.attention_map(q, kk, "spatial"), attention.attention_map(q, kk, "distance")), reps, dev)
+    t_1 = mm_time(q[:, 1:], kk[:, 1:], reps, dev, mm_out_bytes)
+    return {"n": n, "compare_s": t_c, "maps_s": t_m, "mm_s": t_1, "ratio": t_c / t_m}
+
+
+def _bench_compare(dev: torch.device, n: int, rows: int | None, reps: int, mm_out_bytes: int) -> dict:
+    qb = data.lifted_gaussian(n, D, 1.0, seed=3, dtype=torch.float32).to(dev)
+    kb = data.lifted_gaussian(n, D, 1.0, seed=4, dtype=torch.float32).to(dev)
+    t = time.perf_counter()
+    res = attention.compare(qb, kb, "spatial", "distance", device=dev, rows=rows, spearman=False, progress=False)
+    sync(dev)
+    el = time.perf_counter() - t
+    qr = qb if res.row_index is None else qb.index_select(0, res.row_index.to(dev))
+    t_mm = mm_time(qr[:, 1:], kb[:, 1:], reps, dev, mm_out_bytes)
+    return {"n": n, "rows": res.n_queries, "time_s": el, "mm_time_s": t_mm, "fraction_of_mm": t_mm / el,
+            "fraction_of_mm_2": 2 * t_mm / el, "mean_tv": res.mean_tv, "mean_tv_uniform_b": res.mean_tv_uniform_b}
+
+
+def bench(dev: torch.device, sizes: dict) -> dict:
+    reps, mm_out = sizes["repeats"], sizes["mm_out_bytes"]
+    out: dict = {}
+    out["mm"], out["kernels"] = _bench_kernels(dev, sizes["kernel_n"], reps)
+    out["vs_maps"] = _bench_vs_maps(dev, sizes["maps_n"], reps, mm_out)
     for label, n_big, rows in (("compare", sizes["compare_n"], None), ("compare_big", sizes["big_n"], None),
                                ("compare_sampled", sizes["big_n"], sizes["rows"])):
-        qb = data.lifted_gaussian(n_big, D, 1.0, seed=3, dtype=torch.float32).to(dev)
-        kb = data.lifted_gaussian(n_big, D, 1.0, seed=4, dtype=torch.float32).to(dev)
-        t = time.perf_counter()
-        res = attention.compare(qb, kb, "spatial", "distance", device=dev, rows=rows, progress=False)
-        sync(dev)
-        el = time.perf_counter() - t
-        n_rows = res.n_queries
-        products = 2 * n_rows * n_big * (D + (D + 3))  # the two kinds' logit products
-        out[label] = {"n": n_big, "rows": n_rows, "time_s": el, "fraction_of_mm": products / el / flops_per_s,
-                      "mean_tv": res.mean_tv}
-        del qb, kb, res
+        out[label] = _bench_compare(dev, n_big, rows, reps, mm_out)
     return out
 
 
-def section(device_name: str, checks: list[str], r: dict, dry: bool) -> str:
-    def s(x: float) -> str:
-        return f"{x * 1e3:.3g} ms" if x < 1 else f"{x:.3g} s"
-
-    lines = ["## 5. GPU", ""]
-    if dry:
-        lines += ["**Dry run** (`benchmarks/gpu.py --dry-run`): tiny sizes on the CPU, to show the script works;", ""]
-    lines += [f"Device: {device_name}. Written by `python benchmarks/gpu.py`.", "", "Correctness on the device:", ""]
-    lines += [f"* {c}" for c in checks]
-    mm = r["mm"]
-    lines += ["", f"`torch.mm` of (N x {D}) @ ({D} x N), N = {mm['n']:,}: {s(mm['time_s'])}, "
-                  f"{mm['flops'] / 1e12:.3g} TFLOP/s (the baseline).", "",
-              "| operation (same shape) | ratio to `torch.mm` |", "|---|---|"]
-    lines += [f"| `{name}` | {ratio:.2f}x |" for name, ratio in r["kernels"].items()]
-    lines += ["", "| `compare()` spatial vs distance | N = M | rows | time | fraction of `torch.mm` throughput |",
-              "|---|---|---|---|---|"]
-    for label, what in (("compare", "every row"), ("compare_big", "every row"), ("compare_sampled", "sampled (rows=)")):
-        c = r[label]
-        lines.append(f"| {what} | {c['n']:,} | {c['rows']:,} | {s(c['time_s'])} | {100 * c['fraction_of_mm']:.3g}% |")
-    lines.append("")
-    return "\n".join(lines)
-
-
-def replace_section(md: Path, text: str) -> None:
-    old = md.read_text(encoding="utf-8") if md.exists() else ""
-    start = old.find("## 5. GPU")
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        nxt = old.find("\n## ", start + 1)
-        new = old[:start] + text + ("" if nxt < 0 else old[nxt:])
-    md.write_text(new, encoding="utf-8")
+def device_name(dev: torch.device) -> str:
+    return f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             print("gpu.py: no CUDA device here (torch.cuda.is_available() is False); use --dry-run", file=sys.stderr)
             return 2
         dev, sizes, md = torch.device("cuda"), FULL, args.md or ROOT / "BENCHMARKS.md"
-        name = f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, CUDA {torch.version.cuda}"
+        name = device_name(dev)
     start = time.perf_counter()
     try:
         checks = check_correctness(dev, sizes["check_n"])
@@ -179,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu.py: correctness check failed: {exc}", file=sys.stderr)
         return 1
     results = bench(dev, sizes)
-    replace_section(md, section(name, checks, results, args.dry_run))
+    sec = report.gpu_section({"device_name": name, "checks": checks, "results": results, "dry": args.dry_run})
+    old = md.read_text(encoding="utf-8") if md.exists() else ""
+    md.write_text(report.replace_gpu_section(old, sec), encoding="utf-8")
     print(f"gpu.py: {len(checks)} checks passed, benchmarks written to {md} in {time.perf_counter() - start:.1f} s")
     return 0
 

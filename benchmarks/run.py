@@ -1,25 +1,32 @@
-"""Benchmarks of hypviz.attention and hypviz.lorentz (issue 4), measured side by side in one run.
+"""Benchmarks of hypviz.attention and hypviz.lorentz (issues 4, 14, 15): measurement only.
 
-    python benchmarks/run.py                 # full run; writes benchmarks/results.json and BENCHMARKS.md
-    python benchmarks/run.py --quick --json /tmp/r.json --md /tmp/r.md    # small sizes: a smoke test
+    .venv/bin/python benchmarks/run.py         # full run: writes benchmarks/results.json, then BENCHMARKS.md
+    .venv/bin/python benchmarks/run.py --quick --json /tmp/r.json --md /tmp/r.md     # small sizes: a smoke test
 
-What is measured (float32, d = 64):
+This script measures and writes the raw numbers to ``results.json``; ``benchmarks/report.py`` turns
+them into Markdown (``python benchmarks/report.py results.json BENCHMARKS.md`` re-renders without
+measuring).  What is measured (float32, d = 64; the floors are checked by the report):
 
 1. ``lorentz.pairwise_sqdist``, ``attention.scores``/``attention_map`` at N = M = 4096 against a bare
-   ``q_s @ k_s^T`` of the same shape (floor: at most 2x the matmul's time on CPU);
+   ``q_s @ k_s^T`` of the same shape (floor: at most 2x the matmul's time);
 2. the same at N = 2048 against geoopt's broadcast ``Lorentz().dist(x[:, None], y[None])``
    (floor: at least 50x faster);
-3. ``attention.compare()`` at N = M = 65,536 on CPU in a fresh subprocess: time and peak extra resident
-   memory (VmHWM reset through /proc/self/clear_refs, cross-checked by sampling VmRSS every 10 ms)
-   (floor: at most 1 GiB; one dense float32 map would be 16 GiB);
-4. ``focused_linear_attention`` against the quadratic form ``focused_linear_map(...) @ V_s`` for N from
-   1,024 to 65,536: time and peak tensor memory (``attention.peak_tensor_memory``); the quadratic form
-   only where its N x N map fits in the memory allowed here;
-5. on a CUDA machine, the same plus ``compare()`` at N = 1,000,000 as time and as a fraction of ``torch.mm``
-   throughput for the same shapes; elsewhere those rows say "not measured".
+3. ``attention.compare()`` of two kinds (spatial, distance) at N = M = 16,384 against the two dense
+   ``attention_map`` calls it replaces and one ``torch.mm`` of (N x d) @ (d x M), interleaved
+   (floor: at most 1.0x the two calls; the fraction of matmul throughput = mm time / compare time);
+4. ``compare()`` at N = M = 65,536 in a fresh subprocess: time, peak extra resident memory (VmHWM
+   reset through /proc/self/clear_refs, cross-checked by sampling VmRSS every 10 ms) and the
+   same-shape ``torch.mm`` timed in that process by row blocks (floors: at most 25 s, at most 1 GiB);
+5. ``compare(q, k, rows=4096, seed=0)`` at N = M = 1,000,000 in a fresh subprocess that makes its own
+   inputs: time and peak extra memory (floors: under 60 s, under 1 GiB);
+6. ``focused_linear_attention`` against the quadratic form ``focused_linear_map(...) @ V_s`` for N from
+   1,024 to 65,536: time and peak tensor memory; the quadratic form only where its N x N map fits;
+7. on a CUDA machine, ``benchmarks/gpu.py``'s checks and rows; elsewhere that section says "not measured".
 
-Timings are medians of repeats that interleave the contenders (each round runs every contender
-once), because other processes may share the CPU.
+Timings are medians (and minima) of repeats that interleave the contenders (each round runs every
+contender once), because other processes may share the CPU.  ``--quick`` uses sizes of a few
+thousand (section 5: 1,024 rows at N = 20,000) and, unless ``--json``/``--md`` are given, writes to a temporary
+directory, never over the full run's files.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -41,11 +49,11 @@ from typing import Any, Callable
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import report  # benchmarks/report.py: the script's own directory is on sys.path
+from hypviz import attention as att
+from hypviz import lorentz as L
 
-from hypviz import attention as att  # noqa: E402
-from hypviz import lorentz as L  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 GiB = 2**30
 MiB = 2**20
@@ -200,7 +208,58 @@ def bench_geoopt(n: int, d: int, repeats: int) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- #
-# 3. compare() at large N, memory measured in a fresh process
+# 3. compare() against the two dense maps it replaces
+# --------------------------------------------------------------------------- #
+COMPARE = 'compare(q, κ, "spatial", "distance")'
+MAPS = 'attention_map(q, κ, "spatial") + attention_map(q, κ, "distance")'
+MM = "torch.mm (N x d) @ (d x M)"
+
+
+def bench_compare_vs_maps(n: int, d: int, repeats: int) -> dict[str, Any]:
+    """compare() of two softmax kinds, the two dense maps, and the one matmul compare needs, interleaved."""
+    q, kk = points(n, d, 10), points(n, d, 11)
+    qs, ks = q[:, 1:].contiguous(), kk[:, 1:].contiguous()
+    out = torch.empty(n, n)  # the matmul writes into a preallocated output: its page faults are not timed
+
+    def run_compare() -> Any:
+        return att.compare(q, kk, "spatial", "distance", device="cpu", spearman=False, progress=False)
+
+    funcs = {
+        COMPARE: run_compare,
+        MAPS: lambda: (att.attention_map(q, kk, "spatial"), att.attention_map(q, kk, "distance")),
+        MM: lambda: torch.mm(qs, ks.T, out=out),
+    }
+    res = interleaved(funcs, repeats)
+    out = None  # free the matmul's output before the dense maps below
+    gc.collect()
+    # agreement, outside the timing: the per-row TV of compare() against the dense maps'
+    cmp = run_compare()
+    ps = att.attention_map(q, kk, "spatial")
+    pd = att.attention_map(q, kk, "distance")
+    tv = 0.5 * ps.sub_(pd).abs_().sum(dim=-1)
+    del ps, pd
+    t_c, t_m, t_mm = (res[x]["median_s"] for x in (COMPARE, MAPS, MM))
+    return {
+        "n": n,
+        "m": n,
+        "d": d,
+        "dtype": "float32",
+        "threads": torch.get_num_threads(),
+        "names": {"compare": COMPARE, "maps": MAPS, "mm": MM},
+        "results": res,
+        "ratio_median": t_c / t_m,
+        "ratio_min": res[COMPARE]["min_s"] / res[MAPS]["min_s"],
+        "fraction_of_mm": t_mm / t_c,
+        "fraction_of_mm_2": 2 * t_mm / t_c,
+        "mm_flops": 2.0 * n * n * d / t_mm,
+        "floor_ratio": 1.0,
+        "max_abs_tv_difference": float((cmp.tv - tv).abs().max()),
+        "summary": cmp.to_dict(),
+    }
+
+
+# --------------------------------------------------------------------------- #
+# 4, 5. compare() at large N (all rows, or sampled rows), memory measured in a fresh process
 # --------------------------------------------------------------------------- #
 def _rss() -> tuple[int, int]:
     rss = hwm = 0
@@ -212,10 +271,34 @@ def _rss() -> tuple[int, int]:
     return rss, hwm
 
 
-def child_compare(n: int, d: int, device: str) -> dict[str, Any]:
-    """Runs inside the subprocess: inputs, baseline RSS, reset the high-water mark, compare(), read it."""
+def mm_same_shape(a: torch.Tensor, b: torch.Tensor, repeats: int, max_out_bytes: int = 2 * GiB) -> dict[str, Any]:
+    """Time of ``a @ b^T`` ((R x d) @ (d x M)): the full product, or a block of rows scaled to all ``R``.
+
+    The block has a power-of-two number of rows whose float32 output fits in ``max_out_bytes``
+    (8,192 rows at M = 65,536), written into a preallocated output; median of ``repeats`` after a warm-up.
+    """
+    r, m = a.shape[0], b.shape[0]
+    fit = max(1, max_out_bytes // (4 * m))
+    rows = r if r <= fit else 2 ** int(math.log2(fit))
+    out = torch.empty(rows, m, dtype=a.dtype, device=a.device)
+    blk, bt = a[:rows].contiguous(), b.contiguous().T
+    t = interleaved({"mm": lambda: torch.mm(blk, bt, out=out)}, repeats)["mm"]
+    return {
+        "block_rows": rows,
+        "scale": r / rows,
+        "repeats": repeats,
+        "block_median_s": t["median_s"],
+        "time_s": t["median_s"] * r / rows,
+        "full_output_bytes": 4 * r * m,
+    }
+
+
+def child_compare(n: int, d: int, device: str, rows: int | None) -> dict[str, Any]:
+    """Runs inside the subprocess: inputs, baseline RSS, reset the high-water mark, compare(), read it; then the mm."""
     q, k = points(n, d, 5), points(n, d, 6)
     att.compare(q[:256], k[:4096], progress=False, device=device)  # warm-up: thread pools, code paths
+    if rows is not None:
+        att.compare(q[:4096], k[:4096], rows=64, seed=0, progress=False, device=device)
     gc.collect()
     base_rss, _ = _rss()
     reset = True
@@ -234,7 +317,7 @@ def child_compare(n: int, d: int, device: str) -> dict[str, Any]:
     thread = threading.Thread(target=sampler, daemon=True)
     thread.start()
     start = time.perf_counter()
-    res = att.compare(q, k, "spatial", "distance", device=device, progress=False)
+    res = att.compare(q, k, "spatial", "distance", device=device, spearman=False, progress=False, rows=rows, seed=0)
     sync(device)
     elapsed = time.perf_counter() - start
     stop.set()
@@ -242,8 +325,11 @@ def child_compare(n: int, d: int, device: str) -> dict[str, Any]:
     _, hwm = _rss()
     out = {
         "n": n,
+        "m": n,
         "d": d,
+        "rows": res.n_queries,
         "device": res.device,
+        "threads": torch.get_num_threads(),
         "time_s": elapsed,
         "baseline_rss_bytes": base_rss,
         "inputs_bytes": 2 * n * (d + 1) * 4,
@@ -252,27 +338,32 @@ def child_compare(n: int, d: int, device: str) -> dict[str, Any]:
         "hwm_reset": reset,
         "block_rows": res.block_rows,
         "n_blocks": res.n_blocks,
-        "dense_map_bytes": n * n * 4,
+        "dense_map_bytes": res.n_queries * n * 4,
         "summary": res.to_dict(),
         "all_bounds_met": res.all_bounds_met,
     }
     if device.startswith("cuda"):
         out["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated()
+    # the same-shape matmul, after the memory measurement: (rows x d) @ (d x M) of the rows compare() used
+    qr = q if res.row_index is None else q.index_select(0, res.row_index)
+    del res
+    gc.collect()
+    out["mm"] = mm_same_shape(qr[:, 1:], k[:, 1:], repeats=3)
+    out["fraction_of_mm"] = out["mm"]["time_s"] / elapsed
+    out["fraction_of_mm_2"] = 2 * out["mm"]["time_s"] / elapsed
     return out
 
 
-def bench_compare(n: int, d: int, device: str = "cpu") -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child-compare", str(n), str(d), device]
+def bench_compare(n: int, d: int, device: str = "cpu", rows: int | None = None) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child-compare", str(n), str(d), device, str(rows or 0)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"compare() child failed:\n{proc.stderr[-3000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["floor_bytes"] = GiB
-    return out
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # --------------------------------------------------------------------------- #
-# 4. linear against quadratic focused attention
+# 6. linear against quadratic focused attention
 # --------------------------------------------------------------------------- #
 def bench_linear(ns: list[int], d: int, repeats: int, quadratic_max_bytes: int, device: str = "cpu") -> dict[str, Any]:
     rows = []
@@ -298,249 +389,50 @@ def bench_linear(ns: list[int], d: int, repeats: int, quadratic_max_bytes: int, 
             row["quadratic_skipped"] = f"the N x N float32 map alone would take {4 * n * n / GiB:.3g} GiB"
         rows.append(row)
         log(f"linear vs quadratic N={n}: {row['linear_time_s']:.4f} s vs {row['quadratic_time_s']}")
-        del q, k, v, lin
+        q = k = v = lin = None  # free them before the next size
         gc.collect()
     return {"d": d, "dtype": "float32", "device": device, "quadratic_max_bytes": quadratic_max_bytes, "rows": rows}
 
 
 # --------------------------------------------------------------------------- #
-# 5. GPU: compare() at N = 1e6 against torch.mm throughput
+# 7. GPU: benchmarks/gpu.py's checks and rows
 # --------------------------------------------------------------------------- #
-def bench_gpu_compare(n: int, d: int) -> dict[str, Any]:
-    """On CUDA: compare() at N = M = n, and the throughput of torch.mm for the logits' matrix products."""
-    dev = "cuda"
-    out = bench_compare(n, d, dev)
-    # compare() does two (rows x c) @ (c x M) products per block; c = d (spatial) and d + 3 (distance)
-    flops = 2.0 * n * n * (d + (d + 3))
-    a = torch.randn(8192, d + 3, device=dev)
-    b = torch.randn(d + 3, n, device=dev)
-    t = interleaved({"mm": lambda: a @ b}, 5, dev)["mm"]["median_s"]
-    mm_flops = 2.0 * 8192 * n * (d + 3) / t
-    out["mm_throughput_flops"] = mm_flops
-    out["fraction_of_mm_throughput"] = (flops / out["time_s"]) / mm_flops
-    return out
+def bench_gpu(quick: bool) -> dict[str, Any]:
+    import gpu  # benchmarks/gpu.py
 
-
-# --------------------------------------------------------------------------- #
-# report
-# --------------------------------------------------------------------------- #
-def fmt_s(s: float | None) -> str:
-    if s is None:
-        return "not run"
-    return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
-
-
-def fmt_b(b: float | None) -> str:
-    if b is None:
-        return "not run"
-    if b >= GiB:
-        return f"{b / GiB:.3g} GiB"
-    if b >= MiB:
-        return f"{b / MiB:.3g} MiB"
-    return f"{b / 1024:.3g} KiB"
-
-
-def render(results: dict[str, Any]) -> str:
-    m = results["machine"]
-    lines = [
-        "# Benchmarks",
-        "",
-        "Measured by `python benchmarks/run.py` (raw numbers in `benchmarks/results.json`), all contenders",
-        "side by side in one run. Re-run it to measure your machine; it rewrites this file.",
-        "",
-        "## Machine",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| CPU | {m['cpu']}, {m['logical_cpus']} logical CPUs ({m['cpu_capability']}), torch uses {m['torch_threads']} threads |",
-        f"| memory | {m['memory_total_gib']} GiB |",
-        f"| GPU | {m['gpu'] or 'none available in this session'} |",
-        f"| software | Python {m['python']}, torch {m['torch']}, geoopt {m['geoopt']} |",
-        f"| date (UTC) | {m['date_utc']} |",
-        "",
-        "**How measured.** Other processes may share this CPU "
-        f"(1/5/15-minute load average {m.get('load_average_at_start')} at the start), so every time is the **median** of",
-        "repeats in which the contenders are *interleaved* (each round runs every contender once, after a",
-        "warm-up round); ratios compare medians from the same rounds. Float32, d = 64 throughout.",
-        "",
-    ]
-
-    mm = results["matmul_floor"]
-    lines += [
-        f"## 1. Pairwise kernels against a bare matmul (N = M = {mm['n']}, CPU)",
-        "",
-        f"Floor: at most {mm['floor_ratio']:g}x the time of `q_s @ k_s^T` of the same shape (medians).",
-        f"Median and minimum of {mm['results']['matmul q_s @ k_s^T']['repeats']} interleaved rounds, with torch's default",
-        "thread count and again single-threaded (a busy shared CPU stalls multi-threaded element-wise passes",
-        "more than one big matmul; one thread shows the work itself).",
-    ]
-    for key in ("matmul_floor", "matmul_floor_1_thread"):
-        if key not in results:
-            continue
-        mt = results[key]
-        lines += [
-            "",
-            f"**{mt['threads']} thread{'s' if mt['threads'] > 1 else ''}**",
-            "",
-            "| operation | median | min | ratio to matmul (median) | ratio (min) | floor |",
-            "|---|---|---|---|---|---|",
-        ]
-        base_min = mt["results"]["matmul q_s @ k_s^T"]["min_s"]
-        for name, r in mt["results"].items():
-            if name.startswith("matmul"):
-                verdict = "(baseline)"
-            else:
-                verdict = "met" if r["ratio_to_matmul"] <= mt["floor_ratio"] else "**NOT met**"
-            lines.append(
-                f"| `{name}` | {fmt_s(r['median_s'])} | {fmt_s(r['min_s'])} | {r['ratio_to_matmul']:.2f}x | "
-                f"{r['min_s'] / base_min:.2f}x | {verdict} |"
-            )
-    ps = mm["results"]["lorentz.pairwise_sqdist"]["ratio_to_matmul"]
-    lines += [
-        "",
-        "`attention.scores`/`attention_map` build the logits with **one** matrix product of augmented operands",
-        "(identity 1 with the time coordinate shifted by the origin's: `-1/2 |q - k|^2_L = q_s.k_s - u_q u_k -",
-        "sqrt(k)(u_q + u_k)`, `u = |x_s|^2 / (x_t + sqrt(k))`, no cancellation beyond that of identity 3), then",
-        "the softmax overwrites the logits in place (torch's fused row kernel): no second N x M array.",
-    ]
-    if ps > mm["floor_ratio"]:
-        lines += [
-            f"`lorentz.pairwise_sqdist` is at {ps:.2f}x: after its matmul it makes several element-wise passes over",
-            "the N x M result and allocates an N x M temporary for the time differences (each pass reads and",
-            "writes 64 MiB at N = 4096; a fresh 64 MiB array also costs its page faults). The augmented-operand",
-            "form above (one matmul with d + 3 columns, then `clamp_min_`) is what `attention.scores distance`",
-            f"runs ({mm['results']['attention.scores distance']['ratio_to_matmul']:.2f}x here, and -1/2 of the same quantity); "
-            "it is proposed for `hypviz.lorentz` in the report of issue 4.",
-        ]
-
-    g = results["geoopt"]
-    lines += [
-        "",
-        f"## 2. Against geoopt's broadcast distance (N = M = {g['n']}, CPU)",
-        "",
-        f"Floor: at least {g['floor_speedup']:g}x faster than `geoopt.Lorentz().dist(x[:, None], y[None])`, which",
-        f"materialises N x N x (d + 1) intermediates ({fmt_b(g['geoopt_intermediate_bytes'])} each).",
-        f"Median of {g['results']['lorentz.pairwise_sqdist']['repeats']} interleaved rounds.",
-        "",
-        "| operation | median | min | speedup vs geoopt (medians) | speedup (min) | floor |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, r in g["results"].items():
-        if name.startswith("geoopt"):
-            verdict = "(baseline)"
-        else:
-            verdict = "met" if r["speedup_vs_geoopt"] >= g["floor_speedup"] else "**NOT met**"
-        gmin = g["results"]["geoopt Lorentz.dist(x[:, None], y[None])"]["min_s"]
-        lines.append(
-            f"| `{name}` | {fmt_s(r['median_s'])} | {fmt_s(r['min_s'])} | {r['speedup_vs_geoopt']:.0f}x | "
-            f"{gmin / r['min_s']:.0f}x | {verdict} |"
-        )
-    lines += [
-        "",
-        "Agreement (float64): max |geoopt dist - 2 asinh(sqrt(pairwise_sqdist) / 2)| = "
-        f"{g['max_abs_dist_difference_float64_ref']:.2g}. geoopt computes the distance (arcosh), ours the",
-        "squared Lorentzian distance or the whole softmax map; the conversion is one element-wise pass.",
-    ]
-
-    c = results["compare_large"]
-    extra = c["peak_extra_rss_bytes_hwm"] if c["peak_extra_rss_bytes_hwm"] is not None else c["peak_extra_rss_bytes_sampled"]
-    verdict = "met" if extra <= c["floor_bytes"] else "**NOT met**"
-    lines += [
-        "",
-        f"## 3. `compare()` at N = M = {c['n']:,}, d = {c['d']} ({c['device']})",
-        "",
-        "Run once in a fresh subprocess. Peak extra memory = peak resident set during `compare()` minus the",
-        "resident set just before it (inputs already built, one small warm-up call done): the kernel's VmHWM",
-        "high-water mark, reset through `/proc/self/clear_refs` right before the call, cross-checked by",
-        "sampling VmRSS every 10 ms.",
-        "",
-        "| quantity | value |",
-        "|---|---|",
-        f"| time | {fmt_s(c['time_s'])} (one run) |",
-        f"| peak extra memory (VmHWM) | {fmt_b(c['peak_extra_rss_bytes_hwm'])} |",
-        f"| peak extra memory (sampled VmRSS) | {fmt_b(c['peak_extra_rss_bytes_sampled'])} |",
-        f"| floor: at most 1 GiB | {verdict} |",
-        f"| one dense float32 N x N map, for scale | {fmt_b(c['dense_map_bytes'])} |",
-        f"| inputs (queries + keys) | {fmt_b(c['inputs_bytes'])} |",
-        f"| row blocks | {c['n_blocks']} blocks of {c['block_rows']} rows (automatic) |",
-        f"| result: mean / max TV | {c['summary']['mean_tv']:.4g} / {c['summary']['max_tv']:.4g} |",
-        f"| result: bound met on every row | {c['all_bounds_met']} |",
-    ]
-
-    lin = results["linear"]
-    lines += [
-        "",
-        f"## 4. `focused_linear_attention` against the quadratic form (d = {lin['d']}, CPU)",
-        "",
-        "Linear: `phi(Q) (phi(K)^T V_s) / normaliser`; quadratic: `focused_linear_map(Q, K) @ V_s` (forms the",
-        "N x N implicit map). Time: median of interleaved repeats. Memory: peak total size of the tensors",
-        "allocated and alive at once (`attention.peak_tensor_memory`, inputs excluded). The quadratic form",
-        f"is run only where its N x N map takes at most {fmt_b(lin['quadratic_max_bytes'])}: the machine is shared",
-        "(the map alone is 4 GiB at N = 32,768 and 16 GiB at N = 65,536).",
-        "",
-        "| N | linear time | quadratic time | speed-up | linear peak memory | quadratic peak memory | max rel. difference |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in lin["rows"]:
-        if r["quadratic_time_s"] is None:
-            lines.append(
-                f"| {r['n']:,} | {fmt_s(r['linear_time_s'])} | not run ({r['quadratic_skipped']}) | | "
-                f"{fmt_b(r['linear_peak_tensor_bytes'])} | not run | |"
-            )
-        else:
-            lines.append(
-                f"| {r['n']:,} | {fmt_s(r['linear_time_s'])} | {fmt_s(r['quadratic_time_s'])} | "
-                f"{r['quadratic_time_s'] / r['linear_time_s']:.3g}x | {fmt_b(r['linear_peak_tensor_bytes'])} | "
-                f"{fmt_b(r['quadratic_peak_tensor_bytes'])} | {r['max_relative_difference']:.2g} |"
-            )
-
-    gpu = results.get("gpu")
-    lines += ["", "## 5. GPU", ""]
-    if gpu is None:
-        lines += [
-            "| measurement | value |",
-            "|---|---|",
-            "| pairwise kernels vs matmul (N = 4096) | not measured (no GPU available in this session) |",
-            "| `compare()` at N = 65,536 | not measured (no GPU available in this session) |",
-            "| `compare()` at N = 1,000,000: time | not measured (no GPU available in this session) |",
-            "| `compare()` at N = 1,000,000: fraction of `torch.mm` throughput | not measured (no GPU available in this session) |",
-            "| linear vs quadratic | not measured (no GPU available in this session) |",
-            "",
-            "The CUDA code paths exist (`device=\"auto\"` selects CUDA when `torch.cuda.is_available()`).",
-            "`python benchmarks/gpu.py` on a CUDA machine checks them against float64 CPU references and",
-            "rewrites this section with the measured rows (CI runs it with `--dry-run` on the CPU).",
-        ]
-    else:
-        mmg = gpu["matmul_floor"]
-        lines += [f"Device: {m['gpu']}.", "", "| operation (N = 4096) | median | ratio to matmul |", "|---|---|---|"]
-        for name, r in mmg["results"].items():
-            lines.append(f"| `{name}` | {fmt_s(r['median_s'])} | {r['ratio_to_matmul']:.2f}x |")
-        cg = gpu["compare_1e6"]
-        lines += [
-            "",
-            f"`compare()` at N = M = {cg['n']:,}: {fmt_s(cg['time_s'])}, "
-            f"{100 * cg['fraction_of_mm_throughput']:.3g}% of `torch.mm` throughput for the same shapes.",
-        ]
-    lines.append("")
-    return "\n".join(lines)
+    dev = torch.device("cuda")
+    sizes = gpu.DRY if quick else gpu.FULL
+    return {
+        "device_name": gpu.device_name(dev),
+        "checks": gpu.check_correctness(dev, sizes["check_n"]),
+        "results": gpu.bench(dev, sizes),
+        "dry": False,
+    }
 
 
 # --------------------------------------------------------------------------- #
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
-    parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results.json"))
-    parser.add_argument("--md", default=str(ROOT / "BENCHMARKS.md"))
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test); default output in a temporary directory")
+    parser.add_argument("--json", default=None, help="results file (default benchmarks/results.json)")
+    parser.add_argument("--md", default=None, help="Markdown file (default BENCHMARKS.md)")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--child-compare", nargs=3, metavar=("N", "D", "DEVICE"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-compare", nargs=4, metavar=("N", "D", "DEVICE", "ROWS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.child_compare:
-        n, d, device = int(args.child_compare[0]), int(args.child_compare[1]), args.child_compare[2]
-        print(json.dumps(child_compare(n, d, device)))
+        n, d, device, rows = args.child_compare
+        print(json.dumps(child_compare(int(n), int(d), device, int(rows) or None)))
         return 0
 
     quick = args.quick
+    if quick and (args.json is None or args.md is None):
+        tmp = Path(tempfile.mkdtemp(prefix="hypviz-bench-quick-"))
+        args.json = args.json or str(tmp / "results.json")
+        args.md = args.md or str(tmp / "BENCHMARKS.md")
+    json_path = Path(args.json or ROOT / "benchmarks" / "results.json")
+    md_path = Path(args.md or ROOT / "BENCHMARKS.md")
+
     reps = args.repeats or (3 if quick else 15)
     results: dict[str, Any] = {"machine": machine(), "quick": quick}
     log(f"machine: {results['machine']['cpu']}, torch {torch.__version__}, {torch.get_num_threads()} threads")
@@ -552,29 +444,44 @@ def main(argv: list[str] | None = None) -> int:
 
     n2 = 256 if quick else 2048
     log(f"2. geoopt broadcast distance, N = {n2}")
-    results["geoopt"] = bench_geoopt(n2, 64, 3 if quick else 7)
+    try:
+        results["geoopt"] = bench_geoopt(n2, 64, 3 if quick else 7)
+    except ImportError:
+        log("   geoopt is not installed: not measured")
+        results["geoopt"] = None
 
-    n3 = 4096 if quick else 65536
-    log(f"3. compare() at N = {n3} (subprocess)")
-    results["compare_large"] = bench_compare(n3, 64, "cpu")
+    n3 = 2048 if quick else 16384
+    log(f"3. compare() vs the two dense attention_map calls, N = {n3}")
+    results["compare_vs_maps"] = bench_compare_vs_maps(n3, 64, 3 if quick else 7)
+    log(f"   ratio {results['compare_vs_maps']['ratio_median']:.3f}")
+
+    n4 = 4096 if quick else 65536
+    log(f"4. compare() at N = {n4} (subprocess)")
+    results["compare_large"] = bench_compare(n4, 64, "cpu")
+    results["compare_large"].update(floor_time_s=25.0, floor_bytes=report.GiB)
+    log(f"   {results['compare_large']['time_s']:.2f} s")
+
+    n5, rows5 = (20_000, 1024) if quick else (1_000_000, 4096)
+    log(f"5. sampled compare(rows={rows5}) at N = {n5} (subprocess)")
+    results["compare_sampled"] = bench_compare(n5, 64, "cpu", rows=rows5)
+    results["compare_sampled"].update(floor_time_s=60.0, floor_bytes=report.GiB)
+    log(f"   {results['compare_sampled']['time_s']:.2f} s")
 
     ns = [1024, 2048, 4096] if quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536]
-    log("4. linear vs quadratic focused attention")
+    log("6. linear vs quadratic focused attention")
     results["linear"] = bench_linear(ns, 64, 3 if quick else 5, quadratic_max_bytes=(16 if quick else 1024) * MiB)
 
     if torch.cuda.is_available():
-        log("5. GPU")
-        results["gpu"] = {
-            "matmul_floor": bench_matmul_floor(n1, 64, reps, "cuda"),
-            "compare_1e6": bench_gpu_compare(10_000 if quick else 1_000_000, 64),
-        }
+        log("7. GPU (benchmarks/gpu.py)")
+        results["gpu"] = bench_gpu(quick)
     else:
         results["gpu"] = None
 
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-    Path(args.md).write_text(render(results))
-    log(f"wrote {args.json} and {args.md}")
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(report.render(results), encoding="utf-8")
+    log(f"wrote {json_path} and {md_path}")
     return 0
 
 

@@ -1,0 +1,195 @@
+"""benchmarks/run.py (measurement) and benchmarks/report.py (results dict -> Markdown), issues 14 and 15."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "benchmarks" / "run.py"
+REPORT = ROOT / "benchmarks" / "report.py"
+VERDICT = re.compile(r"^\*\*(met|NOT met|not measured|no floor)\*\*: ")
+SECTIONS = ("matmul_floor", "geoopt", "compare_vs_maps", "compare_large", "compare_sampled", "linear", "gpu")
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("bench_report", REPORT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _sections(md: str) -> dict[int, list[str]]:
+    """``{number: lines under the heading}`` for the numbered sections."""
+    out: dict[int, list[str]] = {}
+    cur = None
+    for line in md.splitlines():
+        m = re.match(r"^## (\d+)\. ", line)
+        if m:
+            cur = int(m.group(1))
+            out[cur] = []
+        elif line.startswith("## "):
+            cur = None
+        elif cur is not None:
+            out[cur].append(line)
+    return out
+
+
+def _verdicts(md: str) -> dict[int, str]:
+    """Each numbered section's verdict: its first non-empty line must be the verdict line."""
+    out = {}
+    for number, lines in _sections(md).items():
+        first = next(line for line in lines if line.strip())
+        m = VERDICT.match(first)
+        assert m, f"section {number} does not open with its verdict line: {first!r}"
+        out[number] = m.group(1)
+    return out
+
+
+def test_scripts_import_hypviz_without_a_sys_path_hack():
+    for script in ("run.py", "report.py", "gpu.py"):
+        text = (ROOT / "benchmarks" / script).read_text(encoding="utf-8")
+        assert "sys.path.insert" not in text and "sys.path.append" not in text
+    # report.py measures nothing
+    assert "import torch" not in REPORT.read_text(encoding="utf-8")
+
+
+def test_quick_run_writes_results_and_markdown(tmp_path):
+    js, md = tmp_path / "r.json", tmp_path / "r.md"
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(RUN), "--quick", "--json", str(js), "--md", str(md)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(js.read_text(encoding="utf-8"))
+    assert results["quick"] is True and all(key in results for key in SECTIONS)
+    text = md.read_text(encoding="utf-8")
+    assert text == _report().render(results)  # the Markdown is the writer's rendering of the JSON
+
+    # the machine is named, at the top and in its table
+    cpu = results["machine"]["cpu"]
+    try:
+        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                 if ln.startswith("model name")]
+    except OSError:
+        names = []
+    if names:
+        assert cpu == names[0]
+    assert f"Measured on **{cpu}" in text.splitlines()[2] and f"| CPU | {cpu}" in text
+    assert "**Quick run**" in text
+
+    # every section opens with its verdict line, and the verdict table repeats it
+    verdicts = _verdicts(text)
+    assert sorted(verdicts) == [1, 2, 3, 4, 5, 6, 7]
+    for number, v in verdicts.items():
+        assert re.search(rf"^\| {number}\. .*\| \*\*{re.escape(v)}\*\* \|$", text, re.MULTILINE), number
+    assert verdicts[6] == "no floor"
+    assert all(verdicts[n] in ("met", "NOT met") for n in (1, 3, 4, 5))
+    assert verdicts[7] == ("not measured" if results["gpu"] is None else verdicts[7])
+
+    # the new sections: ratio first, the fraction of matmul throughput, memory in a fresh process
+    sec = {n: "\n".join(lines) for n, lines in _sections(text).items()}
+    head3 = next(line for line in text.splitlines() if line.startswith("## 3. "))
+    assert "against the two dense `attention_map` calls" in head3
+    first3 = sec[3].strip().splitlines()[0]
+    assert re.search(r"`compare\(\)` takes \d+\.\d\dx the time of the two calls \(medians; \d+\.\d\dx by minima\)", first3)
+    assert "of the matmul throughput" in first3 and "counting two products" in first3
+    c3 = results["compare_vs_maps"]
+    assert c3["ratio_median"] > 0 and 0 < c3["fraction_of_mm"] and c3["max_abs_tv_difference"] < 1e-5
+    for n, key in ((4, "compare_large"), (5, "compare_sampled")):
+        c = results[key]
+        assert c["peak_extra_rss_bytes_sampled"] >= 0 and c["mm"]["time_s"] > 0 and c["fraction_of_mm"] > 0
+        assert "peak extra memory" in sec[n].strip().splitlines()[0] and "fraction of matmul throughput" in sec[n]
+    assert results["compare_sampled"]["rows"] == 1024 and results["compare_sampled"]["n"] == 20_000
+    assert "rows=1024, seed=0" in sec[5]
+    assert elapsed < 300
+
+
+def _machine() -> dict:
+    return {"cpu": "Test CPU 9000", "logical_cpus": 2, "torch_threads": 2, "cpu_capability": "AVX2",
+            "memory_total_gib": 8.0, "python": "3.11", "torch": "2.x", "geoopt": None, "gpu": None,
+            "date_utc": "2026-01-01 00:00"}
+
+
+def _timing(median: float, low: float) -> dict:
+    return {"median_s": median, "min_s": low, "q1_s": low, "q3_s": median, "repeats": 3}
+
+
+def _child(n: int, rows: int, time_s: float, peak: int, **extra) -> dict:
+    return {"n": n, "m": n, "d": 64, "rows": rows, "device": "cpu", "threads": 2, "time_s": time_s,
+            "inputs_bytes": 2 * n * 65 * 4, "peak_extra_rss_bytes_hwm": peak, "peak_extra_rss_bytes_sampled": peak - 1,
+            "block_rows": 22, "n_blocks": 187, "dense_map_bytes": 4 * rows * n, "all_bounds_met": True,
+            "mm": {"block_rows": 512, "scale": rows / 512, "repeats": 3, "block_median_s": 0.1, "time_s": 0.1 * rows / 512,
+                   "full_output_bytes": 4 * rows * n},
+            "fraction_of_mm": 0.8 / time_s, "fraction_of_mm_2": 1.6 / time_s, "floor_bytes": 2**30,
+            "summary": {"mean_tv": 0.1, "mean_tv_uniform_b": 0.2, "verdict": "different",
+                        "ci95": {"tv": [0.099, 0.101]} if rows < n else None}, **extra}
+
+
+def test_report_renders_a_hand_made_minimal_results_dict():
+    rep = _report()
+    names = {"compare": "compare(...)", "maps": "two maps", "mm": "torch.mm"}
+    results = {
+        "machine": _machine(),
+        "quick": False,
+        "compare_vs_maps": {
+            "n": 16384, "m": 16384, "d": 64, "threads": 2, "names": names,
+            "results": {names["compare"]: _timing(0.8, 0.75), names["maps"]: _timing(1.0, 0.9), names["mm"]: _timing(0.4, 0.38)},
+            "ratio_median": 0.8, "ratio_min": 0.75 / 0.9, "fraction_of_mm": 0.5, "fraction_of_mm_2": 1.0,
+            "mm_flops": 8.6e10, "floor_ratio": 1.0, "max_abs_tv_difference": 1e-8,
+            "summary": {"mean_tv": 0.1, "mean_tv_uniform_b": 0.2, "verdict": "different"},
+        },
+        "compare_large": _child(65536, 65536, 24.0, 200 * 2**20, floor_time_s=25.0),
+        "compare_sampled": _child(1_000_000, 4096, 30.0, int(1.2 * 2**30), floor_time_s=60.0),
+        "gpu": None,
+    }
+    text = rep.render(results)
+    assert "Measured on **Test CPU 9000, 2 logical CPUs**" in text and "**Quick run**" not in text
+    verdicts = _verdicts(text)
+    assert verdicts == {1: "not measured", 2: "not measured", 3: "met", 4: "met", 5: "NOT met", 6: "not measured",
+                        7: "not measured"}
+    sec = {n: "\n".join(lines) for n, lines in _sections(text).items()}
+    assert "**met**: `compare()` takes 0.80x the time of the two calls (medians; 0.83x by minima); 50% of the matmul" in sec[3]
+    assert "**NOT met**: 30 s (met), peak extra memory 1.2 GiB (NOT met)" in sec[5]
+    assert "scaled by 8: the full product's output would take 15.3 GiB" in sec[5]
+    assert "| 5. sampled `compare()` |" in text and "[0.099, 0.101]" in sec[5]
+    assert "no GPU available in this session" in sec[7]
+
+
+def test_replace_gpu_section_keeps_the_rest_and_updates_the_verdict_row():
+    rep = _report()
+    doc = rep.render({"machine": _machine(), "quick": False, "gpu": None}) + "## After\n\nkept\n"
+    gpu = {
+        "device_name": "Test GPU", "checks": ["a check (checked)"], "dry": False,
+        "results": {
+            "mm": {"n": 8192, "d": 64, "time_s": 1e-3, "flops": 8.6e12},
+            "kernels": {"lorentz.pairwise_sqdist": 1.5, "attention.attention_map spatial": 1.2},
+            "vs_maps": {"n": 16384, "compare_s": 0.02, "maps_s": 0.03, "mm_s": 0.005, "ratio": 2 / 3},
+            **{label: {"n": n, "rows": rows, "time_s": 1.0, "mm_time_s": 0.5, "fraction_of_mm": 0.5,
+                       "fraction_of_mm_2": 1.0, "mean_tv": 0.1, "mean_tv_uniform_b": 0.2}
+               for label, n, rows in (("compare", 65536, 65536), ("compare_big", 10**6, 10**6),
+                                      ("compare_sampled", 10**6, 4096))},
+        },
+    }
+    new = rep.replace_gpu_section(doc, rep.gpu_section(gpu))
+    assert new.count("## 7. GPU") == 1 and new.endswith("## After\n\nkept\n")
+    assert new.split("## 7. GPU")[0].replace(re.search(r"^\| 7\. GPU \|.*$", new, re.MULTILINE).group(0), "") == \
+        doc.split("## 7. GPU")[0].replace(re.search(r"^\| 7\. GPU \|.*$", doc, re.MULTILINE).group(0), "")
+    assert _verdicts(new)[7] == "met" and re.search(r"^\| 7\. GPU \|.*\| \*\*met\*\* \|$", new, re.MULTILINE)
+    assert "Device: Test GPU." in new and "| sampled (rows=) | 1,000,000 | 4,096 |" in new
+    assert "| GPU | none available in this session |" in new  # the machine table is left alone
+    # a file without a GPU heading gets the section appended
+    assert rep.replace_gpu_section("# B\n", rep.gpu_section(None)).startswith("# B\n\n## 7. GPU\n\n**not measured**")
+
+
+@pytest.mark.parametrize("argv", [[], ["only-one"]])
+def test_report_cli_usage(argv):
+    assert _report().main(argv) == 2
