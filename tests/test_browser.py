@@ -1,10 +1,15 @@
 """The generated pages in a real browser: headless Chromium, driven over the DevTools protocol.
 
-Opens the report of ``hypviz demo``, the index and a page of a site rendered from tiny notebooks,
-and a real notebook page (rendered from its stored outputs), and asserts that each page loads
-with no console error, no uncaught exception and no network request (only ``file:`` and
-``data:`` URLs), that the plotly figures rendered (``.js-plotly-plot`` with ``svg.main-svg``
-inside), that images decoded, and that links between pages lead to files that exist.
+Opens the report of ``hypviz demo`` and every page of the documentation site (the repository's,
+and a tiny one whose notebooks hold a plotly figure with a slider, a plotly + PNG bundle, a PNG,
+LaTeX and a long printed line; both built by ``tests/test_site.py``'s ``built_site``), and asserts
+that each page loads with no console error, no uncaught exception and no network request (every
+http(s) request is intercepted and refused, and recorded), that equations are typeset (no raw TeX
+in the visible text), that every plotly figure is drawn and its slider, where it has one, moves
+the plot, that images decode, that every link (navigation, in-page table of contents,
+previous/next, cross-references) leads to a file and an anchor that exist, that the search page
+finds the right notebooks for "Taylor", "Hoeffding" and "karate", and that at 800 px the page does
+not scroll sideways (wide outputs scroll inside their own box, printed lines are not wrapped).
 
 Chromium is Debian's ``chromium`` package (``apt-get install -y chromium``); where it is missing
 every test here is skipped with that reason (shown by ``pytest -ra``).  The protocol is spoken
@@ -14,7 +19,7 @@ with tornado's websocket client (tornado comes with ipykernel, a test dependency
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import itertools
 import json
 import os
 import queue
@@ -24,6 +29,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -43,6 +49,7 @@ FLAGS = (
     "--disable-sync",
     "--disable-extensions",
     "--disable-dev-shm-usage",
+    "--enable-unsafe-swiftshader",  # software WebGL for plotly's 3-D scenes (no GPU here)
     "--remote-debugging-port=0",
     "--window-size=1280,900",
 )
@@ -69,18 +76,217 @@ PROBE = r"""
     images: imgs.length,
     images_ok: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
     links: Array.from(document.links).map(a => a.getAttribute('href')),
-    math: document.querySelectorAll('.MathJax_CHTML, .mjx-chtml, mjx-container').length,
+    math: document.querySelectorAll('mjx-container').length,
     mathjax: typeof window.MathJax !== 'undefined',
     text: document.body ? document.body.innerText.length : 0,
   });
 })()
 """
 
+# What a page of the site shows: raw TeX in visible text (outside code, equations and figures),
+# figures, equations, navigation, and whether anything is wider than the window.
+SITE_PROBE = r"""
+(() => {
+  const visible = el => !!el && el.getClientRects().length > 0 && getComputedStyle(el).visibility !== 'hidden';
+  const skip = 'pre, code, kbd, samp, script, style, textarea, noscript, template, mjx-container, '
+             + '.js-plotly-plot, .hypviz-plotly, .highlight, .MathJax, svg';
+  const tex = /\$\$|\\\(|\\\[|\\(?:frac|tfrac|dfrac|sqrt|kappa|langle|rangle|mathrm|mathbb|left|right|begin|end|cdot|tau|Delta|sum|le|ge)\b|\$[^$\s][^$]{0,120}?\\[A-Za-z]/;
+  const raw = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const p = n.parentElement;
+    if (!p || p.closest(skip) || !visible(p)) continue;
+    if (tex.test(n.textContent)) raw.push(n.textContent.trim().slice(0, 160));
+  }
+  const root = document.documentElement;
+  const article = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const aRect = article.getBoundingClientRect();
+  const outputs = Array.from(document.querySelectorAll('div.cell_output pre'));
+  const wrapped = outputs.filter(pre => getComputedStyle(pre).whiteSpace !== 'pre').length;
+  const stuck = outputs.filter(pre => pre.scrollWidth > pre.clientWidth + 1
+                               && !['auto', 'scroll'].includes(getComputedStyle(pre).overflowX)).length;
+  const sticking = Array.from(article.querySelectorAll('pre, img, table, .hypviz-plotly-box, div.math, div.cell_output'))
+    .filter(el => visible(el) && el.getBoundingClientRect().right > aRect.right + 2)
+    .map(el => el.tagName + '.' + el.className).slice(0, 5);
+  const hrefs = sel => Array.from(document.querySelectorAll(sel)).map(a => a.getAttribute('href'));
+  return JSON.stringify({
+    title: document.title,
+    raw_tex: raw.slice(0, 10),
+    math_sources: document.querySelectorAll('span.math, div.math').length,
+    math: document.querySelectorAll('mjx-container').length,
+    math_errors: document.querySelectorAll('mjx-merror, [data-mjx-error]').length,
+    figures: document.querySelectorAll('div.hypviz-plotly').length,
+    drawn: Array.from(document.querySelectorAll('div.hypviz-plotly')).filter(
+      d => d.classList.contains('js-plotly-plot') && d._fullLayout && d.querySelector('svg.main-svg')).length,
+    sliders: Array.from(document.querySelectorAll('div.hypviz-plotly')).filter(
+      d => d.layout && (d.layout.sliders || []).length).map(d => d.id),
+    images: document.images.length,
+    images_ok: Array.from(document.images).filter(i => i.complete && i.naturalWidth > 0).length,
+    links: Array.from(document.links).map(a => a.getAttribute('href')),
+    nav: hrefs('nav.bd-links a.reference'),
+    toc: hrefs('.bd-sidebar-secondary a, #pst-page-navigation-heading-2 ~ * a'),
+    prev: hrefs('a.left-prev'),
+    next: hrefs('a.right-next'),
+    copy_buttons: document.querySelectorAll('button.copybtn').length,
+    code_cells: document.querySelectorAll('div.cell_input').length,
+    page_width: root.scrollWidth,
+    window_width: root.clientWidth,
+    wrapped_outputs: wrapped,
+    unscrollable_outputs: stuck,
+    sticking_out: sticking,
+    text: document.body ? document.body.innerText.length : 0,
+  });
+})()
+"""
+
+READY = r"""
+(async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  const figs = document.querySelectorAll('div.hypviz-plotly').length;
+  if (figs && document.documentElement.getAttribute('data-hypviz-plots') !== 'drawn') return false;
+  return document.readyState === 'complete';
+})()
+"""
+
+
+class Tab:
+    """One page in its own tab: navigate, evaluate, click; collects console errors and requests."""
+
+    def __init__(self, browser: "Chromium", url: str, width: int = 1280, height: int = 900, timeout: float = 60.0):
+        self.browser, self.url, self.timeout = browser, url, timeout
+        self.events: list[dict] = []
+        self.blocked: list[str] = []
+        self._ids = itertools.count(1)
+        self._loaded = False
+        self.conn = self._run(self._connect(browser.ws_url))
+        self.target = self.call("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
+        self.session = self.call("Target.attachToTarget", {"targetId": self.target, "flatten": True}, session=False)[
+            "sessionId"
+        ]
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(f"{domain}.enable")
+        # every request to a host is stopped here, recorded, and refused: the site must make none
+        self.call("Fetch.enable", {"patterns": [{"urlPattern": "http://*"}, {"urlPattern": "https://*"}]})
+        self.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        self.call("Page.navigate", {"url": url})
+        end = time.monotonic() + timeout
+        while not self._loaded and time.monotonic() < end:
+            self.pump(0.2)
+        if not self._loaded:
+            raise TimeoutError(f"{url} did not finish loading in {timeout} s")
+
+    # -- protocol ---------------------------------------------------------------------------
+    @staticmethod
+    async def _connect(url: str):
+        return await websocket.websocket_connect(url, max_message_size=256 * 2**20)
+
+    def _run(self, coro):
+        return self.browser.loop.run_until_complete(coro)
+
+    def _event(self, data: dict) -> None:
+        self.events.append(data)
+        method = data["method"]
+        if method == "Page.loadEventFired":
+            self._loaded = True
+        elif method == "Fetch.requestPaused":
+            self.blocked.append(data["params"]["request"]["url"][:120])
+            msg = {"id": next(self._ids), "method": "Fetch.failRequest", "sessionId": self.session,
+                   "params": {"requestId": data["params"]["requestId"], "errorReason": "BlockedByClient"}}
+            self.conn.write_message(json.dumps(msg))
+
+    async def _call(self, method: str, params: dict | None, session: bool) -> dict:
+        mid = next(self._ids)
+        msg = {"id": mid, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = self.session
+        await self.conn.write_message(json.dumps(msg))
+        end = time.monotonic() + self.timeout
+        while time.monotonic() < end:
+            raw = await asyncio.wait_for(self.conn.read_message(), timeout=max(0.1, end - time.monotonic()))
+            if raw is None:
+                raise RuntimeError("DevTools connection closed")
+            data = json.loads(raw)
+            if data.get("id") == mid:
+                if "error" in data:
+                    raise RuntimeError(f"{method}: {data['error']}")
+                return data.get("result", {})
+            if "method" in data:
+                self._event(data)
+        raise TimeoutError(method)
+
+    def call(self, method: str, params: dict | None = None, session: bool = True) -> dict:
+        return self._run(self._call(method, params, session))
+
+    async def _pump(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                raw = await asyncio.wait_for(self.conn.read_message(), timeout=max(0.05, end - time.monotonic()))
+            except asyncio.TimeoutError:
+                return
+            if raw is None:
+                return
+            data = json.loads(raw)
+            if "method" in data:
+                self._event(data)
+
+    def pump(self, seconds: float) -> None:
+        self._run(self._pump(seconds))
+
+    # -- page -------------------------------------------------------------------------------
+    def eval(self, expression: str, await_promise: bool = False):
+        res = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": await_promise})
+        if "exceptionDetails" in res:
+            raise RuntimeError(f"page script failed: {res['exceptionDetails'].get('exception', {}).get('description', res)}")
+        return res["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float | None = None, await_promise: bool = False) -> bool:
+        end = time.monotonic() + (timeout or self.timeout)
+        while True:
+            if self.eval(expression, await_promise=await_promise):
+                return True
+            if time.monotonic() > end:
+                return False
+            self.pump(0.2)
+
+    def probe(self, script: str = PROBE) -> dict:
+        return json.loads(self.eval(script))
+
+    def click(self, x: float, y: float) -> None:
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            params = {"type": kind, "x": x, "y": y, "button": "left" if kind != "mouseMoved" else "none", "clickCount": 1}
+            self.call("Input.dispatchMouseEvent", params)
+
+    @property
+    def errors(self) -> list[str]:
+        return _errors(self.events)
+
+    @property
+    def requests(self) -> list[str]:
+        seen = {
+            e["params"]["request"]["url"][:120]
+            for e in self.events
+            if e["method"] == "Network.requestWillBeSent"
+            and not e["params"]["request"]["url"].startswith(("file:", "data:", "blob:", "about:"))
+        }
+        return sorted(seen | set(self.blocked))
+
+    @property
+    def failed(self) -> list[str]:
+        return [e["params"].get("errorText", "") for e in self.events if e["method"] == "Network.loadingFailed"]
+
+    def close(self) -> None:
+        try:
+            self.call("Target.closeTarget", {"targetId": self.target}, session=False)
+        finally:
+            self.conn.close()
+
 
 class Chromium:
-    """One headless Chromium, a page per :meth:`open`; collects console errors and network requests."""
+    """One headless Chromium; a tab per :meth:`tab` / :meth:`open`."""
 
     def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
         self.profile = tempfile.mkdtemp(prefix="hypviz-chromium-")
         self.proc = subprocess.Popen(
             [CHROMIUM, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
@@ -121,95 +327,24 @@ class Chromium:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.profile, ignore_errors=True)
+        self.loop.close()
+
+    def tab(self, url: str, **kwargs) -> Tab:
+        return Tab(self, url, **kwargs)
 
     def open(self, url: str, settle: float = 0.5, timeout: float = 30.0, wait_for: str | None = None) -> dict:
-        """Load ``url`` in a fresh tab; return the probe's result plus ``errors`` and ``requests``."""
-        return asyncio.run(self._open(url, settle, timeout, wait_for))
-
-    async def _open(self, url: str, settle: float, timeout: float, wait_for: str | None) -> dict:
-        conn = await websocket.websocket_connect(self.ws_url, max_message_size=256 * 2**20)
-        ids = iter(range(1, 10**9))
-        events: list[dict] = []
-        loaded = asyncio.Event()
-
-        async def call(method: str, params: dict | None = None, session: str | None = None) -> dict:
-            mid = next(ids)
-            msg = {"id": mid, "method": method, "params": params or {}}
-            if session:
-                msg["sessionId"] = session
-            await conn.write_message(json.dumps(msg))
-            end = time.monotonic() + timeout
-            while time.monotonic() < end:
-                raw = await asyncio.wait_for(conn.read_message(), timeout=max(0.1, end - time.monotonic()))
-                if raw is None:
-                    raise RuntimeError("DevTools connection closed")
-                data = json.loads(raw)
-                if data.get("id") == mid:
-                    if "error" in data:
-                        raise RuntimeError(f"{method}: {data['error']}")
-                    return data.get("result", {})
-                if "method" in data:
-                    events.append(data)
-                    if data["method"] == "Page.loadEventFired":
-                        loaded.set()
-            raise TimeoutError(method)
-
-        async def pump_events(seconds: float) -> None:
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                try:
-                    raw = await asyncio.wait_for(conn.read_message(), timeout=max(0.05, end - time.monotonic()))
-                except asyncio.TimeoutError:
-                    return
-                if raw is None:
-                    return
-                data = json.loads(raw)
-                if "method" in data:
-                    events.append(data)
-                    if data["method"] == "Page.loadEventFired":
-                        loaded.set()
-
+        """Load ``url`` in a fresh tab; return the probe's result plus ``errors``, ``requests``, ``failed``."""
+        tab = self.tab(url, timeout=timeout)
         try:
-            target = (await call("Target.createTarget", {"url": "about:blank"}))["targetId"]
-            session = (await call("Target.attachToTarget", {"targetId": target, "flatten": True}))["sessionId"]
-            for domain in ("Page", "Runtime", "Log", "Network"):
-                await call(f"{domain}.enable", session=session)
-            await call("Page.navigate", {"url": url}, session=session)
-            end = time.monotonic() + timeout
-            while not loaded.is_set() and time.monotonic() < end:
-                await pump_events(0.2)
-            if not loaded.is_set():
-                raise TimeoutError(f"{url} did not finish loading in {timeout} s")
-            probe: dict = {}
-            end = time.monotonic() + timeout
-            while True:  # wait for the page to settle: figures drawn, MathJax done (if asked)
-                await pump_events(settle)
-                res = await call("Runtime.evaluate", {"expression": PROBE, "returnByValue": True}, session=session)
-                probe = json.loads(res["result"]["value"])
-                ready = True
-                if wait_for:
-                    res = await call(
-                        "Runtime.evaluate", {"expression": wait_for, "returnByValue": True}, session=session
-                    )
-                    ready = bool(res["result"].get("value"))
-                if ready or time.monotonic() > end:
-                    break
-            await call("Target.closeTarget", {"targetId": target})
+            tab.pump(settle)
+            if wait_for:
+                tab.wait_for(wait_for, timeout)
+            tab.pump(0.2)
+            result = tab.probe()
+            result.update(errors=tab.errors, requests=tab.requests, failed=tab.failed)
+            return result
         finally:
-            conn.close()
-        probe["errors"] = _errors(events)
-        probe["requests"] = sorted(
-            {
-                e["params"]["request"]["url"][:120]
-                for e in events
-                if e["method"] == "Network.requestWillBeSent"
-                and not e["params"]["request"]["url"].startswith(("file:", "data:", "blob:", "about:"))
-            }
-        )
-        probe["failed"] = [
-            e["params"].get("errorText", "") for e in events if e["method"] == "Network.loadingFailed"
-        ]
-        return probe
+            tab.close()
 
 
 def _errors(events: list[dict]) -> list[str]:
@@ -239,13 +374,6 @@ def browser():
     b.close()
 
 
-def _load_notebooks_script():
-    spec = importlib.util.spec_from_file_location("hypviz_notebooks_script_browser", ROOT / "scripts" / "notebooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # --------------------------------------------------------------------------- #
 # the report of `hypviz demo`
 # --------------------------------------------------------------------------- #
@@ -266,85 +394,232 @@ def test_demo_report_renders_offline(browser, tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- #
-# the notebook site
+# the documentation site
 # --------------------------------------------------------------------------- #
-def _tiny_site(tmp_path: Path, mathjax: bool) -> Path:
-    nbformat = pytest.importorskip("nbformat")
-    nbscript = _load_notebooks_script()
-    nbdir = tmp_path / "nbs"
-    nbdir.mkdir()
-    figure = {"data": [{"type": "scatter", "x": [0, 1, 2], "y": [2, 1, 0]}], "layout": {"height": 300}}
-    for i, (name, link) in enumerate(
-        (("01_first", "[the second notebook](02_second.ipynb#Second-notebook)"), ("02_second", "[back](./01_first.ipynb)"))
-    ):
-        nb = nbformat.v4.new_notebook()
-        nb.cells = [
-            nbformat.v4.new_markdown_cell(f"# {name.split('_')[1].title()} notebook\n\nSee {link}. Maths: $x^2 + y^2 = k$."),
-            nbformat.v4.new_code_cell(
-                "from IPython.display import publish_display_data\n"
-                f"publish_display_data({{'application/vnd.plotly.v1+json': {figure!r}}})",
-                outputs=[nbformat.v4.new_output("display_data", data={"application/vnd.plotly.v1+json": figure})],
-            ),
-        ]
-        nbformat.write(nb, nbdir / f"{name}.ipynb")
-    out = tmp_path / "site"
-    nbscript.render(out, notebooks_dir=nbdir, log=lambda *_: None, execute_notebooks=False, mathjax_dir=None if mathjax else False)
-    return out
+def _built(kind: str) -> Path:
+    from test_site import built_site
 
-
-def test_site_index_and_pages_render_offline_and_link_up(browser, tmp_path):
-    out = _tiny_site(tmp_path, mathjax=False)
-    index = browser.open((out / "index.html").as_uri())
-    _check_clean(index, "index.html")
-    assert index["links"] == ["01_first.html", "02_second.html"]
-    assert all((out / href).is_file() for href in index["links"])
-
-    first = browser.open((out / "01_first.html").as_uri(), wait_for="document.querySelectorAll('svg.main-svg').length > 0")
-    _check_clean(first, "01_first.html")
-    assert first["plots"] == 1 and first["rendered"] == 1 and first["svgs"] >= 1
-    assert "02_second.html#Second-notebook" in first["links"], first["links"]
-    assert not any(href.endswith(".ipynb") for href in first["links"] if href)
-    second = browser.open((out / "02_second.html").as_uri(), wait_for="document.querySelectorAll('svg.main-svg').length > 0")
-    _check_clean(second, "02_second.html")
-    assert "01_first.html" in second["links"] and second["rendered"] == 1
+    return built_site(kind)
 
 
 @pytest.fixture(scope="module")
-def real_site(tmp_path_factory) -> tuple[Path, Path]:
-    """notebooks/01 rendered from its stored outputs (fast), with MathJax when the machine has a build."""
-    pytest.importorskip("nbconvert")
-    nbscript = _load_notebooks_script()
-    notebook = ROOT / "notebooks" / "01_lorentzian_inner_product.ipynb"
-    if not notebook.is_file():
-        pytest.skip(f"{notebook} is not in this checkout")
-    out = tmp_path_factory.mktemp("real") / "site"
-    nbscript.render(out, [str(notebook)], log=lambda *_: None, execute_notebooks=False)
-    return out, out / f"{notebook.stem}.html"
+def real_site() -> Path:
+    return _built("real")
 
 
-_DRAWN = "document.querySelectorAll('svg.main-svg').length > 0"
-_TYPESET = (
-    " && window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0"
-    " && document.querySelectorAll('.MathJax_CHTML, .mjx-chtml').length > 0"
+@pytest.fixture(scope="module")
+def tiny_site() -> Path:
+    return _built("tiny")
+
+
+def _pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
+
+
+def _visit(browser: Chromium, page: Path, width: int = 1280) -> tuple[dict, Tab]:
+    """Open ``page``, wait for MathJax and the figures, probe it; the caller closes the tab."""
+    tab = browser.tab(page.as_uri(), width=width)
+    ready = tab.wait_for(READY, timeout=60, await_promise=True)
+    tab.pump(0.3)
+    result = tab.probe(SITE_PROBE)
+    result.update(errors=tab.errors, requests=tab.requests, failed=tab.failed, ready=ready)
+    return result, tab
+
+
+def _check_page(result: dict, what: str) -> None:
+    _check_clean(result, what)
+    assert result["ready"], f"{what}: MathJax or the figures did not finish"
+    assert result["raw_tex"] == [], f"{what}: raw TeX visible: {result['raw_tex']}"
+    if result["math_sources"]:
+        assert result["math"] >= result["math_sources"], f"{what}: {result['math_sources']} equations, {result['math']} typeset"
+    assert result["math_errors"] == 0, f"{what}: MathJax could not typeset {result['math_errors']} equations"
+    assert result["drawn"] == result["figures"], f"{what}: {result['figures']} figures, {result['drawn']} drawn"
+    assert result["images_ok"] == result["images"], f"{what}: an image did not decode"
+    assert result["code_cells"] == 0 or result["copy_buttons"] >= result["code_cells"], f"{what}: code cells without a copy button"
+
+
+_IDS: dict[Path, set[str]] = {}
+
+
+def _ids(path: Path) -> set[str]:
+    if path not in _IDS:
+        _IDS[path] = set(re.findall(r"""\bid=["']([^"']+)["']""", path.read_text(encoding="utf-8")))
+    return _IDS[path]
+
+
+def _broken_links(page: Path, hrefs: list[str | None]) -> list[str]:
+    """The links of ``page`` that lead nowhere: a missing file, or an anchor the target does not have."""
+    broken = []
+    for href in hrefs:
+        if not href or href.startswith(("http://", "https://", "mailto:", "javascript:")):
+            continue
+        url = urllib.parse.urljoin(page.as_uri(), href)
+        parsed = urllib.parse.urlparse(url)
+        if parsed.scheme != "file":
+            broken.append(href)
+            continue
+        target = Path(urllib.parse.unquote(parsed.path))
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.is_file():
+            broken.append(href)
+        elif parsed.fragment and target.suffix == ".html" and urllib.parse.unquote(parsed.fragment) not in _ids(target):
+            broken.append(href)
+    return broken
+
+
+def _slider_moves(tab: Tab, div_id: str) -> str | None:
+    """Click the far end of the figure's first slider; None when the slider and the plot changed, else why not."""
+    state = json.loads(tab.eval(
+        "(() => { const gd = document.getElementById(%s);"
+        " const rail = gd.querySelector('.slider-rail-touch-rect') || gd.querySelector('.slider-rail-rect');"
+        " rail.scrollIntoView({block: 'center'}); const r = rail.getBoundingClientRect();"
+        " const sig = JSON.stringify(gd.data) + JSON.stringify(Object.assign({}, gd.layout, {sliders: null}));"
+        " window.__hypviz_sig = sig;"
+        " const s = gd._fullLayout.sliders[0];"  # click the end farther from the active step
+        " const x = s.active >= s.steps.length / 2 ? r.left + 3 : r.right - 3;"
+        " return JSON.stringify({x: x, y: r.top + r.height / 2, active: s.active, steps: s.steps.length}); })()"
+        % json.dumps(div_id)
+    ))
+    if state["steps"] < 2:
+        return f"{div_id}: a slider with {state['steps']} steps"
+    tab.click(state["x"], state["y"])
+    moved = tab.wait_for(
+        "(() => { const gd = document.getElementById(%s);"
+        " const sig = JSON.stringify(gd.data) + JSON.stringify(Object.assign({}, gd.layout, {sliders: null}));"
+        " return gd._fullLayout.sliders[0].active !== %d && sig !== window.__hypviz_sig; })()" % (json.dumps(div_id), state["active"]),
+        timeout=15,
+    )
+    return None if moved else f"{div_id}: the slider did not move the plot (clicked at {state['x']:.0f}, {state['y']:.0f})"
+
+
+_VISITS: dict[Path, dict[str, dict]] = {}
+
+
+def _visit_site(browser: Chromium, site: Path) -> dict[str, dict]:
+    """Every page of ``site`` opened once at 1280 px (sliders moved), probed; cached for the tests below."""
+    if site not in _VISITS:
+        results = {}
+        for page in _pages(site):
+            result, tab = _visit(browser, page)
+            try:
+                result["slider_failures"] = [f for f in map(lambda d: _slider_moves(tab, d), result["sliders"]) if f]
+                result["errors"] = tab.errors  # including any raised while the sliders moved
+            finally:
+                tab.close()
+            result["broken_links"] = _broken_links(page, result["links"])
+            results[page.relative_to(site).as_posix()] = result
+        _VISITS[site] = results
+    return _VISITS[site]
+
+
+def test_every_page_of_the_site_renders_offline(browser, real_site):
+    """Each page: no error, no request, equations typeset, figures drawn (sliders moving), links resolve."""
+    results = _visit_site(browser, real_site)
+    assert len(results) >= 15, sorted(results)
+    for what, result in results.items():
+        _check_page(result, what)
+        assert result["slider_failures"] == [], result["slider_failures"]
+        if what.startswith("notebooks/"):
+            assert result["nav"], f"{what}: no left navigation"
+            assert result["toc"], f"{what}: no in-page table of contents"
+            assert result["prev"] and result["next"], f"{what}: no previous/next links"
+            assert result["copy_buttons"] > 0, f"{what}: code cells without copy buttons"
+    broken = {what: r["broken_links"] for what, r in results.items() if r["broken_links"]}
+    assert not broken, f"links that lead nowhere: {broken}"
+
+
+def test_navigation_is_in_story_order_with_previous_and_next(browser, real_site):
+    results = _visit_site(browser, real_site)
+    notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    for what, result in results.items():
+        if what == "index.html" or what.startswith(("notebooks/", "api/")) or what == "cli.html":
+            base = what.rsplit("/", 1)[0] + "/" if "/" in what else ""
+            # the current page's own entry is href="#"
+            nav = [what if h == "#" else os.path.normpath(base + h) for h in result["nav"] if h == "#" or not h.startswith("#")]
+            stems = [h.split("/")[1].removesuffix(".html") for h in nav if h.startswith("notebooks/")]
+            assert stems == notebooks, f"{what}: the left navigation lists {stems}"
+    chain = ["index"] + [f"notebooks/{n}" for n in notebooks]
+    for before, page, after in zip(chain, chain[1:], chain[2:] + [None]):
+        result = results[f"{page}.html"]
+        rel = lambda name: os.path.relpath(real_site / f"{name}.html", (real_site / page).parent)  # noqa: E731
+        assert result["prev"] == [rel(before)], (page, result["prev"])
+        if after:
+            assert result["next"] == [rel(after)], (page, result["next"])
+
+
+@pytest.mark.parametrize(
+    "query, expected",
+    [("Taylor", {"04_small_norm_taylor"}), ("Hoeffding", {"04_small_norm_taylor"}),
+     ("karate", {"07_hyperboloid_gallery", "09_check_your_own_model"})],
 )
+def test_search_finds_the_notebooks_offline(browser, real_site, query, expected):
+    url = (real_site / "search.html").as_uri() + "?q=" + urllib.parse.quote(query)
+    tab = browser.tab(url)
+    try:
+        done = tab.wait_for("(() => { const s = document.querySelector('#search-results p');"
+                            " return !!s && /Search finished|did not match/.test(s.innerText); })()", timeout=60)
+        tab.pump(0.5)
+        hits = tab.eval("JSON.stringify(Array.from(document.querySelectorAll('#search-results ul.search li a'))"
+                        ".map(a => a.getAttribute('href')))")
+        errors, requests = tab.errors, tab.requests
+    finally:
+        tab.close()
+    assert done, f"the search for {query!r} did not finish"
+    assert errors == [] and requests == [], (errors, requests)
+    pages = {urllib.parse.urlparse(h).path.rsplit("/", 1)[-1].removesuffix(".html") for h in json.loads(hits)}
+    assert expected <= pages, f"searching {query!r} found {sorted(pages)}"
 
 
-def test_real_notebook_page_renders_offline(browser, real_site):
-    out, page_path = real_site
-    typeset = (out / "mathjax" / "MathJax.js").is_file()
-    page = browser.open(page_path.as_uri(), wait_for=_DRAWN + (_TYPESET if typeset else ""))
-    _check_clean(page, page_path.name)
-    assert page["plots"] >= 1 and page["rendered"] == page["plots"], page
-    assert page["text"] > 1000
+def test_pages_are_readable_at_800_px(browser, real_site, tiny_site):
+    pages = [real_site / "index.html", real_site / "cli.html", real_site / "api" / "attention.html",
+             *sorted((real_site / "notebooks").glob("*.html")), tiny_site / "notebooks" / "01_first.html"]
+    problems = {}
+    for page in pages:
+        result, tab = _visit(browser, page, width=800)
+        tab.close()
+        what = str(page.name)
+        _check_clean(result, what)
+        issues = []
+        if result["page_width"] > result["window_width"]:
+            issues.append(f"the page scrolls sideways ({result['page_width']} > {result['window_width']} px)")
+        if result["wrapped_outputs"]:
+            issues.append(f"{result['wrapped_outputs']} printed outputs wrap their lines")
+        if result["unscrollable_outputs"]:
+            issues.append(f"{result['unscrollable_outputs']} wide outputs cannot scroll")
+        if result["sticking_out"]:
+            issues.append(f"wider than the text column: {result['sticking_out']}")
+        if issues:
+            problems[what] = issues
+    assert not problems, problems
 
 
-def test_real_notebook_equations_are_typeset_offline(browser, real_site):
-    out, page_path = real_site
-    if not (out / "mathjax" / "MathJax.js").is_file():
-        pytest.skip("equations stay TeX source: no MathJax 2 build on this machine (apt-get install -y libjs-mathjax)")
-    page = browser.open(page_path.as_uri(), wait_for=_DRAWN + _TYPESET)
-    _check_clean(page, page_path.name)
-    assert page["mathjax"] and page["math"] > 10, f"equations were not typeset: {page['math']} elements"
+def test_tiny_site_slider_bundle_and_maths(browser, tiny_site):
+    page = tiny_site / "notebooks" / "01_first.html"
+    result, tab = _visit(browser, page)
+    try:
+        _check_page(result, "01_first.html")
+        assert result["figures"] == 2 and result["drawn"] == 2  # the slider figure and the bundle's plotly figure
+        assert result["images"] == 1  # the PNG-only output; the bundle's still is not shown
+        assert len(result["sliders"]) == 1
+        assert _slider_moves(tab, result["sliders"][0]) is None
+        frames = tab.eval("document.getElementById(%s)._transitionData._frames.length" % json.dumps(result["sliders"][0]))
+        assert frames == 3
+        assert result["math"] >= 3  # inline, display and the text/latex output
+        # LaTeX in a figure's axis title is typeset too (plotly.js uses the page's MathJax, SVG output)
+        assert tab.eval("!!document.querySelector('div.hypviz-plotly .ytitle-math-group svg')"), "no typeset axis title"
+        long_line = tab.eval(
+            "(() => { const pre = Array.from(document.querySelectorAll('div.cell_output pre'))"
+            ".find(p => p.innerText.includes('column39'));"
+            " return JSON.stringify({lines: pre.innerText.trim().split('\\n').length, "
+            "rect: pre.getClientRects().length, h: pre.scrollWidth > pre.clientWidth}); })()"
+        )
+        info = json.loads(long_line)
+        assert info["lines"] == 2 and info["h"], info  # one long line + "short line", scrolling inside its box
+        assert tab.errors == []
+    finally:
+        tab.close()
+    assert _broken_links(page, result["links"]) == []
 
 
 def test_the_harness_sees_errors_and_network_requests(browser, tmp_path):
@@ -353,9 +628,13 @@ def test_the_harness_sees_errors_and_network_requests(browser, tmp_path):
         "<!DOCTYPE html><html><head><title>bad</title></head><body><p>x</p>"
         "<script>console.error('boom from the page')</script>"
         "<img src='https://example.invalid/pixel.png'>"
+        "<p>\\(x^2\\) and $$y$$ and \\frac{a}{b}</p>"
         "<script>undefined_function_called()</script></body></html>"
     )
-    result = browser.open(page.as_uri())
+    result, tab = _visit(browser, page)
+    tab.close()
     text = " ".join(result["errors"])
     assert "boom from the page" in text and "undefined_function_called" in text
     assert result["requests"] == ["https://example.invalid/pixel.png"]
+    assert len(result["raw_tex"]) == 1 and "frac" in result["raw_tex"][0]
+    assert _broken_links(page, ["missing.html", "#nowhere", "bad.html", "https://example.org/"]) == ["missing.html", "#nowhere"]

@@ -188,3 +188,48 @@ def test_the_extra_installs_every_package_the_notebooks_import(extra):
         if dist not in installed and _BROUGHT_BY.get(dist) not in installed:
             missing.append(f"{module} (package {dist})")
     assert not missing, f"the notebooks import {missing}, which pip install .[{extra}] does not install"
+
+
+# --------------------------------------------------------------------------- #
+# the main job builds the site: its extra installs what docs/conf.py loads
+# --------------------------------------------------------------------------- #
+# Sphinx extension / theme module -> the distribution that provides it
+_SPHINX_PROVIDERS = {
+    "myst_nb": "myst-nb",
+    "sphinx_copybutton": "sphinx-copybutton",
+    "sphinx-mathjax-offline": "sphinx-mathjax-offline",
+    "sphinx_book_theme": "sphinx-book-theme",
+}
+
+
+def site_modules() -> tuple[list[str], str]:
+    """``extensions`` and ``html_theme`` of docs/conf.py, read without running it."""
+    import ast
+
+    tree = ast.parse((ROOT / "docs" / "conf.py").read_text())
+    values = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in ("extensions", "html_theme"):
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+    assert "extensions" in values and "html_theme" in values, "docs/conf.py sets no extensions / html_theme"
+    return values["extensions"], values["html_theme"]
+
+
+@pytest.mark.parametrize("extra", ["lab", "test"])
+def test_the_extra_installs_what_the_site_build_loads(extra):
+    """``run.sh`` builds the site with the ``lab`` extra; ``test.sh`` tests it with ``test``."""
+    installed = extra_closure(extra)
+    extensions, theme = site_modules()
+    missing = []
+    for module in [*extensions, theme]:
+        if module.startswith("sphinx.ext."):
+            dist = "sphinx"
+        elif (ROOT / "docs" / "_ext" / f"{module}.py").is_file():
+            continue  # the site's own extensions, in docs/_ext
+        else:
+            dist = _SPHINX_PROVIDERS.get(module)
+            assert dist, f"docs/conf.py loads {module}: add the package that provides it to _SPHINX_PROVIDERS"
+        if normalise(dist) not in installed:
+            missing.append(f"{module} (package {dist})")
+    assert not missing, f"docs/conf.py loads {missing}, which pip install .[{extra}] does not install"

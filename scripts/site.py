@@ -1,0 +1,203 @@
+"""Build the documentation site (Sphinx + MyST-NB + sphinx-book-theme) into build/html.
+
+    python scripts/site.py [--out build/html] [--allow-warnings] [--jobs N] [--notebooks-dir DIR]
+
+The Sphinx source is ``docs/`` (conf.py, the landing page, the API and CLI pages, ``_ext/`` and
+``_static/``); the notebooks are read from ``notebooks/`` (``NN_*.ipynb``) and the landing page
+quotes README.md.  None of them is copied into git: the build lays out a temporary source folder
+(``docs/`` + ``notebooks/NN_*.ipynb`` + README.md as ``_readme.md``) beside the output folder.
+The notebooks are *not* executed: their committed outputs are the cache (nbval checks them in
+the test command), so the build takes seconds, not minutes.
+
+Sphinx warnings are errors (``-W --keep-going``: every warning is shown, then the build fails);
+``--allow-warnings`` turns that off for local drafts.  The site is written into a temporary folder
+and renamed into place only when the build succeeded and the result passed its checks (an
+``index.html``, a page per notebook, nothing loaded from the network), so ``--out`` is never
+half-written.  A failure ends with one line saying what went wrong, and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+NOTEBOOKS = ROOT / "notebooks"
+README = ROOT / "README.md"
+DEFAULT_OUT = ROOT / "build" / "html"
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+
+# What a page may not load from the network: script sources, module imports, stylesheets and
+# other <link>ed resources, CSS imports and url()s, images, frames, media.
+_NETWORK_REF = re.compile(
+    r"""<script[^>]*\bsrc\s*=\s*["']?(?:https?:)?//|import\s*\(\s*["'](?:https?:)?//|"""
+    r"""<link[^>]*\bhref\s*=\s*["']?(?:https?:)?//|@import\s+(?:url\()?\s*["']?(?:https?:)?//|"""
+    r"""url\(\s*["']?(?:https?:)?//|<(?:img|iframe|source|video|audio|embed)[^>]*\bsrc\s*=\s*["']?(?:https?:)?//""",
+    re.IGNORECASE,
+)
+
+
+class SiteError(RuntimeError):
+    """A build problem, reported as one line."""
+
+
+def network_references(text: str) -> list[str]:
+    """Fragments of an HTML/CSS/JS text that would load something from the network."""
+    return [text[max(m.start() - 20, 0) : m.end() + 60] for m in _NETWORK_REF.finditer(text)]
+
+
+def notebook_paths(notebooks_dir: Path = NOTEBOOKS) -> list[Path]:
+    found = sorted(Path(notebooks_dir).glob(NOTEBOOK_GLOB))
+    if not found:
+        raise SiteError(f"no {NOTEBOOK_GLOB} notebooks in {notebooks_dir}")
+    return found
+
+
+def stage_sources(target: Path, docs: Path = DOCS, notebooks_dir: Path = NOTEBOOKS, readme: Path = README) -> list[Path]:
+    """Lay out the Sphinx source folder ``target``: docs/, the notebooks, README.md; return the notebooks."""
+    if not (docs / "conf.py").is_file():
+        raise SiteError(f"{docs} has no conf.py")
+    if not readme.is_file():
+        raise SiteError(f"{readme} is missing (the landing page quotes it)")
+    shutil.copytree(
+        docs, target, ignore=shutil.ignore_patterns("_build", "__pycache__", ".ipynb_checkpoints", "notebooks")
+    )
+    shutil.copyfile(readme, target / "_readme.md")
+    (target / "notebooks").mkdir()
+    notebooks = notebook_paths(notebooks_dir)
+    for nb in notebooks:
+        shutil.copyfile(nb, target / "notebooks" / nb.name)
+    return notebooks
+
+
+def check_site(out: Path, notebooks: list[Path]) -> None:
+    """The finished site has its pages and loads nothing from the network (raises SiteError)."""
+    if not (out / "index.html").is_file():
+        raise SiteError("Sphinx wrote no index.html")
+    missing = [nb.stem for nb in notebooks if not (out / "notebooks" / f"{nb.stem}.html").is_file()]
+    if missing:
+        raise SiteError(f"no page for the notebooks {', '.join(missing)}")
+    for page in sorted(out.rglob("*.html")):
+        if page.relative_to(out).parts[0] == "_static":
+            continue
+        bad = network_references(page.read_text(encoding="utf-8", errors="replace"))
+        if bad:
+            raise SiteError(f"{page.relative_to(out)} would load from the network: {bad[0]!r}")
+    for sheet in sorted((out / "_static").rglob("*.css")):
+        bad = network_references(sheet.read_text(encoding="utf-8", errors="replace"))
+        if bad:
+            raise SiteError(f"{sheet.relative_to(out)} would load from the network: {bad[0]!r}")
+
+
+def _replace_dir(new: Path, out: Path) -> None:
+    """Put ``new`` at ``out`` in one rename (the old folder, if any, is moved aside first, then removed)."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, old / out.name)
+    os.replace(new, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def build(
+    out: Path = DEFAULT_OUT,
+    *,
+    warnings_as_errors: bool = True,
+    jobs: str = "1",
+    docs: Path = DOCS,
+    notebooks_dir: Path = NOTEBOOKS,
+    readme: Path = README,
+    quiet: bool = True,
+    warnings_file: Path | None = None,
+    log=print,
+) -> Path:
+    """Build the site into ``out`` (replaced as a whole, only on success); return ``out / 'index.html'``.
+
+    ``warnings_file``: Sphinx also writes its warnings there (empty when the build is clean).
+    """
+    try:
+        from sphinx.cmd.build import build_main
+    except ImportError as exc:
+        raise SiteError(
+            f"Sphinx is not installed in this environment ({exc}): install the docs extra, "
+            "e.g. bash scripts/setup.sh lab (hypviz[lab] includes hypviz[docs])"
+        ) from None
+    out = Path(out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        src, html, doctrees = work / "src", work / "html", work / "doctrees"
+        notebooks = stage_sources(src, docs, notebooks_dir, readme)
+        args = ["-b", "html", "-d", str(doctrees), "-j", str(jobs)]
+        if warnings_as_errors:
+            args += ["-W", "--keep-going"]
+        if quiet:
+            args += ["-q"]
+        if warnings_file is not None:
+            args += ["-w", str(warnings_file)]
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            # the extensions' use of APIs that a later Sphinx removes: not a problem of this site
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", PendingDeprecationWarning)
+            status = build_main([*args, str(src), str(html)])
+        if status != 0:
+            if status == 1 and warnings_as_errors:
+                what = "Sphinx reported warnings (errors here: -W --keep-going), listed above"
+            else:
+                what = f"Sphinx stopped with an error (exit status {status}), shown above"
+            raise SiteError(f"{what}; {_show(out)} was left as it was")
+        check_site(html, notebooks)
+        sources = html / "_sources"  # html_copy_source = False leaves it empty
+        if sources.is_dir() and not any(sources.iterdir()):
+            sources.rmdir()
+        os.chmod(html, 0o755)
+        _replace_dir(html, out)
+        log(f"site: {len(notebooks)} notebooks, API and CLI pages -> {_show(out / 'index.html')} "
+            f"in {time.perf_counter() - start:.1f} s")
+        return out / "index.html"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _show(path: Path) -> str:
+    try:
+        return str(Path(path).relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder, replaced as a whole (default build/html)")
+    parser.add_argument("--allow-warnings", action="store_true", help="do not treat Sphinx warnings as errors")
+    parser.add_argument("--jobs", "-j", default="1", help="Sphinx's parallel jobs (default 1; 'auto' = one per core)")
+    parser.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, help=f"where the {NOTEBOOK_GLOB} are (default notebooks/)")
+    parser.add_argument("--verbose", action="store_true", help="show Sphinx's progress, not only its warnings")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    try:
+        build(
+            args.out,
+            warnings_as_errors=not args.allow_warnings,
+            jobs=args.jobs,
+            notebooks_dir=args.notebooks_dir,
+            quiet=not args.verbose,
+        )
+    except SiteError as exc:
+        print(f"site.py: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

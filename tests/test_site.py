@@ -1,0 +1,403 @@
+"""scripts/site.py and docs/: the documentation site (Sphinx + MyST-NB + sphinx-book-theme).
+
+The real site is built once per test process from the repository (docs/, notebooks/, README.md),
+with warnings as errors, as the main job builds it; a tiny site is built from two made-up
+notebooks that hold every kind of output the engine must handle (a plotly figure with a slider
+and frames, a plotly + PNG bundle, a PNG, LaTeX, a long printed line, links between notebooks).
+``tests/test_browser.py`` opens the same two builds in Chromium (``built_site`` below).
+These tests read the HTML; they need Sphinx (the ``docs`` extra) and skip without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import hashlib
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+nbformat = pytest.importorskip("nbformat")
+
+_spec = importlib.util.spec_from_file_location("hypviz_site_script", ROOT / "scripts" / "site.py")
+site = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(site)
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+# a 1 x 1 PNG (the still of a bundle, and a plain image output)
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+LONG_LINE = " ".join(f"column{i:02d}=0.{i:03d}" for i in range(40))  # ~ 600 characters, no newline
+API_MODULES = (
+    "hypviz.lorentz", "hypviz.attention", "hypviz.symbolic", "hypviz.data", "hypviz.plots",
+    "hypviz.plots.manifold", "hypviz.plots.curves", "hypviz.plots.attention", "hypviz.capture",
+    "hypviz.model_report", "hypviz.toymodel",
+)
+
+
+def _requires_sphinx():
+    pytest.importorskip("sphinx", reason="the site needs the docs extra: pip install -e '.[docs]'")
+    pytest.importorskip("myst_nb", reason="the site needs the docs extra: pip install -e '.[docs]'")
+    pytest.importorskip("sphinx_book_theme", reason="the site needs the docs extra: pip install -e '.[docs]'")
+
+
+# --------------------------------------------------------------------------- #
+# the tiny notebooks
+# --------------------------------------------------------------------------- #
+def slider_figure() -> dict:
+    """A figure with three frames and a slider whose steps animate to them."""
+    frames = [{"name": f"f{i}", "data": [{"type": "scatter", "x": [0, 1, 2], "y": [i, i + 1, i + 3]}]} for i in range(3)]
+    steps = [
+        {"label": f"f{i}", "method": "animate",
+         "args": [[f"f{i}"], {"mode": "immediate", "frame": {"duration": 0, "redraw": True}, "transition": {"duration": 0}}]}
+        for i in range(3)
+    ]
+    return {
+        "data": [{"type": "scatter", "x": [0, 1, 2], "y": [0, 1, 3], "name": "slid"}],
+        "layout": {"height": 360, "title": {"text": "slider figure"}, "yaxis": {"range": [-1, 7]},
+                   "sliders": [{"active": 0, "steps": steps, "currentvalue": {"prefix": "frame "}}]},
+        "frames": frames,
+    }
+
+
+BUNDLE_FIGURE = {"data": [{"type": "bar", "x": ["a", "b"], "y": [2, 3], "name": "bundled"}],
+                 "layout": {"height": 300, "width": 900, "title": {"text": "bundle figure"},  # wider than 800 px
+                            "yaxis": {"title": {"text": "$\\kappa_t$"}}}}  # LaTeX: typeset by the site's MathJax
+
+
+def tiny_notebooks(folder: Path) -> Path:
+    """Two notebooks with stored outputs of every kind the site renders (not executed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = nbformat.v4.new_output
+    metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                "language_info": {"name": "python"}}
+    first = nbformat.v4.new_notebook(metadata=metadata)
+    first.cells = [
+        nbformat.v4.new_markdown_cell(
+            "# First tiny notebook\n\nInline maths $x_t = \\sqrt{|x_s|^2 + k}$ and display maths\n\n"
+            "$$\n\\frac{a}{b} = \\kappa\n$$\n\nOn to [the second notebook](02_second.ipynb).\n\n## A section\n\nText."
+        ),
+        nbformat.v4.new_code_cell("print(long_line)", outputs=[out("stream", name="stdout", text=LONG_LINE + "\nshort line\n")]),
+        nbformat.v4.new_code_cell("fig.show()  # slider", outputs=[out("display_data", data={PLOTLY_MIME: slider_figure()})]),
+        nbformat.v4.new_code_cell(
+            "fig.show()  # bundle",
+            outputs=[out("display_data", data={PLOTLY_MIME: BUNDLE_FIGURE, "image/png": PNG, "text/plain": "<Figure>"})],
+        ),
+        nbformat.v4.new_code_cell("plt.show()", outputs=[out("display_data", data={"image/png": PNG, "text/plain": "<Figure>"})]),
+        nbformat.v4.new_code_cell(
+            "sp.Rational(1, 2)",
+            outputs=[out("execute_result", data={"text/latex": "$\\displaystyle \\frac{1}{2}$", "text/plain": "1/2"},
+                         execution_count=5)],
+        ),
+    ]
+    second = nbformat.v4.new_notebook(metadata=metadata)
+    second.cells = [nbformat.v4.new_markdown_cell("# Second tiny notebook\n\nBack to [the first](01_first.ipynb#a-section).")]
+    nbformat.write(first, folder / "01_first.ipynb")
+    nbformat.write(second, folder / "02_second.ipynb")
+    (folder / "scratch.ipynb").write_text("{}")  # not NN_*: not part of the site
+    return folder
+
+
+# --------------------------------------------------------------------------- #
+# builds, once per process (test_browser.py uses them too)
+# --------------------------------------------------------------------------- #
+_BUILDS: dict[str, Path] = {}
+_WORK: list[Path] = []
+
+
+def _workdir() -> Path:
+    if not _WORK:
+        _WORK.append(Path(tempfile.mkdtemp(prefix="hypviz-site-tests-")))
+        atexit.register(shutil.rmtree, _WORK[0], True)
+    return _WORK[0]
+
+
+def built_site(kind: str) -> Path:
+    """The folder of the ``"real"`` site (the repository's) or the ``"tiny"`` one, built once.
+
+    Both are built with warnings allowed and listed in ``KIND-warnings.txt`` (:func:`site_warnings`):
+    a docstring that Sphinx warns about fails one test below, not every test of the site.
+    """
+    _requires_sphinx()
+    if kind not in _BUILDS:
+        if kind not in ("real", "tiny"):
+            raise ValueError(kind)
+        work = _workdir()
+        nbs = tiny_notebooks(work / "tiny-notebooks") if kind == "tiny" else site.NOTEBOOKS
+        site.build(work / kind / "html", notebooks_dir=nbs, warnings_as_errors=False,
+                   warnings_file=work / f"{kind}-warnings.txt", log=lambda *_: None)
+        _BUILDS[kind] = work / kind / "html"
+    return _BUILDS[kind]
+
+
+def site_warnings(kind: str) -> list[str]:
+    built_site(kind)
+    return [line for line in (_workdir() / f"{kind}-warnings.txt").read_text().splitlines() if line.strip()]
+
+
+def _docstring_warning(line: str) -> bool:
+    return line.startswith(str(ROOT / "hypviz")) and ":docstring of " in line
+
+
+def real_notebooks() -> list[Path]:
+    return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def first_heading(path: Path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                m = re.match(r"^#\s+(.*?)\s*$", line)
+                if m:
+                    return m.group(1)
+    raise AssertionError(f"{path.name} has no '# ' heading")
+
+
+def plotly_outputs(path: Path) -> list[dict]:
+    nb = nbformat.read(path, as_version=4)
+    return [o["data"] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if PLOTLY_MIME in o.get("data", {})]
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _title(html: str) -> str:
+    import html as html_lib
+
+    m = re.search(r"<title>(.*?)</title>", html, re.S)
+    assert m, "page without <title>"
+    return html_lib.unescape(m.group(1)).strip()
+
+
+def _figure_payloads(html: str) -> list[dict]:
+    return [json.loads(m) for m in re.findall(r'<script type="application/json" class="hypviz-plotly-data"[^>]*>(.*?)</script>', html, re.S)]
+
+
+# --------------------------------------------------------------------------- #
+# the real site
+# --------------------------------------------------------------------------- #
+@pytest.fixture(scope="module")
+def real():
+    return built_site("real")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return built_site("tiny")
+
+
+def test_real_site_builds_without_a_sphinx_warning(real):
+    """The main job builds with -W: a docstring or notebook that Sphinx warns about fails it."""
+    warnings = site_warnings("real")
+    assert not warnings, "Sphinx warned (the main job would fail):\n" + "\n".join(warnings)
+
+
+def test_tiny_site_pages_build_without_a_warning(tiny):
+    """The engine itself (conf.py, the extensions, the pages, the notebooks' outputs) warns about nothing.
+
+    Docstring warnings are left to the test above: they come from the package, not the engine.
+    """
+    warnings = [w for w in site_warnings("tiny") if not _docstring_warning(w)]
+    assert not warnings, "\n".join(warnings)
+
+
+def test_real_site_has_a_page_per_notebook_titled_by_its_heading(real):
+    notebooks = real_notebooks()
+    assert notebooks, "no notebooks in notebooks/"
+    index = _text(real / "index.html")
+    positions = []
+    for nb in notebooks:
+        page = real / "notebooks" / f"{nb.stem}.html"
+        assert page.is_file(), f"no page for {nb.name}"
+        assert _title(_text(page)).startswith(first_heading(nb)), f"{page.name} is not titled by its heading"
+        positions.append(index.find(f'href="notebooks/{nb.stem}.html"'))
+    assert all(p >= 0 for p in positions), "the landing page's navigation misses a notebook"
+    assert positions == sorted(positions), "the navigation is not in story order (01, 02, ...)"
+
+
+def test_real_site_landing_page_states_the_question_and_the_short_answer(real):
+    index = _text(real / "index.html")
+    readme = _text(ROOT / "README.md")
+    question = re.search(r"^\*\*(Why does spatial-only.*?)\*\*$", readme, re.M)
+    assert question, "README.md no longer states the question in bold"
+    assert question.group(1) in _title(index)
+    assert re.search(r'<img[^>]*src="_images/headline\.png"', index), "the headline figure is missing"
+    assert (real / "_images" / "headline.png").read_bytes() == (ROOT / "docs" / "headline.png").read_bytes()
+    # the short answer is README.md's own: each of its bold lead-ins is on the page
+    section = readme.split("### The short answer", 1)[1].split("\n## ", 1)[0]
+    leads = re.findall(r"^\* \*\*(.+?)\*\*", section, re.M)
+    assert len(leads) >= 3, leads
+    for lead in leads:
+        assert lead.replace('"', "&quot;") in index or lead in index, f"short answer point missing: {lead}"
+    # a numbered, cross-referenced equation
+    assert 'id="equation-identity-4"' in index and 'href="#equation-identity-4"' in index
+
+
+def test_real_site_api_and_cli_pages(real):
+    for module in API_MODULES:
+        page = real / "api" / f"{module.split('.', 1)[1].split('.')[0]}.html"
+        assert page.is_file(), f"no API page for {module}"
+        assert f'id="module-{module}"' in _text(page), f"{page.name} does not document {module}"
+    if (ROOT / "hypviz" / "plots" / "explorables.py").is_file():
+        assert 'id="module-hypviz.plots.explorables"' in _text(real / "api" / "plots.html")
+    # documented from the docstrings: a function of each core module, with its signature
+    lorentz = _text(real / "api" / "lorentz.html")
+    assert 'id="hypviz.lorentz.inner"' in lorentz and 'id="hypviz.lorentz.lift"' in lorentz
+    assert 'id="hypviz.attention.compare"' in _text(real / "api" / "attention.html")
+    # the CLI page comes from the parser: every option of every sub-command is on it
+    from hypviz.cli import build_parser
+
+    cli = _text(real / "cli.html")
+    parser = build_parser()
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert subs
+    for name, sub in subs[0].choices.items():
+        assert f"hypviz {name}" in cli
+        for action in sub._actions:
+            for opt in action.option_strings:
+                assert f">{opt}" in cli or f"{opt} " in cli or f"{opt}<" in cli, f"hypviz {name} {opt} is not on the CLI page"
+
+
+def test_real_site_figures_and_assets_are_local(real):
+    import plotly
+
+    plotly_js = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    assert (real / "_static" / "plotly.min.js").read_bytes() == plotly_js.read_bytes()
+    assert (real / "_static" / "mathjax" / "tex-svg.js").is_file()
+    for nb in real_notebooks():
+        html = _text(real / "notebooks" / f"{nb.stem}.html")
+        stored = plotly_outputs(nb)
+        payloads = _figure_payloads(html)
+        assert len(payloads) == len(stored), f"{nb.name}: {len(stored)} plotly figures stored, {len(payloads)} on the page"
+        for data, payload in zip(stored, payloads):
+            figure = data[PLOTLY_MIME]
+            assert payload["data"] == figure["data"] and payload["frames"] == figure.get("frames", [])
+        if stored:
+            assert re.search(r'<script[^>]*src="\.\./_static/plotly\.min\.js"', html)
+        else:
+            assert "plotly.min.js" not in html, f"{nb.name} loads plotly.js without a figure"
+        if "math notranslate" in html:
+            assert re.search(r'<script[^>]*src="\.\./_static/mathjax/tex-svg\.js"', html)
+    for page in real.rglob("*.html"):
+        if "_static" not in page.parts:
+            assert site.network_references(_text(page)) == [], page
+
+
+def test_real_site_search_index_finds_the_pages():
+    real = built_site("real")
+    text = _text(real / "searchindex.js")
+    index = json.loads(text[text.index("(") + 1 : text.rindex(")")])
+    docnames = index["docnames"]
+    for word, page in (("taylor", "notebooks/04_small_norm_taylor"), ("hoeffd", "notebooks/04_small_norm_taylor"),
+                       ("karat", "notebooks/07_hyperboloid_gallery")):
+        hits = {k: v for k, v in index["terms"].items() if k.startswith(word)}
+        docs = {docnames[i] for v in hits.values() for i in (v if isinstance(v, list) else [v])}
+        assert page in docs, f"the search index does not lead '{word}' to {page}: {sorted(docs)}"
+
+
+def test_notebooks_are_not_duplicated_under_docs():
+    assert not list((ROOT / "docs").rglob("*.ipynb")), "docs/ must not hold copies of the notebooks"
+    if shutil.which("git") and (ROOT / ".git").exists():
+        tracked = subprocess.run(["git", "ls-files", "docs"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+        assert not [t for t in tracked if t.endswith(".ipynb")]
+
+
+# --------------------------------------------------------------------------- #
+# the tiny site: what the engine does with each kind of output
+# --------------------------------------------------------------------------- #
+def test_tiny_site_renders_plotly_not_the_png_of_a_bundle(tiny):
+    html = _text(tiny / "notebooks" / "01_first.html")
+    payloads = _figure_payloads(html)
+    assert [p["layout"]["title"]["text"] for p in payloads] == ["slider figure", "bundle figure"]
+    slider = payloads[0]
+    assert slider["frames"] == slider_figure()["frames"] and slider["layout"]["sliders"]
+    assert 'style="height:360px; width:100%;"' in html  # fills the column
+    assert 'style="height:300px; width:900px;"' in html  # its own width, scrolling in its box when wider
+    # exactly one image: the PNG-only output; the bundle's still is not shown (its plotly figure is)
+    images = re.findall(r'<img[^>]*src="([^"]+)"', html)
+    digest = hashlib.sha256(base64.b64decode(PNG)).hexdigest()
+    assert images == [f"../_images/{digest}.png"], images
+    assert (tiny / "_images" / f"{digest}.png").is_file()
+    assert html.count(PLOTLY_MIME) == 0  # no raw mimetype dumped into the page
+    assert not (tiny / "notebooks" / "scratch.html").exists()
+
+
+def test_tiny_site_maths_links_and_long_lines(tiny):
+    html = _text(tiny / "notebooks" / "01_first.html")
+    assert r"\(x_t = \sqrt{|x_s|^2 + k}\)" in html  # inline maths, for MathJax
+    assert r"\frac{a}{b} = \kappa" in html and r"\frac{1}{2}" in html  # display maths and the text/latex output
+    assert 'href="02_second.html"' in html and ".ipynb" not in re.sub(r"<script.*?</script>", "", html, flags=re.S)
+    assert LONG_LINE in html  # printed as it is: one line, no inserted breaks
+    second = _text(tiny / "notebooks" / "02_second.html")
+    assert 'href="01_first.html#a-section"' in second
+    assert 'id="a-section"' in html
+
+
+# --------------------------------------------------------------------------- #
+# the build script
+# --------------------------------------------------------------------------- #
+def test_build_replaces_the_output_whole_and_leaves_no_temporary_folders(tmp_path):
+    _requires_sphinx()
+    nbs = tiny_notebooks(tmp_path / "nbs")
+    before = {p.name: p.read_bytes() for p in nbs.iterdir()}
+    out = tmp_path / "build" / "html"
+    out.mkdir(parents=True)
+    (out / "stale.html").write_text("from an earlier build")
+    index = site.build(out, notebooks_dir=nbs, warnings_as_errors=False, log=lambda *_: None)
+    assert index == out / "index.html" and index.is_file()
+    assert not (out / "stale.html").exists()
+    assert sorted(p.name for p in (tmp_path / "build").iterdir()) == ["html"], "temporary folders left behind"
+    assert {p.name: p.read_bytes() for p in nbs.iterdir()} == before, "the build must not touch the notebooks"
+    assert not list((ROOT / "docs").rglob("_readme.md")) and not (ROOT / "docs" / "notebooks").exists()
+
+
+def test_a_sphinx_warning_fails_the_build_and_keeps_the_old_site(tmp_path, capsys):
+    _requires_sphinx()
+    nbs = tiny_notebooks(tmp_path / "nbs")
+    nb = nbformat.read(nbs / "02_second.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("A reference to {ref}`a-label-that-does-not-exist`."))
+    nbformat.write(nb, nbs / "02_second.ipynb")
+    out = tmp_path / "build" / "html"
+    out.mkdir(parents=True)
+    (out / "index.html").write_text("the old site")
+    with pytest.raises(site.SiteError, match="warnings"):
+        site.build(out, notebooks_dir=nbs, log=lambda *_: None)
+    assert "a-label-that-does-not-exist" in capsys.readouterr().err  # Sphinx said which
+    assert (out / "index.html").read_text() == "the old site"
+    assert sorted(p.name for p in (tmp_path / "build").iterdir()) == ["html"]
+
+
+def test_main_fails_with_one_line(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "html"
+    assert site.main(["--out", str(out), "--notebooks-dir", str(empty)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("site.py: ") and "notebooks" in err[0], err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["empty"]
+
+
+def test_network_references_helper():
+    refs = site.network_references
+    assert refs('<script src="https://cdn.example/x.js"></script>')
+    assert refs("<script src='//cdn.example/x.js'></script>")
+    assert refs('await import("https://cdn.example/m.mjs")')
+    assert refs('<link rel="stylesheet" href="https://fonts.example/a.css">')
+    assert refs("@font-face { src: url(https://fonts.example/a.woff2) }")
+    assert refs('<img src="https://example.org/pixel.png">')
+    assert refs('<script src="_static/plotly.min.js"></script><a href="https://example.org">a link</a>') == []
+
+
+def test_the_main_job_builds_the_site_with_this_script():
+    run = _text(ROOT / "scripts" / "run.sh")
+    assert "scripts/site.py" in run and "notebooks.py render" not in run
+    assert "render" not in _text(ROOT / "scripts" / "notebooks.py").split("def main", 1)[1]
