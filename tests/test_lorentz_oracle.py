@@ -1,40 +1,32 @@
 """Oracle tests: hypviz.lorentz against mpmath (ground truth) and geoopt (an independent implementation).
 
-mpmath reference: the exact floating-point spatial parts handed to hypviz, the time
-coordinate recomputed as sqrt(|x_s|^2 + k) at 100 significant digits, and the textbook
-formulas (identity 1: -2k - 2<x,y>_L, identity 2: sqrt(k) arcosh(-<x,y>_L / k)) evaluated
-at that precision, so the reference takes a different route from hypviz's stable one.
+mpmath reference (hypviz.oracle, shared with notebook 02's accuracy study): the exact
+floating-point spatial parts handed to hypviz, the time coordinate recomputed as
+sqrt(|x_s|^2 + k) at 100 significant digits, and the textbook formulas (identity 1:
+-2k - 2<x,y>_L, identity 2: sqrt(k) arcosh(-<x,y>_L / k)) evaluated at that precision
+(formula="textbook"), so the reference takes a different route from hypviz's stable one.
 """
 
 from __future__ import annotations
 
 import math
 
-import mpmath
 import numpy as np
 import pytest
 import torch
 
 from hypviz import lorentz as L
+from hypviz import oracle
 
 DIGITS = 100  # >= 50 significant digits; the textbook formula loses < 20 of them here
 
 
 def mp_reference(xs: np.ndarray, ys: np.ndarray, k: float) -> tuple[np.ndarray, np.ndarray]:
-    """Squared distance and distance of lift(xs), lift(ys) at DIGITS digits, returned as float64."""
+    """Squared distance and distance of lift(xs), lift(ys) at DIGITS digits (textbook route), returned as float64."""
     assert DIGITS >= 50
-    sq, d = [], []
-    with mpmath.workdps(DIGITS):
-        K = mpmath.mpf(float(k))  # the same binary k that hypviz uses
-        for a, b in zip(np.asarray(xs, np.float64).tolist(), np.asarray(ys, np.float64).tolist()):
-            a = [mpmath.mpf(v) for v in a]  # float -> mpf is exact
-            b = [mpmath.mpf(v) for v in b]
-            ta = mpmath.sqrt(mpmath.fsum(v * v for v in a) + K)
-            tb = mpmath.sqrt(mpmath.fsum(v * v for v in b) + K)
-            ip = -ta * tb + mpmath.fsum(u * v for u, v in zip(a, b))
-            sq.append(float(-2 * K - 2 * ip))
-            d.append(float(mpmath.sqrt(K) * mpmath.acosh(-ip / K)))
-    return np.array(sq), np.array(d)
+    xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)  # float32 -> float64 is exact
+    sq, d = oracle.distances_mpmath(xs, ys, k, dps=DIGITS, formula="textbook")
+    return np.array([float(v) for v in sq]), np.array([float(v) for v in d])
 
 
 def nearby_pairs(d: int, n: int, radial: bool, seed: int, r_max: float = 10.0, sep: float = 1e-3):

@@ -1,8 +1,16 @@
-"""hypviz.symbolic: every derivation verifies, broken steps are caught, identities hold numerically."""
+"""hypviz.symbolic: every derivation verifies, broken steps are caught, identities hold numerically.
+
+Steps are found by name (``Derivation.step(name)``, ``Report.result(name)``), never by position.
+"""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,8 +21,20 @@ import mpmath
 
 from hypviz import attention, lorentz
 from hypviz import symbolic as hs
+from hypviz.symbolic_geometry import _Pair
 
 NAMES = list(hs.derivations())
+
+# hypviz.symbolic.__all__ before it was split by job (git show 4a5860e:hypviz/symbolic.py): every name
+# must still import from hypviz.symbolic
+NAMES_BEFORE_THE_SPLIT = (
+    "Step", "Definition", "Derivation", "StepResult", "Report", "Reports", "DerivationError", "ROLES", "KINDS",
+    "lifted_norm", "squared_distance", "geodesic_distance", "decomposition", "time_taylor", "thread_approximation",
+    "approximation_error", "query_constant", "euclidean_limit", "softmax_shift", "bias_in_softmax",
+    "lorentz_attention", "kl_identity", "hoeffding_bound", "kl_supremum", "tv_bound", "derivations", "verify_all",
+    "softmax", "BoundCheck", "softmax_gap_bounds", "worst_case_row", "kl_supremum_mpmath", "sqdist_textbook",
+    "sqdist_mpmath", "SqdistAccuracy", "sqdist_accuracy",
+)
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +45,62 @@ def built():
 @pytest.fixture(scope="module")
 def reports(built):
     return {name: der.verify() for name, der in built.items()}
+
+
+# --------------------------------------------------------------------------- #
+# the module: light to import, every name where it was
+# --------------------------------------------------------------------------- #
+_IMPORT_PROBE = """
+import sys, time
+start = time.perf_counter()
+import hypviz.symbolic as hs
+elapsed = time.perf_counter() - start
+heavy = sorted(m for m in ("torch", "hypviz.accuracy", "hypviz.lorentz", "hypviz.attention") if m in sys.modules)
+listed = all(name in dir(hs) for name in hs.__all__)
+from hypviz.symbolic import kl_supremum_mpmath, sqdist_mpmath  # the mpmath references need no torch either
+print(repr((elapsed, heavy, listed, "torch" in sys.modules)))
+"""
+
+
+def test_import_is_light_and_the_numerical_names_are_lazy():
+    """``import hypviz.symbolic`` (a fresh process) imports no torch and takes well under a second.
+
+    The torch-backed names (``softmax_gap_bounds``, ``sqdist_accuracy``, ...) import on first access:
+    ``test_every_name_imports_from_where_it_was``.
+    """
+    out = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], capture_output=True, text=True, timeout=120, check=True)
+    elapsed, heavy, listed, torch_after_oracle = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert heavy == [], f"import hypviz.symbolic imported {heavy}"
+    assert elapsed < 1.0, f"import hypviz.symbolic took {elapsed:.2f} s"
+    assert listed, "dir(hypviz.symbolic) must list every name of __all__ (the lazy ones too)"
+    assert not torch_after_oracle
+
+
+@pytest.mark.parametrize("name", NAMES_BEFORE_THE_SPLIT)
+def test_every_name_imports_from_where_it_was(name):
+    assert name in hs.__all__
+    module = importlib.import_module("hypviz.symbolic")
+    assert getattr(module, name) is not None
+    namespace: dict = {}
+    exec(f"from hypviz.symbolic import {name}", namespace)
+    assert namespace[name] is getattr(module, name)
+
+
+def test_unknown_names_are_attribute_errors():
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        hs.nope  # noqa: B018
+    with pytest.raises(ImportError):
+        exec("from hypviz.symbolic import nope", {})
+
+
+def test_the_framework_and_the_numerics_live_in_their_own_modules():
+    from hypviz import accuracy, derivation, oracle, symbolic_geometry, symbolic_softmax
+
+    assert hs.Derivation is derivation.Derivation and hs.Step is derivation.Step
+    assert hs.squared_distance is symbolic_geometry.squared_distance and hs.tv_bound is symbolic_softmax.tv_bound
+    assert hs.softmax_gap_bounds is accuracy.softmax_gap_bounds and hs.sqdist_accuracy is accuracy.sqdist_accuracy
+    assert hs.sqdist_mpmath is oracle.sqdist_mpmath is accuracy.sqdist_mpmath
+    assert hs.kl_supremum_mpmath is oracle.kl_supremum_mpmath
 
 
 # --------------------------------------------------------------------------- #
@@ -158,8 +234,8 @@ def test_general_k_reduces_to_k1():
     k = sp.Symbol("k", positive=True)
     general, one = hs.thread_approximation(), hs.thread_approximation(1)
     assert general.step_names == one.step_names
-    for a, b in zip(general.steps, one.steps):
-        assert sp.simplify(sp.sympify(a.rhs).subs(k, 1) - b.rhs) == 0
+    for name in general.step_names:
+        assert sp.simplify(sp.sympify(general.step(name).rhs).subs(k, 1) - one.step(name).rhs) == 0, name
 
 
 def test_curvature_must_be_positive():
@@ -177,8 +253,11 @@ k = sp.Symbol("k", positive=True)
 
 
 def _three(broken: hs.Step) -> hs.Derivation:
+    """``before``, the step named ``broken`` (its own name if it has one), ``after``."""
     good = hs.Step((x + y) ** 2, x**2 + 2 * x * y + y**2, "binomial")
-    return hs.Derivation("test", [good, broken, good])
+    if broken.name is None:
+        broken = dataclasses.replace(broken, name="broken")
+    return hs.Derivation("test", [dataclasses.replace(good, name="before"), broken, dataclasses.replace(good, name="after")])
 
 
 @pytest.mark.parametrize(
@@ -199,10 +278,11 @@ def test_broken_step_is_reported(broken):
     der = _three(broken)
     report = der.verify()
     assert not report.ok
-    assert report.first_failure.index == 2
-    assert [res.ok for res in report.results] == [True, False, True]
-    assert "FAILED at step 2 of 3" in str(report)
-    with pytest.raises(hs.DerivationError, match="step 2"):
+    assert report.first_failure is report.result("broken") and report.failures == [report.result("broken")]
+    assert report.result("before").ok and report.result("after").ok
+    assert report.first_failure.index == der.number("broken") == 2  # reported by its number too
+    assert "FAILED at step 2 of 3 (broken: " in str(report)
+    with pytest.raises(hs.DerivationError, match=r"step 2 \(broken\)"):
         der.check()
 
 
@@ -213,16 +293,19 @@ def test_verify_all_raises_on_failure(monkeypatch):
         hs.verify_all()
     assert not hs.verify_all(raise_on_failure=False).ok
     named = _three(hs.Step(x, y, "wrong", name="broken_step"))
-    monkeypatch.setattr(hs, "derivations", lambda *a, **kw: {"good": hs.squared_distance(), "bad": named})
+    good = hs.squared_distance()
+    monkeypatch.setattr(hs, "derivations", lambda *a, **kw: {"good": good, "bad": named})
     with pytest.raises(hs.DerivationError, match=r"FAILED at step 2 of 3 \(broken_step: "):
         hs.verify_all()
     reports = hs.verify_all(raise_on_failure=False)
-    assert [r.ok for r in reports] == [True, False] and "FAILURES" in repr(reports)
+    assert {r.title: r.ok for r in reports} == {good.title: True, "test": False} and "FAILURES" in repr(reports)
+    bad = next(r for r in reports if not r.ok)
+    assert not bad.result("broken_step").ok and bad.result("before").ok
 
 
 def test_coordinate_recheck_catches_a_wrong_reduction():
     """A step true for the norm symbols but whose coordinate form is wrong fails on the re-check."""
-    pair = hs._Pair("x", "y", k)
+    pair = _Pair("x", "y", k)
     defs = pair.definitions()
     wrong = [
         hs.Definition(df.symbol, df.expr, (lambda d: sum((a + b) ** 2 for a, b in zip(*pair.comps(d)))))
@@ -230,12 +313,12 @@ def test_coordinate_recheck_catches_a_wrong_reduction():
         else df
         for df in defs
     ]
-    step = hs.Step(pair.es, pair.ra**2 + pair.rb**2 - 2 * pair.c, "bilinearity")
+    step = hs.Step(pair.es, pair.ra**2 + pair.rb**2 - 2 * pair.c, "bilinearity", name="bilinearity")
     good = hs.Derivation("ok", [step], defs, coords=pair.coords)
     bad = hs.Derivation("bad", [step], wrong, coords=pair.coords)
     assert good.verify().ok
     rep = bad.verify()
-    assert not rep.ok and "coordinates" in rep.first_failure.components
+    assert not rep.ok and "coordinates" in rep.result("bilinearity").components
     assert bad.verify(d=None).ok  # general form alone cannot see it
 
 
