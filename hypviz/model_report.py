@@ -25,16 +25,15 @@ Per layer it shows where the differences sit: the per-row gap against the query'
 per-head gap against the spread :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j}` of the key
 norms, and the worst queries (by index) with their norms.
 
-:func:`write` puts ``report.html`` (self-contained), ``metrics.json``, ``rows.npz`` and
-``layers.png`` into a folder; :func:`summary` is the text the command prints.
+:func:`write` puts ``report.html`` (self-contained; :func:`hypviz.report_html.model_page`, from the
+template ``hypviz/templates/model_report.html``), ``metrics.json``, ``rows.npz`` and ``layers.png``
+(:func:`figure`, drawn by :func:`hypviz.report_figures.layers_figure`) into a folder; :func:`summary`
+is the text the command prints.
 """
 
 from __future__ import annotations
 
-import base64
 import datetime
-import html
-import io
 import json
 import math
 from dataclasses import dataclass
@@ -44,7 +43,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from hypviz import attention
-import hypviz.plots.style as style
+from hypviz.report import fmt, json_ready, per_head
+from hypviz.report_figures import layers_figure, png_bytes
 
 __all__ = ["LayerResult", "analyse", "metrics", "write", "summary"]
 
@@ -87,10 +87,6 @@ class LayerResult:
         return self.own is None
 
 
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3g}"
-
-
 def analyse(records: Sequence[Any], *, temperature: float | None = None, device: str = "auto",
             progress: bool | None = None) -> list[LayerResult]:
     r"""Compare, for every record, the model's map and the spatial softmax with the distance softmax.
@@ -121,8 +117,6 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
 
 
 def _heads(comp: attention.Comparison) -> list[dict[str, Any]]:
-    from hypviz.report import per_head
-
     return per_head(comp)
 
 
@@ -160,7 +154,6 @@ def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, A
     stored as the ``inputs``; non-finite floats become ``None``.
     """
     from hypviz import __version__
-    from hypviz.report import _clean
 
     layers = []
     for lr in results:
@@ -186,7 +179,7 @@ def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, A
             "thread_spatial_vs_distance": {"summary": lr.thread.to_dict(), "heads": _heads(lr.thread)},
         }
         layers.append(entry)
-    return _clean({
+    return json_ready({
         "generator": "hypviz",
         "version": __version__,
         "command": "compare (model)",
@@ -214,100 +207,23 @@ def row_arrays(results: Sequence[LayerResult]) -> dict[str, np.ndarray]:
     return out
 
 
-def figure(results: Sequence[LayerResult]):
-    """Per layer (a row of panels): per-row TV against the query norm; per-head mean TV against key-norm spread."""
-    from matplotlib.figure import Figure
-
-    n = len(results)
-    fig = Figure(figsize=(10.0, 3.4 * n), layout="constrained")
-    axes = np.atleast_2d(fig.subplots(n, 2, squeeze=False))
-    for row, lr in zip(axes, results):
-        comp = lr.own or lr.thread
-        what = "model's map" if lr.own is not None else "spatial softmax"
-        tv = comp.tv.double().reshape(lr.record.n_heads, -1).numpy()
-        norms = _query_norms(lr.record)
-        ax = row[0]
-        for h in range(tv.shape[0]):
-            ax.scatter(norms[h], tv[h], s=8, alpha=0.6, color=style.colour(h), label=f"head {h}")
-        ax.set_xlabel(r"query norm $\|q_s\|$ (spatial units)")
-        ax.set_ylabel(r"$\mathrm{TV}(P, P^{\mathrm{dist}})$ per query (probability)")
-        ax.set_title(f"{lr.label}: {what} vs distance, per query")
-        ax.grid(True, alpha=0.3)
-        if tv.shape[0] <= 8:
-            ax.legend(fontsize=7)
-        ax = row[1]
-        spread = _key_spread(lr.record)
-        heads = _heads(comp)
-        for tag, key, marker in (("TV", "mean_tv", "o"), ("baseline TV(P_dist, U)", "mean_tv_uniform_b", "s")):
-            ax.scatter(spread, [h[key] for h in heads], marker=marker, s=30, label=tag)
-        ax.set_xlabel(r"key-norm spread $\max_j \kappa_{t,j} - \min_j \kappa_{t,j}$ (per head)")
-        ax.set_ylabel("mean over queries (probability)")
-        ax.set_title(f"{lr.label}: per head vs key-norm spread")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    return fig
-
-
-_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 76rem; margin: 1.5rem auto;
-       padding: 0 1rem; line-height: 1.45; color: #1a1a1a; }
-table { border-collapse: collapse; margin: 0.6rem 0; font-size: 0.9rem; }
-th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; } th { background: #f3f3f3; }
-td.l, th.l { text-align: left; } .ok { color: #006b3c; font-weight: 600; } .bad { color: #b00020; font-weight: 600; }
-.note { color: #555; font-size: 0.9rem; } figure img { max-width: 100%; height: auto; }
-"""
-
-
-def page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any]) -> str:
-    from hypviz.report import _table, _verdict_html
-
-    e = html.escape
-    rows = []
+def figure(results: Sequence[LayerResult]) -> Any:
+    """Per layer (a row of panels): per-row TV against the query norm; per-head mean TV against key-norm spread
+    (drawn by :func:`hypviz.report_figures.layers_figure`)."""
+    layers = []
     for lr in results:
-        rec = lr.record
-        own_heads = _heads(lr.own) if lr.own is not None else None
-        for h, th in enumerate(_heads(lr.thread)):
-            if own_heads is None:
-                own = ["distance softmax itself (exact)", '<span class="ok">same map</span>', "0", "", "", "", ""]
-            else:
-                oh = own_heads[h]
-                own = [e(rec.kind), _verdict_html(oh["verdict"]), _fmt(oh["mean_tv"]), _fmt(oh["mean_tv_uniform_a"]),
-                       _fmt(oh["mean_tv_uniform_b"]), _fmt(oh["top1_agreement"]), _fmt(oh["rank_correlation"])]
-            rows.append([e(lr.label), str(h), *own, _verdict_html(th["verdict"]), _fmt(th["mean_tv"])])
-    table = _table(["layer", "head", "model's map", "verdict", "TV", "TV(model, U)", "TV(dist, U)", "top-1",
-                    "Spearman", "spatial softmax verdict", "its TV"], rows, left=3)
-    worst = [[e(w["layer"]), str(w["head"]), str(w["query"]), _fmt(w["query_norm"]), _fmt(w["tv"]),
-              _fmt(w["tv_uniform_reference"]), e(w["comparison"])] for w in worst_queries(results)]
-    layers = [[e(lr.label), e(lr.record.mode), e(lr.record.kind), _fmt(lr.record.k), _fmt(lr.temperature),
-               _fmt(lr.record.power), _fmt(lr.record.norm_scale), str(lr.record.n_heads), str(lr.record.n_queries),
-               str(lr.record.n_keys), str(lr.record.dim)] for lr in results]
-    data = base64.b64encode(png).decode("ascii")
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>hypviz model attention report: {e(meta.get('path', ''))}</title><style>{_CSS}</style></head><body>
-<h1>hypviz model attention report</h1>
-<p class="note">{e(meta.get('path', ''))} &middot; hypviz {e(meta['version'])} &middot; {e(meta['created'])}</p>
-<h2>Per layer and head: is the attention the model computes close to distance attention?</h2>
-{table}
-<p class="note">Each row compares, for one head, <b>the map the model computes</b> (a <code>linear_focused</code>
-layer: Hypformer's focused map <code>phi(q) . phi(&kappa;) / sum</code>, no softmax; a <code>full</code> layer:
-the distance softmax at its own <code>tau = k * scale / 2</code>, which is the reference itself) with the distance
-softmax <code>softmax(-1/2 |q - &kappa;|^2_L / tau)</code>, and, in the last two columns, the question-and-answer
-thread's spatial softmax with the same reference. Every TV is read against each map's distance from the uniform row
-<code>U</code>: <i>close</i> when TV &le; {attention.CLOSE_RATIO} &times; TV(dist, U), <i>uninformative</i> when
-both maps are within TV {attention.UNIFORM_TV} of uniform, <i>different</i> otherwise.</p>
-<h2>Where the differences are</h2>
-<figure><img src="data:image/png;base64,{data}" alt="TV per query against its norm, and per head against the key-norm spread" data-file="layers.png">
-<figcaption>Left: every query's TV from the distance map against the query's spatial norm. Right: per head, the mean
-TV and the distance map's own TV from uniform against the spread of the key norms (the source of the spatial
-softmax's bias). (also <code>layers.png</code>)</figcaption></figure>
-<h3>Worst queries</h3>
-{_table(["layer", "head", "query (index)", "|q_s|", "TV", "TV(dist, U)", "comparison"], worst, left=1)}
-<h2>Layers</h2>
-{_table(["layer", "mode", "kind", "k", "tau", "power", "norm_scale", "heads", "queries", "keys", "d"], layers, left=3)}
-<p class="note"><code>metrics.json</code> holds every number of this page; <code>rows.npz</code> the per-query arrays.</p>
-</body></html>
-"""
+        comp = lr.own or lr.thread
+        heads = _heads(comp)
+        layers.append({
+            "label": lr.label,
+            "what": "model's map" if lr.own is not None else "spatial softmax",
+            "tv": comp.tv.double().reshape(lr.record.n_heads, -1).numpy(),
+            "query_norms": _query_norms(lr.record),
+            "key_norm_spread": _key_spread(lr.record),
+            "mean_tv": [h["mean_tv"] for h in heads],
+            "baseline": [h["mean_tv_uniform_b"] for h in heads],
+        })
+    return layers_figure(layers)
 
 
 def write(results: Sequence[LayerResult], folder: Path, meta: dict[str, Any]) -> list[str]:
@@ -315,16 +231,15 @@ def write(results: Sequence[LayerResult], folder: Path, meta: dict[str, Any]) ->
 
     Returns the sorted names of the files in ``folder``.
     """
+    from hypviz.report_html import model_page
+
     folder = Path(folder)
-    fig = figure(results)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    png = buf.getvalue()
+    png = png_bytes(figure(results), dpi=90)
     (folder / "layers.png").write_bytes(png)
     data = metrics(results, meta)
     (folder / "metrics.json").write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     np.savez_compressed(folder / "rows.npz", **row_arrays(results))
-    (folder / "report.html").write_text(page(results, png, {**meta, "version": data["version"], "created": data["created"]}),
+    (folder / "report.html").write_text(model_page(results, png, {**meta, "version": data["version"], "created": data["created"]}),
                                         encoding="utf-8")
     return sorted(p.name for p in folder.iterdir())
 
@@ -340,17 +255,27 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
     for lr in results:
         rec = lr.record
         lines.append(f"  {lr.label}: {rec.mode}, kind {rec.kind}, {rec.n_heads} head(s) x {rec.n_queries} queries x "
-                     f"{rec.n_keys} keys, d = {rec.dim}, k = {_fmt(rec.k)}, tau = {_fmt(lr.temperature)}")
+                     f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {fmt(lr.temperature)}")
         own = _heads(lr.own) if lr.own is not None else None
         for h, th in enumerate(_heads(lr.thread)):
             count += 1
             if count > max_rows:
                 continue
             model = ("model's map = distance softmax" if own is None else
-                     f"model's map {own[h]['verdict']:<13} (TV {_fmt(own[h]['mean_tv'])}, baseline {_fmt(own[h]['mean_tv_uniform_b'])})")
-            lines.append(f"    head {h}: {model} | spatial softmax {th['verdict']} (TV {_fmt(th['mean_tv'])})")
+                     f"model's map {own[h]['verdict']:<13} (TV {fmt(own[h]['mean_tv'])}, baseline {fmt(own[h]['mean_tv_uniform_b'])})")
+            lines.append(f"    head {h}: {model} | spatial softmax {th['verdict']} (TV {fmt(th['mean_tv'])})")
     if count > max_rows:
         lines.append(f"    ... {count - max_rows} more heads in metrics.json")
     lines.append(f"report: {out / 'report.html'}")
     lines.append(f"  also in {out}: {', '.join(f for f in files if f != 'report.html')}")
     return "\n".join(lines)
+
+
+def __getattr__(name: str) -> Any:
+    # hypviz.model_report.page, where the page was made before the report was split by job (hypviz.report_html,
+    # which imports this module, makes it now): imported on first use
+    if name == "page":
+        from hypviz.report_html import model_page
+
+        return model_page
+    raise AttributeError(f"module 'hypviz.model_report' has no attribute {name!r}")

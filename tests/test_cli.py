@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,6 +141,11 @@ def files(tmp_path_factory) -> Path:
     np.save(d / "huge.npy", lorentz.lift(torch.full((N, D), 1e19, dtype=torch.float64)).float().numpy())
     np.save(d / "ints.npy", np.ones((N, D + 1), dtype=np.int64))
     np.save(d / "three_heads.npy", data.lifted_gaussian((3, M), D, 1.0, seed=4, dtype=torch.float32).numpy())
+    bad = q[..., 1:].numpy().copy()
+    bad[1, 3, 2] = np.nan
+    np.save(d / "spatial_nan.npy", bad)
+    np.save(d / "no_space.npy", np.ones((N, 1), dtype=np.float32))  # (N, d + 1) with d = 0
+    np.save(d / "ball.npy", np.full((N, D), 0.9, dtype=np.float32))  # |p| = 1.8: outside the ball of k = 1
     (d / "q.txt").write_text("1 2 3\n")
     (d / "garbage.pt").write_bytes(b"this is not a torch file")
     return d
@@ -154,8 +160,15 @@ ERRORS = {
     "unknown format": (["compare", "q.txt", "k.npy"], ["unknown format", ".txt"]),
     "folder as input": (["compare", ".", "k.npy"], ["is a folder"]),
     "garbage .pt": (["compare", "garbage.pt", "k.npy"], ["cannot read", "garbage.pt", "torch.load"]),
-    "NaN": (["compare", "nan.npy", "k.npy"], ["QUERIES", "NaN"]),
-    "Inf": (["compare", "q.npy", "inf.npy"], ["KEYS", "Inf"]),
+    # NaN and Inf in points: found by lorentz.check_points, which names the row and shows its values
+    "NaN": (["compare", "nan.npy", "k.npy"], ["QUERIES (float32)", "row (1, 3)", "NaN", "expected finite coordinates"]),
+    "Inf": (["compare", "q.npy", "inf.npy"], ["KEYS (float32)", "row (0, 5)", "Inf", "expected finite coordinates"]),
+    # in spatial parts (which check_points does not see): found before they are lifted, naming the index
+    "NaN in spatial parts": (["compare", "spatial_nan.npy", "spatial_nan.npy", "--spatial"],
+                             ["QUERIES", "NaN", "index (1, 3, 2)", "expected finite coordinates"]),
+    "no spatial coordinate": (["compare", "no_space.npy", "no_space.npy"], ["QUERIES", "d >= 1", "--spatial"]),
+    "outside the Poincare ball": (["compare", "ball.npy", "ball.npy", "--model", "poincare"],
+                                  ["QUERIES (Poincare-ball points)", "inside the ball", "|p| = 1.8"]),
     "wrong rank": (["compare", "rank1.npy", "k.npy"], ["QUERIES", "rank 1", "(..., N, d + 1)"]),
     "mismatched dims": (["compare", "q.npy", "wide.npy"], ["different feature dimensions", "d = 4", "d = 6"]),
     "off the hyperboloid": (["compare", "spatial_only.npy", "spatial_only.npy"], ["off the hyperboloid", "--spatial"]),
@@ -242,6 +255,13 @@ def test_bad_input_is_refused_in_a_fresh_interpreter_before_torch_is_imported(ca
     proc = spawn(marker, *args, cwd=work, code=FRESH)
     _check_refused(case, work, proc, files)
     assert marker.read_text() == "", f"imported before refusing: {marker.read_text()}"
+
+
+def test_help_imports_nothing_heavy(tmp_path):
+    marker = tmp_path / "imported.txt"
+    proc = spawn(marker, "compare", "--help", cwd=tmp_path, code=FRESH)
+    assert proc.returncode == 0 and "--out" in proc.stdout, proc.stderr
+    assert marker.read_text() == "", f"imported for --help: {marker.read_text()}"
 
 
 def test_existing_output_folder_is_kept_without_force(files, tmp_path):
@@ -455,3 +475,60 @@ def test_console_script_help_and_version(tmp_path):
     proc = helps["compare"]  # the same command's output, not run twice
     for option in ("--spatial", "--k", "--heads-axis", "--kinds", "--temperature", "--device", "--queries-key"):
         assert option in proc.stdout
+
+
+# --------------------------------------------------------------------------- #
+# the command split by job: names where they were, typed results, pages from templates, figures from plots
+# --------------------------------------------------------------------------- #
+def test_names_stay_importable_where_they_were():
+    from hypviz import input_files, inputs, model_report, publishing, report_html
+
+    assert hypviz_cli.Inputs is inputs.Inputs and hypviz_cli.Settings is inputs.Settings
+    assert hypviz_cli.prepare is inputs.prepare and hypviz_cli.demo_inputs is inputs.demo_inputs
+    assert hypviz_cli.read_input is input_files.read_input and hypviz_cli.STORED_K is input_files.STORED_K
+    assert hypviz_cli.MAX_INPUT_ENV == input_files.MAX_INPUT_ENV == "HYPVIZ_MAX_INPUT_BYTES"
+    assert hypviz_cli.publish is publishing.publish and hypviz_cli.check_out is publishing.check_out
+    assert hypviz_cli._on_signal is publishing.on_signal and hypviz_cli.STAGES is publishing.STAGES
+    assert report.page is report_html.page and model_report.page is report_html.model_page
+    hints = typing.get_type_hints(report.Result)  # real types, importable by the report (no import of the CLI)
+    assert hints["inputs"] is inputs.Inputs and hints["settings"] is inputs.Settings
+
+
+def test_the_pages_come_from_templates_installed_with_the_package():
+    import importlib.resources
+    import string
+
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
+    from hypviz import report_html
+
+    for name in ("report.html", "model_report.html"):
+        assert importlib.resources.files("hypviz").joinpath("templates", name).is_file()
+        assert isinstance(report_html.template(name), string.Template)
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "templates/*.html" in setup["package-data"]["hypviz"]
+    packages = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "hypviz").rglob("__init__.py")}
+    assert set(setup["packages"]) == packages, "pyproject.toml [tool.setuptools] packages must list every package"
+
+
+def test_the_rows_figure_draws_the_bound_with_plots(files, monkeypatch):
+    import hypviz.plots.curves as curves
+    from hypviz import report_figures
+
+    q, k = np.load(files / "q.npy"), np.load(files / "k.npy")
+    inputs = hypviz_cli.prepare(q, k, k=1.0, spatial=False, heads_axis=None, dtype="auto", described={})
+    settings = hypviz_cli.Settings(kinds=["distance", "lorentz", "focused"], reference="spatial", temperature=None,
+                                   device="cpu", sample_rows=4, progress=False, command="compare")
+    result = report.analyse(inputs, settings)
+    calls, original = [], curves.bound_scatter
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["ax"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(curves, "bound_scatter", counted)
+    fig = report_figures.rows_figure(result)
+    _, right = fig.axes
+    assert calls == [right, right]  # one call per softmax comparison (focused has no bound)
+    labels = [t.get_text() for t in right.get_legend().get_texts()]
+    assert labels == [f"distance vs spatial: {H * N} rows", f"lorentz vs spatial: {H * N} rows", "bound ($y = x$)"]
+    assert right.get_xscale() == right.get_yscale() == "log" and "tanh" in right.get_xlabel()

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import attention, cli, data, lorentz
+from hypviz import attention, cli, data, lorentz, publishing
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("HYPVIZ_DEBUG", cli.PAUSE_ENV, cli.MAX_INPUT_ENV)}
 ENV.update(MPLBACKEND="Agg", PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
@@ -341,7 +341,7 @@ def _new_report(folder: Path, tag: str) -> Path:
 @pytest.mark.parametrize("method", ["renameat2", "fallback"])
 def test_publish_swaps_a_report_in_one_step(method, tmp_path, monkeypatch):
     if method == "fallback":
-        monkeypatch.setattr(cli, "_RENAMEAT2", False)
+        monkeypatch.setattr(publishing, "_RENAMEAT2", False)  # where publish looks it up
     elif not sys.platform.startswith("linux"):
         pytest.skip("renameat2 is Linux's")
     out = tmp_path / "r"
@@ -459,7 +459,7 @@ def test_both_publishing_methods_at_every_stage_in_process(stage, method, work, 
         return ["metrics.json", "report.html"]
 
     if method == "fallback":
-        monkeypatch.setattr(cli, "_RENAMEAT2", False)
+        monkeypatch.setattr(publishing, "_RENAMEAT2", False)  # where publish looks it up
     monkeypatch.setattr(report, "write", write)
     monkeypatch.setenv(cli.PAUSE_ENV, stage)
     _old_report(work / "r")
