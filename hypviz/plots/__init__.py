@@ -3,16 +3,17 @@
 ``hypviz.plots`` never computes geometry itself; it calls :mod:`hypviz.lorentz`
 and :mod:`hypviz.attention`.  Submodules, one per kind of picture:
 
-``manifold``  the hyperboloid sheet, Poincare and Klein disks, geodesics
-``curves``    numerical-error and bound curves for the derivation notebooks
-``attention`` attention heatmaps, difference maps and comparison curves
+``manifold``     the hyperboloid sheet, Poincare and Klein disks, geodesics
+``curves``       numerical-error and bound curves for the derivation notebooks
+``attention``    attention heatmaps, difference maps and comparison curves
+``explorables``  interactive plotly figures with sliders that need no kernel, a PNG still beside each
 """
 
 from __future__ import annotations
 
 import importlib
 
-_SUBMODULES = ("manifold", "curves", "attention")
+_SUBMODULES = ("manifold", "curves", "attention", "explorables")
 
 
 def __getattr__(name: str):
