@@ -44,11 +44,15 @@ def number(value: Any, name: str, minimum: float | None = None, hint: str = "") 
     return v
 
 
-def integer(value: Any, name: str, minimum: int | None = None, hint: str = "", allow_none: bool = False) -> int | None:
-    """``value`` as an int (any integral type, never a bool), refused below ``minimum``; ``None`` passes if allowed."""
+def integer(
+    value: Any, name: str, minimum: int | None = None, hint: str = "", allow_none: bool = False, maximum: int | None = None
+) -> int | None:
+    """``value`` as an int (any integral type, never a bool), refused outside ``[minimum, maximum]``; ``None`` passes if allowed."""
     if value is None and allow_none:
         return None
-    if minimum == 1:
+    if minimum is not None and maximum is not None:
+        expected = f"an integer from {minimum} to {maximum}"
+    elif minimum == 1:
         expected = "a positive integer"
     elif minimum is None:
         expected = "an integer"
@@ -56,7 +60,8 @@ def integer(value: Any, name: str, minimum: int | None = None, hint: str = "", a
         expected = f"an integer >= {minimum}"
     if allow_none:
         expected += " or None"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or (minimum is not None and int(value) < minimum):
+    bad = isinstance(value, bool) or not isinstance(value, numbers.Integral)
+    if bad or (minimum is not None and int(value) < minimum) or (maximum is not None and int(value) > maximum):
         raise _fail(name, expected, value, hint)
     return int(value)
 

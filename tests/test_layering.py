@@ -24,7 +24,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "attention": ("attention", "comparison", "block_stats", "streaming", "top_keys", "accuracy"),
     "models": ("records", "layer_readers", "capture", "toymodel"),
     "plots": ("plots", "plots._common", "plots.scenes", "plots.curves", "plots.sweeps", "plots.manifold_mpl",
-              "plots.manifold_plotly", "plots.manifold", "plots.attention", "plots.explorables"),
+              "plots.manifold_plotly", "plots.manifold", "plots.attention", "plots.stills", "plots._explorable_parts",
+              "plots.explorables"),
     "reports": ("inputs", "input_files", "publishing", "report_figures", "report", "model_report", "report_html"),
     "cli": ("cli",),
 }

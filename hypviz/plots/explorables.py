@@ -44,20 +44,43 @@ weights and norms, ``RdBu_r`` centred on zero for differences.
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import math
-import re
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from hypviz import attention as att
 from hypviz import lorentz as L
-from hypviz.plots import style
-from hypviz.plots.manifold import _rounded
+import hypviz.plots.style as style
+from hypviz.plots._explorable_parts import (  # noqa: F401  (the explorers' shared pieces)
+    _COLOURS,
+    _QUERY,
+    _REFERENCE,
+    _TEMPLATE,
+    _check_digits,
+    _decades,
+    _decimals,
+    _diagonal,
+    _fixed,
+    _frame,
+    _grid,
+    _index,
+    _kind,
+    _label,
+    _legend_line,
+    _log_range,
+    _points,
+    _position,
+    _positive,
+    _sig,
+    _slider,
+    _three_panels,
+    _title,
+    _uniform_point,
+    _weights_scatter,
+)
+from hypviz.plots.stills import PLOTLY_MIME, _values, bundle, show, still_png  # noqa: F401  (part of this module's surface)
 
 if TYPE_CHECKING:  # plotly and matplotlib are imported lazily, inside the functions
     import plotly.graph_objects as go
@@ -74,225 +97,6 @@ __all__ = [
 ]
 
 ArrayLike = Any
-
-PLOTLY_MIME = "application/vnd.plotly.v1+json"
-_COLOURS = style.CYCLE  # Okabe-Ito, colour-blind safe (hypviz.plots.style)
-_REFERENCE = "#555555"  # reference lines drawn thin and dotted: y = x, the 'close' threshold
-_QUERY = style.QUERY
-_TEMPLATE = "none"  # plotly.js defaults: a 58-character template instead of plotly's 7 kB default
-
-
-# --------------------------------------------------------------------------- #
-# rounding: what a figure stores must be reproducible to the last digit
-# --------------------------------------------------------------------------- #
-_MARGIN = 1e-9  # relative: a value this close to a rounding boundary gets one more digit (noise is ~1e-15)
-
-
-def _sig_text(v: float, digits: int) -> str:
-    """``v`` to ``digits`` significant digits, or more where ``v`` sits within ``_MARGIN`` of a rounding boundary.
-
-    ``1.625`` (exact in binary) would print as ``1.62`` here and ``1.63`` on a machine whose last bit
-    differs; it is written ``1.625`` everywhere instead.
-    """
-    for d in range(digits, digits + 4):
-        text = f"{v:.{d}g}"
-        if f"{v * (1 - _MARGIN):.{d}g}" == text == f"{v * (1 + _MARGIN):.{d}g}":
-            return text
-    return f"{v:.{digits + 4}g}"
-
-
-def _sig(values: ArrayLike, digits: int) -> list:
-    """Each value to ``digits`` significant digits (for log axes; see :func:`_sig_text`); NaN becomes ``None``."""
-    arr = np.asarray(values, dtype=np.float64)
-    flat = [float(_sig_text(v, digits)) + 0.0 if math.isfinite(v) else None for v in arr.ravel().tolist()]
-    if arr.ndim == 0:
-        return flat[0]
-    return np.array(flat, dtype=object).reshape(arr.shape).tolist()
-
-
-def _decimals(scale: float, digits: int) -> int:
-    """Decimals that keep ``digits`` significant digits of ``scale`` (the largest magnitude drawn)."""
-    if not (math.isfinite(scale) and scale > 0):
-        return digits
-    return max(0, digits - 1 - math.floor(math.log10(scale)))
-
-
-def _fixed(values: ArrayLike, decimals: int) -> list:
-    """Fixed decimals (for linear axes) with :func:`hypviz.plots.manifold._rounded` (``-0.0`` stored as ``0.0``).
-
-    A value within ``_MARGIN`` (relative to the largest magnitude) of a rounding boundary gets one
-    more decimal, up to three more, so that no stored digit depends on the last bit of a float.
-    """
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size == 0:
-        return _rounded(arr, decimals)
-    eps = _MARGIN * max(float(np.nanmax(np.abs(arr))), 1e-300)
-
-    def unsure(dec: int) -> np.ndarray:
-        return (np.round(arr - eps, dec) != np.round(arr + eps, dec)) & np.isfinite(arr)
-
-    out = np.round(arr, decimals)
-    pending = unsure(decimals)
-    for extra in range(1, 4):
-        if not pending.any():
-            break
-        out = np.where(pending, np.round(arr, decimals + extra), out)
-        pending &= unsure(decimals + extra)
-    return _rounded(out, decimals + 3)
-
-
-def _label(x: float, digits: int = 3) -> str:
-    """A number in text (titles, slider labels): ``digits`` significant digits, more at a rounding boundary."""
-    return _sig_text(float(x), digits)
-
-
-# --------------------------------------------------------------------------- #
-# input checks: one-line ValueErrors naming the parameter
-# --------------------------------------------------------------------------- #
-def _points(x: ArrayLike, name: str, kf: float, d: int | None = None) -> torch.Tensor:
-    """``(N, d + 1)`` points on ``<x, x>_L = -k`` as float64 (points made in float32 are checked there and re-lifted)."""
-    t = L.as_tensor(x, name)
-    if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 2:
-        raise ValueError(f"{name}: expected points of shape (N, d + 1) with N >= 1, d >= 1 (time first), got shape {tuple(t.shape)}")
-    if d is not None and t.shape[1] != d + 1:
-        raise ValueError(f"{name}: expected {d + 1} coordinates per point (d = {d}), got shape {tuple(t.shape)}")
-    if not t.is_floating_point():
-        raise ValueError(f"{name}: expected floating-point coordinates, got {t.dtype}")
-    L.check_points(t, kf, name=name)
-    t = t.detach().cpu()
-    if t.dtype != torch.float64:
-        t = L.lift(t[:, 1:].to(torch.float64), kf)
-    return t
-
-
-def _grid(values: ArrayLike, name: str, *, positive: bool = True) -> np.ndarray:
-    """A strictly monotone 1-D grid of finite (positive) numbers, the positions of a slider."""
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().double().numpy()
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a sequence of numbers, got {values!r}") from None
-    if arr.ndim != 1 or arr.size < 2:
-        raise ValueError(f"{name}: expected a 1-D sequence of at least 2 values (slider positions), got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)) or (positive and not np.all(arr > 0)):
-        raise ValueError(f"{name}: every value must be finite{' and positive' if positive else ''}, got {arr.tolist()}")
-    steps = np.diff(arr)
-    if not (np.all(steps > 0) or np.all(steps < 0)):
-        raise ValueError(f"{name}: values must be strictly increasing or strictly decreasing, got {arr.tolist()}")
-    return arr
-
-
-def _index(value: Any, name: str, size: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer index of the {what}, got {value!r}")
-    i = int(value)
-    if not 0 <= i < size:
-        raise ValueError(f"{name} = {i} is out of range: there are {size} {what} (0 .. {size - 1})")
-    return i
-
-
-def _position(value: Any, grid: np.ndarray, name: str, default: int) -> int:
-    """The slider index of ``value`` (one of the grid values), or ``default`` when ``value`` is None."""
-    if value is None:
-        return default
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be one of the grid values {grid.tolist()}, got {value!r}") from None
-    hits = [i for i, g in enumerate(grid.tolist()) if math.isclose(v, g, rel_tol=1e-9, abs_tol=0.0)]
-    if not hits:
-        raise ValueError(f"{name} must be one of the grid values {grid.tolist()}, got {value!r}")
-    return hits[0]
-
-
-def _positive(value: Any, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}") from None
-    if isinstance(value, bool) or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return v
-
-
-def _kind(kind: Any, name: str) -> str:
-    if not isinstance(kind, str) or kind not in att.KINDS:
-        raise ValueError(f"{name} must be one of {', '.join(repr(x) for x in att.KINDS)}, got {kind!r}")
-    return kind
-
-
-def _check_digits(digits: Any) -> int:
-    if isinstance(digits, bool) or not isinstance(digits, (int, np.integer)) or not 2 <= int(digits) <= 6:
-        raise ValueError(f"digits must be an integer from 2 to 6, got {digits!r}")
-    return int(digits)
-
-
-# --------------------------------------------------------------------------- #
-# figure pieces
-# --------------------------------------------------------------------------- #
-# vertical layout, in px: title block, the plots, their axis titles, the slider(s), the legend
-_TOP, _AXIS, _SLIDER, _LEGEND_ROW = 95, 58, 110, 21
-
-
-def _slider(prefix: str, labels: Sequence[str], args: Sequence[list], active: int, x: float, length: float) -> dict:
-    steps = [dict(method="restyle", label=lab, args=a) for lab, a in zip(labels, args)]
-    return dict(active=active, steps=steps, x=x, len=length, y=0.0, yanchor="top", xanchor="left",
-                pad=dict(t=_AXIS, b=10), currentvalue=dict(prefix=prefix, visible=True, xanchor="left"))
-
-
-def _frame(height: int, legend_rows: int, sliders: bool = True) -> dict:
-    """Margins and the legend's place: the legend sits under the slider(s), which sit under the axis titles."""
-    below = _AXIS + (_SLIDER if sliders else 0)
-    b = below + legend_rows * _LEGEND_ROW + 12
-    plot = height - _TOP - b
-    if plot < 150:
-        raise ValueError(f"height = {height} px leaves {plot} px for the plots; give at least {height + 150 - plot}")
-    return dict(height=height, margin=dict(l=70, r=30, t=_TOP, b=b),
-                legend=dict(orientation="h", x=0.0, y=round(-below / plot, 4), xanchor="left", yanchor="top",
-                            font=dict(size=10)))
-
-
-def _title(text: str, note: str = "") -> dict:
-    full = text if not note else f"{text}<br><sup>{note}</sup>"
-    return dict(text=full, x=0.5, xanchor="center")
-
-
-def _weights_scatter(go, x, y, colour, *, visible, name, hover, coloraxis="coloraxis", showlegend=False, size=6):
-    return go.Scatter(x=x, y=y, mode="markers", visible=visible, name=name, showlegend=showlegend,
-                      marker=dict(size=size, color=colour, coloraxis=coloraxis, line=dict(width=0.4, color="#333333")),
-                      hovertemplate=hover + "<extra></extra>", xaxis="x3", yaxis="y3")
-
-
-def _diagonal(go, lo: float, hi: float, xaxis: str, yaxis: str) -> Any:
-    return go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color=_REFERENCE, width=1, dash="dot"),
-                      name="y = x (the two maps agree)", hoverinfo="skip", xaxis=xaxis, yaxis=yaxis, showlegend=True)
-
-
-def _uniform_point(go, xaxis: str, yaxis: str) -> Any:
-    return go.Scatter(x=[1.0], y=[1.0], mode="markers", marker=dict(symbol="x", size=11, color=style.BLACK),
-                      name="(1, 1): the uniform row U", hoverinfo="skip", xaxis=xaxis, yaxis=yaxis, showlegend=True)
-
-
-def _legend_line(go, name: str, colour: str, dash: str) -> Any:
-    """A legend entry only (no data): names a colour or a line style used by several traces."""
-    return go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=colour, dash=dash, width=2), name=name,
-                      hoverinfo="skip", showlegend=True)
-
-
-def _decades(**kwargs: Any) -> dict:
-    """A log axis labelled at the decades as powers of ten."""
-    return dict(type="log", dtick=1, exponentformat="power", **kwargs)
-
-
-def _three_panels(titles: Sequence[str], spacing: float = 0.085):
-    from plotly.subplots import make_subplots
-
-    return make_subplots(rows=1, cols=3, subplot_titles=list(titles), horizontal_spacing=spacing)
-
-
-def _log_range(lo: float, hi: float) -> list[float]:
-    return [round(math.log10(lo), 4), round(math.log10(hi), 4)]
 
 
 # --------------------------------------------------------------------------- #
@@ -827,236 +631,3 @@ def slider_values(fig: go.Figure, name: str, attr: str = "y", *, slider: int = 0
             raise ValueError(f"attr: slider {slider} does not set {attr!r} of the trace {name!r}")
         out.append(_values(update[attr][list(idx).index(hits[0])]))
     return out
-
-
-# --------------------------------------------------------------------------- #
-# the still: the default state drawn with matplotlib
-# --------------------------------------------------------------------------- #
-_DASHES = {None: "-", "solid": "-", "dash": "--", "dot": ":", "dashdot": "-.", "longdash": "--"}
-_SYMBOLS = {None: "o", "circle": "o", "square": "s", "diamond": "D", "cross": "P", "x": "X", "star": "*",
-            "triangle-up": "^"}
-
-
-def _mpl_text(text: Any) -> str:
-    """Plotly's HTML-ish text as matplotlib text: ``<br>`` a new line, ``<sub>``/``<sup>`` mathtext, other tags dropped."""
-    if not text:
-        return ""
-    s = str(text)
-    s = re.sub(r"<br\s*/?>", "\n", s)
-    s = re.sub(r"<sup>(.*?)</sup>", lambda m: "$^{\\mathrm{" + _math_escape(m.group(1)) + "}}$", s)
-    s = re.sub(r"<sub>(.*?)</sub>", lambda m: "$_{\\mathrm{" + _math_escape(m.group(1)) + "}}$", s)
-    s = re.sub(r"<[^>]+>", "", s)
-    return html.unescape(s)
-
-
-def _math_escape(s: str) -> str:
-    s = re.sub(r"<[^>]+>", "", html.unescape(s))
-    out = []
-    for ch in s:
-        if ch in "{}_^$%#&\\":
-            out.append("\\" + ch)
-        elif ch == " ":
-            out.append("\\ ")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def _colormap(scale: Any):
-    from matplotlib.colors import LinearSegmentedColormap, to_rgb
-
-    stops = []
-    for pos, colour in scale:
-        c = str(colour)
-        if c.startswith("rgb"):
-            rgb = tuple(float(v) / 255.0 for v in re.findall(r"[\d.]+", c)[:3])
-        else:
-            rgb = to_rgb(c)
-        stops.append((float(pos), rgb))
-    return LinearSegmentedColormap.from_list("plotly", stops)
-
-
-def _values(v: Any) -> np.ndarray:
-    """A trace's array as float64 numpy (``None`` is NaN); plotly's typed arrays (``bdata``) decoded."""
-    if v is None:
-        return np.zeros(0)
-    if isinstance(v, dict) and "bdata" in v:
-        raw = v["bdata"]
-        raw = base64.b64decode(raw) if isinstance(raw, str) else bytes(raw)
-        arr = np.frombuffer(raw, dtype=np.dtype(v["dtype"])).astype(np.float64)
-        shape = v.get("shape")
-        return arr.reshape([int(n) for n in str(shape).split(",")]) if shape is not None else arr
-    if isinstance(v, np.ndarray):
-        return v.astype(np.float64)
-    return np.array([np.nan if x is None else x for x in np.asarray(v, dtype=object).ravel()], dtype=float).reshape(
-        np.shape(v))
-
-
-def _axis_key(ref: str | None, letter: str) -> str:
-    ref = ref or letter
-    return f"{letter}axis" + ref[1:]
-
-
-def still_png(fig: go.Figure, *, dpi: int = 72, width_px: int = 1150) -> bytes:
-    """A PNG of the figure's default state (the sliders' starting positions), drawn with matplotlib.
-
-    Handles what this module draws: one row of 2-D subplots holding scatter traces (lines and
-    markers, colours from a colour axis) and heatmaps, log or linear axes with fixed ranges, equal
-    aspect, subplot titles, colour bars, the legend, the figure title; the sliders' starting
-    values are written under the title.  Hidden traces (``visible=False``) are not drawn.  The
-    PNG carries no metadata (the same figure gives the same bytes) and a 256-colour palette
-    (pillow, which matplotlib depends on), a third of the RGBA size: notebooks must stay small.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.colors import Normalize
-    from matplotlib.figure import Figure
-
-    dpi = int(_positive(dpi, "dpi"))
-    width_px = int(_positive(width_px, "width_px"))
-    data = fig.to_dict()
-    layout = data.get("layout", {})
-    traces = [t for t in data.get("data", []) if t.get("visible", True) is True]
-    axes_names = sorted({t.get("xaxis", "x") for t in data.get("data", [])}, key=lambda s: int(s[1:] or 1))
-    height = float(layout.get("height") or 500)
-    mfig = Figure(figsize=(width_px / dpi, 0.9 * height / dpi), dpi=dpi, layout="constrained")
-    panels = mfig.subplots(1, len(axes_names), squeeze=False)[0]
-    by_name = dict(zip(axes_names, panels))
-    coloraxis = layout.get("coloraxis", {})
-    colour_images: list[tuple[Any, Any, dict]] = []
-    handles: list[Any] = []
-
-    for t in traces:
-        ax = by_name[t.get("xaxis", "x")]
-        if t.get("type") == "heatmap":
-            z = _values(t["z"])
-            cmap = _colormap(t["colorscale"])
-            norm = Normalize(t.get("zmin", np.nanmin(z)), t.get("zmax", np.nanmax(z)))
-            image = ax.pcolormesh(np.arange(z.shape[1] + 1) - 0.5, np.arange(z.shape[0] + 1) - 0.5, z, cmap=cmap,
-                                  norm=norm, rasterized=True)
-            if t.get("showscale", True) is not False:
-                colour_images.append((image, [ax], t.get("colorbar", {})))
-            continue
-        mode = t.get("mode", "lines")
-        x, y = _values(t.get("x")), _values(t.get("y"))
-        line = t.get("line", {})
-        marker = t.get("marker", {})
-        label = _mpl_text(t.get("name")) if t.get("showlegend", True) is not False else None
-        if "lines" in mode:
-            (h,) = ax.plot(x, y, color=line.get("color", _COLOURS[0]), lw=0.75 * float(line.get("width", 2)),
-                           ls=_DASHES.get(line.get("dash"), "-"),
-                           marker="o" if "markers" in mode else None, ms=0.75 * float(marker.get("size", 6)) if "markers" in mode else 0)
-            if label:
-                h.set_label(label)
-                handles.append(h)
-            continue
-        colour = marker.get("color", _COLOURS[0])
-        size = marker.get("size", 6)
-        symbol = _SYMBOLS.get(marker.get("symbol"), "o")
-        edge = marker.get("line", {})
-        kwargs: dict[str, Any] = dict(marker=symbol, s=(0.75 * np.asarray(_values(size) if isinstance(size, list) else size)) ** 2,
-                                      linewidths=0.75 * float(edge.get("width", 0.5)), zorder=3)
-        if isinstance(colour, list):
-            cax = coloraxis if marker.get("coloraxis") else marker
-            kwargs.update(c=_values(colour), cmap=_colormap(cax.get("colorscale", [[0, "#440154"], [1, "#fde725"]])),
-                          norm=Normalize(cax.get("cmin"), cax.get("cmax")), edgecolors=edge.get("color", "#333333"))
-        elif str(colour).startswith("rgba(0,0,0,0)"):
-            kwargs.update(facecolors="none", edgecolors=edge.get("color", style.BLACK))
-        else:
-            kwargs.update(color=colour, edgecolors=edge.get("color", colour))
-        h = ax.scatter(x, y, **kwargs)
-        if isinstance(colour, list) and marker.get("coloraxis"):  # one colour bar per colour axis (drawn below)
-            colour_images.append((h, list(panels), coloraxis.setdefault("colorbar", {})))
-        if label:
-            h.set_label(label)
-            handles.append(h)
-
-    for name, ax in by_name.items():
-        xa = layout.get(_axis_key(name, "x"), {})
-        ya = layout.get(_axis_key("y" + name[1:], "y"), {})
-        for spec, setter_scale, setter_lim, setter_label in ((xa, ax.set_xscale, ax.set_xlim, ax.set_xlabel),
-                                                            (ya, ax.set_yscale, ax.set_ylim, ax.set_ylabel)):
-            log = spec.get("type") == "log"
-            if log:
-                setter_scale("log")
-            rng = spec.get("range")
-            if rng:
-                setter_lim(*(10.0 ** np.asarray(rng) if log else rng))
-            setter_label(_mpl_text((spec.get("title") or {}).get("text")))
-        if ya.get("autorange") == "reversed":
-            ax.invert_yaxis()
-        if xa.get("autorange") == "reversed":
-            ax.invert_xaxis()
-        if ya.get("scaleanchor"):
-            ax.set_aspect("equal")
-        if not ax.collections or not any(type(c).__name__ == "QuadMesh" for c in ax.collections):
-            ax.grid(True, alpha=0.3)  # no grid lines over a heatmap
-        domain = xa.get("domain", [0, 1])
-        for ann in layout.get("annotations", []):
-            if ann.get("xref") == "paper" and domain[0] <= float(ann.get("x", -1)) <= domain[1]:
-                ax.set_title(_mpl_text(ann.get("text")), fontsize=9)
-    seen = set()
-    for artist, axs, bar in colour_images:
-        key = id(bar)
-        if key in seen:
-            continue
-        seen.add(key)
-        cb = mfig.colorbar(artist, ax=axs, shrink=0.85)
-        cb.set_label(_mpl_text((bar.get("title") or {}).get("text")))
-    title = _mpl_text(re.sub(r"<br><sup>(.*)</sup>$", "<br>\\1", str((layout.get("title") or {}).get("text") or "")))
-    state = []
-    for slider in layout.get("sliders", []):
-        steps = slider.get("steps", [])
-        if steps:
-            prefix = _mpl_text((slider.get("currentvalue") or {}).get("prefix", ""))
-            state.append(f"{prefix}{steps[int(slider.get('active', 0))].get('label', '')}")
-    if state:
-        title += "\n(static still at " + ", ".join(state) + "; the interactive figure has sliders)"
-    mfig.suptitle(title, fontsize=10)
-    if handles:
-        mfig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=8, frameon=False)
-    FigureCanvasAgg(mfig)
-    raw = io.BytesIO()
-    mfig.savefig(raw, format="png", dpi=dpi, metadata={"Software": None})
-    return _palette_png(raw.getvalue())
-
-
-def _palette_png(png: bytes) -> bytes:
-    """The same picture with a 256-colour palette (a third of the bytes; notebooks must stay small)."""
-    try:
-        from PIL import Image
-    except ImportError:  # pillow comes with matplotlib; without it, keep the RGBA PNG
-        return png
-    with Image.open(io.BytesIO(png)) as im:
-        small = im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
-        out = io.BytesIO()
-        small.save(out, format="PNG", optimize=True)
-    return out.getvalue()
-
-
-# --------------------------------------------------------------------------- #
-# one output, two mimetypes
-# --------------------------------------------------------------------------- #
-def bundle(fig: go.Figure, still: bytes | None = None, *, dpi: int = 72) -> dict:
-    """The display bundle: the figure JSON exactly as plotly's ``"plotly_mimetype"`` renderer makes it, plus a PNG.
-
-    ``still`` is PNG bytes (default: :func:`still_png` of ``fig``); it is stored base64-encoded
-    under ``"image/png"``, the form a notebook keeps images in.
-    """
-    import plotly.graph_objects as go
-    import plotly.io as pio
-
-    if not isinstance(fig, go.Figure):
-        raise TypeError(f"fig must be a plotly.graph_objects.Figure, got {type(fig).__name__}")
-    png = still_png(fig, dpi=dpi) if still is None else still
-    if not isinstance(png, (bytes, bytearray)) or not bytes(png).startswith(b"\x89PNG\r\n\x1a\n"):
-        raise ValueError("still must be the bytes of a PNG image (or None to draw one)")
-    out = dict(pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict()))
-    out["image/png"] = base64.b64encode(bytes(png)).decode("ascii")
-    return out
-
-
-def show(fig: go.Figure, still: bytes | None = None, *, dpi: int = 72) -> None:
-    """Display ``fig`` as ONE output with both mimetypes (:func:`bundle`): interactive where plotly runs, a PNG elsewhere."""
-    from IPython.display import display
-
-    display(bundle(fig, still, dpi=dpi), raw=True)
