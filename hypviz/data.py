@@ -8,22 +8,11 @@ deterministic given ``seed`` (an ``int``, a ``torch.Generator`` or a ``numpy.ran
 * :func:`wrapped_normal`, :func:`lifted_gaussian`: samples near the origin;
 * :func:`embed_tree`, :func:`balanced_tree`, :func:`karate_club`: trees (and a real graph,
   through a BFS spanning tree) embedded in the hyperbolic plane by Sarkar's construction,
-  returned as a :class:`TreeEmbedding` with the measured distortion (:func:`distortion`);
+  returned as a :class:`TreeEmbedding` with the measured distortion (:func:`distortion`),
+  from :mod:`hypviz.trees`;
 * :func:`htc_layer`, :func:`random_htc_qk`: Hypformer's HTC linear layer, curvature change included.
 
-.. rubric:: Numerical range of the tree embeddings (:mod:`hypviz.trees`, re-exported here)
-
-A low-distortion tree embedding puts its leaves far from the origin: the branching-3, depth-5
-tree needs them at hyperbolic radius 26.9 (edge length 5.37, :math:`k = 1`) for worst-case
-distortion 1.1, so its float64 coordinates are large (spatial norm 2.3e11).  Measured against
-the same construction in mpmath (60 digits), float64 still places every point to about
-:math:`1.5\,\varepsilon\,\|x_s\|` in hyperbolic distance (1.2e-4 at norm 3.4e11; relative to
-the edge length, 2e-5).  The distortion figures use :func:`hypviz.lorentz.dist`, whose
-cancellation-free form agrees with an independent radial/angular formula to ~1e-5 absolute at
-radius 27 (``tests/test_data.py``).  The error grows like :math:`\varepsilon e^r`, so no
-embedding here goes farther than ``MAX_RADIUS * sqrt(k)`` from the origin (28, spatial norm
-:math:`\sqrt{k}\sinh 28 \approx 7.2\cdot 10^{11}\sqrt{k}`).  Do not cast the embeddings to
-float32 (good to radius ~8 only).
+The tree embeddings live in :mod:`hypviz.trees` (re-exported here), with their numerical range.
 """
 
 from __future__ import annotations
