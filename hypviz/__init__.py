@@ -1,22 +1,30 @@
 """hypviz: executable teaching and verification suite for Lorentz-model geometry.
 
-Submodules (imported on first use, so ``import hypviz`` stays fast):
+Submodules (imported on first use, so ``import hypviz`` stays fast), by layer, lowest first
+(data flows one way: geometry -> attention -> plots -> cli):
 
-``lorentz``  points, inner products, distances, maps, projections (torch)
-``symbolic`` the sympy derivations, as functions returning checked equations (no torch; re-exports from the six below)
-``derivation`` the derivation framework: steps, their sympy checks, derivations (sympy only)
-``derivation_report`` what verifying a derivation found: step results, reports (plain Python)
-``symbolic_geometry`` the two-point derivations: identities 1-4 and 6, the thread's Taylor argument
-``symbolic_softmax`` the softmax derivations: the per-key bias, identity 5, the KL identity, the bounds
-``accuracy`` the derivations' numerical companions: the bounds on real rows, float32/float64 accuracy (torch)
-``oracle``   mpmath references: the KL supremum, squared and geodesic distances at high precision
-``attention`` score kinds, softmax / focused-linear maps, streaming comparison
-``data``     point sets: near-origin Gaussians, tree embeddings, Hypformer-like Q/K
-``capture``  forward hooks that record a model's attention layers (queries, keys, values, k, mode)
-``plots``    matplotlib and plotly figures
-``report``   the HTML / JSON attention report behind ``hypviz compare``
-``model_report``  the whole-model report behind ``hypviz compare CAPTURE.pt``
-``cli``      the ``hypviz`` command
+geometry
+    ``lorentz``  points, inner products, distances, maps between the models (torch)
+    ``display``  projections of point sets for pictures (PCA of the tangent vectors at the origin)
+    ``data``     point sets: near-origin Gaussians, Hypformer-like Q/K; ``trees``: tree embeddings
+    ``symbolic`` the sympy derivations, as functions returning checked equations (no torch), built
+    on ``derivation`` / ``derivation_report`` (the step checker) from ``symbolic_geometry`` and
+    ``symbolic_softmax``; ``oracle``: mpmath references
+attention
+    ``attention`` score kinds, softmax / focused-linear maps; ``compare`` (``streaming``) and its
+    result ``Comparison`` (``comparison``), the bounds (``bounds``), importable from here
+    ``top_keys``  each query's strongest keys under one kind
+    ``accuracy``  the derivations' numerical companions: the bounds on real rows, float accuracy
+models
+    ``capture``  forward hooks that record a model's attention layers; ``records``: ``LayerRecord``
+    and its file; ``toymodel``: a small Hypformer-structured model
+plots
+    ``plots``    matplotlib and plotly figures (scenes drawn by two renderers; style in ``plots.style``)
+reports and the command
+    ``report``   the HTML / JSON attention report behind ``hypviz compare``; ``model_report``: the
+    whole-model report behind ``hypviz compare CAPTURE.pt``; ``inputs``: the command's checked points
+    and settings
+    ``cli``      the ``hypviz`` command
 """
 
 from __future__ import annotations
@@ -27,17 +35,26 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "lorentz",
+    "display",
+    "data",
+    "trees",
     "symbolic",
     "derivation",
     "derivation_report",
     "symbolic_geometry",
     "symbolic_softmax",
-    "accuracy",
     "oracle",
     "attention",
-    "data",
+    "comparison",
+    "streaming",
+    "bounds",
+    "top_keys",
+    "accuracy",
+    "records",
     "capture",
+    "toymodel",
     "plots",
+    "inputs",
     "report",
     "model_report",
     "cli",

@@ -43,12 +43,15 @@ This module holds the maps; the rest of the public surface is importable from he
 a module per job: :func:`compare` in :mod:`hypviz.streaming` (its row-block kernels in
 :mod:`hypviz.block_stats`), :class:`Comparison` and :func:`verdict` in :mod:`hypviz.comparison`,
 the bounds in :mod:`hypviz.bounds`, :func:`peak_tensor_memory` in :mod:`hypviz.memory`.
+:func:`top_attention` (one query's row and its strongest keys, tie-aware, as :class:`TopKeys`) lives
+in :mod:`hypviz.top_keys`.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+from typing import NamedTuple
 
 import torch
 
@@ -67,6 +70,8 @@ __all__ = [
     "attention_map",
     "focused_linear_map",
     "focused_linear_attention",
+    "TopKeys",
+    "top_attention",
     "compare",
     "Comparison",
     "kl_supremum",
@@ -536,6 +541,27 @@ def focused_linear_attention(
 
 
 # --------------------------------------------------------------------------- #
+# one row of a map and its strongest keys (computed by hypviz.top_keys.top_attention)
+# --------------------------------------------------------------------------- #
+class TopKeys(NamedTuple):
+    r"""One query's attention row and its strongest keys, for one attention kind (see :func:`top_attention`).
+
+    ``kind``: one of :data:`KINDS`; ``row``: ``(M,)`` the query's row of :func:`attention_map` (it
+    sums to 1); ``indices``: ``(n,)`` the ``top`` keys with the largest weights *and every key tied
+    with the weakest of them* (:math:`n \ge` ``top``; tied: weights equal to a relative ``tie_rtol``,
+    the level of rounding, as for exactly symmetric keys of a tree embedding), strongest first, keys
+    tied with each other listed by index; ``weights``: ``row[indices]``; ``temperature``: the
+    :math:`\tau` used (``None`` for ``"focused"``, which has none).
+    """
+
+    kind: str
+    row: torch.Tensor
+    indices: torch.Tensor
+    weights: torch.Tensor
+    temperature: float | None
+
+
+# --------------------------------------------------------------------------- #
 # the comparison and memory tools live in their own modules; their names are importable from here
 # --------------------------------------------------------------------------- #
 _ELSEWHERE = {
@@ -546,6 +572,7 @@ _ELSEWHERE = {
     "CLOSE_RATIO": "hypviz.comparison",
     "VERDICTS": "hypviz.comparison",
     "peak_tensor_memory": "hypviz.memory",
+    "top_attention": "hypviz.top_keys",
 }
 
 

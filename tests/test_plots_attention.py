@@ -1,4 +1,5 @@
-"""hypviz.plots.attention: labelled, colour-blind-safe figures that actually draw something."""
+"""hypviz.plots.attention and hypviz.plots.sweeps: labelled, colour-blind-safe figures that actually draw
+something, and compose into figures made elsewhere (axes=)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from hypviz import attention as att
 from hypviz import lorentz as L
 from hypviz.plots import attention as pa
+from hypviz.plots import sweeps
 
 
 def render(fig) -> np.ndarray:
@@ -228,7 +230,7 @@ def test_disk_level_sets_into_given_axes_and_bad_input(points):
         pa.disk_level_sets_mpl(points(2, 2, 1.0, seed=0), keys)
     with pytest.raises(ValueError, match="shape \\(M, 3\\)"):
         pa.disk_level_sets_mpl(q, points(5, 3, 1.0, seed=0))
-    with pytest.raises(ValueError, match="two Axes"):
+    with pytest.raises(ValueError, match="axes must be 2 Axes"):
         pa.disk_level_sets_mpl(q, keys, axes=[axes[0]])
     with pytest.raises(ValueError, match="hyperboloid|<x, x>_L|lie on"):
         pa.disk_level_sets_mpl(q, keys * 1.5)
@@ -283,6 +285,71 @@ def test_bad_plot_inputs(maps):
         pa.difference_map_mpl(maps[0], maps[0][:3])
 
 
+def _defined_in(module) -> set[str]:
+    return {n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))
+            and getattr(getattr(module, n), "__module__", "") == module.__name__}
+
+
 def test_all_is_complete():
-    assert set(pa.__all__) == {n for n in dir(pa) if not n.startswith("_") and callable(getattr(pa, n))
-                                and getattr(getattr(pa, n), "__module__", "") == pa.__name__}
+    assert set(sweeps.__all__) == _defined_in(sweeps)
+    # hypviz.plots.attention: its own figures, and the sweep curves that used to live there
+    assert set(pa.__all__) == _defined_in(pa) | set(sweeps.__all__)
+    for name in sweeps.__all__:
+        assert getattr(pa, name) is getattr(sweeps, name)
+    import hypviz.plots as plots
+
+    assert plots.comparison_sweep_mpl is sweeps.comparison_sweep_mpl and plots.heatmaps_mpl is pa.heatmaps_mpl
+
+
+# --------------------------------------------------------------------------- #
+# composing: every multi-panel figure draws into given axes (of a figure or a subfigure)
+# --------------------------------------------------------------------------- #
+def test_multi_panel_figures_compose_into_subfigures(maps, points):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(14, 12), layout="constrained")
+    rows = fig.subfigures(4, 1)
+    heat = rows[0].subplots(1, 3)
+    assert pa.heatmaps_mpl(maps, ["a", "b", "c"], suptitle="maps", axes=heat) is fig
+    assert all(ax.images for ax in heat) and rows[0].get_suptitle() == "maps"
+    diffs = rows[1].subplots(1, 2)
+    assert pa.difference_maps_mpl([(maps[1], maps[0]), (maps[0], maps[2])], ["x", "y"], axes=diffs) is fig
+    assert [ax.get_title() for ax in diffs] == ["x", "y"]
+    results = [att.compare(points(10, 8, r, seed=2), points(12, 8, r, seed=3)) for r in (0.3, 1.0)]
+    bound = rows[2].subplots(1, 2)
+    assert pa.bound_sweep_mpl([0.3, 1.0], results, axes=bound) is fig
+    assert bound[0].get_yscale() == "log" and len(bound[1].lines) == 5
+    sweep = rows[3].subplots(1, 3)
+    assert pa.comparison_sweep_mpl({"a": ([0.1, 1.0], results)}, axes=sweep) is fig
+    assert np.allclose(sweep[1].lines[0].get_ydata(), [r.gap_ratio for r in results])
+    # each figure's own colourbar and title stay on its own row
+    assert len(colourbars(fig)) == 2 and not fig.get_suptitle()
+    assert len(rows[0].axes) == 4 and len(rows[1].axes) == 3 and len(rows[2].axes) == 2
+    img = render(fig)
+    h = img.shape[0]
+    for i in range(4):
+        assert img[i * h // 4 : (i + 1) * h // 4].std() > 5.0
+    with pytest.raises(ValueError, match="axes must be 3 Axes"):
+        pa.heatmaps_mpl(maps, ["a", "b", "c"], axes=heat[:2])
+    with pytest.raises(ValueError, match="axes must be 2 Axes"):
+        pa.cost_curves_mpl([8, 16], {"a": [1.0, 2.0]}, {"a": [1.0, 2.0]}, axes=sweep)
+    with pytest.raises(TypeError, match=r"axes\[1\] must be a matplotlib Axes"):
+        pa.bound_sweep_mpl([0.3, 1.0], results, axes=[bound[0], "right"])
+
+
+def test_single_panel_figures_compose_into_one_figure(maps):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(12, 4), layout="constrained")
+    left, mid, right = fig.subplots(1, 3)
+    assert pa.difference_map_mpl(maps[1], maps[0], ax=left, title="one") is fig
+    assert pa.difference_map_mpl(maps[2], maps[0], ax=mid, title="two") is fig
+    n = np.array([8, 16, 32, 64])
+    assert pa.row_distribution_mpl({"a": np.linspace(0, 1, 20)}, ax=right) is fig
+    assert left.get_title() == "one" and mid.get_title() == "two" and len(right.patches) == 1
+    assert len(colourbars(fig)) == 2
+    cost = Figure().subplots(1, 2)
+    out = pa.cost_curves_mpl(n, {"a": 1e-6 * n**2.0, "b": 4e-5 * n}, {"a": 4.0 * n**2}, axes=cost)
+    assert out is cost[0].figure and len(cost[0].lines) == 3  # two curves and the crossover
+    with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
+        pa.difference_map_mpl(maps[1], maps[0], ax=fig)

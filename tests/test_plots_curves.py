@@ -1,4 +1,5 @@
-"""hypviz.plots.curves: labelled, non-blank figures; clear errors on bad input."""
+"""hypviz.plots.curves: labelled, non-blank figures; clear errors on bad input; and the naming and
+composition rules every public figure function of hypviz.plots follows."""
 
 from __future__ import annotations
 
@@ -26,11 +27,45 @@ def _non_blank(fig: Figure) -> None:
 
 
 def test_public_names():
-    assert set(curves.__all__) >= {"error_curves", "bound_scatter"}
+    assert set(curves.__all__) >= {"error_curves_mpl", "bound_scatter_mpl", "error_curves", "bound_scatter"}
     import hypviz.plots as plots
 
     assert plots.curves is curves
-    assert plots.error_curves is curves.error_curves
+    assert plots.error_curves_mpl is curves.error_curves_mpl
+    # the earlier names are aliases: the same functions, still importable from where they were
+    assert curves.error_curves is curves.error_curves_mpl and plots.error_curves is curves.error_curves_mpl
+    assert curves.bound_scatter is curves.bound_scatter_mpl and plots.bound_scatter is curves.bound_scatter_mpl
+    from hypviz.plots.curves import bound_scatter, error_curves  # noqa: F401
+
+
+# the modules of hypviz.plots whose figures follow one naming scheme (explorables: tests/test_plots_explorables.py)
+FIGURE_MODULES = ("curves", "attention", "sweeps", "manifold", "manifold_mpl", "manifold_plotly", "scenes")
+
+
+def test_every_public_function_is_named_one_way_typed_and_composable():
+    import importlib
+    import inspect
+
+    aliases = {"error_curves", "bound_scatter"}
+    for module_name in FIGURE_MODULES:
+        module = importlib.import_module(f"hypviz.plots.{module_name}")
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if not inspect.isfunction(obj):
+                continue
+            sig = inspect.signature(obj)
+            assert sig.return_annotation is not inspect.Signature.empty, f"{module_name}.{name}: no return type"
+            if name in aliases or name == "crossover" or name.endswith("_scene") or name == "top_attention" \
+                    or name == "project_for_display":
+                continue
+            assert name.endswith(("_mpl", "_plotly")), f"{module_name}.{name}: a figure function named neither _mpl nor _plotly"
+            ret = str(sig.return_annotation)
+            if name.endswith("_mpl"):
+                assert ret in ("Figure", "matplotlib.figure.Figure"), f"{module_name}.{name}: returns {ret}"
+                assert {"ax", "axes"} & set(sig.parameters), f"{module_name}.{name}: no ax= or axes="
+                assert sig.parameters[({"ax", "axes"} & set(sig.parameters)).pop()].default is None
+            else:
+                assert ret == "go.Figure", f"{module_name}.{name}: returns {ret}"
 
 
 def test_error_curves_labels_and_rendering():
@@ -38,7 +73,7 @@ def test_error_curves_labels_and_rendering():
     samples = np.abs(np.random.default_rng(0).normal(size=(7, 5))) * 1e-8 / x[:, None] ** 2
     samples[0, 0] = 0.0  # an exact zero is drawn at the floor
     samples[1, 1] = np.nan  # ignored
-    fig = curves.error_curves(
+    fig = curves.error_curves_mpl(
         x,
         {"textbook, float32": samples, "stable, float64": torch.full((7,), 1e-16)},
         reference_lines={"float64 eps": 2.2e-16},
@@ -63,7 +98,7 @@ def test_bound_scatter_labels_colorbar_and_rendering():
     measured = bound * rng.uniform(0.05, 1.0, 500)
     measured[:3] = 0.0
     scale = 10 ** rng.uniform(-2, 1, 500)
-    fig = curves.bound_scatter(bound, measured, color=scale)
+    fig = curves.bound_scatter_mpl(bound, measured, color=scale)
     ax, cax = fig.axes
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert "tanh" in ax.get_xlabel() and "TV" in ax.get_ylabel()
@@ -77,7 +112,7 @@ def test_bound_scatter_labels_colorbar_and_rendering():
 
 
 def test_bound_scatter_without_colour():
-    fig = curves.bound_scatter(torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.05, 0.1, 0.3]))
+    fig = curves.bound_scatter_mpl(torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.05, 0.1, 0.3]))
     assert len(fig.axes) == 1
     _non_blank(fig)
 
@@ -86,28 +121,32 @@ def test_curves_compose_into_given_axes():
     fig = Figure(figsize=(9, 4), layout="constrained")
     left, right = fig.subplots(1, 2)
     x = np.logspace(-3, 0, 5)
-    out = curves.error_curves(x, {"stable, float64": 1e-16 / x}, ax=left, title="left")
+    out = curves.error_curves_mpl(x, {"stable, float64": 1e-16 / x}, ax=left, title="left")
     assert out is fig and left.get_title() == "left" and left.get_yscale() == "log" and len(left.lines) == 1
     rng = np.random.default_rng(2)
     bound = 10 ** rng.uniform(-4, -1, 50)
-    out = curves.bound_scatter(bound, bound * 0.5, color=bound, ax=right)
+    out = curves.bound_scatter_mpl(bound, bound * 0.5, color=bound, ax=right)
     assert out is fig and right.get_xscale() == "log" and len(right.collections) == 1
     assert len(fig.axes) == 3  # the two panels and the scatter's colourbar
     _non_blank(fig)
     with pytest.raises(TypeError, match="Axes"):
-        curves.error_curves(x, {"a": x}, ax="left")
+        curves.error_curves_mpl(x, {"a": x}, ax="left")
+    # into a subfigure: drawn there, the root figure returned
+    host = Figure(figsize=(9, 4), layout="constrained")
+    sub = host.subfigures(1, 2)[1]
+    assert curves.bound_scatter_mpl(bound, bound * 0.5, ax=sub.subplots()) is host
 
 
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: curves.error_curves([1.0, -1.0], {"a": [1, 2]}), "positive"),
-        (lambda: curves.error_curves([1.0, 2.0], {}), "at least one"),
-        (lambda: curves.error_curves([1.0, 2.0], {"a": [1, 2, 3]}), "expected shape"),
-        (lambda: curves.error_curves([], {"a": []}), "empty"),
-        (lambda: curves.bound_scatter([0.1, 0.2], [0.1]), "same number"),
-        (lambda: curves.bound_scatter([0.1, 0.2], [0.1, 0.2], color=[1.0]), "one value per point"),
-        (lambda: curves.bound_scatter([0.0, -1.0], [0.1, 0.2]), "no pair"),
+        (lambda: curves.error_curves_mpl([1.0, -1.0], {"a": [1, 2]}), "positive"),
+        (lambda: curves.error_curves_mpl([1.0, 2.0], {}), "at least one"),
+        (lambda: curves.error_curves_mpl([1.0, 2.0], {"a": [1, 2, 3]}), "expected shape"),
+        (lambda: curves.error_curves_mpl([], {"a": []}), "empty"),
+        (lambda: curves.bound_scatter_mpl([0.1, 0.2], [0.1]), "same number"),
+        (lambda: curves.bound_scatter_mpl([0.1, 0.2], [0.1, 0.2], color=[1.0]), "one value per point"),
+        (lambda: curves.bound_scatter_mpl([0.0, -1.0], [0.1, 0.2]), "no pair"),
     ],
 )
 def test_bad_input(call, message):

@@ -1,4 +1,6 @@
-"""Tests of hypviz.plots.manifold: geometry of what is drawn, figure structure, images, JSON."""
+"""Tests of hypviz.plots.manifold and the modules behind it (scenes, manifold_mpl, manifold_plotly):
+geometry of what is drawn, one scene drawn alike by both renderers, composition with ax=/axes=,
+figure structure, images, JSON; and that the plots compute no geometry themselves."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import torch
 
 from hypviz import lorentz as L
 from hypviz.plots import manifold as M
+from hypviz.plots import scenes as S
 
 matplotlib = pytest.importorskip("matplotlib")
 go = pytest.importorskip("plotly.graph_objects")
@@ -329,9 +332,11 @@ def test_top_attention_keeps_exact_ties_together_whatever_the_rounding():
 def test_attention_titles_write_keys_kappa_and_cover_every_kind():
     from hypviz import attention as A
 
-    assert set(M._ATTENTION_TEXT) == set(A.KINDS)
-    for text in M._ATTENTION_TEXT.values():
+    assert set(S.ATTENTION_TEXT) == set(A.KINDS) == set(S.ATTENTION_TEXT_PLAIN)
+    for text in S.ATTENTION_TEXT.values():
         assert r"\kappa" in text and "k_" not in text and "(k" not in text
+    for text in S.ATTENTION_TEXT_PLAIN.values():
+        assert "κ" in text and "k_" not in text and "(k" not in text
 
 
 def test_attention_on_manifold_draws_the_strongest_keys_along_geodesics():
@@ -421,12 +426,16 @@ def test_attention_on_manifold_klein_projection_and_three_kinds():
 
 def test_attention_on_manifold_bad_input():
     x = wrapped_normal(5, 2, 1.0)
-    with pytest.raises(ValueError, match=r"query: expected an integer query index in 0\.\.4"):
+    with pytest.raises(ValueError, match=r"query must be an integer query index in 0\.\.4, got 5"):
         M.attention_on_manifold_mpl(x, x, query=5)
-    with pytest.raises(ValueError, match="top: expected a positive integer"):
+    with pytest.raises(ValueError, match="top must be a positive integer"):
         M.top_attention(x, x, top=0)
-    with pytest.raises(ValueError, match="kinds: each kind must be one of"):
+    with pytest.raises(ValueError, match="kinds must be one of 'spatial', 'distance', 'lorentz', 'focused'"):
         M.attention_on_manifold_mpl(x, x, kinds=("spatial", "cosine"))
+    with pytest.raises(ValueError, match="kinds must be at least one of"):
+        M.top_attention(x, x, kinds=())
+    with pytest.raises(ValueError, match="temperature must be a positive"):
+        M.top_attention(x, x, temperature=0.0)
     with pytest.raises(ValueError, match="different numbers of coordinates"):
         M.top_attention(x, wrapped_normal(5, 3, 1.0))
     with pytest.raises(ValueError, match=r"one set of points"):
@@ -450,3 +459,301 @@ def test_far_points_draw_with_a_grid():
     assert all(np.isfinite(s).all() and (np.linalg.norm(s, axis=1) < 1.0 + 1e-12).all() for s in segs)
     klein = M.klein_figure_plotly(far, k, edges=[(0, 1)], grid=True)
     assert len(split_polylines(trace(klein, "geodesic grid").x, trace(klein, "geodesic grid").y)) >= 4
+
+
+# --------------------------------------------------------------------------- #
+# where the names live: geometry in hypviz.display, attention rows in hypviz.attention
+# --------------------------------------------------------------------------- #
+# hypviz.plots.manifold's public names before the split into scenes and renderers: all must still import
+OLD_PUBLIC = (
+    "DisplayProjection", "project_for_display", "hyperboloid_figure_plotly", "hyperboloid_figure_mpl",
+    "disk_figure_mpl", "poincare_figure_mpl", "klein_figure_mpl", "disk_figure_plotly", "poincare_figure_plotly",
+    "klein_figure_plotly", "three_models_figure_mpl", "three_models_figure_plotly", "TopKeys", "top_attention",
+    "attention_on_manifold_mpl",
+)
+
+
+def test_every_earlier_name_still_imports_from_manifold_and_from_plots():
+    import importlib
+
+    import hypviz.plots as plots
+
+    for name in OLD_PUBLIC:
+        assert name in M.__all__
+        obj = getattr(importlib.import_module("hypviz.plots.manifold"), name)
+        assert getattr(plots, name) is obj
+    from hypviz.plots.manifold import _rounded  # hypviz.plots.explorables imports it from here
+
+    assert _rounded(np.array([-0.0, 1.23456789, np.nan]), 3) == [0.0, 1.235, None]
+
+
+def test_moved_functions_live_in_display_and_attention_and_import_from_both_places():
+    from hypviz import attention as A
+    from hypviz import display as D
+    from hypviz import top_keys
+
+    assert M.project_for_display is D.project_for_display and M.DisplayProjection is D.DisplayProjection
+    assert D.project_for_display.__module__ == "hypviz.display"
+    assert M.top_attention is A.top_attention is top_keys.top_attention
+    assert M.TopKeys is A.TopKeys is top_keys.TopKeys and A.TopKeys.__module__ == "hypviz.attention"
+    assert {"top_attention", "TopKeys"} <= set(A.__all__)
+    # top_attention uses attention's own kinds and default temperature (no list or formula of its own)
+    x = wrapped_normal(9, 4, 2.0, seed=30)
+    for kind in A.KINDS:
+        t = A.top_attention(x, x, 2.0, query=3, kinds=(kind,), top=3)[kind]
+        torch.testing.assert_close(t.row, A.attention_map(x[3:4], x, kind, k=2.0)[0], rtol=0, atol=0)
+        assert t.temperature == (None if kind == "focused" else A._temperature(None, 4))
+
+
+def _calls(path) -> set[str]:
+    """Every name called in a module: ``f(...)``, ``a.f(...)`` and ``a.b.f(...)`` as ``f``, ``a.f``, ``a.b.f``."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            parts, f = [], node.func
+            while isinstance(f, ast.Attribute):
+                parts.append(f.attr)
+                f = f.value
+            if isinstance(f, ast.Name):
+                parts.append(f.id)
+            names.add(".".join(reversed(parts)))
+    return names
+
+
+def test_the_plots_compute_no_geometry():
+    from pathlib import Path
+
+    import hypviz.plots as plots
+
+    root = Path(plots.__file__).parent
+    geometry = {"logmap0", "expmap0", "svd", "sinh", "cosh", "asinh", "acosh", "tanh", "atanh", "meshgrid",
+                "from_klein", "from_poincare", "softmax", "attention_map", "focused_linear_map", "scores"}
+    samples = {"linspace", "cos", "sin", "arange"}  # grids and circles: hypviz.display's job
+    for name in ("manifold.py", "manifold_mpl.py", "manifold_plotly.py", "scenes.py", "curves.py", "sweeps.py"):
+        called = {c.split(".")[-1] for c in _calls(root / name)}
+        assert not called & geometry, (name, called & geometry)
+        if name != "curves.py" and name != "sweeps.py":  # (histogram bins are not geometry)
+            assert not called & samples, (name, called & samples)
+    # the renderers draw numpy arrays: they import neither torch nor hypviz.lorentz
+    import ast
+
+    for name in ("manifold_mpl.py", "manifold_plotly.py"):
+        imported = set()
+        for node in ast.walk(ast.parse((root / name).read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        assert not {m for m in imported if m.startswith(("torch", "hypviz.lorentz", "hypviz.display", "hypviz.attention"))}, name
+    # manifold.py only re-exports
+
+    tree = ast.parse((root / "manifold.py").read_text())
+    assert not [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    # and what the scenes hold comes from hypviz.display: the same numbers
+    from hypviz import display as D
+
+    x = wrapped_normal(30, 5, 1.0, seed=31)
+    proj = D.project_for_display(x, 1.0)
+    scene = S.disk_scene(x, 1.0, grid=False)
+    np.testing.assert_array_equal(scene.points, L.to_poincare(proj.points, 1.0).numpy())
+    assert scene.note == proj.note
+
+
+# --------------------------------------------------------------------------- #
+# one scene, two renderers
+# --------------------------------------------------------------------------- #
+def mpl_collection(ax, label):
+    found = [c for c in ax.collections if c.get_label() == label]
+    assert len(found) == 1, [c.get_label() for c in ax.collections]
+    return found[0]
+
+
+@pytest.mark.parametrize("model", ["poincare", "klein"])
+def test_both_renderers_draw_the_same_disk_scene(model):
+    from hypviz.plots import manifold_mpl, manifold_plotly
+
+    k = 1.5
+    x = wrapped_normal(14, 2, k, seed=32)
+    edges = [(0, 1), (2, 3), (4, 5), (6, 9)]
+    scene = S.disk_scene(x, k, model=model, values=np.arange(14.0), edges=edges, n_geodesic=30)
+    assert scene.edges.shape == (4, 30, 2) and scene.points.shape == (14, 2) and scene.grid.shape[0] >= 4
+    with pytest.raises(Exception):  # a scene is a description, not a workspace
+        scene.k = 2.0
+    mpl_fig = manifold_mpl.draw_disk_mpl(scene)
+    plotly_fig = manifold_plotly.draw_disk_plotly(scene)
+    ax = mpl_fig.axes[0]
+    for label, lines in (("geodesics", scene.edges), ("geodesic grid", scene.grid)):
+        drawn_mpl = mpl_collection(ax, label).get_segments()
+        tr = trace(plotly_fig, label)
+        drawn_plotly = split_polylines(tr.x, tr.y)
+        assert len(drawn_mpl) == len(drawn_plotly) == lines.shape[0]
+        for a, b, c in zip(drawn_mpl, drawn_plotly, lines):
+            np.testing.assert_array_equal(a, c)
+            np.testing.assert_allclose(b, c, atol=1e-6)
+    pts = mpl_collection(ax, "points")
+    tr = trace(plotly_fig, "points")
+    np.testing.assert_array_equal(pts.get_offsets(), scene.points)
+    np.testing.assert_allclose(np.c_[tr.x, tr.y], scene.points, atol=1e-6)
+    np.testing.assert_array_equal(pts.get_array(), scene.values)
+    assert pts.get_clim() == scene.value_range == (plotly_fig.layout.coloraxis.cmin, plotly_fig.layout.coloraxis.cmax)
+    # the figure functions are exactly "build the scene, draw it"
+    again = M.disk_figure_plotly(x, k, model=model, values=np.arange(14.0), edges=edges, n_geodesic=30)
+    assert again.to_json() == plotly_fig.to_json()
+
+
+def test_both_renderers_draw_the_same_hyperboloid_and_three_model_scenes():
+    from hypviz.plots import manifold_mpl, manifold_plotly
+
+    k = 0.7
+    x = wrapped_normal(11, 2, k, seed=33)
+    scene = S.hyperboloid_scene(x, k, edges=[(0, 1), (1, 2)], grid=True, n_geodesic=20, sheet_resolution=(6, 9))
+    assert scene.sheet.shape == (6, 9, 3) and scene.origin.tolist() == [0.0, 0.0, math.sqrt(k)]
+    # display columns (x_1, x_2, x_t) of points on the sheet
+    np.testing.assert_allclose(scene.sheet[..., 0] ** 2 + scene.sheet[..., 1] ** 2 - scene.sheet[..., 2] ** 2, -k,
+                               atol=1e-12)
+    np.testing.assert_array_equal(scene.points, x.numpy()[:, [1, 2, 0]])
+    mpl_fig = manifold_mpl.draw_hyperboloid_mpl(scene)
+    plotly_fig = manifold_plotly.draw_hyperboloid_plotly(scene)
+    ax = mpl_fig.axes[0]
+    assert rendered(mpl_fig).std() > 10.0  # 3-D collections report their (projected) segments once drawn
+    for label, lines in (("geodesics", scene.edges), ("geodesic grid", scene.grid)):
+        assert len(mpl_collection(ax, label).get_segments()) == lines.shape[0]
+        tr = trace(plotly_fig, label)
+        assert sum(v is None for v in tr.x) == lines.shape[0] - 1  # one trace, a break between lines
+    xs, ys, zs = mpl_collection(ax, "points")._offsets3d
+    np.testing.assert_array_equal(np.c_[xs, ys, zs], scene.points)
+    tr = trace(plotly_fig, "points")
+    np.testing.assert_allclose(np.c_[tr.x, tr.y, tr.z], scene.points, atol=1e-6)
+    # three models: one preparation, the disks of the same display points
+    three = S.three_models_scene(x, k, values=np.linspace(0, 1, 11), edges=[(0, 1)], n_geodesic=20)
+    np.testing.assert_array_equal(three.poincare.points, L.to_poincare(x, k).numpy())
+    np.testing.assert_array_equal(three.klein.points, L.to_klein(x, k).numpy())
+    assert three.hyperboloid.value_range == three.poincare.value_range == three.klein.value_range == (0.0, 1.0)
+    fig = manifold_mpl.draw_three_models_mpl(three)
+    pfig = manifold_plotly.draw_three_models_plotly(three)
+    assert len(fig.axes) == 4  # three panels and one colourbar
+    for panel, disk in zip(fig.axes[1:3], (three.poincare, three.klein)):
+        assert len(mpl_collection(panel, "geodesic grid").get_segments()) == disk.grid.shape[0]
+    assert [t.type for t in pfig.data].count("scatter") == 2 * 5
+
+
+def test_both_renderers_draw_the_same_attention_scene():
+    from hypviz.plots import manifold_mpl, manifold_plotly
+
+    k = 1.0
+    x = wrapped_normal(30, 2, k, scale=0.9, seed=34)
+    scene = S.attention_scene(x, x, k, query=4, top=5, kinds=("spatial", "distance", "focused"), grid=False)
+    assert [p.kind for p in scene.panels] == ["spatial", "distance", "focused"] and scene.n_keys == 30
+    for panel in scene.panels:
+        assert np.all(np.diff(panel.edge_weights) >= 0)  # weakest first: the strongest is drawn on top
+        np.testing.assert_allclose(panel.edge_widths, np.maximum(6.0 * panel.edge_weights / scene.w_max, 0.8))
+    mpl_fig = manifold_mpl.draw_attention_mpl(scene)
+    pfig = manifold_plotly.draw_attention_plotly(scene)
+    for col, (ax, panel) in enumerate(zip(mpl_fig.axes, scene.panels), start=1):
+        segs = edge_collection(ax).get_segments()
+        xref = pfig.get_subplot(1, col).yaxis.anchor  # the panel's x axis ("x", "x2", ...)
+        edges = [t for t in pfig.data if (t.name or "").startswith("edge, A =") and t.xaxis == xref]
+        assert len(segs) == len(edges) == panel.edges.shape[0] == len(panel.keys)
+        for seg, tr, line in zip(segs, edges, panel.edges):
+            np.testing.assert_array_equal(seg, line)
+            np.testing.assert_allclose(np.c_[tr.x, tr.y], line, atol=1e-6)
+        widths = [tr.line.width for tr in edges]
+        np.testing.assert_allclose(widths, np.asarray(edge_collection(ax).get_linewidths()), atol=1e-3)
+    keys = [t for t in pfig.data if t.name == "keys"]
+    assert len(keys) == 3 and all(len(t.x) == 30 for t in keys)
+    assert pfig.layout.coloraxis.cmin == 0.0 and pfig.layout.coloraxis.cmax == pytest.approx(scene.w_max, abs=1e-6)
+    text = pfig.to_json()
+    assert len(text) < 200_000
+    titles = [a.text for a in pfig.layout.annotations]
+    assert len(titles) == 3 and all("κ" in t for t in titles) and "focused" in titles[2]
+    assert "Attention of query 4" in pfig.layout.title.text and "τ = 1.41" in pfig.layout.title.text
+    fig2 = M.attention_on_manifold_plotly(x, x, k, query=4, top=5, kinds=("spatial", "distance", "focused"), grid=False)
+    assert fig2.to_json() == text  # deterministic, and the figure function is "scene, then draw"
+
+
+# --------------------------------------------------------------------------- #
+# composing: ax= and axes=
+# --------------------------------------------------------------------------- #
+def test_two_disks_compose_into_one_figure():
+    from matplotlib.figure import Figure
+
+    k = 1.0
+    x = wrapped_normal(12, 2, k, seed=35)
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    assert M.poincare_figure_mpl(x, k, edges=[(0, 1)], ax=left, legend=False) is fig
+    assert M.klein_figure_mpl(x, k, values=np.arange(12.0), edges=[(0, 1)], ax=right) is fig
+    assert left.get_xlabel() == "$p_1$" and right.get_xlabel() == "$K_1$"
+    assert len(mpl_collection(left, "geodesics").get_segments()) == 1
+    assert len(fig.axes) == 3  # two disks and the right one's colourbar
+    img = rendered(fig)
+    w = img.shape[1]
+    assert img[:, : w // 2].std() > 10.0 and img[:, w // 2 :].std() > 10.0
+    with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
+        M.disk_figure_mpl(x, k, ax="left")
+    # the hyperboloid needs a 3-D Axes
+    host = Figure()
+    with pytest.raises(TypeError, match="projection='3d'"):
+        M.hyperboloid_figure_mpl(x, k, ax=host.add_subplot())
+    ax3 = host.add_subplot(projection="3d")
+    assert M.hyperboloid_figure_mpl(x, k, ax=ax3) is host and ax3.get_zlabel().startswith("$x_t$")
+
+
+def test_multi_panel_figures_compose_through_subfigures():
+    from matplotlib.figure import Figure
+
+    k = 1.0
+    x = wrapped_normal(20, 2, k, scale=0.9, seed=36)
+    fig = Figure(figsize=(12, 10), layout="constrained")
+    top, bottom = fig.subfigures(2, 1)
+    att_axes = top.subplots(1, 2)
+    out = M.attention_on_manifold_mpl(x, x, k, query=1, top=3, grid=False, axes=att_axes)
+    assert out is fig
+    three_axes = [bottom.add_subplot(1, 3, 1, projection="3d"), bottom.add_subplot(1, 3, 2), bottom.add_subplot(1, 3, 3)]
+    assert M.three_models_figure_mpl(x, k, edges=[(0, 1)], axes=three_axes) is fig
+    # each multi-panel figure keeps its own overall title and legend, on its own subfigure
+    assert "Attention of query 1" in top.get_suptitle() and "three models" in bottom.get_suptitle()
+    assert len(top.legends) == 1 and not bottom.legends and not fig.legends
+    assert len(edge_collection(att_axes[1]).get_segments()) >= 3
+    img = rendered(fig)
+    h = img.shape[0]
+    assert img[: h // 2].std() > 10.0 and img[h // 2 :].std() > 10.0
+    with pytest.raises(ValueError, match="axes must be 2 Axes"):
+        M.attention_on_manifold_mpl(x, x, k, axes=att_axes[:1])
+    with pytest.raises(TypeError, match=r"axes\[0\] must be a matplotlib Axes with projection='3d'"):
+        M.three_models_figure_mpl(x, k, axes=list(Figure().subplots(1, 3)))
+    other = Figure().subplots()
+    with pytest.raises(ValueError, match="one figure"):
+        M.attention_on_manifold_mpl(x, x, k, axes=[att_axes[0], other])
+
+
+def test_display_geometry_grids_sheet_and_boundary():
+    from hypviz import display as D
+
+    k = 2.0
+    lines = D.geodesic_grid(k, radius=2.0, spacing=0.5, n=17)
+    assert lines.shape[1:] == (17, 3) and lines.shape[0] == 2 * 7  # a = -1.5 .. 1.5 on each of two axes
+    L.check_points(lines, k)
+    klein = L.to_klein(lines, k).numpy()
+    for line in klein:  # a chord of the Klein disk perpendicular to one display axis
+        spread = np.ptp(line, axis=0)
+        assert spread.min() < 1e-9 and spread.max() > 0.1
+    far = D.geodesic_grid(k, radius=1.0, spacing=0.5, n=5, reach=100.0)  # reach capped at GRID_MAX_REACH sqrt(k)
+    assert float(L.dist(far, L.origin(2, k), k).max()) == pytest.approx(D.GRID_MAX_REACH * math.sqrt(k), rel=1e-6)
+    assert D.geodesic_grid(k, radius=0.1, spacing=0.5, n=5).shape == (2, 5, 3)  # only the two axes
+    sheet = D.polar_sheet(k, 1.5, 4, 7)
+    assert sheet.shape == (4, 7, 3)
+    L.check_points(sheet, k)
+    np.testing.assert_allclose(L.dist(sheet, L.origin(2, k), k)[:, 0].numpy(), np.linspace(0, 1.5, 4), atol=1e-12)
+    px, py, pts = D.poincare_polar_grid(k, 5, 9, edge=0.9)
+    assert px.shape == py.shape == (5, 9) and pts.shape == (45, 3)
+    rho = L.dist(pts.reshape(5, 9, 3)[:, 0], L.origin(2, k), k).numpy() / math.sqrt(k)
+    np.testing.assert_allclose(np.diff(rho), rho[1] - rho[0], rtol=1e-9)  # evenly spaced in geodesic distance
+    with pytest.raises(ValueError, match="edge"):
+        D.poincare_polar_grid(k, 5, 9, edge=1.0)
+    circle = D.disk_boundary(k, 13)
+    assert circle.shape == (13, 2)
+    np.testing.assert_allclose(np.hypot(circle[:, 0], circle[:, 1]), math.sqrt(k))
+    np.testing.assert_allclose(circle[0], circle[-1], atol=1e-15)

@@ -2,9 +2,14 @@
 
 Both functions take arrays (numpy or torch) that were computed elsewhere and return a
 :class:`matplotlib.figure.Figure`; nothing here computes geometry.  Figures are built with the
-object-oriented API (not ``pyplot``), so a notebook cell shows a returned figure once.  Colours
-are Okabe and Ito's colour-blind-safe palette (:data:`OKABE_ITO`), points coloured by a value use
-``viridis``.
+object-oriented API (not ``pyplot``), so a notebook cell shows a returned figure once; with
+``ax=`` they are drawn into an Axes made elsewhere (its root ``Figure`` is returned), so figures
+compose.  Colours are Okabe and Ito's colour-blind-safe palette (:data:`OKABE_ITO`), points
+coloured by a value use ``viridis``.
+
+``error_curves`` and ``bound_scatter`` are the earlier names of :func:`error_curves_mpl` and
+:func:`bound_scatter_mpl` (every matplotlib figure function of :mod:`hypviz.plots` ends in
+``_mpl``), kept as aliases: the same functions.
 """
 
 from __future__ import annotations
@@ -16,12 +21,11 @@ from matplotlib.axes import Axes
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 
+import hypviz.plots._common as common
 import hypviz.plots.style as style
 from hypviz.plots.style import OKABE_ITO
 
-__all__ = ["error_curves", "bound_scatter", "OKABE_ITO"]
-
-#: Okabe & Ito's colour-blind-safe palette (black first), the colours of the curves in order.
+__all__ = ["error_curves_mpl", "bound_scatter_mpl", "error_curves", "bound_scatter", "OKABE_ITO"]
 
 
 def _array(x: Any, name: str) -> np.ndarray:
@@ -33,16 +37,7 @@ def _array(x: Any, name: str) -> np.ndarray:
     return arr
 
 
-def _figure_and_axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
-    if ax is None:
-        fig = Figure(figsize=figsize, layout="constrained")
-        return fig, fig.add_subplot()
-    if not isinstance(ax, Axes):
-        raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
-    return ax.figure, ax
-
-
-def error_curves(
+def error_curves_mpl(
     x: Any,
     curves: Mapping[str, Any],
     *,
@@ -83,19 +78,20 @@ def error_curves(
     Returns
     -------
     matplotlib.figure.Figure
-        One log-log axes (``ax.figure`` when ``ax`` is given).
+        One log-log axes (the root figure of ``ax`` when ``ax`` is given).
 
     Raises
     ------
     ValueError
-        For non-positive or non-1-D ``x``, no curves, an empty curve or one whose length is not ``n``.
+        For non-positive or non-1-D ``x``, no curves, an empty curve or one whose length is not ``n``;
+        ``TypeError`` for an ``ax`` that is not a matplotlib Axes.
     """
     xs = _array(x, "x")
     if xs.ndim != 1 or not np.all(xs > 0):
         raise ValueError(f"x: expected a 1-D array of positive values, got shape {xs.shape}")
     if not curves:
         raise ValueError("curves: expected at least one labelled curve")
-    fig, ax = _figure_and_axes(ax, figsize)
+    fig, ax = common.single(ax, figsize)
     for i, (label, values) in enumerate(curves.items()):
         ys = _array(values, f"curves[{label!r}]")
         if ys.shape[0] != xs.shape[0] or ys.ndim not in (1, 2):
@@ -123,10 +119,10 @@ def error_curves(
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    return fig
+    return common.root(fig)
 
 
-def bound_scatter(
+def bound_scatter_mpl(
     bound: Any,
     measured: Any,
     *,
@@ -155,7 +151,8 @@ def bound_scatter(
     Raises
     ------
     ValueError
-        When ``bound``, ``measured`` (and ``color``) differ in length, or no pair is positive and finite.
+        When ``bound``, ``measured`` (and ``color``) differ in length, or no pair is positive and finite;
+        ``TypeError`` for an ``ax`` that is not a matplotlib Axes.
     """
     b = _array(bound, "bound").ravel()
     m = _array(measured, "measured").ravel()
@@ -163,8 +160,8 @@ def bound_scatter(
         raise ValueError(f"bound and measured must have the same number of values, got {b.size} and {m.size}")
     keep = (b > 0) & (m > 0) & np.isfinite(b) & np.isfinite(m)
     if not keep.any():
-        raise ValueError("bound_scatter: no pair with both values positive and finite to draw on log axes")
-    fig, ax = _figure_and_axes(ax, figsize)
+        raise ValueError("bound_scatter_mpl: no pair with both values positive and finite to draw on log axes")
+    fig, ax = common.single(ax, figsize)
     label = f"{int(keep.sum())} rows"
     if int((~keep).sum()):
         label += f" ({int((~keep).sum())} with a zero left out)"
@@ -188,4 +185,10 @@ def bound_scatter(
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    return fig
+    return common.root(fig)
+
+
+#: The earlier name of :func:`error_curves_mpl` (the same function), kept as an alias.
+error_curves = error_curves_mpl
+#: The earlier name of :func:`bound_scatter_mpl` (the same function), kept as an alias.
+bound_scatter = bound_scatter_mpl
