@@ -4,7 +4,7 @@ Submodules (imported on first use, so ``import hypviz`` stays fast), by layer, l
 (data flows one way: geometry -> attention -> plots -> cli):
 
 geometry
-    ``lorentz``  points, inner products, distances, maps between the models (torch)
+    ``lorentz``  points, inner products, distances, maps between the models (torch); input checked by ``points``
     ``display``  projections of point sets for pictures (PCA of the tangent vectors at the origin)
     ``data``     point sets: near-origin Gaussians, Hypformer-like Q/K; ``trees``: tree embeddings
     ``symbolic`` the sympy derivations, as functions returning checked equations (no torch), built

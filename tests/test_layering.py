@@ -20,7 +20,7 @@ PACKAGE = ROOT / "hypviz"
 
 LAYERS: dict[str, tuple[str, ...]] = {
     "base": ("_validate", "_messages", "bounds", "memory", "oracle", "derivation_report", "derivation", "plots.style"),
-    "geometry": ("lorentz", "display", "trees", "data", "symbolic_geometry", "symbolic_softmax", "symbolic"),
+    "geometry": ("points", "lorentz", "display", "trees", "data", "symbolic_geometry", "symbolic_softmax", "symbolic"),
     "attention": ("attention", "comparison", "block_stats", "streaming", "top_keys", "accuracy"),
     "models": ("records", "layer_readers", "capture", "toymodel"),
     "plots": ("plots", "plots._common", "plots.scenes", "plots.curves", "plots.sweeps", "plots.manifold_mpl",
