@@ -238,8 +238,13 @@ def test_real_site_landing_page_states_the_question_and_the_short_answer(real):
     assert len(leads) >= 3, leads
     for lead in leads:
         assert lead.replace('"', "&quot;") in index or lead in index, f"short answer point missing: {lead}"
-    # a numbered, cross-referenced equation
-    assert 'id="equation-identity-4"' in index and 'href="#equation-identity-4"' in index
+    # equation cross-references: the landing page points at identity 4 on the identities page, which
+    # numbers all six and refers to them within the page
+    assert 'href="identities.html#equation-identity-4"' in index
+    identities = (real / "identities.html").read_text()
+    for i in range(1, 7):
+        assert f'id="equation-identity-{i}"' in identities
+    assert 'href="#equation-identity-1"' in identities and 'href="#equation-identity-4"' in identities
 
 
 def test_real_site_api_and_cli_pages(real):
