@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
 
 import hypviz.plots.style as style
 import hypviz.plots._common as common
@@ -316,19 +315,12 @@ def hyperboloid_figure_mpl(
     points: ArrayLike,
     k: float = 1.0,
     *,
-    values: ArrayLike | None = None,
     value_label: str = "value",
-    edges: ArrayLike | None = None,
-    grid: bool = False,
-    radius: float | None = None,
-    n_geodesic: int = 64,
-    show_origin: bool = True,
     cmap: str = style.SEQUENTIAL,
-    vmin: float | None = None,
-    vmax: float | None = None,
     title: str | None = None,
     figsize: tuple[float, float] = (6.0, 5.0),
     ax: Axes | None = None,
+    **scene_options: Any,
 ) -> Figure:
     r"""Static 3-D picture of the sheet :math:`\langle x, x\rangle_L = -k` (:math:`d = 2`) with points and geodesics.
 
@@ -338,13 +330,16 @@ def hyperboloid_figure_mpl(
     replacing the default; ``figsize``; ``ax``, a 3-D Axes to draw into).  For :math:`d > 2` the
     display projection is stated in the title.
 
+    ``scene_options`` are the keywords of :func:`~hypviz.plots.scenes.hyperboloid_scene`
+    (``values``, ``edges``, ``grid``, ``radius``, ``n_geodesic``, ``show_origin``, ``vmin``,
+    ``vmax``), passed to it.
+
     Raises
     ------
     ValueError
         As :func:`~hypviz.plots.scenes.hyperboloid_scene`; ``TypeError`` for an ``ax`` that is not 3-D.
     """
-    scene = hyperboloid_scene(points, k, values=values, edges=edges, grid=grid, radius=radius,
-                              n_geodesic=n_geodesic, show_origin=show_origin, vmin=vmin, vmax=vmax)
+    scene = hyperboloid_scene(points, k, **scene_options)
     return draw_hyperboloid_mpl(scene, value_label=value_label, cmap=cmap, title=title, figsize=figsize, ax=ax)
 
 
@@ -352,21 +347,13 @@ def disk_figure_mpl(
     points: ArrayLike,
     k: float = 1.0,
     *,
-    model: str = "poincare",
-    values: ArrayLike | None = None,
     value_label: str = "value",
-    edges: ArrayLike | None = None,
-    grid: bool = True,
-    radius: float | None = None,
-    n_geodesic: int = 64,
-    show_origin: bool = True,
     legend: bool = True,
     cmap: str = style.SEQUENTIAL,
-    vmin: float | None = None,
-    vmax: float | None = None,
     title: str | None = None,
     figsize: tuple[float, float] = (5.6, 5.0),
     ax: Axes | None = None,
+    **scene_options: Any,
 ) -> Figure:
     r"""The Poincare disk (``model="poincare"``) or Klein disk (``model="klein"``) of radius :math:`\sqrt{k}`.
 
@@ -380,13 +367,16 @@ def disk_figure_mpl(
     by :func:`draw_disk_mpl` (``legend``: a legend under the disk; ``ax``: an Axes to draw into).
     Parameters as :func:`hyperboloid_figure_mpl`.
 
+    ``scene_options`` are the keywords of :func:`~hypviz.plots.scenes.disk_scene` (``model``,
+    ``values``, ``edges``, ``grid``, ``radius``, ``n_geodesic``, ``show_origin``, ``vmin``,
+    ``vmax``), passed to it.
+
     Raises
     ------
     ValueError
         For a ``model`` other than ``"poincare"`` and ``"klein"``, or as :func:`hyperboloid_figure_mpl`.
     """
-    scene = disk_scene(points, k, model=model, values=values, edges=edges, grid=grid, radius=radius,
-                       n_geodesic=n_geodesic, show_origin=show_origin, vmin=vmin, vmax=vmax)
+    scene = disk_scene(points, k, **scene_options)
     return draw_disk_mpl(scene, value_label=value_label, legend=legend, cmap=cmap, title=title, figsize=figsize,
                          ax=ax)
 
@@ -405,26 +395,23 @@ def three_models_figure_mpl(
     points: ArrayLike,
     k: float = 1.0,
     *,
-    values: ArrayLike | None = None,
     value_label: str = "value",
-    edges: ArrayLike | None = None,
-    grid: bool = True,
-    radius: float | None = None,
-    n_geodesic: int = 64,
-    show_origin: bool = True,
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
     figsize: tuple[float, float] = (14.0, 4.6),
     axes: Sequence[Axes] | None = None,
+    **scene_options: Any,
 ) -> Figure:
     """The same points and geodesics in the hyperboloid, the Poincare disk and the Klein disk.
 
     Three panels sharing one colour scale (one colourbar): :func:`~hypviz.plots.scenes.three_models_scene`
     drawn by :func:`draw_three_models_mpl` (``axes``: three Axes to draw into, the first 3-D).
     Parameters as :func:`hyperboloid_figure_mpl`.
+
+    ``scene_options`` are the keywords of :func:`~hypviz.plots.scenes.three_models_scene`
+    (``values``, ``edges``, ``grid``, ``radius``, ``n_geodesic``, ``show_origin``), passed to it.
     """
-    scene = three_models_scene(points, k, values=values, edges=edges, grid=grid, radius=radius,
-                               n_geodesic=n_geodesic, show_origin=show_origin)
+    scene = three_models_scene(points, k, **scene_options)
     return draw_three_models_mpl(scene, value_label=value_label, cmap=cmap, title=title, figsize=figsize, axes=axes)
 
 
@@ -433,19 +420,11 @@ def attention_on_manifold_mpl(
     keys: ArrayLike,
     k: float = 1.0,
     *,
-    query: int = 0,
-    kinds: Sequence[str] = ("spatial", "distance"),
-    top: int = 8,
-    temperature: float | None = None,
-    model: str = "poincare",
-    grid: bool = True,
-    radius: float | None = None,
-    n_geodesic: int = 48,
-    max_linewidth: float = 6.0,
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
     panel_size: float = 4.4,
     axes: Sequence[Axes] | None = None,
+    **scene_options: Any,
 ) -> Figure:
     r"""One query's attention drawn on the manifold: edges to its strongest keys, one panel per kind.
 
@@ -474,6 +453,10 @@ def attention_on_manifold_mpl(
     one display projection fitted to the query and all keys, stated on the figure), drawn by
     :func:`draw_attention_mpl`.
 
+    ``scene_options`` are the keywords of :func:`~hypviz.plots.scenes.attention_scene` (``query``,
+    ``kinds``, ``top``, ``temperature``, ``model``, ``grid``, ``radius``, ``n_geodesic``,
+    ``max_linewidth``), passed to it.
+
     Parameters
     ----------
     queries : array or tensor, shape (N, d + 1)
@@ -500,7 +483,5 @@ def attention_on_manifold_mpl(
     matplotlib.figure.Figure
         One disk axes per kind, then the colourbar axes.
     """
-    scene = attention_scene(queries, keys, k, query=query, kinds=kinds, top=top, temperature=temperature,
-                            model=model, grid=grid, radius=radius, n_geodesic=n_geodesic,
-                            max_linewidth=max_linewidth)
+    scene = attention_scene(queries, keys, k, **scene_options)
     return draw_attention_mpl(scene, cmap=cmap, title=title, panel_size=panel_size, axes=axes)

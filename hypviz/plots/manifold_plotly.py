@@ -9,7 +9,6 @@ compare exactly; several lines of one kind are one trace, broken by ``None``.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -371,20 +370,12 @@ def hyperboloid_figure_plotly(
     points: ArrayLike,
     k: float = 1.0,
     *,
-    values: ArrayLike | None = None,
     value_label: str = "value",
-    edges: ArrayLike | None = None,
-    grid: bool = False,
-    radius: float | None = None,
-    n_geodesic: int = 48,
-    show_origin: bool = True,
     cmap: str = style.SEQUENTIAL,
-    vmin: float | None = None,
-    vmax: float | None = None,
     title: str | None = None,
     decimals: int = 6,
-    sheet_resolution: tuple[int, int] = (20, 37),
     height: int = 520,
+    **scene_options: Any,
 ) -> go.Figure:
     r"""Interactive 3-D picture of the sheet :math:`\langle x, x\rangle_L = -k` (:math:`d = 2`), points and geodesics.
 
@@ -392,9 +383,13 @@ def hyperboloid_figure_plotly(
     :func:`~hypviz.plots.scenes.hyperboloid_scene` (the scene parameters, ``sheet_resolution``
     included: see there) drawn by :func:`draw_hyperboloid_plotly` (``value_label``, ``cmap``,
     ``title``, ``decimals``, ``height``).
+
+    ``scene_options`` are the keywords of :func:`~hypviz.plots.scenes.hyperboloid_scene`
+    (``values``, ``edges``, ``grid``, ``radius``, ``n_geodesic``, ``show_origin``, ``vmin``,
+    ``vmax``, ``sheet_resolution``), passed to it; here ``n_geodesic = 48``, ``sheet_resolution =
+    (20, 37)`` by default (a lighter figure).
     """
-    scene = hyperboloid_scene(points, k, values=values, edges=edges, grid=grid, radius=radius, n_geodesic=n_geodesic,
-                              show_origin=show_origin, vmin=vmin, vmax=vmax, sheet_resolution=sheet_resolution)
+    scene = hyperboloid_scene(points, k, **{"n_geodesic": 48, "sheet_resolution": (20, 37), **scene_options})
     return draw_hyperboloid_plotly(scene, value_label=value_label, cmap=cmap, title=title, decimals=decimals,
                                    height=height)
 
@@ -403,27 +398,22 @@ def disk_figure_plotly(
     points: ArrayLike,
     k: float = 1.0,
     *,
-    model: str = "poincare",
-    values: ArrayLike | None = None,
     value_label: str = "value",
-    edges: ArrayLike | None = None,
-    grid: bool = True,
-    radius: float | None = None,
-    n_geodesic: int = 48,
-    show_origin: bool = True,
     cmap: str = style.SEQUENTIAL,
-    vmin: float | None = None,
-    vmax: float | None = None,
     title: str | None = None,
     decimals: int = 6,
     height: int = 500,
+    **scene_options: Any,
 ) -> go.Figure:
     """Interactive Poincare or Klein disk: :func:`~hypviz.plots.scenes.disk_scene` drawn by :func:`draw_disk_plotly`.
 
     Parameters as :func:`hypviz.plots.manifold_mpl.disk_figure_mpl`, plus ``decimals`` and ``height``.
+
+    ``scene_options`` are the keywords of :func:`~hypviz.plots.scenes.disk_scene` (``model``,
+    ``values``, ``edges``, ``grid``, ``radius``, ``n_geodesic``, ``show_origin``, ``vmin``,
+    ``vmax``), passed to it; here ``n_geodesic = 48`` by default (a lighter figure).
     """
-    scene = disk_scene(points, k, model=model, values=values, edges=edges, grid=grid, radius=radius,
-                       n_geodesic=n_geodesic, show_origin=show_origin, vmin=vmin, vmax=vmax)
+    scene = disk_scene(points, k, **{"n_geodesic": 48, **scene_options})
     return draw_disk_plotly(scene, value_label=value_label, cmap=cmap, title=title, decimals=decimals, height=height)
 
 
@@ -441,26 +431,24 @@ def three_models_figure_plotly(
     points: ArrayLike,
     k: float = 1.0,
     *,
-    values: ArrayLike | None = None,
     value_label: str = "value",
-    edges: ArrayLike | None = None,
-    grid: bool = True,
-    radius: float | None = None,
-    n_geodesic: int = 40,
-    show_origin: bool = True,
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
     decimals: int = 6,
-    sheet_resolution: tuple[int, int] = (16, 31),
     height: int = 460,
+    **scene_options: Any,
 ) -> go.Figure:
     """Interactive three panels: hyperboloid (3-D), Poincare disk, Klein disk, one colour scale.
 
     :func:`~hypviz.plots.scenes.three_models_scene` drawn by :func:`draw_three_models_plotly`;
     parameters as :func:`hyperboloid_figure_plotly`.
+
+    ``scene_options`` are the keywords of :func:`~hypviz.plots.scenes.three_models_scene`
+    (``values``, ``edges``, ``grid``, ``radius``, ``n_geodesic``, ``show_origin``,
+    ``sheet_resolution``), passed to it; here ``n_geodesic = 40``, ``sheet_resolution = (16, 31)``
+    by default (a lighter figure).
     """
-    scene = three_models_scene(points, k, values=values, edges=edges, grid=grid, radius=radius, n_geodesic=n_geodesic,
-                               show_origin=show_origin, sheet_resolution=sheet_resolution)
+    scene = three_models_scene(points, k, **{"n_geodesic": 40, "sheet_resolution": (16, 31), **scene_options})
     return draw_three_models_plotly(scene, value_label=value_label, cmap=cmap, title=title, decimals=decimals,
                                     height=height)
 
@@ -470,26 +458,21 @@ def attention_on_manifold_plotly(
     keys: ArrayLike,
     k: float = 1.0,
     *,
-    query: int = 0,
-    kinds: Sequence[str] = ("spatial", "distance"),
-    top: int = 8,
-    temperature: float | None = None,
-    model: str = "poincare",
-    grid: bool = True,
-    radius: float | None = None,
-    n_geodesic: int = 48,
-    max_linewidth: float = 6.0,
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
     decimals: int = 6,
     panel_height: int = 440,
+    **scene_options: Any,
 ) -> go.Figure:
     """Interactive version of :func:`hypviz.plots.manifold_mpl.attention_on_manifold_mpl`, from the same scene.
 
     :func:`~hypviz.plots.scenes.attention_scene` (weights from :func:`hypviz.attention.top_attention`)
     drawn by :func:`draw_attention_plotly`; parameters as the matplotlib figure, plus ``decimals``
     and ``panel_height`` (pixels).
+
+    ``scene_options`` are the keywords of :func:`~hypviz.plots.scenes.attention_scene` (``query``,
+    ``kinds``, ``top``, ``temperature``, ``model``, ``grid``, ``radius``, ``n_geodesic``,
+    ``max_linewidth``), passed to it.
     """
-    scene = attention_scene(queries, keys, k, query=query, kinds=kinds, top=top, temperature=temperature, model=model,
-                            grid=grid, radius=radius, n_geodesic=n_geodesic, max_linewidth=max_linewidth)
+    scene = attention_scene(queries, keys, k, **scene_options)
     return draw_attention_plotly(scene, cmap=cmap, title=title, decimals=decimals, panel_height=panel_height)
