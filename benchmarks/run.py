@@ -51,6 +51,7 @@ import torch
 
 import report  # benchmarks/report.py: the script's own directory is on sys.path
 from hypviz import attention as att
+from hypviz import data
 from hypviz import lorentz as L
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,8 +104,8 @@ def machine() -> dict[str, Any]:
 
 
 def points(n: int, d: int, seed: int, r: float = 1.0, dtype=torch.float32, device="cpu") -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    xs = torch.randn(n, d, generator=g, dtype=dtype) * (r / math.sqrt(d))
+    """Lifted Gaussian spatial parts of mean norm ``r`` (:func:`hypviz.data.lifted_gaussian`), re-lifted in ``dtype``."""
+    xs = data.lifted_gaussian(n, d, r, seed=seed)[:, 1:].to(dtype)
     return L.lift(xs).to(device)
 
 

@@ -477,7 +477,10 @@ def _slider_moves(tab: Tab, div_id: str) -> str | None:
         " const sig = JSON.stringify(gd.data) + JSON.stringify(Object.assign({}, gd.layout, {sliders: null}));"
         " window.__hypviz_sig = sig;"
         " const s = gd._fullLayout.sliders[0];"  # click the end farther from the active step
-        " const x = s.active >= s.steps.length / 2 ? r.left + 3 : r.right - 3;"
+        # a figure wider than its scrolling box: click the part of the rail the reader can see
+        " const b = (gd.closest('.hypviz-plotly-box') || gd).getBoundingClientRect();"
+        " const lo = Math.max(r.left, b.left), hi = Math.min(r.right, b.right);"
+        " const x = s.active >= s.steps.length / 2 ? lo + 3 : hi - 3;"
         " return JSON.stringify({x: x, y: r.top + r.height / 2, active: s.active, steps: s.steps.length}); })()"
         % json.dumps(div_id)
     ))

@@ -126,7 +126,8 @@ class SubmodulesDirective(Directive):
         lines: list[str] = []
         for sub in found:
             full = f"{name}.{sub}"
-            lines += [full, "-" * len(full), "", f".. automodule:: {full}", "   :members:", ""]
+            # each function where it is defined: a module's re-exports (in its __all__) are not repeated
+            lines += [full, "-" * len(full), "", f".. automodule:: {full}", "   :members:", "   :ignore-module-all:", ""]
         self.state_machine.insert_input(lines, source=f"<hypviz-submodules {name}>")
         return []
 

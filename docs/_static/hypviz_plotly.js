@@ -20,10 +20,18 @@
     }
     var fig = JSON.parse(script.textContent);
     var config = Object.assign({ responsive: true, displaylogo: false }, fig.config || {});
+    var layout = Object.assign({}, fig.layout || {});
+    // a figure of several panels side by side needs room: never narrower than 320 px a panel
+    // (its box scrolls sideways in a narrow column instead of overlapping the panels' labels)
+    var panels = Object.keys(layout).filter(function (k) { return /^xaxis\d*$/.test(k); }).length;
+    if (panels >= 2 && !layout.width && div.clientWidth < 320 * panels + 120) {
+      layout.width = 320 * panels + 120;
+      config.responsive = false;
+    }
     div.setAttribute("data-drawn", "pending");
     return Plotly.newPlot(div, {
       data: fig.data || [],
-      layout: fig.layout || {},
+      layout: layout,
       frames: fig.frames || [],
       config: config,
     }).then(function () {
