@@ -11,6 +11,8 @@ No sympy, no torch: plain Python.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -70,6 +72,36 @@ class DerivationError(AssertionError):
     """A derivation step did not verify; the message names the derivation and the step."""
 
 
+_TEX_SYMBOLS = {
+    "langle": "⟨", "rangle": "⟩", "to": "→", "infty": "∞", "le": "≤", "ge": "≥", "Delta": "Δ", "tau": "τ",
+    "kappa": "κ", "cdot": "·", "sup": "sup", "log": "log", "tanh": "tanh", "exp": "exp",
+}
+
+
+def _fraction(num: str, den: str) -> str:
+    wrap = lambda t: t if re.fullmatch(r"[\w^²]+", t) else f"({t})"  # noqa: E731
+    return f"{wrap(num)}/{wrap(den)}"
+
+
+def plain_text(text: str) -> str:
+    """``text`` with every ``$...$`` written in plain Unicode, for printed lines (no TeX left to read).
+
+    Covers what the derivations' titles use: ``\\frac``, ``\\mathrm``, ``\\|``, the Greek letters and
+    relations it knows, ``^2``; anything else keeps its letters without the backslash.
+    """
+
+    def convert(m: re.Match) -> str:
+        t = re.sub(r"\\mathrm\{([^{}]*)\}", r"\1", m.group(1)).replace("\\|", "‖")
+        t = re.sub(r"\\(langle)\s*", "⟨", t)
+        t = re.sub(r"\\([A-Za-z]+)", lambda s: s.group(0) if s.group(1) == "frac" else _TEX_SYMBOLS.get(s.group(1), s.group(1)), t)
+        t = t.replace("^2", "²")
+        t = re.sub(r"log\\frac\{([^{}]*)\}\{([^{}]*)\}", lambda f: f"log({_fraction(f.group(1), f.group(2))})", t)
+        t = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", lambda f: _fraction(f.group(1), f.group(2)), t)
+        return t.replace(" - ", " − ").replace("= -", "= −").replace("{", "").replace("}", "")
+
+    return re.sub(r"\$([^$]+)\$", convert, text)
+
+
 @dataclass
 class Report:
     """The checks of one derivation: ``ok`` when every step verified; ``str()`` tells which did not.
@@ -119,15 +151,17 @@ class Report:
     def summary(self) -> str:
         """One line, e.g. ``"<title>: all 9 steps verified: 5 genuine checks (+ 1 definition, 3 consequences)"``.
 
+        Printed text, so the title's ``$...$`` maths is written in plain Unicode (:func:`plain_text`).
         On a failure: the number, name and reason of the first failing step and how many failed.
         """
         n = len(self.results)
+        title = plain_text(self.title)
         if self.ok:
             where = f"; re-checked with d = {self.d} explicit coordinates" if self.d else ""
-            return f"{self.title}: all {n} steps verified: {_genuine_text(self.results)}{where}"
+            return f"{title}: all {n} steps verified: {_genuine_text(self.results)}{where}"
         first = self.first_failure
         what = f"{first.name}: {first.how}" if first.name else first.how
-        return f"{self.title}: FAILED at step {first.index} of {n} ({what}); {len(self.failures)} failing"
+        return f"{title}: FAILED at step {first.index} of {n} ({what}); {len(self.failures)} failing"
 
     def raise_if_failed(self) -> Report:
         """Return ``self`` when every step verified.

@@ -594,3 +594,13 @@ def test_lorentzian_weights_without_softmax_grow_with_distance(kk):
     # the farthest key gets the largest normalised weight, the nearest the largest softmax weight
     assert torch.equal(w.argmax(-1), sq.argmax(-1))
     assert torch.equal(torch.softmax(inner, -1).argmax(-1), sq.argmin(-1))
+
+
+def test_printed_summaries_hold_no_tex():
+    # the summaries are printed in the notebooks (plain text on the site): maths in Unicode, no $ or backslash
+    for name, d in hs.derivations().items():
+        line = d.check(d=None).summary()
+        assert "$" not in line and "\\" not in line, (name, line)
+    assert hs.derivations()["kl_supremum"].check(d=None).summary().startswith(
+        "The exact KL supremum: sup KL(P‖S) = log((e^Δ − 1)/Δ) − 1 + Δ/(e^Δ − 1) ≤ Δ²/8: all"
+    )
