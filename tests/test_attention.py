@@ -262,7 +262,7 @@ def test_bound_holds_on_every_row(points, dtype, r, a, b):
         assert bool((ref["kl"] <= att.kl_supremum(delta) + kl_slack).all())
 
 
-def test_delta_is_math_md_bound_and_equals_logit_gap(points):
+def test_delta_is_the_bound_and_equals_the_logit_gap(points):
     q, kk = points(40, 8, 2.0, seed=36), points(50, 8, 2.0, seed=37)
     tau = 1.3
     res = att.compare(q, kk, "spatial", "distance", temperature=tau)
