@@ -41,7 +41,8 @@ never from broadcasting ``N x M x d``.
 
 This module holds the maps; the rest of the public surface is importable from here but lives in
 a module per job: :func:`compare` in :mod:`hypviz.streaming` (its row-block kernels in
-:mod:`hypviz.block_stats`), :class:`Comparison` and :func:`verdict` in :mod:`hypviz.comparison`,
+:mod:`hypviz.block_stats`), :class:`Comparison` and :func:`verdict` in :mod:`hypviz.comparison`, :func:`compare_maps` (two
+given maps) in :mod:`hypviz.given_maps`,
 the bounds in :mod:`hypviz.bounds`, :func:`peak_tensor_memory` in :mod:`hypviz.memory`.
 :func:`top_attention` (one query's row and its strongest keys, tie-aware, as :class:`TopKeys`) lives
 in :mod:`hypviz.top_keys`.
@@ -63,13 +64,20 @@ __all__ = [
     "KINDS",
     "SOFTMAX_KINDS",
     "UNIFORM_TV",
+    "UNIFORM_PEAK",
     "CLOSE_RATIO",
+    "TOP1_WEIGHT",
+    "MAJORITY",
     "VERDICTS",
+    "ROW_VERDICTS",
     "verdict",
+    "overall_verdict",
+    "compare_maps",
     "scores",
     "attention_map",
     "focused_linear_map",
     "focused_linear_attention",
+    "distance_linear_attention",
     "TopKeys",
     "top_attention",
     "compare",
@@ -82,8 +90,9 @@ __all__ = [
 
 ArrayLike = Any
 
-#: The attention kinds, the softmax kinds (:data:`SOFTMAX_KINDS`) and ``"focused"`` (Hypformer's linear map).
-KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz", "focused")
+#: The attention kinds: the softmax kinds (:data:`SOFTMAX_KINDS`), ``"focused"`` (Hypformer's linear map) and
+#: ``"distance_rf"`` (the distance map by positive random features, :mod:`hypviz.random_features`).
+KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz", "focused", "distance_rf")
 #: The kinds whose map is a row softmax of :func:`scores` over a temperature.
 SOFTMAX_KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz")
 # coefficient c of the key-norm bias: logits(kind) = -1/2 |q - k|^2_L + c * q_t k_t + (row constant)
@@ -346,6 +355,8 @@ def attention_map(
     power: float = 2.0,
     norm_scale: float = 1.0,
     heads_axis: int | None = None,
+    features: int = 256,
+    seed: int = 0,
 ) -> torch.Tensor:
     r"""Attention map of ``kind``, shape ``(..., N, M)``; every row sums to 1.
 
@@ -358,7 +369,10 @@ def attention_map(
     ``"lorentz"`` is evaluated as ``"distance"``, which has the same softmax (identity 5), because
     the direct :math:`-q_t \kappa_t + q_s \cdot \kappa_s` loses the differences between keys when
     :math:`k` is large.  ``"focused"`` is Hypformer's linear map, :func:`focused_linear_map` with
-    ``power`` and ``norm_scale`` (no softmax; ``temperature`` is not used).
+    ``power`` and ``norm_scale`` (no softmax; ``temperature`` is not used).  ``"distance_rf"`` is the
+    implicit map of the linear-time distance attention, :func:`hypviz.random_features.distance_rf_map`
+    with ``features`` random features drawn from ``seed`` (orthogonal, with the first-order control
+    variate): an estimate of the ``"distance"`` map at ``temperature``.
 
     Parameters
     ----------
@@ -378,6 +392,8 @@ def attention_map(
     heads_axis : int, optional
         The heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's); the result is then
         heads-first, ``(H, N, M)``.
+    features, seed : int
+        The number of random features and their seed (``"distance_rf"`` only).
 
     Returns
     -------
@@ -398,6 +414,11 @@ def attention_map(
     if kind == "focused":
         q, kk, _, _, _ = _validate(queries, keys, k, heads_axis=heads_axis)
         return focused_linear_map(q, kk, power=power, norm_scale=norm_scale, k=k)
+    if kind == "distance_rf":
+        from hypviz.random_features import distance_rf_map
+
+        q, kk, _, _, _ = _validate(queries, keys, k, heads_axis=heads_axis)
+        return distance_rf_map(q, kk, k=k, temperature=temperature, features=features, seed=seed)
     q, kk, _, kf, batch = _validate(queries, keys, k, heads_axis=heads_axis)
     tau = _temperature(temperature, q.shape[-1] - 1)
     a, b = _operands(q, kk, kind, kf, 1.0 / tau, softmax=True)
@@ -567,12 +588,19 @@ class TopKeys(NamedTuple):
 _ELSEWHERE = {
     "compare": "hypviz.streaming",
     "Comparison": "hypviz.comparison",
+    "compare_maps": "hypviz.given_maps",
     "verdict": "hypviz.comparison",
+    "overall_verdict": "hypviz.comparison",
     "UNIFORM_TV": "hypviz.comparison",
+    "UNIFORM_PEAK": "hypviz.comparison",
     "CLOSE_RATIO": "hypviz.comparison",
+    "TOP1_WEIGHT": "hypviz.comparison",
+    "MAJORITY": "hypviz.comparison",
     "VERDICTS": "hypviz.comparison",
+    "ROW_VERDICTS": "hypviz.comparison",
     "peak_tensor_memory": "hypviz.memory",
     "top_attention": "hypviz.top_keys",
+    "distance_linear_attention": "hypviz.random_features",
 }
 
 

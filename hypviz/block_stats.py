@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from hypviz.attention import _softmax_rows_
+from hypviz.lorentz import dist, lift
 
 if TYPE_CHECKING:
     from hypviz.streaming import _Kind
@@ -58,20 +59,21 @@ def _weighted_sum(p: torch.Tensor, x: torch.Tensor, tmp: torch.Tensor) -> torch.
     return torch.mul(p, x, out=tmp).sum(dim=-1)
 
 
-def _tv_uniform_p(p: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
-    """``TV(P, U) = 1/2 sum_j |p_j - mean p| / sum_j p_j`` per row from computed softmax weights.
+def _tv_uniform_p(p: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``TV(P, U) = 1/2 sum_j |p_j - mean p| / sum_j p_j`` and the peak ``M max_j p_j / sum_j p_j`` per row, from computed softmax weights.
 
     Normalising by the computed sum cancels the rounding of the softmax's own normaliser (a factor
     common to the row); what is left is each weight's own rounding, at most ``~2 eps`` on ``TV``
     (:func:`_baseline` takes the rows where that is more than the logits' own rounding).
     """
     total = p.sum(dim=-1)
+    peak = p.amax(dim=-1) * p.shape[-1] / total
     mean = (total / p.shape[-1]).unsqueeze(-1)
-    return 0.5 * torch.sub(p, mean, out=tmp).abs_().sum(dim=-1) / total
+    return 0.5 * torch.sub(p, mean, out=tmp).abs_().sum(dim=-1) / total, peak
 
 
-def _baseline(l: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """``TV(softmax(l), U)`` per row, and whether ``l`` now holds the softmax (computed in place).
+def _baseline(l: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """``TV(softmax(l), U)`` and the peak ``M max_j P_j`` per row, and whether ``l`` now holds the softmax (computed in place).
 
     From the weights (:func:`_tv_uniform_p`), whose rounding moves ``TV`` by up to ``~2 eps``, on
     the rows where the logits' own rounding (``tol / 2`` per row, about as much on ``TV``) is larger;
@@ -80,12 +82,13 @@ def _baseline(l: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor) -> tuple[to
     """
     small = (tol < _P_ROUTE_EPS * torch.finfo(l.dtype).eps).nonzero().squeeze(-1)
     if len(small) == l.shape[0]:
-        return _tv_uniform(l, tmp), False
+        tv, peak = _tv_uniform(l, tmp)
+        return tv, peak, False
     exact = _tv_uniform(l.index_select(0, small), tmp[: len(small)]) if len(small) else None
-    tv = _tv_uniform_p(_softmax_rows_(l), tmp)
+    tv, peak = _tv_uniform_p(_softmax_rows_(l), tmp)
     if exact is not None:
-        tv[small] = exact
-    return tv, True
+        tv[small], peak[small] = exact
+    return tv, peak, True
 
 
 def _rank_stats(
@@ -114,9 +117,11 @@ def _rank_stats(
     a_in_b = torch.gather(lb, -1, ia) >= vb[:, -1:] - tb
     both = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1))
     out["overlap"][sl] = both.to(la.dtype) / t_k
-    top1[sl] = (torch.gather(la, -1, ib[:, :1]) >= va[:, :1] - ta).squeeze(-1) | (
-        torch.gather(lb, -1, ia[:, :1]) >= vb[:, :1] - tb
-    ).squeeze(-1)
+    # each map's log-weight on the other's favourite key, below its own largest (0 when tied within rounding)
+    short_a = (va[:, :1] - torch.gather(la, -1, ib[:, :1]) - ta).clamp_min_(0.0).squeeze(-1)
+    short_b = (vb[:, :1] - torch.gather(lb, -1, ia[:, :1]) - tb).clamp_min_(0.0).squeeze(-1)
+    top1[sl] = (short_a == 0) | (short_b == 0)
+    out["fav"][sl] = torch.exp(-torch.maximum(short_a, short_b))
     if rank:
         m = la.shape[-1]
         ra = la.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
@@ -125,21 +130,29 @@ def _rank_stats(
         out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
 
 
-def _tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
-    """``TV(softmax(l), U)`` per row without cancellation: ``1/2 mean_j |e^{u_j} - mean e^u| / mean e^u``, ``u = l - mean l``."""
+def _tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``TV(softmax(l), U)`` and the peak ``M max_j P_j`` per row without cancellation.
+
+    With ``u = l - mean l``: ``TV = 1/2 mean_j |e^{u_j} - mean e^u| / mean e^u`` and
+    ``M max_j P_j = e^{max u} / mean e^u``.
+    """
     u = torch.sub(l, l.mean(dim=-1, keepdim=True), out=tmp)
-    wide = (u.amax(dim=-1) - u.amin(dim=-1)) > _TILT_MAX_GAP
+    u_max = u.amax(dim=-1)
+    wide = (u_max - u.amin(dim=-1)) > _TILT_MAX_GAP
     any_wide = bool(wide.any())
     if any_wide:
         u.masked_fill_(wide.unsqueeze(-1), 0.0)
+        u_max = u_max.masked_fill(wide, 0.0)
     e = u.expm1_()
     mean = e.mean(dim=-1)
+    peak = torch.exp(u_max) / (1.0 + mean)
     tv = 0.5 * e.sub_(mean.unsqueeze(-1)).abs_().mean(dim=-1) / (1.0 + mean)
     if any_wide:
         idx = wide.nonzero().squeeze(-1)
         p = torch.softmax(l[idx], dim=-1)
         tv[idx] = 0.5 * (p - 1.0 / l.shape[-1]).abs().sum(dim=-1)
-    return tv
+        peak[idx] = p.amax(dim=-1) * l.shape[-1]
+    return tv, peak
 
 
 def _block_stats(
@@ -176,3 +189,28 @@ def _block_stats(
         h, rows = sl
         out["kl"][h, rows.start + idx] = kl_w
         out["tv"][h, rows.start + idx] = tv_w
+
+
+def _output_stats(
+    pa: torch.Tensor, pb: torch.Tensor, v: torch.Tensor, v_uniform: torch.Tensor, kf: float | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""Distances between the two attention outputs of a row block, and of each from the uniform row's output.
+
+    The outputs are the weighted averages :math:`m = \sum_j P_{ij} v_j` (``pa @ v``, ``pb @ v``;
+    ``v_uniform`` is :math:`\operatorname{mean}_j v_j`).  With ``kf`` (values on the hyperboloid
+    :math:`\langle v, v\rangle_L = -k`) each average is taken to the manifold as the Lorentzian
+    centroid :math:`\sqrt{k}\, m / \sqrt{-\langle m, m\rangle_L}` (the aggregation of Hypformer's
+    full mode) and distances are geodesic; without it they are Euclidean.  Returns ``(gap,
+    from_uniform_a, from_uniform_b)``, one value per row.
+    """
+    oa, ob = pa @ v, pb @ v
+    ou = v_uniform.expand_as(oa)
+    if kf is None:
+        return (oa - ob).norm(dim=-1), (oa - ou).norm(dim=-1), (ob - ou).norm(dim=-1)
+
+    def centroid(m: torch.Tensor) -> torch.Tensor:  # its spatial part, lifted (time recomputed)
+        norm2 = m[..., :1].square() - m[..., 1:].square().sum(dim=-1, keepdim=True)
+        return lift(m[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(torch.finfo(m.dtype).tiny).sqrt()), kf)
+
+    ca, cb, cu = centroid(oa), centroid(ob), centroid(ou)
+    return dist(ca, cb, kf), dist(ca, cu, kf), dist(cb, cu, kf)

@@ -1,8 +1,9 @@
-"""The result of :func:`hypviz.attention.compare` and how to read it: baselines and verdicts.
+"""The result of :func:`hypviz.attention.compare` (and :func:`hypviz.attention.compare_maps`) and how to read it: baselines and verdicts.
 
 :class:`Comparison` holds the per-row statistics of two attention maps (``b`` the reference) and
-their summaries; :func:`verdict` reads a comparison against the uniform row: *close*,
-*different* or *uninformative*.
+their summaries; :func:`verdict` reads one row against the uniform row and the rounding level:
+*identical*, *close*, *different* or *uninformative*; :func:`overall_verdict` reads many rows from
+the fractions of their verdicts (*mixed* when they disagree).
 """
 
 from __future__ import annotations
@@ -13,44 +14,158 @@ from typing import Any
 
 import torch
 
-__all__ = ["UNIFORM_TV", "CLOSE_RATIO", "VERDICTS", "verdict", "Comparison"]
+__all__ = [
+    "UNIFORM_TV",
+    "UNIFORM_PEAK",
+    "CLOSE_RATIO",
+    "TOP1_WEIGHT",
+    "MAJORITY",
+    "VERDICTS",
+    "ROW_VERDICTS",
+    "verdict",
+    "row_verdicts",
+    "overall_verdict",
+    "describe_fractions",
+    "verdict_rule",
+    "Comparison",
+]
 
 UNIFORM_TV = 0.05
-"""A row whose total variation from the uniform row is below this is *near uniform* (:func:`verdict`)."""
+r"""A map is *near uniform* on a row when :math:`\mathrm{TV}(P, U) <` this and no key gets :data:`UNIFORM_PEAK` times its uniform weight (:func:`verdict`)."""
+UNIFORM_PEAK = 2.0
+r"""A map is *near uniform* on a row only when :math:`M \max_j P_j <` this: no key gets twice the uniform weight :math:`1/M` (:func:`verdict`)."""
 CLOSE_RATIO = 0.25
-r"""Two maps are *close* when :math:`\mathrm{TV}(P_a, P_b) \le 0.25\,\mathrm{TV}(P_b, U)`, this ratio times the reference's baseline (:func:`verdict`)."""
-#: The three readings :func:`verdict` gives.
-VERDICTS: tuple[str, ...] = ("close", "different", "uninformative")
+r"""Two maps are *close* on a row when :math:`\mathrm{TV}(P_a, P_b) \le 0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))` (and they agree on the favourite key, :data:`TOP1_WEIGHT`)."""
+TOP1_WEIGHT = 0.9
+r"""*Close* also needs each map to give the other's favourite key at least this fraction of its own largest weight (:func:`verdict`)."""
+MAJORITY = 0.9
+"""The verdict of a whole comparison is the row verdict of at least this fraction of its rows, else ``"mixed"`` (:func:`overall_verdict`)."""
+#: The row verdicts of :func:`verdict`, in the order of their codes.
+ROW_VERDICTS: tuple[str, ...] = ("identical", "close", "different", "uninformative")
+#: Every verdict a comparison can get: the row verdicts and ``"mixed"`` (:func:`overall_verdict`).
+VERDICTS: tuple[str, ...] = ROW_VERDICTS + ("mixed",)
 
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}"
 
 
-def verdict(tv: float, tv_uniform_a: float, tv_uniform_b: float) -> str:
-    r"""Plain-language reading of a comparison, from its scale-free measures only; ``b`` is the reference.
+def verdict(
+    tv: float,
+    tv_uniform_a: float,
+    tv_uniform_b: float,
+    *,
+    peak_a: float,
+    peak_b: float,
+    top1_weight: float,
+    tolerance: float = 0.0,
+) -> str:
+    r"""Plain-language reading of ONE row of a comparison; symmetric in the two maps.
 
-    With :math:`U` the uniform row:
+    With :math:`U` the uniform row over the :math:`M` keys, in this order:
 
-    * ``"uninformative"`` when both maps are near uniform, :math:`\mathrm{TV}(P_a, U) < 0.05` and
-      :math:`\mathrm{TV}(P_b, U) < 0.05`: any two near-uniform maps have a small TV, so it says nothing;
-    * else ``"close"`` when the gap is small next to the reference's own structure,
-      :math:`\mathrm{TV}(P_a, P_b) \le 0.25\, \mathrm{TV}(P_b, U)`;
+    * ``"identical"`` when :math:`\mathrm{TV}(P_a, P_b) \le` ``tolerance``, the rounding level of
+      the computation (:attr:`Comparison.tv_tolerance`): the maps are equal up to rounding, whatever
+      their distance from uniform;
+    * ``"uninformative"`` when BOTH maps are near uniform: :math:`\mathrm{TV}(P, U) < 0.05` and
+      :math:`M \max_j P_j < 2` (no key gets twice its uniform weight :math:`1/M`, so the test scales
+      with :math:`M`): any two such maps are close in TV, so a small TV says nothing;
+    * ``"close"`` when the gap is small next to the structure of BOTH maps,
+      :math:`\mathrm{TV}(P_a, P_b) \le 0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))`, AND they
+      agree on the key that carries the weight: each map gives the other's favourite key at least
+      :math:`0.9` of its own largest weight (``top1_weight``, tie-aware);
     * else ``"different"``.
 
-    ``tv``, ``tv_uniform_a`` and ``tv_uniform_b`` are :math:`\mathrm{TV}(P_a, P_b)`,
-    :math:`\mathrm{TV}(P_a, U)` and :math:`\mathrm{TV}(P_b, U)` (of one row, or means over rows).
-    The thresholds are :data:`UNIFORM_TV` and :data:`CLOSE_RATIO`; an absolute TV alone is never read.
+    ``tv``, ``tv_uniform_a``, ``tv_uniform_b`` are :math:`\mathrm{TV}(P_a, P_b)`,
+    :math:`\mathrm{TV}(P_a, U)`, :math:`\mathrm{TV}(P_b, U)`; ``peak_a``, ``peak_b`` are
+    :math:`M \max_j P_{a,j}` and :math:`M \max_j P_{b,j}`; ``top1_weight`` is
+    :math:`\min\bigl(P_{a}[\arg\max P_b] / \max P_a,\; P_{b}[\arg\max P_a] / \max P_b\bigr)`.
+    The thresholds are :data:`UNIFORM_TV`, :data:`UNIFORM_PEAK`, :data:`CLOSE_RATIO` and
+    :data:`TOP1_WEIGHT`; notebook 05 derives them and shows the calibration table
+    (:func:`hypviz.calibration.cases`) the tests hold this rule to.  A whole comparison is read
+    from the fractions of its rows (:func:`overall_verdict`), never from row means.
     """
-    if tv_uniform_a < UNIFORM_TV and tv_uniform_b < UNIFORM_TV:
-        return "uninformative"
-    return "close" if tv <= CLOSE_RATIO * tv_uniform_b else "different"
+    return ROW_VERDICTS[
+        int(
+            row_verdicts(
+                torch.tensor([float(tv)]),
+                torch.tensor([float(tv_uniform_a)]),
+                torch.tensor([float(tv_uniform_b)]),
+                torch.tensor([float(peak_a)]),
+                torch.tensor([float(peak_b)]),
+                torch.tensor([float(top1_weight)]),
+                torch.tensor([float(tolerance)]),
+            )[0]
+        )
+    ]
 
 
-def _row_verdicts(tv: torch.Tensor, ua: torch.Tensor, ub: torch.Tensor) -> torch.Tensor:
-    """Per-row verdict codes (indices into :data:`VERDICTS`), same rule as :func:`verdict`."""
-    code = torch.where(tv <= CLOSE_RATIO * ub, 0, 1)
-    return torch.where((ua < UNIFORM_TV) & (ub < UNIFORM_TV), 2, code).to(torch.int8)
+def row_verdicts(
+    tv: torch.Tensor,
+    ua: torch.Tensor,
+    ub: torch.Tensor,
+    peak_a: torch.Tensor,
+    peak_b: torch.Tensor,
+    top1_weight: torch.Tensor,
+    tolerance: torch.Tensor,
+) -> torch.Tensor:
+    """The rule of :func:`verdict` on every row at once: codes, indices into :data:`ROW_VERDICTS` (``int8``, the rows' shape)."""
+    tv, ua, ub = tv.double(), ua.double(), ub.double()
+    near_a = (ua < UNIFORM_TV) & (peak_a.double() < UNIFORM_PEAK)
+    near_b = (ub < UNIFORM_TV) & (peak_b.double() < UNIFORM_PEAK)
+    close = (tv <= CLOSE_RATIO * torch.minimum(ua, ub)) & (top1_weight.double() >= TOP1_WEIGHT)
+    code = torch.where(close, 1, 2)
+    code = torch.where(near_a & near_b, 3, code)
+    code = torch.where(tv <= tolerance.double(), 0, code)
+    return code.to(torch.int8)
+
+
+def _fractions(codes: torch.Tensor) -> dict[str, float]:
+    flat = codes.reshape(-1)
+    n = max(1, flat.numel())
+    return {name: float((flat == i).sum()) / n for i, name in enumerate(ROW_VERDICTS)}
+
+
+def overall_verdict(fractions: dict[str, float]) -> str:
+    r"""The verdict of many rows from the fraction of rows with each row verdict (:data:`MAJORITY` = 0.9).
+
+    ``"identical"`` when at least 90 % of the rows are identical; else ``"close"`` when at least 90 %
+    are identical or close; else ``"uninformative"`` or ``"different"`` when at least 90 % of the
+    rows are; otherwise ``"mixed"``: the rows disagree, and the fractions say how.  A minority of
+    rows (up to 10 %) can therefore never be hidden by a mean, and the fractions are always reported.
+    """
+    f = {name: float(fractions.get(name, 0.0)) for name in ROW_VERDICTS}
+    if f["identical"] >= MAJORITY:
+        return "identical"
+    if f["identical"] + f["close"] >= MAJORITY:
+        return "close"
+    for name in ("uninformative", "different"):
+        if f[name] >= MAJORITY:
+            return name
+    return "mixed"
+
+
+def describe_fractions(fractions: dict[str, float]) -> str:
+    """``"83% different, 17% uninformative"``: the nonzero fractions, largest first, in whole percent (``<1%`` for a few rows)."""
+    parts = []
+    for name, f in sorted(fractions.items(), key=lambda kv: (-kv[1], ROW_VERDICTS.index(kv[0]))):
+        if f > 0:
+            pct = round(100 * f)
+            parts.append(f"{'<1' if pct == 0 else ('>99' if pct == 100 and f < 1 else pct)}% {name}")
+    return ", ".join(parts) or "no rows"
+
+
+def verdict_rule() -> dict[str, str]:
+    """The rule of :func:`verdict` and :func:`overall_verdict` in words, with the thresholds (for ``metrics.json`` and the reports)."""
+    return {
+        "identical": "TV(P_a, P_b) within the rounding level of the computation (tv_tolerance)",
+        "uninformative": f"both maps near uniform: TV(P, uniform) < {UNIFORM_TV} and M max_j P_j < {UNIFORM_PEAK:g}",
+        "close": f"TV(P_a, P_b) <= {CLOSE_RATIO} x min(TV(P_a, uniform), TV(P_b, uniform)) and each map gives the other's "
+                 f"favourite key >= {TOP1_WEIGHT} of its own largest weight",
+        "different": "otherwise",
+        "mixed": f"a comparison (or head) whose rows disagree: no row verdict holds on {MAJORITY:.0%} of its rows "
+                 "(identical counts as close); the fractions are reported",
+    }
 
 
 def _mean(t: torch.Tensor | None) -> float | None:
@@ -77,6 +192,16 @@ class Comparison:
       maximum;
     * ``topk_overlap``: the fraction of one map's top-k keys that are (within rounding, the same
       way) among the other's top k, the larger of the two directions;
+    * ``top1_weight``: :math:`\min(P_a[\arg\max P_b] / \max P_a,\ P_b[\arg\max P_a] / \max P_b)`,
+      how much of its own largest weight each map gives the other's favourite key (1 when they
+      agree, tie-aware);
+    * ``peak_a``, ``peak_b``: :math:`M \max_j P_j`, the largest weight in units of the uniform
+      weight :math:`1/M` (1 for the uniform row, :math:`M` for a one-hot row);
+    * ``tv_tolerance``: the TV that rounding alone can produce between two maps equal in exact
+      arithmetic (from the logits' rounding bounds; for given maps, from their dtype);
+    * ``output_gap``, ``output_uniform_a``, ``output_uniform_b`` (only with ``values=``): the
+      distance between the two attention outputs, and each output's distance from the output of
+      the uniform row (see :func:`hypviz.attention.compare`);
     * ``spearman``: the Spearman rank correlation :math:`1 - 6 \sum_j d_j^2 / (M (M^2 - 1))` of the
       two rows' ranks (ties are ranked in the order the sort returns: not tie-aware), ``None`` when
       not computed.
@@ -107,15 +232,15 @@ class Comparison:
 
     a: str
     b: str
-    k: float
-    temperature: float
+    k: float | None
+    temperature: float | None
     topk: int
     device: str
     dtype: str
     batch_shape: tuple[int, ...]
     n_queries: int
     n_keys: int
-    dim: int
+    dim: int | None
     block_rows: int
     n_blocks: int
     kl: torch.Tensor
@@ -125,6 +250,14 @@ class Comparison:
     logit_gap: torch.Tensor
     top1: torch.Tensor
     topk_overlap: torch.Tensor
+    top1_weight: torch.Tensor | None = None
+    peak_a: torch.Tensor | None = None
+    peak_b: torch.Tensor | None = None
+    tv_tolerance: torch.Tensor | None = None
+    output_gap: torch.Tensor | None = None
+    output_uniform_a: torch.Tensor | None = None
+    output_uniform_b: torch.Tensor | None = None
+    output_metric: str | None = None
     spearman: torch.Tensor | None = None
     delta: torch.Tensor | None = None
     tv_bound: torch.Tensor | None = None
@@ -181,15 +314,44 @@ class Comparison:
         return None if base == 0.0 else self.mean_tv / base
 
     @property
-    def verdict(self) -> str:
-        """The :func:`verdict` of the row means of ``tv``, ``tv_uniform_a`` and ``tv_uniform_b`` (``"close"``, ``"different"`` or ``"uninformative"``)."""
-        return verdict(self.mean_tv, self.mean_tv_uniform_a, self.mean_tv_uniform_b)
+    def row_verdict_codes(self) -> torch.Tensor:
+        """Each row's :func:`verdict`, as codes into :data:`ROW_VERDICTS` (``int8``, the rows' shape)."""
+        return row_verdicts(
+            self.tv, self.tv_uniform_a, self.tv_uniform_b, self.peak_a, self.peak_b, self.top1_weight, self.tv_tolerance
+        )
 
     @property
     def row_verdicts(self) -> dict[str, float]:
-        """Fraction of the rows with each verdict, ``{"close": ..., "different": ..., "uninformative": ...}`` (:func:`verdict` row by row)."""
-        codes = _row_verdicts(self.tv.double(), self.tv_uniform_a.double(), self.tv_uniform_b.double()).reshape(-1)
-        return {name: float((codes == i).double().mean()) for i, name in enumerate(VERDICTS)}
+        """Fraction of the rows with each row verdict, ``{"identical": ..., "close": ..., "different": ..., "uninformative": ...}``."""
+        return _fractions(self.row_verdict_codes)
+
+    @property
+    def verdict(self) -> str:
+        """The comparison's verdict: :func:`overall_verdict` of :attr:`row_verdicts` (a row verdict held by at least 90 % of the rows, else ``"mixed"``)."""
+        return overall_verdict(self.row_verdicts)
+
+    def head_verdicts(self) -> list[tuple[str, dict[str, float]]]:
+        """Per head (the flattened leading axes): its verdict and its rows' fractions, by the same rule."""
+        codes = self.row_verdict_codes.reshape(-1, self.n_queries)
+        return [(overall_verdict(f), f) for f in (_fractions(c) for c in codes)]
+
+    @property
+    def has_outputs(self) -> bool:
+        """Whether the attention outputs were compared (``values=``)."""
+        return self.output_gap is not None
+
+    @property
+    def mean_output_gap(self) -> float | None:
+        """Mean of ``output_gap`` (``None`` without ``values=``)."""
+        return _mean(self.output_gap)
+
+    @property
+    def output_ratio(self) -> float | None:
+        r"""The output gap next to its baseline, :math:`\overline{\mathrm{gap}} / \overline{d(o_b, o_U)}` (means over rows; ``None`` without values or when the baseline is 0)."""
+        if self.output_gap is None:
+            return None
+        base = float(self.output_uniform_b.double().mean())
+        return None if base == 0.0 else self.mean_output_gap / base
 
     @property
     def max_delta(self) -> float | None:
@@ -292,6 +454,15 @@ class Comparison:
             "n_blocks": self.n_blocks,
             "verdict": self.verdict,
             "row_verdicts": self.row_verdicts,
+            "mean_top1_weight": _mean(self.top1_weight),
+            "mean_peak_a": _mean(self.peak_a),
+            "mean_peak_b": _mean(self.peak_b),
+            "max_tv_tolerance": None if self.tv_tolerance is None else float(self.tv_tolerance.max()),
+            "mean_output_gap": self.mean_output_gap,
+            "mean_output_uniform_a": _mean(self.output_uniform_a),
+            "mean_output_uniform_b": _mean(self.output_uniform_b),
+            "output_ratio": self.output_ratio,
+            "output_metric": self.output_metric,
             "mean_tv": self.mean_tv,
             "max_tv": self.max_tv,
             "mean_tv_uniform_a": self.mean_tv_uniform_a,
@@ -325,10 +496,12 @@ class Comparison:
         lead = f"{self.batch_shape} x " if self.batch_shape else ""
         where = f" on {self.device}" if show_device else ""
         ratio = self.gap_ratio
+        setup = "" if self.dim is None else f", d = {self.dim}, k = {_fmt(self.k)}, tau = {_fmt(self.temperature)}"
         lines = [
-            f"Comparison {self.a!r} (P_a) vs {self.b!r} (P_b): {lead}{self.n_queries} queries x {self.n_keys} keys, "
-            f"d = {self.dim}, k = {_fmt(self.k)}, tau = {_fmt(self.temperature)}, {self.dtype}{where}",
-            f"  verdict: {self.verdict}" + ("" if ratio is None else f"  (gap / baseline {_fmt(ratio)})"),
+            f"Comparison {self.a!r} (P_a) vs {self.b!r} (P_b): {lead}{self.n_queries} queries x {self.n_keys} keys"
+            f"{setup}, {self.dtype}{where}",
+            f"  verdict: {self.verdict}  (rows: {describe_fractions(self.row_verdicts)})"
+            + ("" if ratio is None else f"  gap / baseline {_fmt(ratio)}"),
         ]
         if self.sampled:
             lo, hi = self.ci("tv")[1:]
@@ -344,8 +517,13 @@ class Comparison:
             f"  top-1 agreement {_fmt(self.top1_agreement)}   top-{self.topk} overlap {_fmt(self.topk_agreement)}"
             + ("" if self.spearman is None else f"   Spearman {_fmt(self.rank_correlation)}"),
         ]
+        if self.has_outputs:
+            lines.append(
+                f"  outputs ({self.output_metric}): gap mean {_fmt(self.mean_output_gap)}  "
+                f"baseline d(o_b, o_uniform) mean {_fmt(_mean(self.output_uniform_b))}  ratio {_fmt(self.output_ratio)}"
+            )
         if self.bound_met is None:
-            lines.append(f"  softmax bound: not applicable ({'focused' if 'focused' in (self.a, self.b) else ''} map is no softmax)")
+            lines.append("  softmax bound: not applicable (it holds between two softmax maps whose logits differ by the key-norm bias)")
         else:
             met = int(self.bound_met.sum())
             lines.append(

@@ -12,14 +12,11 @@ reference) with the distance softmax
 
 and the question-and-answer thread's spatial softmax
 :math:`\mathrm{softmax}_j(q_{s,i}\cdot\kappa_{s,j}/\tau)` with the same reference, each read
-against both maps' distance from the uniform row :math:`U`, with a verdict
-(:func:`hypviz.attention.verdict`, on the means over a head's queries):
-
-.. math::
-
-    \text{uninformative if } \mathrm{TV}(P_a, U) < 0.05 \text{ and } \mathrm{TV}(P_b, U) < 0.05,
-    \quad\text{else close if } \mathrm{TV}(P_a, P_b) \le 0.25\,\mathrm{TV}(P_b, U),
-    \quad\text{else different.}
+against both maps' distance from the uniform row :math:`U`, with a verdict per head by the same
+rule as everywhere (:func:`hypviz.attention.verdict` row by row, then
+:func:`hypviz.attention.overall_verdict`: the verdict of at least 90 % of the head's rows, else
+*mixed*).  Where the record holds the layer's values, the two attention outputs (Lorentzian
+centroids) are compared too, against the uniform row's output.
 
 Per layer it shows where the differences sit: the per-row gap against the query's norm, the
 per-head gap against the spread :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j}` of the key
@@ -43,6 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from hypviz import attention
+from hypviz.comparison import verdict_rule
 from hypviz.report import fmt, json_ready, per_head
 from hypviz.report_figures import layers_figure, png_bytes
 
@@ -109,9 +107,9 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
                 rec.queries, rec.keys, rec.kind, "distance",
                 power=rec.power if rec.power is not None else 2.0,
                 norm_scale=rec.norm_scale if rec.norm_scale is not None else 1.0,
-                **common,
+                values=rec.values, **common,
             )
-        thread = attention.compare(rec.queries, rec.keys, "spatial", "distance", **common)
+        thread = attention.compare(rec.queries, rec.keys, "spatial", "distance", values=rec.values, **common)
         results.append(LayerResult(label, rec, tau, own, thread))
     return results
 
@@ -187,11 +185,7 @@ def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, A
         "inputs": meta,
         "layers": layers,
         "worst_queries": worst_queries(results),
-        "verdict_rule": {
-            "close": f"mean TV(P_a, P_b) <= {attention.CLOSE_RATIO} x mean TV(P_b, uniform)",
-            "uninformative": f"both maps within mean TV {attention.UNIFORM_TV} of the uniform row",
-            "different": "otherwise",
-        },
+        "verdict_rule": verdict_rule(),
     })
 
 
@@ -262,8 +256,10 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
             if count > max_rows:
                 continue
             model = ("model's map = distance softmax" if own is None else
-                     f"model's map {own[h]['verdict']:<13} (TV {fmt(own[h]['mean_tv'])}, baseline {fmt(own[h]['mean_tv_uniform_b'])})")
-            lines.append(f"    head {h}: {model} | spatial softmax {th['verdict']} (TV {fmt(th['mean_tv'])})")
+                     f"model's map {own[h]['verdict']:<13} (TV {fmt(own[h]['mean_tv'])}, TV(model, U) "
+                     f"{fmt(own[h]['mean_tv_uniform_a'])}, TV(dist, U) {fmt(own[h]['mean_tv_uniform_b'])})")
+            lines.append(f"    head {h}: {model} | spatial softmax {th['verdict']} (TV {fmt(th['mean_tv'])}, "
+                         f"TV(spatial, U) {fmt(th['mean_tv_uniform_a'])}, TV(dist, U) {fmt(th['mean_tv_uniform_b'])})")
     if count > max_rows:
         lines.append(f"    ... {count - max_rows} more heads in metrics.json")
     lines.append(f"report: {out / 'report.html'}")

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from hypviz import attention
+from hypviz.comparison import describe_fractions, verdict_rule
 from hypviz.inputs import Inputs, Settings
 from hypviz.report_figures import figures, plotly_rows, png_bytes
 
@@ -53,6 +54,10 @@ ROW_FIELDS = (
     "tv_uniform_b",
     "top1",
     "topk_overlap",
+    "top1_weight",
+    "peak_a",
+    "peak_b",
+    "tv_tolerance",
     "spearman",
     "logit_gap",
     "delta",
@@ -109,17 +114,18 @@ def _flat(t: torch.Tensor, n: int) -> torch.Tensor:
 def per_head(comp: attention.Comparison) -> list[dict[str, Any]]:
     r"""Per head (flat leading index), the summary statistics of a :class:`hypviz.attention.Comparison` as a dict.
 
-    Keys: ``verdict``, ``mean_tv``, ``max_tv``, ``mean_tv_uniform_a``, ``mean_tv_uniform_b``,
+    Keys: ``verdict`` and ``row_verdicts`` (the head's rows read by :func:`hypviz.attention.verdict`
+    and :func:`hypviz.attention.overall_verdict`: the verdict of at least 90 % of its rows, else
+    ``"mixed"``), ``mean_tv``, ``max_tv``, ``mean_tv_uniform_a``, ``mean_tv_uniform_b``,
     ``gap_ratio``, ``mean_kl``, ``max_kl``, ``top1_agreement``, ``topk_agreement``,
-    ``rank_correlation``, ``mean_delta``, ``bound_met_fraction`` (``None`` where the comparison
-    does not have the field), with the means taken over the head's query rows and
+    ``rank_correlation``, ``mean_delta``, ``bound_met_fraction``, ``output_ratio`` (``None`` where
+    the comparison does not have the field), with the means taken over the head's query rows and
 
     .. math::
 
         \mathrm{gap\_ratio} = \frac{\operatorname{mean} \mathrm{TV}(P_a, P_b)}{\operatorname{mean} \mathrm{TV}(P_b, U)}
 
-    (``None`` when the denominator is 0); the verdict is :func:`hypviz.attention.verdict` of the
-    three means.
+    (``None`` when the denominator is 0).
     """
     n = comp.n_queries
 
@@ -129,12 +135,15 @@ def per_head(comp: attention.Comparison) -> list[dict[str, Any]]:
     tv, kl, ua, ub = flat(comp.tv), flat(comp.kl), flat(comp.tv_uniform_a), flat(comp.tv_uniform_b)
     top1, topk, rho = flat(comp.top1), flat(comp.topk_overlap), flat(comp.spearman)
     delta, met = flat(comp.delta), flat(comp.bound_met)
+    og, oub = flat(comp.output_gap), flat(comp.output_uniform_b)
     rows = []
-    for h in range(tv.shape[0]):
+    for h, (head_verdict, fractions) in enumerate(comp.head_verdicts()):
         mean_tv, base_a, base_b = float(tv[h].mean()), float(ua[h].mean()), float(ub[h].mean())
+        out_base = None if oub is None else float(oub[h].mean())
         rows.append(
             {
-                "verdict": attention.verdict(mean_tv, base_a, base_b),
+                "verdict": head_verdict,
+                "row_verdicts": fractions,
                 "mean_tv": mean_tv,
                 "max_tv": float(tv[h].max()),
                 "mean_tv_uniform_a": base_a,
@@ -147,6 +156,7 @@ def per_head(comp: attention.Comparison) -> list[dict[str, Any]]:
                 "rank_correlation": None if rho is None else float(rho[h].mean()),
                 "mean_delta": None if delta is None else float(delta[h].mean()),
                 "bound_met_fraction": None if met is None else float(met[h].mean()),
+                "output_ratio": None if not out_base else float(og[h].mean()) / out_base,
             }
         )
     return rows
@@ -254,11 +264,7 @@ def metrics(result: Result, options: dict[str, Any] | None = None) -> dict[str, 
             "comparisons": heads_out,
             "rows_file": "rows.npz",
             "row_fields": list(ROW_FIELDS),
-            "verdict_rule": {
-                "close": f"mean TV(P_a, P_b) <= {attention.CLOSE_RATIO} x mean TV(P_b, uniform)",
-                "uninformative": f"both maps within mean TV {attention.UNIFORM_TV} of the uniform row",
-                "different": "otherwise",
-            },
+            "verdict_rule": verdict_rule(),
         }
     )
 
@@ -333,9 +339,10 @@ def summary(result: Result, out: Path, files: list[str], show_inputs: bool = Fal
             check = "theory check n/a"
         lines.append(
             f"  {f'{comp.a} vs {comp.b}':<{width}}  {comp.verdict:<13} TV mean {fmt(comp.mean_tv):>8} | "
-            f"baseline TV(P_b, U) {fmt(comp.mean_tv_uniform_b):>8} | gap/baseline {fmt(comp.gap_ratio):>6} | "
-            f"top-1 {fmt(comp.top1_agreement)} | {check}"
+            f"TV(P_a, U) {fmt(comp.mean_tv_uniform_a):>8}  TV(P_b, U) {fmt(comp.mean_tv_uniform_b):>8} | "
+            f"gap/baseline {fmt(comp.gap_ratio):>6} | top-1 {fmt(comp.top1_agreement)} | {check}"
         )
+        lines.append(f"  {'':<{width}}  rows: {describe_fractions(comp.row_verdicts)}")
     if len(result.inputs.head_labels) > 1:
         lines.append(f"  per head ({comp0.a} vs {comp0.b}):")
         heads = per_head(comp0)

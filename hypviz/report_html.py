@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any, Sequence
 
 from hypviz import attention
+from hypviz.comparison import describe_fractions, verdict_rule
 from hypviz.model_report import LayerResult, worst_queries
 from hypviz.report import ROW_FIELDS, Result, fmt, per_head
 from hypviz.report_figures import MAX_SCATTER
@@ -40,10 +41,18 @@ def table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def verdict_html(v: str) -> str:
-    """A verdict in its colour: close (green), different (red), uninformative (grey)."""
-    cls = {"close": "ok", "different": "bad", "uninformative": "note"}[v]
-    return f'<span class="{cls}">{v}</span>'
+def verdict_html(v: str, fractions: dict[str, float] | None = None) -> str:
+    """A verdict in its colour: identical and close (green), different (red), uninformative (grey), mixed (amber);
+    with ``fractions``, the rows' verdicts beside it when they are not all one."""
+    cls = {"identical": "ok", "close": "ok", "different": "bad", "uninformative": "note", "mixed": "warn"}[v]
+    rows = "" if fractions is None or max(fractions.values()) == 1.0 else f' <small>({html.escape(describe_fractions(fractions))})</small>'
+    return f'<span class="{cls}">{v}</span>{rows}'
+
+
+def _rule_html() -> str:
+    """The verdict rule (:func:`hypviz.comparison.verdict_rule`) as one HTML sentence."""
+    rule = verdict_rule()
+    return "; ".join(f"<i>{html.escape(name)}</i>: {html.escape(text)}" for name, text in rule.items()) + "."
 
 
 def _bound_html(comp: attention.Comparison) -> str:
@@ -80,7 +89,7 @@ def _verdict_table(result: Result) -> str:
     rows = [
         [
             html.escape(f"{comp.a} vs {comp.b}"),
-            verdict_html(comp.verdict),
+            verdict_html(comp.verdict, comp.row_verdicts),
             fmt(comp.mean_tv),
             fmt(comp.mean_tv_uniform_a),
             fmt(comp.mean_tv_uniform_b),
@@ -102,7 +111,7 @@ def _head_tables(result: Result) -> str:
     out = []
     for comp in result.comparisons:
         rows = [
-            [e(label), verdict_html(h["verdict"]), fmt(h["mean_tv"]), fmt(h["max_tv"]), fmt(h["mean_tv_uniform_a"]),
+            [e(label), verdict_html(h["verdict"], h["row_verdicts"]), fmt(h["mean_tv"]), fmt(h["max_tv"]), fmt(h["mean_tv_uniform_a"]),
              fmt(h["mean_tv_uniform_b"]), fmt(h["gap_ratio"]), fmt(h["top1_agreement"]), fmt(h["rank_correlation"]),
              fmt(h["bound_met_fraction"])]
             for label, h in zip(result.inputs.head_labels, per_head(comp))
@@ -142,8 +151,8 @@ def page(result: Result, images: dict[str, bytes], plotly_div: str, plotly_js: s
         facts=e(_facts(result)),
         verdict_table=_verdict_table(result),
         reference=e(result.settings.reference),
+        verdict_rule=_rule_html(),
         close_ratio=attention.CLOSE_RATIO,
-        uniform_tv=attention.UNIFORM_TV,
         heatmaps_png=_b64(images["heatmaps"]),
         difference_png=_b64(images["difference"]),
         rows_png=_b64(images["rows"]),
@@ -173,11 +182,13 @@ def _model_heads_table(results: Sequence[LayerResult]) -> str:
                 own = ["distance softmax itself (exact)", '<span class="ok">same map</span>', "0", "", "", "", ""]
             else:
                 oh = own_heads[h]
-                own = [e(lr.record.kind), verdict_html(oh["verdict"]), fmt(oh["mean_tv"]), fmt(oh["mean_tv_uniform_a"]),
-                       fmt(oh["mean_tv_uniform_b"]), fmt(oh["top1_agreement"]), fmt(oh["rank_correlation"])]
-            rows.append([e(lr.label), str(h), *own, verdict_html(th["verdict"]), fmt(th["mean_tv"])])
+                own = [e(lr.record.kind), verdict_html(oh["verdict"], oh["row_verdicts"]), fmt(oh["mean_tv"]),
+                       fmt(oh["mean_tv_uniform_a"]), fmt(oh["mean_tv_uniform_b"]), fmt(oh["top1_agreement"]),
+                       fmt(oh["rank_correlation"])]
+            rows.append([e(lr.label), str(h), *own, verdict_html(th["verdict"], th["row_verdicts"]), fmt(th["mean_tv"]),
+                         fmt(th["mean_tv_uniform_a"])])
     return table(["layer", "head", "model's map", "verdict", "TV", "TV(model, U)", "TV(dist, U)", "top-1",
-                  "Spearman", "spatial softmax verdict", "its TV"], rows, left=3)
+                  "Spearman", "spatial softmax verdict", "its TV", "TV(spatial, U)"], rows, left=3)
 
 
 def model_page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any]) -> str:
@@ -194,8 +205,7 @@ def model_page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any])
         version=e(meta["version"]),
         created=e(meta["created"]),
         heads_table=_model_heads_table(results),
-        close_ratio=attention.CLOSE_RATIO,
-        uniform_tv=attention.UNIFORM_TV,
+        verdict_rule=_rule_html(),
         layers_png=_b64(png),
         worst_table=table(["layer", "head", "query (index)", "|q_s|", "TV", "TV(dist, U)", "comparison"], worst, left=1),
         layers_table=table(["layer", "mode", "kind", "k", "tau", "power", "norm_scale", "heads", "queries", "keys", "d"],

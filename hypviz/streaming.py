@@ -36,7 +36,16 @@ from hypviz.attention import (
     resolve_device,
 )
 from hypviz.bounds import kl_supremum, tv_supremum
-from hypviz.block_stats import _TILT_MAX_GAP, _baseline, _block_stats, _direct_stats, _rank_stats, _tv_uniform, _weighted_sum
+from hypviz.block_stats import (
+    _TILT_MAX_GAP,
+    _baseline,
+    _block_stats,
+    _direct_stats,
+    _output_stats,
+    _rank_stats,
+    _tv_uniform,
+    _weighted_sum,
+)
 from hypviz.comparison import Comparison
 
 __all__ = ["compare"]
@@ -57,9 +66,25 @@ def _block_rows_for(m: int, itemsize: int, budget: int) -> int:
 class _Kind:
     """One map of a comparison: operands ``A``, ``B`` with ``log-weights = A @ B^T`` (then clamp or log)."""
 
-    def __init__(self, kind: str, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, power: float, norm_scale: float):
+    def __init__(
+        self, kind: str, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, power: float, norm_scale: float,
+        features: int = 256, seed: int = 0,
+    ):
         self.kind = kind
-        if kind == "focused":
+        if kind == "distance_rf":
+            from hypviz.random_features import feature_operands, random_directions
+
+            omega = random_directions(features, q.shape[-1], seed=seed, dtype=q.dtype).to(q.device)
+            self.A, self.B = feature_operands(q, kk, kf, tau, omega)
+            # the log of A @ B^T: on rows of positive terms (no control variate) off by <= gamma_c; on rows with
+            # the control variate (terms of both signs) gamma_c sum_c |A_ic| max_j |B_jc|, relative to the row's mean weight
+            gamma = (self.A.shape[-1] + 3) * torch.finfo(q.dtype).eps
+            col_max = torch.maximum(self.B.amax(dim=-2, keepdim=True), -self.B.amin(dim=-2, keepdim=True))
+            size = (self.A.abs() * col_max).sum(dim=-1)
+            mean = (self.A * self.B.mean(dim=-2, keepdim=True)).sum(dim=-1).abs().clamp_min(torch.finfo(q.dtype).tiny)
+            mixed = (self.A < 0).any(dim=-1)
+            self.err = torch.where(mixed, gamma * size / mean, torch.full_like(size, gamma))
+        elif kind == "focused":
             # norm_scale cancels from the normalised map: the features are taken without it
             self.A, self.B = _feature_map(q[..., 1:], power), _feature_map(kk[..., 1:], power)
             # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c
@@ -71,7 +96,7 @@ class _Kind:
 
     def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         torch.mm(a_rows, b_t, out=out)
-        if self.kind == "focused":
+        if self.kind in ("focused", "distance_rf"):
             return out.clamp_min_(torch.finfo(out.dtype).tiny).log_()
         return _finish_(out, self.kind)
 
@@ -92,7 +117,7 @@ def _check_logit_range(
     built: tuple[_Kind, ...], q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float
 ) -> None:
     """Refuse a temperature whose logits overflow the points' dtype (the softmax would be NaN), naming the smallest usable one."""
-    soft = [kd for kd in built if kd.kind != "focused"]
+    soft = [kd for kd in built if kd.kind not in ("focused", "distance_rf")]
     if not soft:
         return
     limit = torch.finfo(q.dtype).max / 16
@@ -178,10 +203,11 @@ def _shared_blocks(
             _rank_stats(la, lb, ta, tb, t_k, out, top1, sl, rank)
             out["gap"][sl] = c * w_span  # spread of log P_a - log P_b: exact from the rank-one form
             # the baselines (the other map's logits are consumed here), then P_b in place
-            ua, _ = _baseline(la, ta, tmp[:r])
-            ub, done = _baseline(lb, tb, tmp[:r])
+            ua, peak_a, _ = _baseline(la, ta, tmp[:r])
+            ub, peak_b, done = _baseline(lb, tb, tmp[:r])
             pb = lb if done else _softmax_rows_(lb)
             out["ua"][sl], out["ub"][sl] = ua, ub
+            out["pa"][sl], out["pb"][sl] = peak_a, peak_b
             wb = pb @ w  # E_{P_b}[w]
             x = torch.addr((-sign * c * wb).unsqueeze(-1), c, w, alpha=sign, out=tmp[:r])  # centred under P_b
             scratch = la  # consumed above
@@ -229,6 +255,7 @@ def compare(
     temperature: float | None = None,
     power: float = 2.0,
     norm_scale: float = 1.0,
+    features: int = 256,
     device: str | torch.device = "auto",
     block_rows: int | None = None,
     topk: int = 5,
@@ -238,6 +265,7 @@ def compare(
     seed: int = 0,
     memory_budget: int | None = None,
     progress: bool | None = None,
+    values: ArrayLike | None = None,
 ) -> Comparison:
     r"""Compare the attention maps of two kinds row by row, streaming over blocks of query rows.
 
@@ -273,6 +301,9 @@ def compare(
         :math:`\sqrt{d}`; ``scale / 2`` in its simplified code).
     power, norm_scale : float
         The focused map's ``power_k`` and ``norm_scale`` (checked and used only with ``"focused"``).
+    features : int
+        The number of random features of ``"distance_rf"`` (:func:`hypviz.random_features.distance_rf_map`,
+        drawn from ``seed``; used only with that kind, which like ``"focused"`` has no softmax bound).
     device : str or torch.device
         ``"auto"`` (CUDA when available, else the CPU), ``"cpu"`` or ``"cuda[:i]"``.  The blocks are
         computed there; the per-row results come back on the inputs' device; ``result.device`` says
@@ -293,7 +324,7 @@ def compare(
         for very large :math:`N`.  Every mean then comes with a confidence interval,
         :meth:`Comparison.ci`.  ``rows >= N`` computes every row.
     seed : int
-        Seed of ``torch.randperm`` drawing the ``rows``.
+        Seed of ``torch.randperm`` drawing the ``rows``, and of the random features of ``"distance_rf"``.
     memory_budget : int, optional
         Bytes for the three ``block_rows x M`` buffers.  Default: on the CPU 256 MiB, with at most
         about 4 MiB per buffer unless that is under 32 rows (cache-friendlier); on CUDA a quarter
@@ -372,7 +403,7 @@ def compare(
     start = time.perf_counter()
     _check_kind(a, "a")
     _check_kind(b, "b")
-    q, kk, _, kf, batch = _validate(queries, keys, k, heads_axis=heads_axis, detach=True)
+    q, kk, v, kf, batch = _validate(queries, keys, k, values, heads_axis=heads_axis, detach=True)
     d = q.shape[-1] - 1
     tau = _temperature(temperature, d)
     focused = "focused" in (a, b)
@@ -422,15 +453,15 @@ def compare(
         def largest() -> float:
             return float(sh.largest.max())
     else:
-        ka = _Kind(a, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
-        kb = _Kind(b, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0)
+        ka = _Kind(a, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0, features, seed)
+        kb = _Kind(b, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0, features, seed)
         _check_logit_range((ka, kb), qf, kfl, kf, tau)
         err_a, err_b = ka.err, kb.err
 
         def largest() -> float:
             return _largest_logit(ka, kb)
 
-    names = ("kl", "tv", "gap", "overlap", "ua", "ub") + (("rho",) if rank else ())
+    names = ("kl", "tv", "gap", "overlap", "fav", "ua", "ub", "pa", "pb") + (("rho",) if rank else ())
     out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
     top1 = torch.empty(heads, n, dtype=torch.bool, device=dev)
     buf_a = torch.empty(rows, m, dtype=dtype, device=dev)
@@ -461,8 +492,8 @@ def compare(
                     lb = kb.logits(qb, bb_t, buf_b[: j - i])
                     sl = (h, slice(i, j))
                     _rank_stats(la, lb, tol_a[sl], tol_b[sl], t_k, out, top1, sl, rank)
-                    out["ua"][sl] = _tv_uniform(la, buf_c[: j - i])
-                    out["ub"][sl] = _tv_uniform(lb, buf_c[: j - i])
+                    out["ua"][sl], out["pa"][sl] = _tv_uniform(la, buf_c[: j - i])
+                    out["ub"][sl], out["pb"][sl] = _tv_uniform(lb, buf_c[: j - i])
                     _block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t), buf_c[: j - i])
                     if bar is not None:
                         bar.update(1)
@@ -470,6 +501,11 @@ def compare(
         if bar is not None:
             bar.close()
 
+    outputs: dict[str, Any] = {}
+    if v is not None:
+        outputs = _compare_outputs(
+            v, batch, n, rows, dev, kf, shared and (sh, b == "spatial"), None if shared else (ka, kb)
+        )
     bad = [name for name, t in (("TV", out["tv"]), ("KL", out["kl"]), ("uniform baselines", out["ua"])) if not bool(torch.isfinite(t).all())]
     if bad or not bool(torch.isfinite(out["ub"]).all()):
         raise ValueError(
@@ -479,12 +515,16 @@ def compare(
         )
     home = q.device
     shape = (*batch, n)
+    # TV at the rounding level of the logits: identical maps in exact arithmetic give a logit gap of at
+    # most 2 (err_a + err_b), hence TV <= (err_a + err_b) / 2; twice that, plus the statistics' own rounding
+    eps_d = torch.finfo(dtype).eps
+    tv_tol = (err_a + err_b).to(dev) + 16.0 * eps_d * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
 
     def back(t: torch.Tensor) -> torch.Tensor:
         return t.to(home).reshape(shape)
 
     bounds: dict[str, torch.Tensor | None] = {}
-    if not focused:
+    if a in SOFTMAX_KINDS and b in SOFTMAX_KINDS:
         # the bound, per row, and the floating-point allowance on the logit gap
         # in float64 from the spatial parts: kappa_t,max - kappa_t,min = (n_max - n_min) / (t_max + t_min),
         # n = |kappa_s|^2, without the cancellation of two rounded time coordinates (large k, float32)
@@ -531,14 +571,57 @@ def compare(
         logit_gap=back(out["gap"]),
         top1=back(top1),
         topk_overlap=back(out["overlap"]),
+        top1_weight=back(out["fav"]),
+        peak_a=back(out["pa"]),
+        peak_b=back(out["pb"]),
+        tv_tolerance=back(tv_tol),
         spearman=back(out["rho"]) if rank else None,
         power=p_f,
         norm_scale=s_f,
         n_queries_total=n_total,
         row_index=row_index,
         elapsed_s=time.perf_counter() - start,
+        **{name: None if t is None else back(t) for name, t in outputs.items()},
+        output_metric="geodesic distance between Lorentzian centroids" if v is not None else None,
         **bounds,
     )
+
+
+def _compare_outputs(
+    v: torch.Tensor,
+    batch: torch.Size,
+    n: int,
+    rows: int,
+    dev: torch.device,
+    kf: float,
+    shared: Any,
+    kinds: tuple[_Kind, _Kind] | None,
+) -> dict[str, torch.Tensor]:
+    """The outputs' gap and baselines (:func:`hypviz.block_stats._output_stats`), a second pass over the row blocks.
+
+    Each block's two maps are recomputed from their logits (``shared``: the one-product operands;
+    else the two kinds' own) and both aggregate the same values by the Lorentzian centroid.
+    """
+    vf = _flatten_batch(v, batch)
+    heads = vf.shape[0]
+    res = {name: torch.empty(heads, n, dtype=v.dtype, device=dev) for name in ("output_gap", "output_uniform_a", "output_uniform_b")}
+    for h in range(heads):
+        vh = vf[h].to(dev)
+        vu = vh.mean(dim=0)
+        for i in range(0, n, rows):
+            j = min(i + rows, n)
+            if kinds is None:
+                sh, a_biased = shared
+                idx = torch.arange(i, j)
+                la, lb = sh.rows(h, idx, a_biased, dev), sh.rows(h, idx, not a_biased, dev)
+            else:
+                la, lb = (
+                    kd.logits(kd.A[h, i:j].to(dev), kd.B[h].to(dev).transpose(0, 1), torch.empty(j - i, kd.B.shape[-2], dtype=v.dtype, device=dev))
+                    for kd in kinds
+                )
+            gap, ua, ub = _output_stats(torch.softmax(la, dim=-1), torch.softmax(lb, dim=-1), vh, vu, kf)
+            res["output_gap"][h, i:j], res["output_uniform_a"][h, i:j], res["output_uniform_b"][h, i:j] = gap, ua, ub
+    return res
 
 
 

@@ -21,7 +21,7 @@ PACKAGE = ROOT / "hypviz"
 LAYERS: dict[str, tuple[str, ...]] = {
     "base": ("_validate", "_messages", "bounds", "memory", "oracle", "derivation_report", "derivation", "plots.style"),
     "geometry": ("points", "lorentz", "display", "trees", "data", "symbolic_geometry", "symbolic_softmax", "symbolic"),
-    "attention": ("attention", "comparison", "block_stats", "streaming", "top_keys", "accuracy"),
+    "attention": ("attention", "random_features", "comparison", "block_stats", "streaming", "given_maps", "calibration", "top_keys", "accuracy"),
     "models": ("records", "layer_readers", "capture", "toymodel"),
     "plots": ("plots", "plots._common", "plots.scenes", "plots.curves", "plots.sweeps", "plots.manifold_mpl",
               "plots.manifold_plotly", "plots.manifold", "plots.attention", "plots.stills", "plots._explorable_parts",
