@@ -130,7 +130,7 @@ def top_attention(
     out: dict[str, TopKeys] = {}
     for kind in kinds:
         row = A.attention_map(q[i : i + 1], kk, kind, k=kf, temperature=temperature)[0]
-        tau = A._temperature(temperature, q.shape[-1] - 1) if kind in A.SOFTMAX_KINDS else None
+        tau = A._temperature(temperature, q.shape[-1] - 1) if kind != "focused" else None
         order = _strongest(row.detach().cpu().to(torch.float64), m, rtol)
         out[kind] = TopKeys(kind, row, order, row[order.to(row.device)], tau)
     return out

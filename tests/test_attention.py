@@ -150,6 +150,54 @@ def test_numpy_inputs_give_torch_outputs(points):
 
 
 # --------------------------------------------------------------------------- #
+# "distance_rf": the distance map by positive random features (hypviz.random_features)
+# --------------------------------------------------------------------------- #
+def ref_distance_rf(q, kk, omega, tau, k=1.0, control=True):
+    """Dense float64 reference, N x M x D by broadcasting: the textbook features of J q / sqrt(tau) and kappa / sqrt(tau).
+
+    phi_w(x) = exp(w.x - |x|^2/2); w_t enters with the opposite sign to the package's centred coordinates
+    (the same random variable); on the rows with |a| max|b| < 1 the first-order control variate
+    1 + a.b + mean_w[phi phi - (1 + w.a)(1 + w.b)] with a = (u, q_s)/sqrt(tau), b = (-w, kappa_s)/sqrt(tau).
+    """
+    q, kk, om = q.double(), kk.double(), omega.double()
+    om_raw = torch.cat([-om[:, :1], om[:, 1:]], dim=-1)
+    jq = torch.cat([-q[:, :1], q[:, 1:]], dim=-1) / math.sqrt(tau)
+    kt = kk / math.sqrt(tau)
+    phi_q = torch.exp(jq @ om_raw.T - 0.5 * (jq * jq).sum(-1, keepdim=True))  # (N, D)
+    phi_k = torch.exp(kt @ om_raw.T - 0.5 * (kt * kt).sum(-1, keepdim=True))  # (M, D)
+    w = (phi_q[:, None, :] * phi_k[None, :, :]).mean(-1)  # (N, M), unbiased for exp(<q, kappa>_L / tau)
+    if control:
+        rk = math.sqrt(k)
+        u = (q[:, 0] - rk)[:, None]  # float64 points of modest norm: no cancellation that matters here
+        wk = (kk[:, 0] - rk)[:, None]
+        a = torch.cat([u, q[:, 1:]], -1) / math.sqrt(tau)
+        b = torch.cat([-wk, kk[:, 1:]], -1) / math.sqrt(tau)
+        use = a.norm(dim=-1) * b.norm(dim=-1).max() < 1.0
+        ca, cb = torch.exp(a @ om.T - 0.5 * (a * a).sum(-1, keepdim=True)), torch.exp(b @ om.T - 0.5 * (b * b).sum(-1, keepdim=True))
+        psi = ((1 + a @ om.T)[:, None, :] * (1 + b @ om.T)[None, :, :]).mean(-1)
+        cv = (1 + a @ b.T + (ca[:, None, :] * cb[None, :, :]).mean(-1) - psi) * torch.exp(-rk * wk[:, 0] / tau)[None, :]
+        w = torch.where(use[:, None], cv, w)
+    return w / w.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("r", [0.05, 0.5, 2.0])
+@pytest.mark.parametrize("orthogonal", [True, False])
+def test_distance_rf_map_matches_dense_float64_reference(points, r, orthogonal):
+    from hypviz import random_features as rf
+
+    q, kk = points(13, 6, r, seed=40), points(17, 6, r, seed=41)
+    for control in (False, True):
+        got = rf.distance_rf_map(q, kk, temperature=2.0, features=40, seed=5, orthogonal=orthogonal, control_variate=control)
+        omega = rf.random_directions(40, 7, seed=5, orthogonal=orthogonal)
+        torch.testing.assert_close(got, ref_distance_rf(q, kk, omega, 2.0, control=control), rtol=1e-9, atol=1e-15)
+    if r == 0.05:  # small norms: every row uses the control variate, which changes the map
+        plain = rf.distance_rf_map(q, kk, temperature=2.0, features=40, seed=5, control_variate=False)
+        assert float((got - plain).abs().max()) > 1e-6
+    assert torch.equal(att.attention_map(q, kk, "distance_rf", temperature=2.0, features=40, seed=5),
+                       rf.distance_rf_map(q, kk, temperature=2.0, features=40, seed=5))
+
+
+# --------------------------------------------------------------------------- #
 # Hypformer's focused linear attention
 # --------------------------------------------------------------------------- #
 @pytest.mark.parametrize("power", [1.0, 2.0, 3.0])

@@ -1,0 +1,134 @@
+"""hypviz.random_features: distance attention in linear time by positive random features."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hypviz import attention as att
+from hypviz import lorentz as L
+from hypviz import random_features as rf
+
+
+def tv(p1: torch.Tensor, p2: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (p1 - p2).abs().sum(-1)
+
+
+def exact(q, kk, tau):
+    return att.attention_map(q, kk, "distance", temperature=tau)
+
+
+def test_orthogonal_directions_are_orthogonal_in_blocks_and_gaussian_in_length():
+    om = rf.random_directions(20, 7, seed=3)
+    assert om.shape == (20, 7) and om.dtype == torch.float64
+    for block in (om[:7], om[7:14]):
+        g = block @ block.T
+        assert float((g - torch.diag(torch.diagonal(g))).abs().max()) < 1e-12  # orthogonal rows
+    assert not torch.allclose(om[:7].norm(dim=-1), om[7:14].norm(dim=-1))  # independent chi lengths
+    many = rf.random_directions(7000, 7, seed=4)
+    # each row N(0, I): E|w|^2 = 7, E[w w^T] = I (4 standard errors: sd of |w|^2 is sqrt(14))
+    assert abs(float(many.square().sum(-1).mean()) - 7) < 4 * math.sqrt(14 / 7000)
+    assert float((many.T @ many / 7000 - torch.eye(7, dtype=torch.float64)).abs().max()) < 0.06
+    assert torch.equal(rf.random_directions(20, 7, seed=3), om)  # reproducible
+    assert not torch.equal(rf.random_directions(20, 7, seed=3, orthogonal=False), om)
+
+
+def test_the_estimator_is_unbiased_over_seeds(points):
+    # the average over seeds of the unnormalised weights of one row, relative to one key's, is the exact ratio
+    q, kk = points(1, 4, 0.8, seed=1), points(6, 4, 0.8, seed=2)
+    tau, seeds = 2.0, 400
+    ests = []
+    for s in range(seeds):
+        om = rf.random_directions(8, 5, seed=s, orthogonal=False)
+        a_op, b_op = rf.feature_operands(q[None], kk[None], 1.0, tau, om, control_variate=False)
+        # undo the stabilisers: rows of A carry exp(-rowmax), B exp(-shift); both are recomputed here
+        a, b, logkey = rf._centred(q[None], kk[None], 1.0, tau)
+        la = a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)
+        lb = b @ om.T - 0.5 * b.square().sum(-1, keepdim=True) + logkey[..., None]
+        w = (a_op @ b_op.transpose(-1, -2))[0, 0] * torch.exp(la.amax() + lb.amax()) / 8
+        ests.append(w)
+    est = torch.stack(ests)  # (seeds, M)
+    # exp(a.b - sqrt(k) w / tau) = exp(<q, kappa>_L / tau) times a factor of the query alone
+    truth = torch.exp(L.pairwise_inner(q, kk)[0] / tau) * math.exp(float(q[0, 0]) / tau)  # (k + sqrt(k) u) / tau = q_t / tau at k = 1
+    mean, se = est.mean(0), est.std(0) / math.sqrt(seeds)
+    assert bool(((mean - truth).abs() < 4 * se).all())
+    assert bool((se < 0.2 * truth).all())  # the test has power: the intervals are narrow
+
+
+def test_more_features_and_more_seeds_bring_the_map_to_the_exact_one(points):
+    q, kk = points(32, 16, 1.5, seed=3), points(48, 16, 1.5, seed=4)
+    ref = exact(q, kk, 4.0)
+    err = {d: float(tv(rf.distance_rf_map(q, kk, temperature=4.0, features=d, seed=1), ref).mean()) for d in (16, 256)}
+    assert err[256] < 0.5 * err[16]
+    mean_map = torch.stack([rf.distance_rf_map(q, kk, temperature=4.0, features=16, seed=s) for s in range(32)]).mean(0)
+    assert float(tv(mean_map, ref).mean()) < 0.3 * err[16]
+
+
+def test_the_control_variate_is_what_makes_near_uniform_maps_accurate(points):
+    # r^2/tau = 1.25e-3 (notebook 05's sweep, d = 64, tau = 8): the plain features' error is many baselines
+    q, kk = points(64, 64, 0.1, seed=10), points(128, 64, 0.1, seed=11)
+    ref = exact(q, kk, 8.0)
+    base = float(tv(ref, torch.full_like(ref, 1 / 128)).mean())
+    plain = float(tv(rf.distance_rf_map(q, kk, temperature=8.0, features=256, control_variate=False), ref).mean())
+    cv = float(tv(rf.distance_rf_map(q, kk, temperature=8.0, features=256), ref).mean())
+    assert plain > 2 * base and cv < 0.25 * base
+
+
+@pytest.mark.parametrize("aggregation", rf.AGGREGATIONS)
+def test_the_linear_output_is_the_map_applied_to_the_values(points, aggregation, monkeypatch):
+    q, kk, v = points(40, 8, 0.5, seed=5, lead=(2,)), points(50, 8, 0.5, seed=6, lead=(2,)), points(50, 5, 1.0, seed=7, lead=(2,))
+    out = rf.distance_linear_attention(q, kk, v, temperature=3.0, features=64, seed=2, aggregation=aggregation)
+    p = rf.distance_rf_map(q, kk, temperature=3.0, features=64, seed=2)
+    if aggregation == "centroid":
+        m = p @ v
+        ref = L.lift(m[..., 1:] / torch.sqrt(m[..., 0] ** 2 - m[..., 1:].square().sum(-1))[..., None])
+    else:
+        ref = L.lift(p @ v[..., 1:])
+    assert out.shape == (2, 40, 6)
+    torch.testing.assert_close(out, ref, rtol=1e-11, atol=1e-12)
+    torch.testing.assert_close(L.inner(out, out), -torch.ones(2, 40, dtype=torch.float64), rtol=0, atol=1e-12)
+    # streamed in blocks of a few rows: the same numbers
+    monkeypatch.setattr(rf, "_BLOCK_BYTES", 2048)
+    torch.testing.assert_close(rf.distance_linear_attention(q, kk, v, temperature=3.0, features=64, seed=2, aggregation=aggregation), out,
+                               rtol=1e-12, atol=1e-13)
+
+
+def test_float32_is_stable_where_the_weights_span_hundreds_of_e_folds(points):
+    q, kk, v = points(30, 8, 12.0, seed=8, dtype=torch.float32), points(40, 8, 12.0, seed=9, dtype=torch.float32), points(40, 8, 1.0, seed=10, dtype=torch.float32)
+    p = rf.distance_rf_map(q, kk, temperature=0.5, features=128)
+    assert p.dtype == torch.float32 and bool(torch.isfinite(p).all()) and bool((p >= 0).all())
+    ref = rf.distance_rf_map(q.double(), kk.double(), temperature=0.5, features=128)
+    assert float(tv(p.double(), ref).max()) < 1e-4
+    out = rf.distance_linear_attention(q, kk, v, temperature=0.5, features=128)
+    assert bool(torch.isfinite(out).all())
+
+
+def test_compare_streams_the_random_feature_map(points):
+    q, kk = points(24, 8, 1.0, seed=11), points(30, 8, 1.0, seed=12)
+    c = att.compare(q, kk, "distance_rf", "distance", temperature=2.0, features=64, seed=4)
+    direct = tv(att.attention_map(q, kk, "distance_rf", temperature=2.0, features=64, seed=4), exact(q, kk, 2.0))
+    torch.testing.assert_close(c.tv, direct, rtol=1e-9, atol=1e-14)
+    assert c.delta is None and c.bound_met is None  # the softmax bound does not apply
+    other = att.compare(q, kk, "distance_rf", "distance", temperature=2.0, features=64, seed=5)
+    assert not torch.equal(other.tv, c.tv)  # the seed reaches the features
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "text"),
+    [
+        (dict(features=0), ValueError, "features must be a positive integer"),
+        (dict(features=2.5), ValueError, "features must be a positive integer"),
+        (dict(seed=-1), ValueError, "seed must be an integer >= 0"),
+        (dict(orthogonal="yes"), TypeError, "orthogonal must be True or False"),
+        (dict(control_variate=1), TypeError, "control_variate must be True or False"),
+        (dict(aggregation="mean"), ValueError, "aggregation must be one of 'centroid', 'spatial'"),
+        (dict(temperature=-1.0), ValueError, "temperature must be a positive finite number"),
+    ],
+)
+def test_bad_input_gets_one_line(points, kwargs, exc, text):
+    q = points(4, 3, 1.0, seed=13)
+    with pytest.raises(exc, match=text) as info:
+        rf.distance_linear_attention(q, q, q, **kwargs)
+    assert "\n" not in str(info.value)
