@@ -19,8 +19,23 @@ def _fail(name: str, expected: str, value: Any, hint: str = "", exc: type[Except
     return exc(f"{name} must be {expected}{hint}, got {what}")
 
 
+def _fixed(value: Any, name: str) -> None:
+    """Refuse a tensor that requires grad, as the curvature parameter ``k`` is refused: hypviz's scalar parameters
+    are fixed numbers, and ``float()`` would detach it silently (no gradient would flow to it); a tensor with no
+    value (meta) or more than one value is refused too."""
+    if getattr(value, "requires_grad", False) is True:
+        raise ValueError(
+            f"{name} is a tensor that requires grad; hypviz treats {name} as a fixed number (no gradient flows to it): "
+            f"pass float({name}) or {name}.detach()"
+        )
+    if getattr(value, "is_meta", False) is True:
+        raise ValueError(f"{name} must be a number, got a meta tensor (a shape without a value)")
+
+
 def positive(value: Any, name: str, hint: str = "") -> float:
-    """``value`` as a float, refused unless a finite number :math:`> 0` (bools are refused too)."""
+    """``value`` as a float, refused unless a finite number :math:`> 0` (bools are refused too, and tensors that
+    require grad: see :func:`_fixed`)."""
+    _fixed(value, name)
     if isinstance(value, bool):
         raise _fail(name, "a positive finite number", value, hint)
     try:
@@ -35,6 +50,7 @@ def positive(value: Any, name: str, hint: str = "") -> float:
 def number(value: Any, name: str, minimum: float | None = None, hint: str = "") -> float:
     """``value`` as a float, refused unless finite (and ``>= minimum`` when given; bools are refused)."""
     expected = "a finite number" if minimum is None else f"a finite number >= {minimum:g}"
+    _fixed(value, name)
     try:
         v = float(value)
     except (TypeError, ValueError):

@@ -407,8 +407,9 @@ def attention_map(
     ------
     ValueError
         For an unknown ``kind``, a non-positive ``temperature`` or ``power``, a non-finite
-        ``norm_scale``, a bad ``heads_axis``, or inputs :func:`scores` refuses; ``TypeError`` when
-        the dtypes differ.
+        ``norm_scale``, a bad ``heads_axis``, or inputs :func:`scores` refuses, and for a scalar
+        parameter given as a tensor that requires grad (like ``k``); ``TypeError`` when the dtypes
+        differ, or for tensors without dense data (meta, sparse, nested).
     """
     _check_kind(kind)
     if kind == "focused":

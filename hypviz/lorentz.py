@@ -313,8 +313,9 @@ def expmap0(u: ArrayLike, k: float = 1.0) -> torch.Tensor:
     if v.numel():
         if not bool(torch.isfinite(v).all()):
             raise ValueError("u holds NaN or Inf; expected a finite tangent vector")
-        scale = v.abs().amax().clamp_min(1.0)
-        if float(v[..., 0].abs().amax()) > 1e3 * torch.finfo(v.dtype).eps * float(scale):
+        w = v.detach()
+        scale = w.abs().amax().clamp_min(1.0)
+        if float(w[..., 0].abs().amax()) > 1e3 * torch.finfo(v.dtype).eps * float(scale):
             raise ValueError(
                 "u: expected a tangent vector at the origin, (..., d + 1) with u[..., 0] == 0 (time first); "
                 f"got max |u[..., 0]| = {float(v[..., 0].abs().amax()):.3g}. For a spatial vector v of shape "
@@ -490,7 +491,10 @@ def geodesic(x: ArrayLike, y: ArrayLike, n: int = 64, k: float = 1.0) -> torch.T
     _check_pair(a, b)
     a, b = torch.broadcast_tensors(a, b)
     m = int(n)
-    theta = (2.0 * torch.asinh(torch.sqrt(_sqdist_checked(a, b, kf)) / (2.0 * math.sqrt(kf))))[..., None, None]
+    sq = _sqdist_checked(a, b, kf)
+    positive = sq > 0  # no sqrt'(0) = inf in the graph: at x = y the gradient is finite (the ratios are even in theta)
+    root = torch.where(positive, torch.sqrt(torch.where(positive, sq, torch.ones_like(sq))), torch.zeros_like(sq))
+    theta = (2.0 * torch.asinh(root / (2.0 * math.sqrt(kf))))[..., None, None]
     t = torch.linspace(0.0, 1.0, m, dtype=a.dtype, device=a.device)[:, None]
     pts = _sinh_ratio(1.0 - t, theta) * a[..., None, :] + _sinh_ratio(t, theta) * b[..., None, :]
     out = lift(pts[..., 1:], kf)

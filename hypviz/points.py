@@ -31,10 +31,14 @@ def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
     Raises
     ------
     TypeError
-        For integer, boolean, complex or object inputs, or anything ``numpy.asarray`` cannot read.
+        For integer, boolean, complex or object inputs, anything ``numpy.asarray`` cannot read, and tensors
+        that hold no dense data: meta tensors (a shape without values), sparse and nested tensors.
     """
     if isinstance(x, torch.Tensor):
         t = x
+        problem = _not_dense(t)
+        if problem:
+            raise TypeError(f"{name}: expected a dense tensor of coordinates, got {problem}")
     else:
         try:
             arr = np.asarray(x)
@@ -48,6 +52,17 @@ def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
     if not t.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point array (float32 or float64), got dtype {t.dtype}")
     return t
+
+
+def _not_dense(t: torch.Tensor) -> str | None:
+    """What keeps ``t`` from being read as coordinates, in words (a meta, sparse or nested tensor), or None."""
+    if getattr(t, "is_nested", False):
+        return "a nested tensor"
+    if t.layout != torch.strided:
+        return f"a sparse tensor (layout {t.layout}); pass x.to_dense()"
+    if t.is_meta:
+        return "a meta tensor (a shape without values)"
+    return None
 
 
 def check_k(k: float) -> float:
@@ -153,25 +168,29 @@ def check_points(
     if t.numel() == 0:
         return t
     flat = t.detach().reshape(-1, t.shape[-1])
-    finite = torch.isfinite(flat).all(dim=-1)
-    if not bool(finite.all()):
-        bad = int((~finite).nonzero()[0, 0])
-        raise ValueError(f"{name}: {_row_name(bad, batch)} holds NaN or Inf: {flat[bad].tolist()[:6]}")
     rtol_ = _default_rtol(t.dtype) if rtol is None else float(rtol)
     atol_ = rtol_ * kf if atol is None else float(atol)
-    time = flat[:, 0]
-    sq_s = (flat[:, 1:] ** 2).sum(dim=-1)
-    lorentz_norm = sq_s - time**2
-    residual = (lorentz_norm + kf).abs()
-    excess = residual - (atol_ + rtol_ * (time**2 + sq_s))
-    excess = torch.nan_to_num(excess, nan=math.inf)  # squares that overflow (inf - inf) are not accepted silently
-    worst = int(torch.argmax(excess))
-    if float(excess[worst]) > 0:
+    # block by block (a few MiB each): no temporary of the size of the whole input
+    step = max(1, _CHECK_BLOCK // flat.shape[-1])
+    worst, worst_excess = -1, -math.inf
+    for i in range(0, flat.shape[0], step):
+        block = flat[i : i + step]
+        finite = torch.isfinite(block).all(dim=-1)
+        if not bool(finite.all()):
+            bad = i + int((~finite).nonzero()[0, 0])
+            raise ValueError(f"{name}: {_row_name(bad, batch)} holds NaN or Inf: {flat[bad].tolist()[:6]}")
+        excess, _ = _excess(block, kf, atol_, rtol_)
+        j = int(torch.argmax(excess))
+        if float(excess[j]) > worst_excess:
+            worst, worst_excess = i + j, float(excess[j])
+    if worst_excess > 0:
+        _, lorentz_norm = _excess(flat[worst : worst + 1], kf, atol_, rtol_)
         raise ValueError(
             f"{name}: points are off the hyperboloid <x,x>_L = -k (k={kf:g}): worst is {_row_name(worst, batch)} "
-            f"with <x,x>_L = {float(lorentz_norm[worst]):.10g} (tolerance {atol_:.1e} + {rtol_:.1e}*|x|^2); "
+            f"with <x,x>_L = {float(lorentz_norm[0]):.10g} (tolerance {atol_:.1e} + {rtol_:.1e}*|x|^2); "
             + _diagnose(flat, rtol_)
         )
+    time = flat[:, 0]
     if not bool((time > 0).all()):
         bad = int((time <= 0).nonzero()[0, 0])
         raise ValueError(
@@ -179,6 +198,19 @@ def check_points(
             f"expected the upper sheet x_t > 0 (time coordinate first)"
         )
     return t
+
+
+_CHECK_BLOCK = 1 << 21  # values per block of check_points
+
+
+def _excess(block: torch.Tensor, kf: float, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row: how far ``|<x,x>_L + k|`` exceeds the tolerance (> 0: off the hyperboloid), and ``<x,x>_L``."""
+    time = block[:, 0]
+    sq_s = (block[:, 1:] ** 2).sum(dim=-1)
+    lorentz_norm = sq_s - time**2
+    residual = (lorentz_norm + kf).abs()
+    excess = residual - (atol + rtol * (time**2 + sq_s))
+    return torch.nan_to_num(excess, nan=math.inf), lorentz_norm  # squares that overflow (inf - inf) are refused
 
 
 def _shared_level(time: torch.Tensor, sq_s: torch.Tensor, rtol: float) -> float | None:

@@ -76,3 +76,68 @@ def test_k_that_requires_grad_or_is_a_bool_is_refused_and_numpy_integers_are_acc
     with pytest.raises(ValueError, match="bool"):
         attention.compare(q, q, k=True)
     assert attention.compare(q, q, topk=np.int64(3)).topk == 3
+
+
+# every differentiable function of hypviz.lorentz, as a function of spatial parts (points made by lift);
+# two-argument ones get x and y, which the test sets equal (coincident points)
+_ONE = {
+    "lift": lambda s: lorentz.lift(s),
+    "expmap0": lambda s: lorentz.expmap0(torch.nn.functional.pad(s, (1, 0))),
+    "logmap0": lambda s: lorentz.logmap0(lorentz.lift(s)),
+    "to_poincare": lambda s: lorentz.to_poincare(lorentz.lift(s)),
+    "from_poincare": lambda s: lorentz.from_poincare(0.1 * torch.tanh(s)),
+    "to_klein": lambda s: lorentz.to_klein(lorentz.lift(s)),
+    "from_klein": lambda s: lorentz.from_klein(0.1 * torch.tanh(s)),
+}
+_TWO = {
+    "inner": lambda a, b: lorentz.inner(lorentz.lift(a), lorentz.lift(b)),
+    "sqdist": lambda a, b: lorentz.sqdist(lorentz.lift(a), lorentz.lift(b)),
+    "pairwise_inner": lambda a, b: lorentz.pairwise_inner(lorentz.lift(a), lorentz.lift(b)),
+    "pairwise_sqdist": lambda a, b: lorentz.pairwise_sqdist(lorentz.lift(a), lorentz.lift(b)),
+    "distance_operands": lambda a, b: torch.cat(lorentz.distance_operands(lorentz.lift(a), lorentz.lift(b)), -1),
+    "geodesic": lambda a, b: lorentz.geodesic(lorentz.lift(a), lorentz.lift(b), n=5),
+}
+
+
+def _at(where: str) -> torch.Tensor:
+    return spatial(3, 4, 10).detach() if where == "x" else torch.zeros(3, 4, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("where", ["x", "origin"])
+@pytest.mark.parametrize("name", sorted(_ONE))
+def test_every_map_passes_gradcheck_at_a_point_and_at_the_origin(name, where):
+    s = _at(where).requires_grad_(True)
+    assert torch.autograd.gradcheck(_ONE[name], (s,))
+
+
+@pytest.mark.parametrize("where", ["x", "origin"])
+@pytest.mark.parametrize("name", sorted(_TWO))
+def test_every_two_point_function_passes_gradcheck_at_coincident_points(name, where):
+    a, b = _at(where).requires_grad_(True), _at(where).requires_grad_(True)  # x = y
+    out = _TWO[name](a, b)
+    ga, gb = torch.autograd.grad(out.sum(), (a, b))
+    assert torch.isfinite(ga).all() and torch.isfinite(gb).all()
+    assert torch.autograd.gradcheck(_TWO[name], (a, b))
+
+
+def test_geodesic_from_a_point_to_itself_has_finite_gradients():
+    x = lorentz.lift(spatial(2, 3, 11).detach()).requires_grad_(True)
+    lorentz.geodesic(x, x).sum().backward()  # x = y, the same tensor
+    assert torch.isfinite(x.grad).all()
+    o = lorentz.origin(3).requires_grad_(True)
+    lorentz.geodesic(o, o, n=8).sum().backward()  # origin to origin
+    assert torch.isfinite(o.grad).all()
+
+
+@pytest.mark.parametrize("param", ["temperature", "power", "norm_scale"])
+def test_every_scalar_parameter_that_requires_grad_is_refused_like_k(param):
+    q = lorentz.lift(spatial(4, 3, 12).detach())
+    value = torch.tensor(1.5, requires_grad=True)
+    kind = "distance" if param == "temperature" else "focused"
+    for call in (lambda: attention.attention_map(q, q, kind, **{param: value}),
+                 lambda: attention.compare(q, q, "spatial" if kind == "distance" else kind, "distance", **{param: value})):
+        with pytest.raises(ValueError, match=f"{param} is a tensor that requires grad.*{param}.detach"):
+            call()
+    # a tensor without grad is a number like any other
+    detached = attention.attention_map(q, q, kind, **{param: value.detach()})
+    assert torch.equal(detached, attention.attention_map(q, q, kind, **{param: 1.5}))

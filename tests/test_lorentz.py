@@ -534,3 +534,31 @@ def test_cuda_matches_cpu(torch_dtype):
     bad = xc.clone()
     bad[5, 0] += 1
     raises_one_line(ValueError, r"worst is row 5", L.check_points, bad, k)
+
+
+def _not_dense(kind: str, x: torch.Tensor) -> torch.Tensor:
+    if kind == "meta":
+        return x.to("meta")
+    if kind == "sparse":
+        return x.to_sparse()
+    if kind == "sparse_csr":
+        return x.reshape(-1, x.shape[-1]).to_sparse_csr()
+    return torch.nested.nested_tensor([x[0], x[1][:2]])
+
+
+_ONE_POINT = ("lift", "expmap0", "logmap0", "to_poincare", "from_poincare", "to_klein", "from_klein", "check_points")
+_TWO_POINTS = ("inner", "sqdist", "dist", "pairwise_inner", "pairwise_sqdist", "geodesic")
+
+
+@pytest.mark.parametrize("kind", ["meta", "sparse", "sparse_csr", "nested"])
+@pytest.mark.parametrize("fn", _ONE_POINT + _TWO_POINTS)
+def test_meta_sparse_and_nested_tensors_are_a_type_error(fn, kind, recwarn):
+    x = L.lift(torch.randn(2, 3, 3, dtype=torch.float64) * 0.1)
+    bad = _not_dense(kind, x)
+    args = (bad,) if fn in _ONE_POINT else (bad, x)
+    with pytest.raises(TypeError, match=r"expected a dense tensor of coordinates, got a (meta|sparse|nested) tensor") as err:
+        getattr(L, fn)(*args)
+    assert "\n" not in str(err.value)
+    if fn in _TWO_POINTS:  # the second argument is checked the same way
+        with pytest.raises(TypeError, match="got a (meta|sparse|nested) tensor"):
+            getattr(L, fn)(x, bad)
