@@ -185,10 +185,11 @@ def _model_heads_table(results: Sequence[LayerResult]) -> str:
                 own = [e(lr.record.kind), verdict_html(oh["verdict"], oh["row_verdicts"]), fmt(oh["mean_tv"]),
                        fmt(oh["mean_tv_uniform_a"]), fmt(oh["mean_tv_uniform_b"]), fmt(oh["top1_agreement"]),
                        fmt(oh["rank_correlation"])]
-            rows.append([e(lr.label), str(h), *own, verdict_html(th["verdict"], th["row_verdicts"]), fmt(th["mean_tv"]),
-                         fmt(th["mean_tv_uniform_a"])])
+            out_ratio = (own_heads[h] if own_heads is not None else th)["output_ratio"]
+            rows.append([e(lr.label), str(h), *own, fmt(out_ratio) if lr.record.values is not None else "no values recorded",
+                         verdict_html(th["verdict"], th["row_verdicts"]), fmt(th["mean_tv"]), fmt(th["mean_tv_uniform_a"])])
     return table(["layer", "head", "model's map", "verdict", "TV", "TV(model, U)", "TV(dist, U)", "top-1",
-                  "Spearman", "spatial softmax verdict", "its TV", "TV(spatial, U)"], rows, left=3)
+                  "Spearman", "output gap / baseline", "spatial softmax verdict", "its TV", "TV(spatial, U)"], rows, left=3)
 
 
 def model_page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any]) -> str:
