@@ -36,6 +36,7 @@ from hypviz.attention import (
     resolve_device,
 )
 from hypviz.bounds import kl_supremum, tv_supremum
+from hypviz.lorentz import lift
 from hypviz.block_stats import (
     _TILT_MAX_GAP,
     _baseline,
@@ -56,6 +57,11 @@ _COMPARE_BLOCK_BYTES = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 4 * 2**20))  # C
 _DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffers
 _MIN_BLOCK_ROWS = 32  # compare on CPU: rows per block the cache-sized default may not go below (budget permitting)
 _SPEARMAN_MAX_KEYS = 4096  # compare: rank correlations by default only up to this many keys
+
+
+def _shares_one_product(a: str, b: str) -> bool:
+    """Whether two kinds' maps come from ONE product per block: spatial against distance or lorentz (either way round)."""
+    return {a, b} in ({"spatial", "distance"}, {"spatial", "lorentz"})
 
 
 def _block_rows_for(m: int, itemsize: int, budget: int) -> int:
@@ -404,6 +410,12 @@ def compare(
     _check_kind(a, "a")
     _check_kind(b, "b")
     q, kk, v, kf, batch = _validate(queries, keys, k, values, heads_axis=heads_axis, detach=True)
+    half = str(q.dtype).replace("torch.", "") if q.dtype in (torch.float16, torch.bfloat16) else None
+    if half is not None:
+        # half precision resolves logits to ~1e-3 and overflows the statistics' sums: compute in float32,
+        # from the spatial parts (time recomputed, so that the points lie on float32's hyperboloid)
+        q, kk = lift(q[..., 1:].float(), kf), lift(kk[..., 1:].float(), kf)
+        v = None if v is None else lift(v[..., 1:].float(), kf)
     d = q.shape[-1] - 1
     tau = _temperature(temperature, d)
     focused = "focused" in (a, b)
@@ -444,7 +456,7 @@ def compare(
     qf, kfl = _flatten_batch(q, batch), _flatten_batch(kk, batch)
     heads = qf.shape[0]
     # a softmax kind against one that differs from it by the key-norm bias: one product per block
-    shared = a in SOFTMAX_KINDS and b in SOFTMAX_KINDS and (a == "spatial") != (b == "spatial")
+    shared = _shares_one_product(a, b)
     if shared:
         sh = _SharedLogits(qf, kfl, kf, tau)
         _check_shared_range(sh, qf, kfl, kf, tau)
@@ -516,9 +528,9 @@ def compare(
     home = q.device
     shape = (*batch, n)
     # TV at the rounding level of the logits: identical maps in exact arithmetic give a logit gap of at
-    # most 2 (err_a + err_b), hence TV <= (err_a + err_b) / 2; twice that, plus the statistics' own rounding
+    # most 2 (err_a + err_b), hence TV <= tanh(gap / 4) <= (err_a + err_b) / 2; plus the statistics' own rounding
     eps_d = torch.finfo(dtype).eps
-    tv_tol = (err_a + err_b).to(dev) + 16.0 * eps_d * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
+    tv_tol = 0.5 * (err_a + err_b).to(dev) + 16.0 * eps_d * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
 
     def back(t: torch.Tensor) -> torch.Tensor:
         return t.to(home).reshape(shape)
@@ -557,7 +569,7 @@ def compare(
         temperature=tau,
         topk=t_k,
         device=str(dev),
-        dtype=str(dtype).replace("torch.", ""),
+        dtype=str(dtype).replace("torch.", "") + ("" if half is None else f" (from {half} inputs)"),
         batch_shape=tuple(batch),
         n_queries=n,
         n_keys=m,

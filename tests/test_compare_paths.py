@@ -19,7 +19,7 @@ def both_paths(monkeypatch, *args, **kwargs):
     one = att.compare(*args, **kwargs)
     with monkeypatch.context() as m:
         m.setattr(streaming, "_SharedLogits", None)  # any use of the one-product path would now fail
-        m.setattr(streaming, "SOFTMAX_KINDS", ())  # ... and it is not taken
+        m.setattr(streaming, "_shares_one_product", lambda a, b: False)  # ... and it is not taken
         two = att.compare(*args, **kwargs)
     return one, two
 
