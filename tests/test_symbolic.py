@@ -51,27 +51,24 @@ def reports(built):
 # the module: light to import, every name where it was
 # --------------------------------------------------------------------------- #
 _IMPORT_PROBE = """
-import sys, time
-start = time.perf_counter()
+import sys
 import hypviz.symbolic as hs
-elapsed = time.perf_counter() - start
 heavy = sorted(m for m in ("torch", "hypviz.accuracy", "hypviz.lorentz", "hypviz.attention") if m in sys.modules)
 listed = all(name in dir(hs) for name in hs.__all__)
 from hypviz.symbolic import kl_supremum_mpmath, sqdist_mpmath  # the mpmath references need no torch either
-print(repr((elapsed, heavy, listed, "torch" in sys.modules)))
+print(repr((heavy, listed, "torch" in sys.modules)))
 """
 
 
 def test_import_is_light_and_the_numerical_names_are_lazy():
-    """``import hypviz.symbolic`` (a fresh process) imports no torch and takes well under a second.
+    """``import hypviz.symbolic`` (a fresh process) imports no torch, no attention and no lorentz (no timing: the suite runs on loaded machines).
 
     The torch-backed names (``softmax_gap_bounds``, ``sqdist_accuracy``, ...) import on first access:
     ``test_every_name_imports_from_where_it_was``.
     """
     out = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], capture_output=True, text=True, timeout=120, check=True)
-    elapsed, heavy, listed, torch_after_oracle = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    heavy, listed, torch_after_oracle = ast.literal_eval(out.stdout.strip().splitlines()[-1])
     assert heavy == [], f"import hypviz.symbolic imported {heavy}"
-    assert elapsed < 1.0, f"import hypviz.symbolic took {elapsed:.2f} s"
     assert listed, "dir(hypviz.symbolic) must list every name of __all__ (the lazy ones too)"
     assert not torch_after_oracle
 
@@ -604,3 +601,19 @@ def test_printed_summaries_hold_no_tex():
     assert hs.derivations()["kl_supremum"].check(d=None).summary().startswith(
         "The exact KL supremum: sup KL(P‖S) = log((e^Δ − 1)/Δ) − 1 + Δ/(e^Δ − 1) ≤ Δ²/8: all"
     )
+
+
+def test_every_derivation_function_is_registered():
+    """A derivation left out of ``symbolic.derivations()`` would never be verified: every function returning one is listed."""
+    import inspect
+
+    from hypviz import symbolic_geometry, symbolic_softmax
+
+    registered = set(hs.derivations())
+    missing = []
+    for module in (symbolic_geometry, symbolic_softmax):
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ == module.__name__ and not name.startswith("_") and "Derivation" in str(inspect.signature(fn).return_annotation):
+                if not any(key == name or key.startswith(name + "_") for key in registered):
+                    missing.append(f"{module.__name__}.{name}")
+    assert not missing, f"register these in hypviz.symbolic.derivations(): {missing}"
