@@ -14,7 +14,7 @@ import re
 import stat
 from typing import Any
 
-__all__ = ["UsageError", "one_line", "show", "fs_len", "size_text", "what_is"]
+__all__ = ["UsageError", "one_line", "show", "short", "fs_len", "size_text", "what_is", "torch_load_reason", "env_limit"]
 
 
 class UsageError(Exception):
@@ -48,6 +48,45 @@ def show(text: Any) -> str:
         return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
 
     return _UNSAFE.sub(escape, s)
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` as :func:`show` prints it, cut to about ``limit`` characters (a string read from a file may
+    be a megabyte long): ``'xxxx...' (1000000 characters)``."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{show(repr(value[:limit]))[:-1]}...' ({len(value)} characters)"
+    text = show(repr(value))
+    return text if len(text) <= limit + 20 else text[: limit + 20] + "..."
+
+
+def env_limit(name: str, default: int, what: str) -> int:
+    """A limit read from the environment variable ``name`` (a positive whole number of ``what``), else ``default``."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise UsageError(f"{name} must be a positive whole number of {what}, got {short(text)}")
+    return value
+
+
+def torch_load_reason(exc: BaseException) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, in one line, without torch's advice to load it with
+    ``weights_only=False`` (which would run whatever the file's pickle asks for)."""
+    text = str(exc)
+    if "Weights only load failed" in text or "WeightsUnpickler" in text:
+        m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if m:
+            return f"it holds a pickled {show(m.group(1))} object, not only tensors"
+        return "it is not a torch.save file of tensors (its pickle is not one torch.load(weights_only=True) accepts)"
+    lines = text.strip().splitlines()
+    line = lines[0][:300] if lines else ""
+    if re.search(r"weights_only|pickle\.load|unsafe|trust", line, re.I):
+        line = "the file is not a torch.save file of tensors"
+    return f"{type(exc).__name__}: {show(line)}"
 
 
 def fs_len(name: str) -> int:

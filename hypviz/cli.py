@@ -98,6 +98,12 @@ from hypviz.input_files import (
     DEFAULT_MAX_INPUT_BYTES,
     FORMATS,
     MAX_INPUT_ENV,
+    MAX_LAYERS_ENV,
+    MAX_NAME_ENV,
+    Unreadable,
+    load_torch_file,
+    max_layers,
+    max_name_chars,
     ROLE_NAMES,
     STORED_K,
     check_file,
@@ -125,6 +131,7 @@ from hypviz.publishing import interrupted_message as _interrupted
 from hypviz.publishing import on_signal as _on_signal
 from hypviz.publishing import produce as _produce
 from hypviz.publishing import restore_handlers as _restore_handlers
+from hypviz.publishing import say as _say
 
 __all__ = ["main", "build_parser", "UsageError"]
 
@@ -185,6 +192,30 @@ def _count(text: str) -> int:
     return value
 
 
+def _rows(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2 (compare needs two rows to sample), got {text!r}")
+    return value
+
+
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0 .. 2**64 - 1
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= SEED_MAX:
+        shown = text if len(text) <= 30 else text[:30] + "..."
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**64 - 1 = {SEED_MAX}, got {shown!r}")
+    return value
+
+
 def _kinds(text: str) -> list[str]:
     kinds = [t.strip() for t in text.split(",") if t.strip()]
     bad = [t for t in kinds if t not in KINDS]
@@ -205,13 +236,13 @@ def _common(p: argparse.ArgumentParser, default_out: str) -> None:
     )
     p.add_argument(
         "--rows",
-        type=_count,
+        type=_rows,
         default=None,
         metavar="R",
         help="compute the statistics on R query rows per head drawn uniformly (seeded, --seed) against all keys, "
         "with 95%% confidence intervals on every mean: for very large N (default: every row)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the --rows sample (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the --rows sample, 0 to 2**64 - 1 (default 0)")
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -414,23 +445,79 @@ def cmd_model(args: argparse.Namespace) -> int:
         )
     out = check_out(args.out, args.force, (path,))
     _check_device(args.device)
-    size, limit = os.stat(path).st_size, max_input_bytes()
-    if size > limit:
-        raise _too_big("CAPTURE", f"the file {_show(path)}", size, limit)
-    from hypviz import capture, model_report
+    records = _read_capture(path)
+    from hypviz import model_report
+
+    device = _resolve_device(args.device)
+    results = []
+    for rec in records:  # one layer at a time, so that a refusal names the layer
+        try:
+            results += model_report.analyse([rec], temperature=args.temperature, device=str(device), progress=args.progress)
+        except ValueError as exc:
+            if not _OVERFLOW.search(str(exc)):
+                raise
+            where = "--temperature" if rec.temperature is None else f"the temperature {rec.temperature:g} it stores"
+            raise UsageError(f"CAPTURE: layer {rec.name} (call {rec.call}), {where}: {_one_line(exc)}") from None
+    files = _produce(out, args.force, lambda tmp: model_report.write(results, tmp, {"path": _show(path), "layers": len(records)}))
+    _say(model_report.summary(results, Path(_show(out)), files))
+    return 0
+
+
+_OVERFLOW = re.compile(r"^temperature \S+ makes the logits overflow")
+
+
+def _read_capture(path: Path) -> list[Any]:
+    """The records of a capture file, within the limits: its tensors' bytes (``HYPVIZ_MAX_INPUT_BYTES``), its
+    number of layers (``HYPVIZ_MAX_LAYERS``), its names' lengths (``HYPVIZ_MAX_NAME_CHARS``), all checked before a
+    record is built; names escaped for display; half-precision points (checked in their own dtype) in float32."""
+    from hypviz import records as records_mod
 
     try:
-        records = capture.load(path)
-    except ValueError as exc:
-        text = _one_line(exc)
+        obj = load_torch_file(path, "CAPTURE", max_input_bytes())
+    except Unreadable as exc:
         raise UsageError(
-            f"KEYS is missing and {_show(path)} is not a readable capture file ({text}); pass a KEYS file"
+            f"KEYS is missing and {_show(path)} is not a readable capture file ({exc.reason}); pass a KEYS file"
         ) from None
-    device = _resolve_device(args.device)
-    results = model_report.analyse(records, temperature=args.temperature, device=str(device), progress=args.progress)
-    files = _produce(out, args.force, lambda tmp: model_report.write(results, tmp, {"path": _show(path), "layers": len(records)}))
-    print(model_report.summary(results, Path(_show(out)), files))
-    return 0
+    layers = obj.get("layers") if isinstance(obj, dict) else None
+    if isinstance(layers, list):
+        limit = max_layers()
+        if len(layers) > limit:
+            raise UsageError(
+                f"CAPTURE: {_show(path)} holds {len(layers)} layer records, above the limit of {limit}; "
+                f"set {MAX_LAYERS_ENV} to a larger number to analyse them all (the report draws 3.4 inches a layer)"
+            )
+        chars = max_name_chars()
+        for i, d in enumerate(layers):
+            for key in ("name", "kind", "mode"):
+                value = d.get(key) if isinstance(d, dict) else None
+                if isinstance(value, str) and len(value) > chars:
+                    raise UsageError(
+                        f"CAPTURE: {_show(path)} record {i}: its {key} is {len(value)} characters long, above the limit "
+                        f"of {chars}; set {MAX_NAME_ENV} to a larger number to read it"
+                    )
+    try:
+        records = records_mod.parse(obj, _show(path))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(
+            f"KEYS is missing and {_show(path)} is not a readable capture file ({_one_line(exc)}); pass a KEYS file"
+        ) from None
+    return [_for_display(rec) for rec in records]
+
+
+def _for_display(rec: Any) -> Any:
+    """A record as the report uses it: its name escaped (control characters, lone surrogates), float16/bfloat16
+    points re-lifted in float32 (they were checked in their own dtype by the record's check)."""
+    import torch
+
+    from hypviz.lorentz import lift
+
+    rec.name = _show(rec.name)
+    if rec.queries.dtype in (torch.float16, torch.bfloat16):
+        for role in ("queries", "keys", "values"):
+            t = getattr(rec, role)
+            if t is not None:
+                setattr(rec, role, lift(t[..., 1:].float(), rec.k))
+    return rec
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -463,7 +550,12 @@ def _run(
 ) -> int:
     from hypviz import report
 
-    result = report.analyse(inputs, settings)
+    try:
+        result = report.analyse(inputs, settings)
+    except ValueError as exc:
+        if not _OVERFLOW.search(str(exc)):
+            raise
+        raise UsageError(f"--temperature: {_one_line(exc)}") from None
 
     def write(tmp: Path) -> list[str]:
         if save_inputs:
@@ -477,7 +569,7 @@ def _run(
         return report.write(result, tmp, options=extra_options or {})
 
     files = _produce(out, force, write)
-    print(report.summary(result, Path(_show(out)), files, show_inputs=save_inputs))
+    _say(report.summary(result, Path(_show(out)), files, show_inputs=save_inputs))
     return 0
 
 
@@ -502,12 +594,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     prog = f"hypviz {args.command}"
     _RUN.reset()
+    _RUN.prog = prog
     previous: dict[int, Any] = {}
     try:
         code, interrupted = _call(args, prog, debug, previous)
+        if argv is None and not interrupted:
+            # the exit handlers (atexit) run now, ours still installed: a signal meanwhile is noted, then acted on
+            import atexit
+
+            run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+            if run_exitfuncs is not None:
+                run_exitfuncs()
+        if argv is None:
+            _block_signals()  # from here to os._exit a signal stays pending, never acted on half-way
+        if _RUN.late is not None and not interrupted:  # a signal after the command had finished (e.g. just after
+            print(_interrupted(prog, _RUN.late), file=sys.stderr)  # publishing): its exit code, and what is on disk
+            code, interrupted = 128 + _RUN.late, True
     finally:
-        _restore_handlers(previous)
-    if interrupted and argv is None:
+        if argv is not None:
+            _restore_handlers(previous)
+    if argv is None:
+        # the program ends here, streams flushed, with os._exit: no exit handler runs after an interruption (torch's
+        # could print a traceback), and no signal can end the process on the way out without its line and code
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -515,6 +623,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pass
         os._exit(code)
     return code
+
+
+def _block_signals() -> None:
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
+    except (AttributeError, ValueError, OSError):
+        pass
 
 
 def _call(args: argparse.Namespace, prog: str, debug: bool, previous: dict[int, Any]) -> tuple[int, bool]:
@@ -545,9 +660,10 @@ def _call(args: argparse.Namespace, prog: str, debug: bool, previous: dict[int, 
         if not isinstance(exc, Exception) or debug:
             raise
         # an internal error: one line unless HYPVIZ_DEBUG is set
+        done = "nothing written" if _RUN.published is None else f"the report in {_show(_RUN.published)} is complete"
         print(
             f"{prog}: internal error: {type(exc).__name__}: {_show(_one_line(exc)[:500])} "
-            "(nothing written; set HYPVIZ_DEBUG=1 for the traceback)",
+            f"({done}; set HYPVIZ_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return 1, False

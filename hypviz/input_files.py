@@ -19,17 +19,23 @@ import zipfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from hypviz._messages import UsageError, show, size_text, what_is
+from hypviz._messages import UsageError, env_limit, show, short, size_text, torch_load_reason, what_is
 
 __all__ = [
     "FORMATS", "ROLE_NAMES", "MAX_INPUT_ENV", "DEFAULT_MAX_INPUT_BYTES", "STORED_K", "check_file",
-    "max_input_bytes", "too_big", "read_input", "load_array", "resolve_k", "native_order",
+    "max_input_bytes", "too_big", "read_input", "load_array", "resolve_k", "native_order", "MAX_LAYERS_ENV",
+    "DEFAULT_MAX_LAYERS", "MAX_NAME_ENV", "DEFAULT_MAX_NAME_CHARS", "max_layers", "max_name_chars", "load_torch_file",
+    "expanded_bytes", "Unreadable",
 ]
 
 FORMATS = (".pt", ".pth", ".npy", ".npz")
 ROLE_NAMES = {"QUERIES": ("queries", "query", "q", "Q"), "KEYS": ("keys", "key", "k", "K")}
 MAX_INPUT_ENV = "HYPVIZ_MAX_INPUT_BYTES"
 DEFAULT_MAX_INPUT_BYTES = 2 * 1024**3  # 2 GiB: the largest array (.npy/.npz) or file (.pt) read
+MAX_LAYERS_ENV = "HYPVIZ_MAX_LAYERS"
+DEFAULT_MAX_LAYERS = 64  # layer records of a capture file analysed (the layers figure is 3.4 inches a layer)
+MAX_NAME_ENV = "HYPVIZ_MAX_NAME_CHARS"
+DEFAULT_MAX_NAME_CHARS = 256  # characters of a name read from a file (a layer's, an array's)
 STORED_K: dict[str, float] = {}  # path -> the curvature parameter a .pt dict or .npz stored as "k"
 
 
@@ -58,17 +64,21 @@ def check_file(path: str, role: str) -> Path:
 
 
 def max_input_bytes() -> int:
-    """The largest input read: ``HYPVIZ_MAX_INPUT_BYTES`` (a positive number of bytes), default 2 GiB."""
-    text = os.environ.get(MAX_INPUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_INPUT_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise UsageError(f"{MAX_INPUT_ENV} must be a positive whole number of bytes, got {show(text)!r}")
-    return value
+    """The largest input read: ``HYPVIZ_MAX_INPUT_BYTES`` (a positive number of bytes), default 2 GiB.
+
+    It bounds what a file expands to, not its size on disk: the bytes of every array it holds (elements x item
+    size, a broadcast or compressed one counted as it will be once read), taken before anything is materialised."""
+    return env_limit(MAX_INPUT_ENV, DEFAULT_MAX_INPUT_BYTES, "bytes")
+
+
+def max_layers() -> int:
+    """The most layer records a capture file may hold: ``HYPVIZ_MAX_LAYERS``, default 64."""
+    return env_limit(MAX_LAYERS_ENV, DEFAULT_MAX_LAYERS, "layers")
+
+
+def max_name_chars() -> int:
+    """The longest name (of a layer, an array, a string field) read from a file: ``HYPVIZ_MAX_NAME_CHARS``, default 256."""
+    return env_limit(MAX_NAME_ENV, DEFAULT_MAX_NAME_CHARS, "characters")
 
 
 def too_big(role: str, what: str, nbytes: int, limit: int) -> UsageError:
@@ -81,14 +91,20 @@ def too_big(role: str, what: str, nbytes: int, limit: int) -> UsageError:
 
 def _pick(entries: dict[str, Any], path: Path, role: str, name: str | None, option: str) -> tuple[Any, str]:
     names = list(entries)
-    shown = show(", ".join(names[:12]) + (", ..." if len(names) > 12 else ""))
+    shown = ", ".join(short(n, 40)[1:-1] if len(n) <= 40 else short(n, 40) for n in names[:12])
+    shown += ", ..." if len(names) > 12 else ""
     if name is not None:
         if name not in entries:
-            raise UsageError(f"{role}: {show(path)} has no array named {show(name)!r} (it holds: {shown or 'nothing'})")
+            raise UsageError(f"{role}: {show(path)} has no array named {short(name)} (it holds: {shown or 'nothing'})")
         return entries[name], name
     if not names:
         raise UsageError(f"{role}: {show(path)} holds no arrays of rank 1 or more")
     if len(names) == 1:
+        if len(names[0]) > max_name_chars():
+            raise UsageError(
+                f"{role}: the array name in {show(path)} is {len(names[0])} characters long, above the limit of "
+                f"{max_name_chars()}; set {MAX_NAME_ENV} to a larger number to read it"
+            )
         return entries[names[0]], names[0]
     for candidate in ROLE_NAMES[role]:
         if candidate in entries:
@@ -106,16 +122,7 @@ def _numpy_detail(exc: BaseException) -> str:
 
 def _torch_detail(exc: BaseException) -> str:
     """torch.load's reason, without its advice to load the file with weights_only=False."""
-    text = str(exc)
-    if "Weights only load failed" in text or "WeightsUnpickler" in text:
-        m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-        if m:
-            return f"it holds a pickled {m.group(1)} object, not only tensors"
-        return "it is not a torch.save file of tensors (its pickle is not one torch.load(weights_only=True) accepts)"
-    line = _first_line(exc)
-    if re.search(r"weights_only\W+(set to\W+)?False|pickle\.load|unsafe|trust", line, re.I):
-        line = "the file is not a torch.save file of tensors"
-    return f"{type(exc).__name__}: {line}"
+    return torch_load_reason(exc)
 
 
 def _not_npy(head: bytes) -> str:
@@ -268,21 +275,76 @@ def _ndim(v: Any) -> int:
         return 1
 
 
-def _load_torch(path: Path, role: str, name: str | None, option: str, limit: int):
+def expanded_bytes(obj: Any, _depth: int = 0) -> int:
+    """The bytes every tensor and array in ``obj`` (nested dicts, lists, tuples) occupies once made dense and
+    contiguous: elements x item size, from shapes alone (a broadcast, stride-0 tensor counts at its full size)."""
     import numpy as np
+    import torch
 
+    if isinstance(obj, torch.Tensor):
+        return int(obj.numel()) * int(obj.element_size())
+    if isinstance(obj, np.ndarray):
+        return int(obj.size) * int(obj.itemsize)
+    if _depth > 8:
+        return 0
+    if isinstance(obj, dict):
+        return sum(expanded_bytes(v, _depth + 1) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(expanded_bytes(v, _depth + 1) for v in obj)
+    return 0
+
+
+def _zip_bytes(path: Path) -> int | None:
+    """What a torch.save zip file's members hold once decompressed (their declared sizes, which bound what
+    torch's reader allocates), or None for a file that is not a zip (the legacy format: its size is its data)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return sum(info.file_size for info in zf.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+
+
+class Unreadable(UsageError):
+    """A file ``torch.load(weights_only=True)`` refuses; ``reason`` says why in a few words (never torch's advice
+    to load it unsafely)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def load_torch_file(path: Path, role: str, limit: int) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU, refused before loading when the file, or what its zip
+    members decompress to, is above ``limit`` bytes, and after loading (before any tensor is made dense) when its
+    tensors expand to more; a refusal is a :class:`UsageError` naming ``HYPVIZ_MAX_INPUT_BYTES``."""
     size = os.stat(path).st_size
     if size > limit:
         raise too_big(role, f"the file {show(path)}", size, limit)
+    unzipped = _zip_bytes(path)
+    if unzipped is not None and unzipped > limit:
+        raise too_big(role, f"what the file {show(path)} ({size_text(size)} on disk) decompresses to", unzipped, limit)
     import torch
 
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # unpickling errors of many kinds: all mean "not a readable torch file"
-        raise UsageError(
+        reason = torch_load_reason(exc)
+        raise Unreadable(
             f"{role}: cannot read {show(path)} with torch.load(weights_only=True), is it a torch.save file of tensors? "
-            f"({_torch_detail(exc)})"
+            f"({reason})",
+            reason,
         ) from None
+    nbytes = expanded_bytes(obj)
+    if nbytes > limit:
+        raise too_big(role, f"what the tensors in {show(path)} take once made dense", nbytes, limit)
+    return obj
+
+
+def _load_torch(path: Path, role: str, name: str | None, option: str, limit: int):
+    import numpy as np
+    import torch
+
+    obj = load_torch_file(path, role, limit)
     chosen = None
     if isinstance(obj, dict):
         _remember_k(path, obj.get("k", obj.get("curvature")))

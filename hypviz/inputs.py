@@ -105,31 +105,49 @@ class Settings:
 # --------------------------------------------------------------------------- #
 # checking and preparing the points
 # --------------------------------------------------------------------------- #
+_BLOCK_ELEMENTS = 1 << 22  # the checks below go through the points in blocks of about this many values (32 MiB in float64)
+
+
+def _row_blocks(a):
+    """``(first_row, block)`` of the ``(rows, d)`` view of ``a``, a few MiB at a time (no copy of the whole array)."""
+    flat = a.reshape(-1, a.shape[-1]) if a.ndim else a.reshape(1, 1)
+    step = max(1, _BLOCK_ELEMENTS // max(1, flat.shape[-1]))
+    for i in range(0, flat.shape[0], step):
+        yield i, flat[i : i + step]
+
+
 def _finite_parts(a, role: str) -> None:
     """Spatial parts and ball points must be finite: refused here, naming the first bad index, because
     :func:`hypviz.lorentz.lift` and ``from_poincare`` would refuse them without saying where.  (Points
-    are left to :func:`hypviz.lorentz.check_points`, which names the row.)"""
+    are left to :func:`hypviz.lorentz.check_points`, which names the row.)  Checked block by block."""
     import numpy as np
 
-    ok = np.isfinite(a)
-    if not ok.all():
-        bad = tuple(int(i) for i in np.argwhere(~ok)[0])
-        what = "NaN" if np.isnan(a).any() else "Inf"
-        raise UsageError(f"{role} holds {what} (first non-finite value at index {bad}); expected finite coordinates")
+    for first, block in _row_blocks(a):
+        ok = np.isfinite(block)
+        if not ok.all():
+            r, c = (int(i) for i in np.argwhere(~ok)[0])
+            bad = tuple(int(i) for i in np.unravel_index((first + r) * a.shape[-1] + c, a.shape))
+            what = "NaN" if np.isnan(block[r, c]) else "Inf"
+            raise UsageError(f"{role} holds {what} (first non-finite value at index {bad}); expected finite coordinates")
 
 
 def _overflow(a, role: str, spatial: bool, k: float, target) -> float:
     """The largest |x|^2 (Euclidean, in float64) of the finite rows; refuse norms whose squares overflow ``target``.
 
-    Rows holding NaN or Inf are left out: :func:`hypviz.lorentz.check_points` refuses them afterwards.
+    Rows holding NaN or Inf are left out: :func:`hypviz.lorentz.check_points` refuses them afterwards.  The
+    float64 arithmetic is done block by block, so no float64 copy of the whole input is made.
     """
     import numpy as np
 
-    wide = a.astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        sq = np.einsum("...i,...i->...", wide, wide)
-    sq = sq[np.isfinite(wide).all(axis=-1)]
-    top = (float(sq.max()) if sq.size else 0.0) + (k if spatial else 0.0)
+    top = 0.0
+    for _, block in _row_blocks(a):
+        wide = block.astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sq = np.einsum("...i,...i->...", wide, wide)
+        sq = sq[np.isfinite(wide).all(axis=-1)]
+        if sq.size:
+            top = max(top, float(sq.max()))
+    top += k if spatial else 0.0
     big = float(np.finfo(target).max)
     if not top < big:
         norm = math.sqrt(top) if math.isfinite(top) else math.inf

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import platform
+import re
 import shutil
 import signal
 import sys
@@ -33,13 +34,16 @@ from hypviz._messages import UsageError, fs_len, show, what_is
 
 __all__ = [
     "MARKER", "PAUSE_ENV", "STAGES", "TMP_EXTRA", "check_out", "publish", "produce", "Interrupted", "RUN",
-    "on_signal", "install_handlers", "restore_handlers", "interrupted_message",
+    "on_signal", "install_handlers", "restore_handlers", "interrupted_message", "resolved_out", "holds", "tmp_prefix",
+    "clean_stale", "say", "note", "STALE_AGE_S",
 ]
 
 MARKER = "metrics.json"  # a folder holding this file, written by hypviz, may be replaced with --force
 PAUSE_ENV = "HYPVIZ_TEST_PAUSE_AT"  # tests only: STAGE[:SIGNAL], the command signals itself at that stage
 STAGES = ("tmp", "written", "swapped", "cleaned")
-TMP_EXTRA = len(".") + len(".tmp-") + 8  # what mkdtemp's ".NAME.tmp-XXXXXXXX" adds to NAME (".old-" is as long)
+TMP_EXTRA = len(".") + len(".tmp-") + 8  # what mkdtemp's ".NAME.tmp-XXXXXXXX" adds to NAME (".old-" is as long),
+# where it fits; where not, NAME is cut in the temporary name (tmp_prefix)
+STALE_AGE_S = 10.0  # an unlocked temporary folder of this --out older than this is a killed run's, and removed
 
 
 def _is_report(path: Path) -> bool:
@@ -58,10 +62,58 @@ def _pathconf(folder: Path, name: str, default: int) -> int:
     return value if value and value > 0 else default
 
 
+def resolved_out(out: Path) -> Path:
+    """``--out`` as the file system reaches it: its parent folder resolved (``os.path.realpath``: symbolic links
+    and ``..`` followed as the kernel follows them), its own name kept (a symbolic link there is refused later)."""
+    raw = os.path.join(os.getcwd(), os.fspath(out))
+    head, name = os.path.split(raw.rstrip(os.sep) or os.sep)
+    if name in ("", ".", ".."):
+        head, name = os.path.split(os.path.realpath(raw))
+    return Path(os.path.realpath(head or os.sep)) / name if name else Path(os.sep)
+
+
+def holds(folder: Path, path: Any) -> bool:
+    """Whether removing ``folder`` would remove ``path``: ``folder`` is ``path`` or one of its ancestors, compared on
+    resolved paths and on (device, inode) of every ancestor (a bind mount, a second name of the same folder)."""
+    real = Path(os.path.realpath(path))
+    if real == folder or folder in real.parents:
+        return True
+    try:
+        target = os.stat(folder)
+    except OSError:
+        return False
+    for ancestor in (real, *real.parents):
+        try:
+            st = os.stat(ancestor)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+            return True
+    return False
+
+
+def tmp_prefix(out: Path, kind: str = "tmp") -> str:
+    """The prefix of the temporary folder beside ``out``: ``.NAME.tmp-`` (then 8 random characters), its NAME cut
+    (and marked ``~``) where the whole would not fit the file system's limits on a name and a path, so that a
+    temporary name fits wherever the final name does."""
+    parent = out.parent
+    name_max = _pathconf(parent, "PC_NAME_MAX", 255)
+    path_max = _pathconf(parent, "PC_PATH_MAX", 4096)
+    room = min(name_max, path_max - 2 - fs_len(str(parent))) - 8  # 8: mkdtemp's random part
+    full = f".{out.name}.{kind}-"
+    if fs_len(full) <= room:
+        return full
+    cut = out.name
+    while cut and fs_len(f".{cut}~.{kind}-") > room:
+        cut = cut[:-1]
+    return f".{cut}~.{kind}-"
+
+
 def check_out(out: Path, force: bool, inputs: Sequence[Path] = ()) -> Path:
-    """Refuse an output folder that exists (without ``--force``), is not a report, holds an input,
-    lies under something that is not a folder, or whose name (plus the temporary suffix) is too long."""
-    out = Path(os.path.abspath(out))
+    """Refuse an output folder that exists (without ``--force``), is not a report, holds an input or the current
+    folder (on resolved paths), lies under something that is not a folder, or whose name is too long; returns
+    ``--out`` with its parent resolved (:func:`resolved_out`)."""
+    out = resolved_out(out)
     if not out.name:
         raise UsageError(f"--out {show(out)} is the root folder; choose a folder to create")
     parent = out.parent
@@ -77,17 +129,16 @@ def check_out(out: Path, force: bool, inputs: Sequence[Path] = ()) -> Path:
         raise UsageError(f"the parent folder of --out does not exist: {show(parent)} (create it first)")
     name_max = _pathconf(parent, "PC_NAME_MAX", 255)
     nbytes = fs_len(out.name)
-    if nbytes + TMP_EXTRA > name_max:
+    if nbytes > name_max:
         shown = show(out.name[:20]) + ("..." if len(out.name) > 20 else "")
         raise UsageError(
-            f"--out name too long: {shown} is {nbytes} bytes; at most {name_max - TMP_EXTRA} here (the file system "
-            f"allows {name_max} per name, and hypviz first writes a temporary folder .NAME.tmp-XXXXXXXX beside it, "
-            f"{TMP_EXTRA} bytes longer)"
+            f"--out name too long: {shown} is {nbytes} bytes; the file system allows at most {name_max} per name here"
         )
     path_max = _pathconf(parent, "PC_PATH_MAX", 4096)
-    if fs_len(str(parent)) + 1 + nbytes + TMP_EXTRA >= path_max:
+    tmp_len = fs_len(str(parent)) + 1 + fs_len(tmp_prefix(out)) + 8
+    if max(fs_len(str(out)), tmp_len) >= path_max:
         raise UsageError(f"--out path too long: {fs_len(str(out))} bytes; the file system allows {path_max} per path "
-                         f"including the {TMP_EXTRA} bytes of the temporary name")
+                         f"(and the temporary folder beside it takes {tmp_len})")
     if out.exists() or out.is_symlink():
         if not force:
             raise UsageError(f"output folder {show(out)} already exists; pass --force to replace it, or choose another --out")
@@ -99,27 +150,115 @@ def check_out(out: Path, force: bool, inputs: Sequence[Path] = ()) -> Path:
                 f"--force would replace {show(out)}, which is not a hypviz report (no {MARKER} written by hypviz); "
                 "remove it yourself or choose another --out"
             )
-        cwd = Path(os.path.abspath(os.getcwd()))
-        if cwd == out or out in cwd.parents:
+        if holds(out, os.getcwd()):
             raise UsageError(f"--force would replace {show(out)}, which holds the current folder; choose another --out")
         for p in inputs:
-            p = Path(os.path.abspath(p))
-            if out in p.parents:
+            if holds(out, p):
+                real = os.path.realpath(p)
+                also = f" (that is {show(real)})" if real != os.path.abspath(p) else ""
                 raise UsageError(
-                    f"--force would replace {show(out)}, which holds the input {show(p)}; copy the input elsewhere first"
+                    f"--force would replace {show(out)}, which holds the input {show(p)}{also}; copy the input elsewhere first"
                 )
     return out
 
 
-def _temp_dir(out: Path) -> Path:
+def _temp_dir(out: Path) -> tuple[Path, int | None]:
+    """A new temporary folder beside ``out`` (named by :func:`tmp_prefix`) and the descriptor holding its lock
+    (``flock``, released by the kernel when this process ends however it ends), or None where locks are unsupported."""
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=tmp_prefix(out), dir=out.parent))
     except OSError as exc:
         raise UsageError(f"cannot write into {show(out.parent)}: {exc.strerror or exc}") from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700 folders; a report is an ordinary folder
-    return tmp
+    fd = _lock(tmp)
+    return tmp, fd if isinstance(fd, int) and fd >= 0 else None
+
+
+def _lock(path: Path) -> int | bool | None:
+    """``flock(LOCK_EX | LOCK_NB)`` on the folder ``path``: its descriptor, False when another process holds the
+    lock (a run in progress), None where the lock cannot be taken (no ``fcntl``, a file system without locks)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def note(text: str) -> None:
+    """One line on stderr, ``hypviz COMMAND: text``, for what the user must know although the run goes on."""
+    try:
+        print(f"{RUN.prog}: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def clean_stale(out: Path) -> list[Path]:
+    """Remove the temporary folders of ``out`` that killed runs left (``.NAME.tmp-*``: unlocked, so their run has
+    ended, and older than :data:`STALE_AGE_S`); report on stderr those that may still be in use and the
+    ``.NAME.old-*`` folders (a previous report, left by a run killed between its two renames: never removed
+    here).  Returns the folders removed."""
+    tmp_re = re.compile(re.escape(tmp_prefix(out)) + r"[a-z0-9_]{8}")
+    old_re = re.compile(re.escape(tmp_prefix(out, "old")) + r"[a-z0-9_]{8}")
+    try:
+        names = sorted(os.listdir(out.parent))
+    except OSError:
+        return []
+    removed: list[Path] = []
+    unsure: list[Path] = []
+    for name in names:
+        path = out.parent / name
+        if not (tmp_re.fullmatch(name) or old_re.fullmatch(name)) or path.is_symlink() or not path.is_dir():
+            continue
+        if old_re.fullmatch(name):
+            note(f"an earlier run, stopped between its two renames, left the previous report in {show(path)}; "
+                 f"move it back or remove it")
+            continue
+        fd = _lock(path)
+        if fd is False:
+            continue  # a run in progress writes there
+        try:
+            try:
+                age = time.time() - os.stat(path).st_mtime
+            except OSError:
+                continue
+            if fd is None or age < STALE_AGE_S:
+                unsure.append(path)
+                continue
+            with _Critical():
+                shutil.rmtree(path, ignore_errors=True)
+            (unsure if os.path.lexists(path) else removed).append(path)
+        finally:
+            _release(fd if isinstance(fd, int) else None)
+    if removed:
+        note(f"removed {len(removed)} temporary folder(s) that interrupted runs left beside {show(out)}: "
+             + ", ".join(show(p.name) for p in removed[:3]) + (", ..." if len(removed) > 3 else ""))
+    if unsure:
+        note(f"{len(unsure)} temporary folder(s) of another run, in progress or interrupted, are beside {show(out)}: "
+             + ", ".join(show(p.name) for p in unsure[:3]) + (", ..." if len(unsure) > 3 else "")
+             + "; remove them once no other hypviz run writes this --out")
+    return removed
 
 
 # --- signals: what a run has put on disk, and signals deferred across each step that changes it ----------- #
@@ -144,6 +283,8 @@ class _RunState:
         self.done = False  # set once an interruption was raised or the command has finished: later signals are noted only
         self.delivered = 0  # how many signals the handler has seen (the test hook waits for its own)
         self.signal: int | None = None  # the signal an interruption was raised for (even if a library swallowed it)
+        self.late: int | None = None  # the first signal that arrived once the command had finished
+        self.prog = "hypviz"  # how messages begin: "hypviz compare"
 
 
 RUN = _RunState()
@@ -153,6 +294,8 @@ def on_signal(signum: int, frame: Any) -> None:
     """The handler :func:`install_handlers` installs: raise :class:`Interrupted`, or defer it to the end of a step."""
     RUN.delivered += 1
     if RUN.done:
+        if RUN.late is None and RUN.signal is None:
+            RUN.late = signum  # acted on by the command's last step (hypviz.cli.main): 128 + N and one line
         return
     if RUN.critical:
         if RUN.pending is None:
@@ -222,12 +365,28 @@ def _stage(name: str) -> None:
         time.sleep(0.001)
 
 
-def _discard(path: Path | None) -> None:
-    """Remove a temporary or swapped-out folder, signals deferred until it is gone."""
+def _discard(path: Path | None, what: str = "") -> bool:
+    """Remove a temporary or swapped-out folder, signals deferred until it is gone; True when it is gone.  When it
+    cannot be removed and ``what`` names it, one line on stderr says where it is left and why."""
     if path is None:
-        return
+        return True
+    errors: list[BaseException] = []
+
+    def failed(*args: Any) -> None:
+        err = args[2]
+        errors.append(err[1] if isinstance(err, tuple) else err)
+
     with _Critical():
-        shutil.rmtree(path, ignore_errors=True)
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=failed)
+        else:
+            shutil.rmtree(path, onerror=failed)
+    if not os.path.lexists(path):
+        return True
+    if what:
+        reason = next((e.strerror for e in errors if isinstance(e, OSError) and e.strerror), "unknown reason")
+        note(f"{what} is left in {show(path)}: it could not be removed ({reason}); remove it yourself")
+    return False
 
 
 # --- renameat2 through ctypes -------------------------------------------------------------------------------- #
@@ -322,7 +481,7 @@ def publish(tmp: Path, out: Path, force: bool) -> str:
                 how, old = "exchanged", tmp  # the old report is now at the temporary name
             else:
                 how = "two renames"
-                aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+                aside = Path(tempfile.mkdtemp(prefix=tmp_prefix(out, "old"), dir=out.parent))
                 try:
                     os.replace(out, aside / out.name)
                 except BaseException:
@@ -340,7 +499,7 @@ def publish(tmp: Path, out: Path, force: bool) -> str:
             RUN.published = out
     finally:
         if swapped:  # also when a signal that arrived during the swap is raised now
-            _discard(old)
+            _discard(old, "the old report (replaced by the new one)")
     _stage("cleaned")
     return how
 
@@ -360,15 +519,19 @@ _WRITE_ERRNOS = {
 
 def produce(out: Path, force: bool, write: Callable[[Path], list[str]]) -> list[str]:
     """``write(tmp)`` into a temporary folder beside ``out``, then :func:`publish` it; on any failure or
-    interruption the temporary folder is removed (and a file system's refusal is reported as bad input)."""
-    tmp = _temp_dir(out)
+    interruption the temporary folder is removed (and a file system's refusal is reported as bad input).
+    Temporary folders of ``out`` left by killed runs are removed first (:func:`clean_stale`)."""
+    clean_stale(out)
+    tmp, lock = _temp_dir(out)
     try:
         _stage("tmp")
         files = write(tmp)
         _stage("written")
         publish(tmp, out, force)
     except OSError as exc:
-        _discard(tmp)
+        _release(lock)
+        if RUN.published is None:
+            _discard(tmp, "the unfinished report's temporary folder")
         if exc.errno in _WRITE_ERRNOS and RUN.published is None:
             code = errno.errorcode.get(exc.errno, str(exc.errno))
             raise UsageError(
@@ -377,9 +540,39 @@ def produce(out: Path, force: bool, write: Callable[[Path], list[str]]) -> list[
             ) from None
         raise
     except BaseException:
-        _discard(tmp)
+        _release(lock)
+        if RUN.published is None:
+            _discard(tmp, "the unfinished report's temporary folder")
         raise
+    _release(lock)
     return files
+
+
+def say(text: str) -> None:
+    """Print the summary of a published report on stdout.  A stdout that fails (closed by ``| head``, a full disk,
+    ``>/dev/full``) changes nothing on disk: one line on stderr says that the report is complete, stdout is
+    silenced (so that Python's own flush at exit cannot fail again) and the run still succeeds."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError) as exc:  # ValueError: stdout closed
+        _silence_stdout()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "stdout is closed"
+        where = f" in {show(RUN.published)}" if RUN.published is not None else ""
+        note(f"the report{where} is complete; its summary could not be printed on stdout ({reason})")
+
+
+def _silence_stdout() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, AttributeError):
+        return  # not a file (captured in a test): nothing will be flushed to a descriptor at exit
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except OSError:
+        pass
 
 
 def interrupted_message(prog: str, signum: int) -> str:
@@ -389,6 +582,6 @@ def interrupted_message(prog: str, signum: int) -> str:
     except ValueError:
         name = f"signal {signum}"
     if RUN.published is not None:
-        return f"{prog}: interrupted after the new report was published in {show(RUN.published)} ({name})"
+        return f"{prog}: interrupted after the new report was published in {show(RUN.published)} ({name}); the report is complete"
     return f"{prog}: interrupted; nothing written ({name})"
 

@@ -19,10 +19,11 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from hypviz._messages import short, torch_load_reason
 from hypviz.attention import KINDS, SOFTMAX_KINDS
 from hypviz.lorentz import as_tensor, check_k, check_points
 
-__all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load"]
+__all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load", "parse"]
 
 #: The ``"format"`` entry of a file written by :func:`save`.
 FORMAT = "hypviz.capture"
@@ -41,13 +42,13 @@ def _opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool =
     if value is None and none_ok:
         return None
     if value is None or isinstance(value, bool):
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise ValueError(f"{name} must be {what}, got {short(value)}")
     try:
         v = float(value)
     except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"{name} must be {what}, got {value!r}") from None
+        raise ValueError(f"{name} must be {what}, got {short(value)}") from None
     if not math.isfinite(v) or (positive and v <= 0.0):
-        raise ValueError(f"{name} must be {what}, got {value!r}")
+        raise ValueError(f"{name} must be {what}, got {short(value)}")
     return v
 
 
@@ -104,31 +105,31 @@ class LayerRecord:
         if not isinstance(self.name, str):
             raise TypeError(f"LayerRecord.name must be a string, got {type(self.name).__name__}")
         if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
-            raise ValueError(f"LayerRecord {self.name!r}: call must be an integer >= 0, got {self.call!r}")
+            raise ValueError(f"LayerRecord {short(self.name)}: call must be an integer >= 0, got {short(self.call)}")
         self.k = check_k(self.k)
         if self.mode not in MODES:
             raise ValueError(
-                f"LayerRecord {self.name!r}: mode must be one of {', '.join(map(repr, MODES))}, "
-                f"got {self.mode!r}"
+                f"LayerRecord {short(self.name)}: mode must be one of {', '.join(map(repr, MODES))}, "
+                f"got {short(self.mode)}"
             )
         if self.kind not in KINDS:
             raise ValueError(
-                f"LayerRecord {self.name!r}: kind must be one of {', '.join(map(repr, KINDS))}, "
-                f"got {self.kind!r}"
+                f"LayerRecord {short(self.name)}: kind must be one of {', '.join(map(repr, KINDS))}, "
+                f"got {short(self.kind)}"
             )
         if self.mode in _HYPFORMER_KIND and self.kind != _HYPFORMER_KIND[self.mode]:
             raise ValueError(
-                f"LayerRecord {self.name!r}: mode {self.mode!r} computes kind {_HYPFORMER_KIND[self.mode]!r}, "
-                f"got {self.kind!r}"
+                f"LayerRecord {short(self.name)}: mode {short(self.mode)} computes kind {_HYPFORMER_KIND[self.mode]!r}, "
+                f"got {short(self.kind)}"
             )
-        self.power = _opt_float(self.power, f"LayerRecord {self.name!r}: power", positive=True)
-        self.norm_scale = _opt_float(self.norm_scale, f"LayerRecord {self.name!r}: norm_scale")
-        self.temperature = _opt_float(self.temperature, f"LayerRecord {self.name!r}: temperature", positive=True)
+        self.power = _opt_float(self.power, f"LayerRecord {short(self.name)}: power", positive=True)
+        self.norm_scale = _opt_float(self.norm_scale, f"LayerRecord {short(self.name)}: norm_scale")
+        self.temperature = _opt_float(self.temperature, f"LayerRecord {short(self.name)}: temperature", positive=True)
         if self.kind == "focused" and (self.power is None or self.norm_scale is None):
-            raise ValueError(f"LayerRecord {self.name!r}: kind 'focused' needs power and norm_scale, got None")
+            raise ValueError(f"LayerRecord {short(self.name)}: kind 'focused' needs power and norm_scale, got None")
         if self.kind in SOFTMAX_KINDS and self.temperature is None:
-            raise ValueError(f"LayerRecord {self.name!r}: kind {self.kind!r} needs a temperature, got None")
-        where = f"LayerRecord {self.name!r}"
+            raise ValueError(f"LayerRecord {short(self.name)}: kind {short(self.kind)} needs a temperature, got None")
+        where = f"LayerRecord {short(self.name)}"
         self.queries = _record_tensor(self.queries, f"{where} queries", "N")
         self.keys = _record_tensor(self.keys, f"{where} keys", "M")
         if self.values is not None:
@@ -195,7 +196,7 @@ class LayerRecord:
         ValueError
             One line naming the layer (or ``where``), the call and the tensor.
         """
-        label = where or f"layer {self.name!r} (call {self.call})"
+        label = where or f"layer {short(self.name)} (call {self.call})"
         for role in _ROLES:
             t = getattr(self, role)
             if t is not None:
@@ -314,21 +315,17 @@ def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
     return target
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
-
-
 def load(path: str | os.PathLike) -> list[LayerRecord]:
     r"""Read a file written by :meth:`Capture.save` or :func:`save` (``torch.load(weights_only=True)``), validated.
 
-    Every record is checked (shapes, fields, points on :math:`\langle x, x\rangle_L = -k`).
+    Every record is checked (shapes, fields, points on :math:`\langle x, x\rangle_L = -k`) by :func:`parse`.
 
     Raises
     ------
     ValueError
         One line naming the file and what was wrong: missing, unreadable, not a hypviz.capture file,
-        a newer version, or a bad record.
+        a newer version, no layer records, or a bad record.  A refused pickle is described, never
+        with torch's advice to load the file with ``weights_only=False``.
     """
     p = Path(os.fspath(path))
     if not p.is_file():
@@ -337,15 +334,29 @@ def load(path: str | os.PathLike) -> list[LayerRecord]:
         obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # unpickling fails in many ways; all mean "not a readable torch.save file"
         raise ValueError(
-            f"{p}: cannot read it with torch.load(weights_only=True) ({type(exc).__name__}: {_first_line(exc)}); "
+            f"{p}: cannot read it with torch.load(weights_only=True) ({torch_load_reason(exc)}); "
             "expected a hypviz.capture file written by Capture.save"
         ) from None
+    return parse(obj, p)
+
+
+def parse(obj: Any, where: Any = "capture") -> list[LayerRecord]:
+    """The validated records of ``obj``, what ``torch.load`` read from a file written by :func:`save`; ``where``
+    (the file) begins every message.
+
+    Raises
+    ------
+    ValueError
+        When ``obj`` is not a hypviz.capture dictionary, its version is newer, its ``layers`` list is empty,
+        or a record is invalid (fields, tensors that are not dense, points off the hyperboloid).
+    """
+    p = where
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        got = f"format {obj.get('format')!r}" if isinstance(obj, dict) else f"a {type(obj).__name__}"
+        got = f"format {short(obj.get('format'))}" if isinstance(obj, dict) else f"a {type(obj).__name__}"
         raise ValueError(f"{p}: not a hypviz.capture file (expected a dict with format {FORMAT!r}, got {got})")
     version = obj.get("version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"{p}: hypviz.capture file without a valid version (expected {VERSION}, got {version!r})")
+        raise ValueError(f"{p}: hypviz.capture file without a valid version (expected {VERSION}, got {short(version)})")
     if version > VERSION:
         raise ValueError(
             f"{p}: hypviz.capture version {version} is newer than this hypviz reads ({VERSION}); "
@@ -354,11 +365,13 @@ def load(path: str | os.PathLike) -> list[LayerRecord]:
     layers = obj.get("layers")
     if not isinstance(layers, list):
         raise ValueError(f"{p}: 'layers' must be a list of layer records, got {type(layers).__name__}")
+    if not layers:
+        raise ValueError(f"{p}: holds no layer records (its 'layers' list is empty); capture at least one layer call")
     records = []
     for i, d in enumerate(layers):
         try:
             rec = LayerRecord.from_dict(d, check=False)
-            rec.check(f"layer {rec.name!r} (call {rec.call})")
+            rec.check(f"layer {short(rec.name)} (call {rec.call})")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{p}: record {i}: {exc}") from None
         records.append(rec)

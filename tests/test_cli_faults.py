@@ -129,19 +129,28 @@ def test_file_names_that_are_not_utf8_are_escaped_in_the_report(work, pts, capsy
     assert leftovers(work) == []
 
 
-def test_out_names_too_long_for_the_temporary_folder_are_refused(work, capsys):
+def test_every_out_name_the_file_system_allows_is_accepted_and_longer_ones_refused(work, capsys):
     name_max = os.pathconf(work, "PC_NAME_MAX")
-    room = name_max - cli.TMP_EXTRA
     before = {p.name for p in work.iterdir()}
-    for n in (name_max + 1, name_max, room + 4, room + 1):  # 256 (ENAMETOOLONG) and 242..255 (the temporary name is)
-        line = refused(*run(capsys, "compare", work / "q.npy", work / "k.npy", "--out", work / ("a" * n)),
-                       "--out name too long", f"{n} bytes", f"at most {room}")
-        assert "a" * 40 not in line  # the name is shortened in the message
+    line = refused(*run(capsys, "compare", work / "q.npy", work / "k.npy", "--out", work / ("a" * (name_max + 1))),
+                   "--out name too long", f"{name_max + 1} bytes", f"at most {name_max}")
+    assert "a" * 40 not in line  # the name is shortened in the message
     untouched(work, before)
-    assert cli.check_out(work / ("a" * room), force=False).name == "a" * room  # the longest that fits
-    # a multi-byte name is measured in bytes
+    # 250 characters and the longest the file system allows: the temporary folder beside it is cut to fit
+    for n in (name_max - cli.TMP_EXTRA + 1, 250, name_max):
+        out = work / ("a" * n)
+        assert len(publishing.tmp_prefix(out)) + 8 <= name_max
+        code, stdout, err = run(capsys, "compare", work / "q.npy", work / "k.npy", *FAST, "--out", out)
+        assert code == 0 and err == "", err
+        assert (out / "metrics.json").is_file() and leftovers(work) == []
+        assert run(capsys, "compare", work / "q.npy", work / "k.npy", *FAST, "--out", out, "--force")[0] == 0
+        assert leftovers(work) == []
+    # a multi-byte name is measured in bytes: 2 bytes a character
+    out = work / ("é" * (name_max // 2))
+    assert cli.check_out(out, force=False) == out
     with pytest.raises(cli.UsageError, match="too long"):
-        cli.check_out(work / ("é" * (room // 2 + 1)), force=False)
+        cli.check_out(work / ("é" * (name_max // 2 + 1)), force=False)
+    assert publishing.tmp_prefix(out).startswith(".é") and len(os.fsencode(publishing.tmp_prefix(out))) + 8 <= name_max
 
 
 def _old_report(folder: Path, tag: str = "old") -> None:
@@ -430,7 +439,8 @@ def test_a_signal_at_any_stage_leaves_the_old_or_the_new_report(case, killed):
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr  # nor one from an atexit handler
     signame = "SIGHUP" if code == 129 else "SIGTERM"
     if published:
-        assert lines[0] == f"hypviz compare: interrupted after the new report was published in {work / 'r'} ({signame})"
+        assert lines[0] == (f"hypviz compare: interrupted after the new report was published in {work / 'r'} ({signame}); "
+                            "the report is complete")
     else:
         assert lines[0] == f"hypviz compare: interrupted; nothing written ({signame})"
     out = work / "r"
@@ -471,7 +481,8 @@ def test_both_publishing_methods_at_every_stage_in_process(stage, method, work, 
     published = stage in ("swapped", "cleaned")
     assert code == 143 and out == "", (code, err)
     if published:
-        assert err == f"hypviz compare: interrupted after the new report was published in {work / 'r'} (SIGTERM)\n"
+        assert err == (f"hypviz compare: interrupted after the new report was published in {work / 'r'} (SIGTERM); "
+                       "the report is complete\n")
     else:
         assert err == "hypviz compare: interrupted; nothing written (SIGTERM)\n"
     assert json.loads((work / "r" / "metrics.json").read_text())["tag"] == ("new" if published else "old")
