@@ -59,7 +59,7 @@ kernel, a file system without the flag) the old folder is moved into a new folde
 (while Python's default SIGINT handler is installed) stop a run with one line saying whether the
 new report was published, exit code 128 + the signal's number, and the temporary folder removed.
 (``HYPVIZ_TEST_PAUSE_AT=STAGE[:SIGNAL]``, for the tests only, makes the command send itself
-SIGTERM, or SIGNAL, at one stage: ``tmp``, ``written``, ``swapped``, ``cleaned``.)
+SIGTERM, or SIGNAL, at one stage: ``tmp``, ``written``, ``swapped``, ``cleaned``, ``finished``.)
 
 Exit codes: 0 success; 2 bad input or usage, or an output the file system refuses (disk full,
 read-only, no permission): one line on stderr naming the problem, nothing written; 1 unexpected
@@ -132,6 +132,7 @@ from hypviz.publishing import on_signal as _on_signal
 from hypviz.publishing import produce as _produce
 from hypviz.publishing import restore_handlers as _restore_handlers
 from hypviz.publishing import say as _say
+from hypviz.publishing import stage as _stage_hook
 
 __all__ = ["main", "build_parser", "UsageError"]
 
@@ -598,6 +599,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous: dict[int, Any] = {}
     try:
         code, interrupted = _call(args, prog, debug, previous)
+        if not interrupted:
+            _stage_hook("finished")
         if argv is None and not interrupted:
             # the exit handlers (atexit) run now, ours still installed: a signal meanwhile is noted, then acted on
             import atexit

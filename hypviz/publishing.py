@@ -40,7 +40,7 @@ __all__ = [
 
 MARKER = "metrics.json"  # a folder holding this file, written by hypviz, may be replaced with --force
 PAUSE_ENV = "HYPVIZ_TEST_PAUSE_AT"  # tests only: STAGE[:SIGNAL], the command signals itself at that stage
-STAGES = ("tmp", "written", "swapped", "cleaned")
+STAGES = ("tmp", "written", "swapped", "cleaned", "finished")  # "finished": the command has returned
 TMP_EXTRA = len(".") + len(".tmp-") + 8  # what mkdtemp's ".NAME.tmp-XXXXXXXX" adds to NAME (".old-" is as long),
 # where it fits; where not, NAME is cut in the temporary name (tmp_prefix)
 STALE_AGE_S = 10.0  # an unlocked temporary folder of this --out older than this is a killed run's, and removed
@@ -347,6 +347,11 @@ def restore_handlers(previous: dict[int, Any]) -> None:
             pass
 
 
+def stage(name: str) -> None:
+    """Tests only: the hook of :data:`PAUSE_ENV` at stage ``name`` (see :func:`_stage`)."""
+    _stage(name)
+
+
 def _stage(name: str) -> None:
     """Tests only: at stage ``name`` of ``HYPVIZ_TEST_PAUSE_AT=STAGE[:SIGNAL]`` send ourselves the signal."""
     spec = os.environ.get(PAUSE_ENV, "")
@@ -555,7 +560,7 @@ def say(text: str) -> None:
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
-    except (OSError, ValueError) as exc:  # ValueError: stdout closed
+    except (OSError, ValueError, AttributeError) as exc:  # ValueError: stdout closed; AttributeError: no stdout (None)
         _silence_stdout()
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "stdout is closed"
         where = f" in {show(RUN.published)}" if RUN.published is not None else ""
