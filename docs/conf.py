@@ -39,10 +39,22 @@ extensions = [
     "hypviz_cli",  # ours: the CLI page, generated from hypviz.cli.build_parser()
 ]
 
+# ----------------------------------------------------------------------------- languages
+# English is the source; Simplified Chinese is a second build of the same sources with the
+# gettext catalogues of locale/zh_CN/LC_MESSAGES/*.po (compiled to .mo at build time):
+# scripts/site.py builds it with -D language=zh_CN into build/html/zh_CN/.  A paragraph without a
+# translation stays in English (tests/test_site.py lists the landing page's and the summaries' ones).
+language = "en"
+locale_dirs = ["locale/"]
+gettext_compact = False  # one catalogue per page: locale/zh_CN/LC_MESSAGES/notebooks/05_attention_maps.po
+gettext_uuid = False
+gettext_location = False
+gettext_auto_build = True
+
 root_doc = "index"
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
-exclude_patterns = ["_build", "_readme.md", "**.ipynb_checkpoints", "notebooks/sanitize.cfg"]
-templates_path: list[str] = []
+exclude_patterns = ["_build", "_readme.md", "**.ipynb_checkpoints", "notebooks/sanitize.cfg", "locale"]
+templates_path = ["_templates"]  # hypviz-lang-switch.html: the language switch in every page's header
 smartquotes = False  # keep "--k", quotes and dashes as written (option names, code-like prose)
 
 # ----------------------------------------------------------------------------- MyST / MyST-NB
@@ -89,6 +101,8 @@ html_theme_options = {
     "navigation_with_keys": False,
     "show_prev_next": True,
     "search_bar_text": "Search the notebooks and the API",
+    # the language switch (English / Simplified Chinese) before the theme's buttons, on every page
+    "article_header_end": ["hypviz-lang-switch.html", "article-header-buttons.html"],
 }
 # light by default (the notebooks' PNG figures have white backgrounds); the reader can switch
 html_context = {"default_mode": "light"}

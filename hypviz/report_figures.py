@@ -1,7 +1,8 @@
 r"""The figures of the two reports, drawn with :mod:`hypviz.plots`.
 
 For ``hypviz compare`` / ``hypviz demo`` (:mod:`hypviz.report`): :func:`figures` gives the
-heatmaps and difference maps of the shown head (:func:`hypviz.plots.attention.heatmaps_mpl`,
+heatmaps and difference maps of the shown head (:func:`hypviz.plots.attention.heatmaps_mpl`; maps whose
+largest weights differ by more than ``SHARED_SCALE_RATIO`` get their own colour scales, :func:`heatmap_scales`,
 :func:`~hypviz.plots.attention.difference_maps_mpl`) and :func:`rows_figure`, every query row read
 against the reference's distance from the uniform row and, for the softmax comparisons, against its
 bound :math:`\tanh((\Delta + \epsilon)/4)` (:func:`hypviz.plots.curves.bound_scatter`);
@@ -26,9 +27,39 @@ import hypviz.plots.style as style
 if TYPE_CHECKING:
     from hypviz.report import Result
 
-__all__ = ["MAX_SCATTER", "figures", "rows_figure", "plotly_rows", "layers_figure", "scatter_rows", "png_bytes"]
+__all__ = ["MAX_SCATTER", "SHARED_SCALE_RATIO", "heatmap_scales", "figures", "rows_figure", "plotly_rows", "layers_figure", "scatter_rows", "png_bytes"]
 
 MAX_SCATTER = 4000  # rows drawn per comparison in the row figures (evenly spaced, plus the worst ones)
+SHARED_SCALE_RATIO = 3.0  # heatmaps share one colour scale only when their largest weights lie within this factor
+
+
+def heatmap_scales(maps: Sequence[Any]) -> list[float] | None:
+    """The colour-scale tops of the heatmaps: ``None`` for one shared scale, else each map's own largest weight.
+
+    Maps whose largest weights differ by more than a factor ``SHARED_SCALE_RATIO`` (a focused map
+    beside a nearly uniform softmax, say) each get their own scale: on a shared one the flatter
+    map would be drawn in one solid colour.
+    """
+    tops = [float(_np(m).max()) for m in maps]
+    lo, hi = min(tops), max(tops)
+    if lo > 0 and hi / lo <= SHARED_SCALE_RATIO:
+        return None
+    return [t if t > 0 else 1.0 for t in tops]
+
+
+def _heatmaps(maps: Sequence[Any], titles: Sequence[str], suptitle: str, ylabel: str) -> Any:
+    """The heatmaps panel by panel: one shared colour scale, or each its own (stated in the title)."""
+    from hypviz.plots import attention as pa
+
+    scales = heatmap_scales(maps)
+    if scales is None:
+        return pa.heatmaps_mpl(maps, titles, suptitle=f"{suptitle}; one shared colour scale", ylabel=ylabel)
+    fig = style.new_figure((4.2 * len(maps) + 0.4, 3.8))
+    axes = fig.subplots(1, len(maps), squeeze=False)[0]
+    for ax, m, title, top in zip(axes, maps, titles, scales):
+        pa.heatmaps_mpl([m], [f"{title}\n(own scale, 0 to {top:.3g})"], axes=[ax], vmax=top, ylabel=ylabel)
+    fig.suptitle(f"{suptitle}; each map on its own colour scale (their largest weights differ by more than {SHARED_SCALE_RATIO:g}x)")
+    return fig
 
 
 def png_bytes(fig: Any, dpi: int = 100) -> bytes:
@@ -66,11 +97,11 @@ def figures(result: Result) -> dict[str, Any]:
     where = f"head {label}, {len(result.shown_rows)} of {result.comparisons[0].n_queries} query rows"
     kinds = [ref, *result.settings.kinds]
     figs = {}
-    figs["heatmaps"] = pa.heatmaps_mpl(
+    figs["heatmaps"] = _heatmaps(
         [result.maps[kd] for kd in kinds],
         [f"{kd}" + (" (reference)" if kd == ref else "") for kd in kinds],
-        suptitle=f"attention maps, {where}",
-        ylabel=r"sampled query row",
+        f"attention maps, {where}",
+        r"sampled query row",
     )
     figs["difference"] = pa.difference_maps_mpl(
         [(result.maps[ref], result.maps[kd]) for kd in result.settings.kinds],

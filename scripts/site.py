@@ -9,6 +9,11 @@ quotes README.md.  None of them is copied into git: the build lays out a tempora
 The notebooks are *not* executed: their committed outputs are the cache (nbval checks them in
 the test command), so the build takes seconds, not minutes.
 
+The site is built twice from the same sources: in English into ``--out``, and in Simplified
+Chinese (``-D language=zh_CN``, with the gettext catalogues of ``docs/locale/zh_CN/LC_MESSAGES``,
+compiled to ``.mo`` files by Sphinx during the build) into ``--out/zh_CN``; every page links to
+its twin in the other language.
+
 Sphinx warnings are errors (``-W --keep-going``: every warning is shown, then the build fails);
 ``--allow-warnings`` turns that off for local drafts.  The site is written into a temporary folder
 and renamed into place only when the build succeeded and the result passed its checks (an
@@ -34,6 +39,7 @@ NOTEBOOKS = ROOT / "notebooks"
 README = ROOT / "README.md"
 DEFAULT_OUT = ROOT / "build" / "html"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+SECOND_LANGUAGE = "zh_CN"  # built into OUT/zh_CN from docs/locale/zh_CN/LC_MESSAGES/*.po
 
 # What a page may not load from the network: script sources, module imports, stylesheets and
 # other <link>ed resources, CSS imports and url()s, images, frames, media.
@@ -86,7 +92,7 @@ def check_site(out: Path, notebooks: list[Path]) -> None:
     if missing:
         raise SiteError(f"no page for the notebooks {', '.join(missing)}")
     for page in sorted(out.rglob("*.html")):
-        if page.relative_to(out).parts[0] == "_static":
+        if "_static" in page.relative_to(out).parts:
             continue
         bad = network_references(page.read_text(encoding="utf-8", errors="replace"))
         if bad:
@@ -137,7 +143,7 @@ def build(
     try:
         src, html, doctrees = work / "src", work / "html", work / "doctrees"
         notebooks = stage_sources(src, docs, notebooks_dir, readme)
-        args = ["-b", "html", "-d", str(doctrees), "-j", str(jobs)]
+        args = ["-b", "html", "-j", str(jobs)]
         if warnings_as_errors:
             args += ["-W", "--keep-going"]
         if quiet:
@@ -145,24 +151,33 @@ def build(
         if warnings_file is not None:
             args += ["-w", str(warnings_file)]
         start = time.perf_counter()
-        with warnings.catch_warnings():
-            # the extensions' use of APIs that a later Sphinx removes: not a problem of this site
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", PendingDeprecationWarning)
-            status = build_main([*args, str(src), str(html)])
-        if status != 0:
-            if status == 1 and warnings_as_errors:
-                what = "Sphinx reported warnings (errors here: -W --keep-going), listed above"
-            else:
-                what = f"Sphinx stopped with an error (exit status {status}), shown above"
-            raise SiteError(f"{what}; {_show(out)} was left as it was")
+        for language, target, trees in ((None, html, doctrees), (SECOND_LANGUAGE, html / SECOND_LANGUAGE, work / "doctrees-zh")):
+            run = [*args, "-d", str(trees)] + (["-D", f"language={language}"] if language else [])
+            if warnings_file is not None and language:
+                run[run.index("-w") + 1] = str(Path(warnings_file).with_name(f"{Path(warnings_file).stem}-{language}.txt"))
+            with warnings.catch_warnings():
+                # the extensions' use of APIs that a later Sphinx removes: not a problem of this site
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.simplefilter("ignore", PendingDeprecationWarning)
+                status = build_main([*run, str(src), str(target)])
+            if status != 0:
+                if status == 1 and warnings_as_errors:
+                    what = "Sphinx reported warnings (errors here: -W --keep-going), listed above"
+                else:
+                    what = f"Sphinx stopped with an error (exit status {status}), shown above"
+                in_language = f" (the {language} build)" if language else ""
+                raise SiteError(f"{what}{in_language}; {_show(out)} was left as it was")
         check_site(html, notebooks)
+        check_site(html / SECOND_LANGUAGE, notebooks)
+        for sources in (html / SECOND_LANGUAGE / "_sources",):
+            if sources.is_dir() and not any(sources.iterdir()):
+                sources.rmdir()
         sources = html / "_sources"  # html_copy_source = False leaves it empty
         if sources.is_dir() and not any(sources.iterdir()):
             sources.rmdir()
         os.chmod(html, 0o755)
         _replace_dir(html, out)
-        log(f"site: {len(notebooks)} notebooks, API and CLI pages -> {_show(out / 'index.html')} "
+        log(f"site: {len(notebooks)} notebooks, API and CLI pages, in English and {SECOND_LANGUAGE} -> {_show(out / 'index.html')} "
             f"in {time.perf_counter() - start:.1f} s")
         return out / "index.html"
     finally:

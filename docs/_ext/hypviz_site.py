@@ -16,6 +16,15 @@
   the site uses its ``tex-svg.js`` bundle (no web fonts to load from disk, and the SVG output
   is what plotly.js needs to typeset LaTeX in figure titles).
 
+* **Figures people can read.**  Every notebook image gets an alt text from the figure's own title
+  (``suptitle`` / ``set_title`` / ``title=`` in the cell's source) or else from the prose just
+  before the cell (:func:`alt_text`), and ``_static/hypviz_figures.js`` opens any figure at its full
+  resolution on click (Escape or a click closes it).
+* **Two languages.**  The site is built in English and, with the translation catalogues of
+  ``docs/locale/`` (Sphinx's gettext internationalisation), in Simplified Chinese under
+  ``zh_CN/``; every page's header links to the same page in the other language
+  (:func:`language_switch`, drawn by ``_templates/hypviz-lang-switch.html``).
+
 MyST-NB finds mime renderers through the ``myst_nb.mime_renderers`` entry point group only; this
 extension is not an installed package, so it appends its renderer to MyST-NB's list at set-up.
 """
@@ -25,6 +34,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -35,6 +45,9 @@ from docutils.parsers.rst import Directive, directives
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_JS = "plotly.min.js"
 LOADER_JS = "hypviz_plotly.js"
+FIGURES_JS = "hypviz_figures.js"
+LANGUAGES = {"en": "English", "zh_CN": "简体中文"}  # the site's languages; the second lives in zh_CN/
+SECOND_LANGUAGE = "zh_CN"
 MATHJAX_BUNDLE = "mathjax/tex-svg.js"
 HTML_BUILDERS = ("html", "dirhtml", "singlehtml")
 DEFAULT_HEIGHT = 525  # plotly.js's own default figure height, in px
@@ -58,12 +71,11 @@ def plotly_html(figure: dict, div_id: str) -> str:
         "frames": figure.get("frames") or [],
         "config": figure.get("config") or {},
     }
-    # a figure with its own layout.width keeps it (and scrolls inside its box on a narrow page);
-    # one without fills the text column and follows its width (config.responsive)
-    width = f"{int(layout['width'])}px" if isinstance(layout.get("width"), (int, float)) else "100%"
+    # every figure fills the text column and follows its width (config.responsive; a stored
+    # layout.width is dropped by hypviz_plotly.js, which also stacks the panels of a wide figure)
     return (
         '<div class="hypviz-plotly-box">'
-        f'<div class="hypviz-plotly" id="{div_id}" style="height:{int(height)}px; width:{width};" '
+        f'<div class="hypviz-plotly" id="{div_id}" style="height:{int(height)}px; width:100%;" '
         f'data-frames="{len(payload["frames"])}"></div></div>\n'
         f'<script type="application/json" class="hypviz-plotly-data" data-for="{div_id}">'
         f"{_script_json(payload)}</script>\n"
@@ -132,6 +144,123 @@ class SubmodulesDirective(Directive):
         return []
 
 
+# ----------------------------------------------------------------------------- alt text
+_TITLE_CALL = re.compile(
+    r"""(?:suptitle|set_title|title)\s*[(=]\s*(?:text\s*=\s*)?([rbuf]{0,2})(["'])((?:(?!\2).){4,200}?)\2""", re.S | re.I
+)
+_TEX_WORDS = {
+    "kappa": "κ", "tau": "τ", "Delta": "Δ", "delta": "δ", "ell": "ℓ", "sqrt": "√", "langle": "⟨", "rangle": "⟩",
+    "lVert": "‖", "rVert": "‖", "Vert": "‖", "times": "×", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "to": "→",
+    "infty": "∞", "cdot": "·", "varphi": "φ", "phi": "φ", "mu": "μ", "sigma": "σ", "alpha": "α", "beta": "β",
+    "theta": "θ", "lambda": "λ", "rho": "ρ", "pi": "π", "approx": "≈", "sum": "Σ", "quad": " ", "qquad": " ",
+    "left": "", "right": "", "big": "", "Big": "", "tfrac": "", "frac": "", "operatorname": "", "displaystyle": "",
+}
+
+
+def _plain(text: str) -> str:
+    """A title or sentence as plain words: TeX as Unicode, no Markdown emphasis, no placeholders, one line."""
+    text = re.sub(r"%[-+ #0]*\d*(?:\.\d+)?[sdgfeir]", "…", text)  # printf-style placeholders
+    text = re.sub(r"\\(?:mathrm|operatorname|text|mathbf|mathit|mathbb|mathcal)\s*\{([^{}]*)\}", r"\1", text)
+    text = re.sub(r"\\[,;:! ]", " ", text).replace("\\|", "‖")
+    text = re.sub(r"\\([A-Za-z]+)", lambda m: _TEX_WORDS.get(m.group(1), m.group(1)), text)
+    text = text.replace("$", "").replace("{", "").replace("}", "").replace("*", "").replace("`", "")
+    text = re.sub(r"<[^>]+>", "", text)
+    return re.sub(r"\s+", " ", text).strip(" .:;,")
+
+
+def alt_text(source: str, before: str = "", section: str = "") -> str:
+    """The alt text of a figure drawn by a cell with ``source``: its titles, else the prose before it.
+
+    ``before`` is the text of the paragraph just before the cell, ``section`` its section's title.
+    """
+    titles = []
+    for m in _TITLE_CALL.finditer(source or ""):
+        prefix, title = m.group(1).lower(), m.group(3)
+        if "f" in prefix:  # an f-string: its {placeholders} are not words ({{ and }} are braces)
+            title = re.sub(r"(?<!\{)\{[^{}]*\}(?!\})", "…", title).replace("{{", "{").replace("}}", "}")
+        title = _plain(title)
+        if len(title) >= 4 and title not in titles:
+            titles.append(title)
+    if titles:
+        return "Figure: " + "; ".join(titles)[:300]
+    sentence = _plain(re.split(r"(?<=[.!?])\s", before.strip(), maxsplit=1)[0]) if before.strip() else ""
+    if sentence:
+        return f"Figure ({_plain(section)}): {sentence[:250]}" if section else f"Figure: {sentence[:250]}"
+    return f"Figure: {_plain(section)}" if section else "Figure"
+
+
+def _cell_source(cell) -> str:
+    for child in cell.findall(nodes.literal_block):
+        return child.astext()
+    return ""
+
+
+def _text_before(cell) -> tuple[str, str]:
+    """The paragraph just before ``cell`` (in document order within its section) and the section title."""
+    section = cell.parent
+    while section is not None and not isinstance(section, nodes.section):
+        section = section.parent
+    title = section[0].astext() if section is not None and len(section) and isinstance(section[0], nodes.title) else ""
+    before = ""
+    node = cell
+    while node is not None and node is not section:
+        parent = node.parent
+        if parent is None:
+            break
+        index = parent.index(node)
+        for sibling in reversed(parent.children[:index]):
+            paragraphs = list(sibling.findall(nodes.paragraph)) if not isinstance(sibling, nodes.paragraph) else [sibling]
+            if isinstance(sibling, nodes.container) and sibling.get("nb_element") == "cell_code":
+                paragraphs = []  # another cell's outputs are not its caption
+            if paragraphs:
+                before = paragraphs[-1].astext()
+                return before, title
+        node = parent
+    return before, title
+
+
+def _add_alt_text(app, doctree) -> None:
+    """Every image a notebook cell drew gets an alt text (figure titles, else the preceding prose)."""
+    for image in list(doctree.findall(nodes.image)):
+        if image.get("alt"):
+            continue
+        cell = image.parent
+        while cell is not None and not (isinstance(cell, nodes.container) and cell.get("nb_element") == "cell_code"):
+            cell = cell.parent
+        if cell is None:
+            continue
+        before, title = _text_before(cell)
+        image["alt"] = alt_text(_cell_source(cell), before, title)
+
+
+# ----------------------------------------------------------------------------- language switch
+def language_switch(pagename: str, language: str | None) -> str:
+    """The HTML of the link from page ``pagename`` (built in ``language``) to the same page in the other language.
+
+    The English site is the root of the build; the Chinese one is its ``zh_CN/`` folder.
+    """
+    up = "../" * pagename.count("/")
+    if (language or "en") == SECOND_LANGUAGE:
+        href, target, label = f"{up}../{pagename}.html", "en", "English"
+        note = "本页的英文版"
+    else:
+        href, target, label = f"{up}{SECOND_LANGUAGE}/{pagename}.html", SECOND_LANGUAGE, "简体中文"
+        note = "this page in Simplified Chinese"
+    here = LANGUAGES.get(language or "en", LANGUAGES["en"])
+    return (
+        f'<nav class="hypviz-lang-switch" aria-label="language"><span class="hypviz-lang-here">{here}</span> · '
+        f'<a class="hypviz-lang-link" hreflang="{target.replace("_", "-")}" lang="{target.replace("_", "-")}" '
+        f'href="{href}" title="{note}">{label}</a></nav>\n'
+    )
+
+
+def _add_language_switch(app, pagename, templatename, context, doctree) -> None:
+    """Every page (genindex and search too) shows the switch in its article header (_templates/hypviz-lang-switch.html)."""
+    if app.builder.format != "html":
+        return
+    context["hypviz_lang_switch"] = language_switch(pagename, app.config.language)
+
+
 def _page_has_plotly(doctree) -> bool:
     return doctree is not None and any(
         "hypviz-plotly-output" in node.get("classes", []) for node in doctree.findall(nodes.raw)
@@ -143,6 +272,8 @@ def _add_plotly_scripts(app, pagename, templatename, context, doctree) -> None:
     if app.builder.format == "html" and _page_has_plotly(doctree):
         app.add_js_file(PLOTLY_JS, charset="utf-8")
         app.add_js_file(LOADER_JS)
+    if app.builder.format == "html" and doctree is not None and any(True for _ in doctree.findall(nodes.image)):
+        app.add_js_file(FIGURES_JS)
 
 
 def _use_offline_mathjax(app, config) -> None:
@@ -169,5 +300,7 @@ def setup(app):
     app.add_directive("hypviz-submodules", SubmodulesDirective)
     app.connect("config-inited", _use_offline_mathjax, priority=900)
     app.connect("html-page-context", _add_plotly_scripts)
+    app.connect("html-page-context", _add_language_switch)
+    app.connect("doctree-read", _add_alt_text)
     app.connect("build-finished", _copy_plotly_js)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

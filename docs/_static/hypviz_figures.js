@@ -1,0 +1,59 @@
+/* Click-to-enlarge for the figures of the hypviz site (see docs/_ext/hypviz_site.py).
+ * A click on a figure (an <img> in the article) opens it in an overlay at its full resolution,
+ * scrollable when it is larger than the window; a click, Escape or the close button closes it.
+ * Works from file:// (no request: the overlay shows the image the page has already loaded). */
+(function () {
+  "use strict";
+  var overlay = null;
+  function close() {
+    if (overlay) {
+      overlay.remove();
+      overlay = null;
+      document.documentElement.removeAttribute("data-hypviz-enlarged");
+    }
+  }
+  function open(img) {
+    close();
+    overlay = document.createElement("div");
+    overlay.className = "hypviz-lightbox";
+    overlay.setAttribute("role", "dialog");
+    overlay.setAttribute("aria-label", img.alt || "figure");
+    var big = document.createElement("img");
+    big.src = img.currentSrc || img.src;
+    big.alt = img.alt || "";
+    // full resolution, but never wider than the window: a 2x image is shown at its displayed size
+    // times the window's room, never upscaled beyond its pixels
+    big.style.maxWidth = "none";
+    big.style.width = Math.min(img.naturalWidth, Math.max(img.getBoundingClientRect().width, window.innerWidth - 40)) + "px";
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "hypviz-lightbox-close";
+    button.textContent = "×";
+    button.setAttribute("aria-label", "close");
+    overlay.appendChild(button);
+    overlay.appendChild(big);
+    overlay.addEventListener("click", close);
+    document.body.appendChild(overlay);
+    document.documentElement.setAttribute("data-hypviz-enlarged", "yes");
+    button.focus();
+  }
+  function setUp() {
+    var images = document.querySelectorAll("article.bd-article img, article img");
+    Array.prototype.forEach.call(images, function (img) {
+      if (img.closest("a") || img.getAttribute("data-hypviz-enlarge")) { return; }
+      img.setAttribute("data-hypviz-enlarge", "yes");
+      img.setAttribute("tabindex", "0");
+      img.title = (img.alt ? img.alt + " " : "") + "(click to enlarge)";
+      img.addEventListener("click", function () { open(img); });
+      img.addEventListener("keydown", function (e) {
+        if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(img); }
+      });
+    });
+    document.addEventListener("keydown", function (e) { if (e.key === "Escape") { close(); } });
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", setUp);
+  } else {
+    setUp();
+  }
+})();
