@@ -31,10 +31,16 @@ Points are checked in the dtype they were made in: float32/float64 at that dtype
 arithmetic done in float32 on their exact values).  Where the compute dtype (``--dtype``; by
 default the inputs', float32 for half-precision inputs) differs from the dtype they were made in,
 the time coordinate is then recomputed from the spatial parts in the compute dtype.  Inputs must be regular files (a FIFO, device or socket
-is refused, never read), at most ``HYPVIZ_MAX_INPUT_BYTES`` bytes (default 2 GiB = 2147483648):
-for ``.npy``/``.npz`` the size of the array read, taken from its ``.npy`` header before anything
-is decompressed or loaded; for ``.pt``/``.pth`` the file size.  hypviz never unpickles anything
-but tensors.
+is refused, never read).  What a file may make hypviz read is bounded, each limit set by an environment
+variable that its one-line error names: ``HYPVIZ_MAX_INPUT_BYTES`` (default 2 GiB = 2147483648) bounds
+what the arrays take once dense (elements x item size): for ``.npy``/``.npz`` the array read, from its
+``.npy`` header before anything is decompressed or loaded; for ``.pt``/``.pth`` (inputs and capture files)
+the file, what its zip members decompress to (before loading) and every tensor it holds, a broadcast
+(stride-0) one at its full size (before any is made dense).  ``HYPVIZ_MAX_LAYERS`` (default 64) bounds the
+layer records of a capture file (its figure is 3.4 inches a layer), ``HYPVIZ_MAX_NAME_CHARS`` (default
+256) the names and strings read from one.  The norm checks go through the points block by block (no
+float64 copy of the whole input).  hypviz never unpickles anything but tensors, and never relays
+torch's advice to load a refused file with ``weights_only=False``.
 
 Every kind of ``--kinds`` is compared with the ``--reference`` kind by
 :func:`hypviz.attention.compare`, each map read against its distance from the uniform row, with a
@@ -46,26 +52,38 @@ output folder gets ``report.html`` (self-contained, opens from disk with no netw
 ``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures (and, for the demo,
 ``inputs.npz``).
 
-Publishing.  The report is written into a temporary folder ``.NAME.tmp-XXXXXXXX`` beside ``--out``
-(so the name of ``--out`` may be at most the file system's limit, usually 255 bytes, minus 14),
-then put in place in one step: renamed with ``renameat2(RENAME_NOREPLACE)``, or, replacing an
+Publishing.  ``--out`` is compared on resolved paths (``os.path.realpath`` of its parent, then device
+and inode): ``--force`` refuses to replace a folder that holds an input or the current folder, whatever
+symbolic links, ``..`` or second names lead to them.  The report is written into a temporary folder
+``.NAME.tmp-XXXXXXXX`` beside ``--out`` (NAME cut, ``.NAM~.tmp-XXXXXXXX``, where the whole would exceed the
+file system's limits, so any ``--out`` the file system allows works) and locked (``flock``) while the run
+lasts; such folders of the same ``--out`` that no run holds any more (killed runs') are removed by the next
+run, and said on stderr.  It is then put in place in one step: renamed with ``renameat2(RENAME_NOREPLACE)``, or, replacing an
 existing report with ``--force``, exchanged with it by ``renameat2(RENAME_EXCHANGE)`` (Linux,
 called through ctypes: glibc's ``renameat2`` or the raw system call) and the old folder, now at the
 temporary name, removed.  So at every instant ``--out`` holds the complete old report or the
 complete new one, even under SIGKILL.  Where ``renameat2`` is unavailable (another OS, an old
 kernel, a file system without the flag) the old folder is moved into a new folder
 ``.NAME.old-XXXXXXXX`` and the new one renamed in: two renames with signals deferred across them
-(a SIGKILL between them leaves the old report in ``.NAME.old-*``).  SIGTERM, SIGHUP and SIGINT
-(while Python's default SIGINT handler is installed) stop a run with one line saying whether the
-new report was published, exit code 128 + the signal's number, and the temporary folder removed.
+(a SIGKILL between them leaves the old report in ``.NAME.old-*``, which later runs report and never
+remove).  An old report that cannot be removed after the swap is said on stderr (the run still
+succeeds).  SIGTERM, SIGHUP and SIGINT (while Python's default SIGINT handler is installed) stop a run
+with one line saying whether the new report was published (and then that it is complete), exit code
+128 + the signal's number, and the temporary folder removed; also after the command has finished, up to
+the process's exit.  After publishing, a stdout that fails (closed by ``| head``, ``>/dev/full``, no
+stdout) does not fail the run: exit code 0 and one line on stderr saying that the report is complete
+and its summary could not be printed.
 (``HYPVIZ_TEST_PAUSE_AT=STAGE[:SIGNAL]``, for the tests only, makes the command send itself
 SIGTERM, or SIGNAL, at one stage: ``tmp``, ``written``, ``swapped``, ``cleaned``, ``finished``.)
 
 Exit codes: 0 success; 2 bad input or usage, or an output the file system refuses (disk full,
 read-only, no permission): one line on stderr naming the problem, nothing written; 1 unexpected
-internal error (one line; ``HYPVIZ_DEBUG=1`` shows the traceback); 128 + N when stopped by signal N.
-File names are shown with undecodable bytes and control characters escaped (``\xff``, ``\x1b``),
-in messages and in the report.  Heavy imports (torch, matplotlib, plotly) happen after the cheap
+internal error (one line; ``HYPVIZ_DEBUG=1`` shows the traceback; after publishing it says the report is
+complete); 128 + N when stopped by signal N.  A report that is complete although its summary could not be
+printed is a success (0): the report is the command's output, the summary a copy of its headline.
+File names, and every string read from a file (array and layer names), are shown with undecodable
+bytes, control characters and lone surrogates escaped (``\xff``, ``\x1b``, ``\ud800``), in messages and
+in the report.  Heavy imports (torch, matplotlib, plotly) happen after the cheap
 checks.
 
 This module holds the argument parser, the commands and :func:`main`; the jobs they call live in
@@ -240,7 +258,7 @@ def _common(p: argparse.ArgumentParser, default_out: str) -> None:
         type=_rows,
         default=None,
         metavar="R",
-        help="compute the statistics on R query rows per head drawn uniformly (seeded, --seed) against all keys, "
+        help="compute the statistics on R >= 2 query rows per head drawn uniformly (seeded, --seed) against all keys, "
         "with 95%% confidence intervals on every mean: for very large N (default: every row)",
     )
     p.add_argument("--seed", type=_seed, default=0, help="seed of the --rows sample, 0 to 2**64 - 1 (default 0)")
@@ -283,10 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
             "heads/batch. A file with several arrays is read by --queries-key/--keys-key, else its only array, "
             "else the array named queries/keys. Points are checked in the dtype they were made in (float16/bfloat16 "
             "at rtol = 8 eps of theirs). Inputs must be regular files of at most HYPVIZ_MAX_INPUT_BYTES bytes "
-            "(default 2147483648 = 2 GiB; for .npy/.npz the array's size from its header, for .pt the file's). "
+            "(default 2147483648 = 2 GiB) once dense (elements x item size, before anything is expanded or decompressed); "
+            "HYPVIZ_MAX_LAYERS (default 64) and HYPVIZ_MAX_NAME_CHARS (default 256) bound capture files. "
             "The report is written beside --out and put in place in one step (--force: swapped with the old one "
             "by renameat2 RENAME_EXCHANGE where available). Exit codes: 0 ok, 2 bad input (or the disk refuses "
-            "the output), 1 internal error (HYPVIZ_DEBUG=1 shows the traceback), 128+N on signal N."
+            "the output), 1 internal error (HYPVIZ_DEBUG=1 shows the traceback), 128+N on signal N; 0 with a line on "
+            "stderr when only the summary could not be printed (the report is complete)."
         ),
     )
     c.add_argument("queries", metavar="QUERIES", help="file of queries: .pt, .pth, .npy or .npz")
