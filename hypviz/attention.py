@@ -63,6 +63,7 @@ from hypviz.lorentz import as_tensor, check_k, check_points, distance_operands, 
 __all__ = [
     "KINDS",
     "SOFTMAX_KINDS",
+    "MODEL_KINDS",
     "UNIFORM_TV",
     "UNIFORM_PEAK",
     "CLOSE_RATIO",
@@ -95,6 +96,11 @@ ArrayLike = Any
 KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz", "focused", "distance_rf")
 #: The kinds whose map is a row softmax of :func:`scores` over a temperature.
 SOFTMAX_KINDS: tuple[str, ...] = ("spatial", "distance", "lorentz")
+#: The kinds of other hyperbolic attention families, computed by :func:`attention_map` (and read by
+#: :mod:`hypviz.capture`) but not compared by :func:`compare`: ``"sigmoid"``, the Lorentz GCN gate
+#: :math:`\sigma(-\tfrac12\|q - \kappa\|_L^2/\tau + b)` (rows not normalised), and ``"poincare"``, the
+#: softmax of the hyperbolic distance itself, :math:`\mathrm{softmax}_j(-d(q_i, \kappa_j)/\tau)` (not squared).
+MODEL_KINDS: tuple[str, ...] = ("sigmoid", "poincare")
 # coefficient c of the key-norm bias: logits(kind) = -1/2 |q - k|^2_L + c * q_t k_t + (row constant)
 _BIAS = {"spatial": 1.0, "distance": 0.0, "lorentz": 0.0}
 _FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_scale| + 1e-6)
@@ -357,8 +363,9 @@ def attention_map(
     heads_axis: int | None = None,
     features: int = 256,
     seed: int = 0,
+    bias: float = 0.0,
 ) -> torch.Tensor:
-    r"""Attention map of ``kind``, shape ``(..., N, M)``; every row sums to 1.
+    r"""Attention map of ``kind``, shape ``(..., N, M)``; every row sums to 1 (except ``"sigmoid"``'s).
 
     For the softmax kinds, with :math:`s` the :func:`scores` of ``kind``,
 
@@ -394,6 +401,19 @@ def attention_map(
         heads-first, ``(H, N, M)``.
     features, seed : int
         The number of random features and their seed (``"distance_rf"`` only).
+    bias : float
+        The gate's bias :math:`b` (``"sigmoid"`` only).  The two kinds of :data:`MODEL_KINDS` are
+
+        .. math::
+
+            A^{\mathrm{sigmoid}}_{ij} = \sigma\Bigl(\frac{-\tfrac12\|q_i - \kappa_j\|_L^2}{\tau} + b\Bigr),
+            \qquad
+            A^{\mathrm{poincare}}_{ij} = \mathrm{softmax}_j\Bigl(\frac{-d(q_i, \kappa_j)}{\tau}\Bigr),
+            \quad d = \sqrt{k}\,\operatorname{arcosh}\Bigl(1 + \frac{\|q - \kappa\|_L^2}{2k}\Bigr),
+
+        the Lorentz GCN's gate (HyboNet's ``(2 + 2<q,kappa>_L)/scale + bias`` at :math:`k = 1`,
+        :math:`\tau = \mathrm{scale}/2`) and the Poincare-ball attention of the HNN++ style (the
+        distance of the ball equals the hyperboloid's, so the points are hyperboloid points).
 
     Returns
     -------
@@ -411,6 +431,8 @@ def attention_map(
         parameter given as a tensor that requires grad (like ``k``); ``TypeError`` when the dtypes
         differ, or for tensors without dense data (meta, sparse, nested).
     """
+    if kind in MODEL_KINDS:
+        return _model_kind_map(queries, keys, kind, k, temperature, bias, heads_axis)
     _check_kind(kind)
     if kind == "focused":
         q, kk, _, _, _ = _validate(queries, keys, k, heads_axis=heads_axis)
@@ -427,6 +449,21 @@ def attention_map(
     if logits.device.type != "cpu" or logits.requires_grad:  # the in-place kernel is not differentiable
         return torch.softmax(logits, dim=-1)
     return _softmax_rows_(logits)
+
+
+def _model_kind_map(queries: ArrayLike, keys: ArrayLike, kind: str, k: float, temperature: Any, bias: Any,
+                    heads_axis: int | None) -> torch.Tensor:
+    """The maps of :data:`MODEL_KINDS` (see :func:`attention_map`), from the squared distance by one product."""
+    q, kk, _, kf, _ = _validate(queries, keys, k, heads_axis=heads_axis)
+    tau = _temperature(temperature, q.shape[-1] - 1)
+    b = validate.number(bias, "bias")
+    inner_ = q[..., 1:] @ kk[..., 1:].transpose(-1, -2) - q[..., :1] @ kk[..., :1].transpose(-1, -2)
+    sq = (-2.0 * kf - 2.0 * inner_).clamp_min(0.0)  # |q - kappa|^2_L >= 0 (rounding can make it negative)
+    if kind == "sigmoid":
+        return torch.sigmoid(-0.5 * sq / tau + b)
+    u = sq / (2.0 * kf)  # arcosh(1 + u) = log1p(u + sqrt(u (u + 2))), accurate for small u
+    dist = math.sqrt(kf) * torch.log1p(u + torch.sqrt(u * (u + 2.0)))
+    return torch.softmax(-dist / tau, dim=-1)
 
 
 # --------------------------------------------------------------------------- #

@@ -55,6 +55,7 @@ from torch import nn
 
 from hypviz.attention import KINDS
 from hypviz.lorentz import check_k, check_points, from_poincare
+from hypviz.family_readers import READERS, reader_for, unrecognised
 from hypviz.layer_readers import _STRUCTURE, _close, _Generic, _HypLayer, _is_hypformer_layer
 from hypviz.records import (  # noqa: F401  (re-exported: the record and its file are part of capture's surface)
     FORMAT,
@@ -88,6 +89,9 @@ __all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "Capture", "at
 # --------------------------------------------------------------------------- #
 # the context manager
 # --------------------------------------------------------------------------- #
+def _display(name: str) -> str:
+    """A module's name without torch.compile's ``_orig_mod.`` wrapper."""
+    return name.replace("_orig_mod.", "").replace("_orig_mod", "") or name
 class Capture:
     """A recording of attention layers: use it as a context manager (see :func:`attention`, which builds it).
 
@@ -136,8 +140,10 @@ class Capture:
         self._names = [n for n, _ in module.named_modules()]
         self._by_name = dict(module.named_modules())
         self._generic: list[_Generic] = []
-        self._hyp: list[_HypLayer] = []
+        self._hyp: list[Any] = []
         self._auto_only: list[str] | None = None
+        self._dropout: list[str] = []
+        self._stance: Any = None
 
         if isinstance(layers, Mapping):
             if self.k is None:
@@ -168,7 +174,7 @@ class Capture:
                         raise TypeError(f"layers: expected module names (strings) or a dict, got {type(n).__name__}")
                     if n not in self._by_name:
                         raise ValueError(f"layers: no module named {n!r} in the model; {_close(n, self._names)}")
-                    if not _is_hypformer_layer(self._by_name[n]):
+                    if not _is_hypformer_layer(self._by_name[n]) and reader_for(self._by_name[n]) is None:
                         raise ValueError(
                             f"layers: module {n!r} ({type(self._by_name[n]).__name__}) is not a Hypformer-style "
                             f"layer (looked for {_STRUCTURE}); "
@@ -209,10 +215,26 @@ class Capture:
                 for m, targets in listeners.items():
                     self._handles.append(self._by_name[m].register_forward_hook(self._generic_hook(m, targets)))
             else:
-                names = self._auto_only or [n for n, m in self._by_name.items() if _is_hypformer_layer(m)]
-                self._hyp = [_HypLayer(self, n, self._by_name[n], self.k) for n in names]
+                names = self._auto_only or [n for n, m in self._by_name.items()
+                                            if _is_hypformer_layer(m) or reader_for(m) is not None]
+                for n in names:
+                    m = self._by_name[n]
+                    if _is_hypformer_layer(m):
+                        self._hyp.append(_HypLayer(self, _display(n), m, self.k))
+                    else:
+                        self._hyp.append(reader_for(m)(self, _display(n), m))  # type: ignore[misc]
                 for h in self._hyp:
                     self._handles.extend(h.register())
+            if any(hasattr(m, "_orig_mod") for m in self.module.modules()):  # torch.compile'd: run it eagerly
+                set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+                if set_stance is None:
+                    raise ValueError(
+                        "capture.attention: the model is torch.compile'd and this torch has no "
+                        "torch.compiler.set_stance to run it eagerly; capture the eager module instead: "
+                        "with capture.attention(model._orig_mod) as cap: model._orig_mod(x)"
+                    )
+                self._stance = set_stance("force_eager")
+                self._stance.__enter__()
         except BaseException:
             self._remove()
             raise
@@ -229,16 +251,22 @@ class Capture:
     def _remove(self) -> None:
         while self._handles:
             self._handles.pop().remove()
+        if self._stance is not None:
+            stance, self._stance = self._stance, None
+            stance.__exit__(None, None, None)
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         self._remove()
         if exc_type is not None:
             return False  # the body's exception propagates unchanged
         if not self._generic and not self._hyp:
+            hints = unrecognised(self._by_name, set())
+            if hints:
+                raise ValueError(f"capture.attention: {hints[0]}")
             raise ValueError(
                 f"capture.attention: no attention layer recognised in the {type(self.module).__name__} "
-                f"(looked for {_STRUCTURE}); for other models name the modules: "
-                "capture.attention(model, layers={'enc.0': ('enc.0.q', 'enc.0.k')}, k=1.0)"
+                f"(looked for {_STRUCTURE}, or {'; or '.join(r.structure for r in READERS)}); for other models "
+                "name the modules: capture.attention(model, layers={'enc.0': ('enc.0.q', 'enc.0.k')}, k=1.0)"
             )
         if self._errors:
             raise ValueError(self._errors[0])
@@ -248,6 +276,20 @@ class Capture:
                 raise ValueError(msg)
         self.layers = [self._finish(raw) for raw in self._raw]
         self._raw = []
+        if not self.layers:
+            ran = ", ".join(repr(h.name) for h in (self._hyp or self._generic)[:3])
+            raise ValueError(
+                f"capture.attention: recognised {ran} but none of them ran inside the with block "
+                "(nothing recorded); call the model inside it, e.g. with capture.attention(model) as cap: model(x)"
+            )
+        if self._dropout:
+            import warnings
+
+            warnings.warn(
+                f"capture.attention: {', '.join(sorted(set(self._dropout))[:3])} recorded in train mode with dropout "
+                "active: the maps differ from eval mode; call model.eval() before capturing",
+                stacklevel=2,
+            )
         return False
 
     # ---- records ----

@@ -75,8 +75,64 @@ def _param(layer: nn.Module, attr: str, lname: str) -> float:
         raise ValueError(f"layer {lname!r}: {attr} must be a number, got {v!r}") from None
 
 
+_HALF = (torch.float16, torch.bfloat16)
+
+
 def _copy(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to("cpu", copy=True)
+    """A detached CPU copy; half-precision tensors (float16, bfloat16) become float32."""
+    t = t.detach()
+    return t.to("cpu", torch.float32, copy=True) if t.dtype in _HALF else t.to("cpu", copy=True)
+
+
+def _dtype_name(t: Any) -> str | None:
+    return str(t.dtype).replace("torch.", "") if isinstance(t, torch.Tensor) else None
+
+
+def _points(t: torch.Tensor, k: float, half: bool) -> torch.Tensor:
+    r"""Recorded points; from a half-precision model the time coordinate is recomputed, :math:`\sqrt{|x_s|^2 + k}`,
+    in float32 (rounding to 8 or 11 bits leaves the points off the hyperboloid by up to ~4e-3 relative)."""
+    if not half:
+        return t
+    return torch.cat([torch.sqrt((t[..., 1:] ** 2).sum(dim=-1, keepdim=True) + k), t[..., 1:]], dim=-1)
+
+
+def _dropout_active(layer: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 and m.training for m in layer.modules()) or (
+        layer.training and any(isinstance(getattr(layer, a, None), float) and 0 < getattr(layer, a) < 1
+                               for a in ("dropout", "attn_dropout", "dropout_rate")))
+
+
+def _verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: bool = True) -> LayerRecord:
+    """``rec`` with its verification fields: the rebuilt output against ``seen``; for a distance softmax that
+    does not reproduce it, the temperature measured from the output (:func:`hypviz.verification.fit_temperature`)."""
+    import dataclasses
+    import warnings
+
+    from hypviz.verification import fit_temperature, tolerance, verify
+
+    tol = tolerance(rec.dtype)
+    err, note = verify(rec, seen, aux)
+    if err is None:
+        return dataclasses.replace(rec, verify_tolerance=tol, verify_note=note)
+    if err <= tol:
+        return dataclasses.replace(rec, verify_error=err, verify_tolerance=tol, verify_note=f"verified: {note}")
+    if fit and rec.kind in ("distance", "poincare", "sigmoid") and rec.temperature is not None:
+        tau, fitted = fit_temperature(rec, seen, aux)
+        if fitted <= tol:
+            warnings.warn(
+                f"layer {rec.name!r}: its attributes give tau = {rec.temperature:.4g} (error {err:.2g}), but its output "
+                f"is reproduced at tau = {tau:.4g} (error {fitted:.2g}); the measured tau is recorded",
+                stacklevel=3,
+            )
+            return dataclasses.replace(
+                rec, temperature=tau, temperature_source="measured", verify_error=fitted, verify_tolerance=tol,
+                verify_note=f"verified at the measured tau = {tau:.4g} (the attributes gave {rec.temperature:.4g}, "
+                            f"error {err:.2g}): {note}")
+    err_s = "inf" if not math.isfinite(err) else f"{err:.2g}"
+    return dataclasses.replace(
+        rec, verify_error=err if math.isfinite(err) else None, verify_tolerance=tol,
+        verify_note=f"not verified: the output rebuilt by {rec.aggregation} differs from the layer's by {err_s} "
+                    f"(tolerance {tol:.2g}); the layer does not compute the map recorded")
 
 
 class _HypLayer:
@@ -179,6 +235,20 @@ class _HypLayer:
         cur, self.current = self.current, None
         if cur is None:
             return None
+        cur["output"] = _copy(output) if isinstance(output, torch.Tensor) else None
+        cur["dtype"] = _dtype_name(output)
+        cur["training"] = bool(module.training)
+        cur["dropout"] = _dropout_active(module)
+        cur["self_term"] = None
+        vmap = getattr(module, "v_map_mlp", None)
+        if module.attention_type == "linear_focused" and callable(vmap) and cur["values"] and all(cur["values"]):
+            try:  # the focused layer's self term v_map_mlp(V_s), with the layer's own module, per head
+                p = next(module.parameters())
+                with torch.no_grad():
+                    vs = torch.stack([o[0] for o in cur["values"]])[..., 1:].to(p.device, p.dtype)
+                    cur["self_term"] = _copy(vmap(vs))
+            except (StopIteration, RuntimeError, TypeError):
+                cur["self_term"] = None
         call = self.calls
         self.calls += 1
         try:
@@ -220,18 +290,32 @@ class _HypLayer:
             v = src.unsqueeze(0).expand(self.h, *src.shape).clone() if ok else None
         kf = _module_k(layer)
         kf = self.k_given if kf is None else kf
+        half = cur.get("dtype") in ("float16", "bfloat16")
+        if half and kf is not None:
+            q, kk = _points(q, kf, True), _points(kk, kf, True)
+            v = None if v is None else _points(v, kf, True)
         extra: dict[str, Any] = {}
         if mode == "linear_focused":
-            extra = {"power": _param(layer, "power_k", lname), "norm_scale": _param(layer, "norm_scale", lname)}
+            extra = {"power": _param(layer, "power_k", lname), "norm_scale": _param(layer, "norm_scale", lname),
+                     "aggregation": "focused_mean_lift" if cur.get("self_term") is not None else None}
         else:
             scale = _param(layer, "scale", lname)
-            if not math.isfinite(scale) or scale <= 0:
-                raise ValueError(f"layer {lname!r}: scale must be positive for the full softmax, got {scale:g}")
+            if not math.isfinite(scale) or scale == 0:
+                raise ValueError(f"layer {lname!r}: scale must be a non-zero finite number for the full softmax, got {scale:g}")
             # logits (2 + 2 c <q, kappa>_L) / scale + bias = (-1/2 |q - kappa|^2_L) / (scale / (2 c)) + const,
-            # with c the layer's own cinner scaling: 1/k where cinner divides by k, 1 where it does not
-            extra = {"temperature": scale / (2.0 * _cinner_scaling(layer, q, kk, kf))}
-        return LayerRecord(name=lname, queries=q, keys=kk, values=v, k=kf, mode=mode, kind=_HYPFORMER_KIND[mode],
-                           call=call, **extra)
+            # with c the layer's own cinner scaling: 1/k where cinner divides by k, 1 where it does not;
+            # a negative scale flips the sign of the logits (recorded, with tau = |scale| / (2 c))
+            extra = {"temperature": abs(scale) / (2.0 * _cinner_scaling(layer, q, kk, kf)),
+                     "scale_sign": 1 if scale > 0 else -1, "temperature_source": "attributes",
+                     "aggregation": "centroid_mean_heads"}
+        rec = LayerRecord(name=lname, queries=q, keys=kk, values=v, k=kf, mode=mode, kind=_HYPFORMER_KIND[mode],
+                          call=call, dtype=cur.get("dtype"), training=cur.get("training"), **extra)
+        if cur.get("dropout"):
+            self.cap._dropout.append(lname)
+        seen = cur.get("output")
+        if seen is not None and seen.dim() == 3 and seen.shape[0] == 1:
+            seen = seen[0]
+        return _verified(rec.check(), seen, {"self_term": cur.get("self_term")})
 
 
 def _cinner_scaling(layer: nn.Module, q: torch.Tensor, kk: torch.Tensor, kf: float) -> float:

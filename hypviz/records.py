@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from hypviz._messages import short, torch_load_reason
-from hypviz.attention import KINDS, SOFTMAX_KINDS
+from hypviz.attention import KINDS, MODEL_KINDS, SOFTMAX_KINDS
 from hypviz.lorentz import as_tensor, check_k, check_points
 
 __all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load", "parse"]
@@ -29,12 +29,18 @@ __all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load"
 FORMAT = "hypviz.capture"
 #: The file format's version; :func:`load` refuses newer ones.
 VERSION = 1
-#: A record's ``mode``: a Hypformer-style layer's ``attention_type``, or ``"generic"`` (``layers=``).
-MODES: tuple[str, ...] = ("linear_focused", "full", "generic")
+#: A record's ``mode``: a Hypformer-style layer's ``attention_type``, ``"generic"`` (``layers=``), or the
+#: family of a layer read by :mod:`hypviz.family_readers`.
+MODES: tuple[str, ...] = ("linear_focused", "full", "generic", "hypercore", "helm", "hybonet", "lorentz_gcn", "poincare")
 #: The ``model=`` choices, what named modules output: hyperboloid points or Poincare-ball points.
 MODELS: tuple[str, ...] = ("lorentz", "poincare")
 _HYPFORMER_KIND = {"linear_focused": "focused", "full": "distance"}
 _ROLES = ("queries", "keys", "values")
+# optional fields of a record (file version 1 without them reads as before)
+_EXTRA_FIELDS = ("bias", "scale_sign", "aggregation", "verify_error", "verify_tolerance", "verify_note", "dtype",
+                 "training", "temperature_source")
+#: The file names a capture is saved under: what ``hypviz compare CAPTURE`` reads.
+EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
 
 
 def _opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool = True) -> float | None:
@@ -87,6 +93,22 @@ class LayerRecord:
     temperature : float or None
         The softmax temperature :math:`\tau` of a softmax kind (``full``:
         :math:`k\,\mathrm{scale}/2`, or :math:`\mathrm{scale}/2`, see the module docstring), else None.
+    bias : float or None
+        The gate's bias :math:`b` (kind ``"sigmoid"``).
+    scale_sign : int
+        -1 when the layer's learned ``scale`` is negative: its logits are then
+        :math:`+\tfrac12\|q - \kappa\|_L^2/\tau` (far keys favoured), with ``temperature`` :math:`|\tau|`.
+    aggregation : str or None
+        How the layer combines its values (:data:`hypviz.verification.AGGREGATIONS`), None if unknown.
+    verify_error, verify_tolerance, verify_note : float, float, str or None
+        The relative error of the layer's output rebuilt from the record against the output the hook saw
+        (:mod:`hypviz.verification`), the tolerance it was held to, and what was done (or why not).
+    dtype : str or None
+        The dtype the model computed in (``"bfloat16"``, ``"float16"``: the points are stored in float32).
+    training : bool or None
+        Whether the layer was in training mode when recorded.
+    temperature_source : str or None
+        ``"attributes"``, ``"measured"`` (fitted to the layer's output), ``"given"`` or ``"default"``.
     """
 
     name: str
@@ -100,6 +122,15 @@ class LayerRecord:
     power: float | None = None
     norm_scale: float | None = None
     temperature: float | None = None
+    bias: float | None = None
+    scale_sign: int = 1
+    aggregation: str | None = None
+    verify_error: float | None = None
+    verify_tolerance: float | None = None
+    verify_note: str | None = None
+    dtype: str | None = None
+    training: bool | None = None
+    temperature_source: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -112,9 +143,9 @@ class LayerRecord:
                 f"LayerRecord {short(self.name)}: mode must be one of {', '.join(map(repr, MODES))}, "
                 f"got {short(self.mode)}"
             )
-        if self.kind not in KINDS:
+        if self.kind not in KINDS + MODEL_KINDS:
             raise ValueError(
-                f"LayerRecord {short(self.name)}: kind must be one of {', '.join(map(repr, KINDS))}, "
+                f"LayerRecord {short(self.name)}: kind must be one of {', '.join(map(repr, KINDS + MODEL_KINDS))}, "
                 f"got {short(self.kind)}"
             )
         if self.mode in _HYPFORMER_KIND and self.kind != _HYPFORMER_KIND[self.mode]:
@@ -127,7 +158,17 @@ class LayerRecord:
         self.temperature = _opt_float(self.temperature, f"LayerRecord {short(self.name)}: temperature", positive=True)
         if self.kind == "focused" and (self.power is None or self.norm_scale is None):
             raise ValueError(f"LayerRecord {short(self.name)}: kind 'focused' needs power and norm_scale, got None")
-        if self.kind in SOFTMAX_KINDS and self.temperature is None:
+        self.bias = _opt_float(self.bias, f"LayerRecord {short(self.name)}: bias")
+        if self.scale_sign not in (1, -1):
+            raise ValueError(f"LayerRecord {short(self.name)}: scale_sign must be 1 or -1, got {short(self.scale_sign)}")
+        self.verify_error = _opt_float(self.verify_error, f"LayerRecord {short(self.name)}: verify_error")
+        self.verify_tolerance = _opt_float(self.verify_tolerance, f"LayerRecord {short(self.name)}: verify_tolerance")
+        for field in ("aggregation", "verify_note", "dtype", "temperature_source"):
+            if getattr(self, field) is not None and not isinstance(getattr(self, field), str):
+                raise ValueError(f"LayerRecord {short(self.name)}: {field} must be a string or None, got {short(getattr(self, field))}")
+        if self.training is not None and not isinstance(self.training, bool):
+            raise ValueError(f"LayerRecord {short(self.name)}: training must be True, False or None, got {short(self.training)}")
+        if (self.kind in SOFTMAX_KINDS + MODEL_KINDS) and self.temperature is None:
             raise ValueError(f"LayerRecord {short(self.name)}: kind {short(self.kind)} needs a temperature, got None")
         where = f"LayerRecord {short(self.name)}"
         self.queries = _record_tensor(self.queries, f"{where} queries", "N")
@@ -186,6 +227,8 @@ class LayerRecord:
         extra: dict[str, Any] = {}
         if self.kind == "focused":
             extra = {"power": self.power, "norm_scale": self.norm_scale}
+        if self.kind == "sigmoid":
+            extra = {"bias": self.bias or 0.0}
         return attention_map(self.queries, self.keys, self.kind, k=self.k, temperature=self.temperature, **extra)
 
     def check(self, where: str | None = None) -> LayerRecord:
@@ -217,6 +260,7 @@ class LayerRecord:
             "power": self.power,
             "norm_scale": self.norm_scale,
             "temperature": self.temperature,
+            **{f: getattr(self, f) for f in _EXTRA_FIELDS},
         }
 
     @classmethod
@@ -246,13 +290,14 @@ class LayerRecord:
             power=d.get("power"),
             norm_scale=d.get("norm_scale"),
             temperature=d.get("temperature"),
+            **{f: d[f] for f in _EXTRA_FIELDS if d.get(f) is not None},
         )
         return rec.check() if check else rec
 
     def __repr__(self) -> str:
         v = "None" if self.values is None else f"(H, M, {self.values.shape[-1]})"
         if self.temperature is not None:
-            extra = f"tau={self.temperature:.4g}"
+            extra = f"tau={self.temperature:.4g}" + ("" if self.scale_sign > 0 else " (scale < 0)")
         else:
             extra = f"power={self.power:g}, norm_scale={self.norm_scale:.4g}"
         return (
@@ -285,13 +330,21 @@ def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
     TypeError
         When an element of ``records`` is not a :class:`LayerRecord`.
     ValueError
-        When the folder does not exist or ``path`` is a folder.
+        When ``records`` is empty, the folder does not exist, ``path`` is a folder or does not end in
+        ``.pt``/``.pth`` (``~`` is expanded).
     """
     recs = list(records)
     for i, rec in enumerate(recs):
         if not isinstance(rec, LayerRecord):
             raise TypeError(f"records[{i}]: expected a LayerRecord, got {type(rec).__name__}")
-    target = Path(os.fspath(path))
+    if not recs:
+        raise ValueError("no layer records to save (the capture recorded nothing); run the model inside the with block")
+    target = Path(os.fspath(path)).expanduser()
+    if target.suffix.lower() not in EXTENSIONS:
+        raise ValueError(
+            f"cannot save to {target}: a capture file must end in .pt or .pth (what hypviz compare reads), "
+            f"got {target.suffix or 'no extension'!r}"
+        )
     folder = target.parent if str(target.parent) else Path(".")
     if not folder.is_dir():
         raise ValueError(f"cannot save to {target}: the folder {folder} does not exist")
@@ -327,7 +380,7 @@ def load(path: str | os.PathLike) -> list[LayerRecord]:
         a newer version, no layer records, or a bad record.  A refused pickle is described, never
         with torch's advice to load the file with ``weights_only=False``.
     """
-    p = Path(os.fspath(path))
+    p = Path(os.fspath(path)).expanduser()
     if not p.is_file():
         raise ValueError(f"{p}: no such file; expected a hypviz.capture file written by Capture.save")
     try:

@@ -435,8 +435,9 @@ def test_error_messages():
             pass
     assert n_hooks(unknown) == 0
     cap = capture.attention(net, NAMES, k=1.0)
-    with cap:
-        pass
+    with pytest.raises(ValueError, match="none of them ran inside the with block"):  # nothing recorded: said, not saved
+        with cap:
+            pass
     with pytest.raises(ValueError, match="already recorded"):
         with cap:
             pass

@@ -22,7 +22,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "base": ("_validate", "_messages", "bounds", "memory", "oracle", "derivation_report", "derivation", "plots.style"),
     "geometry": ("points", "lorentz", "display", "trees", "data", "symbolic_geometry", "symbolic_softmax", "symbolic"),
     "attention": ("attention", "random_features", "comparison", "block_stats", "streaming", "given_maps", "calibration", "top_keys", "accuracy"),
-    "models": ("records", "layer_readers", "capture", "toymodel"),
+    "models": ("records", "verification", "layer_readers", "family_readers", "capture", "toymodel"),
     "plots": ("plots", "plots._common", "plots.scenes", "plots.curves", "plots.sweeps", "plots.manifold_mpl",
               "plots.manifold_plotly", "plots.manifold", "plots.attention", "plots.stills", "plots._explorable_parts",
               "plots.explorables"),
