@@ -80,6 +80,26 @@ class LayerResult:
         return self.record.kind
 
     @property
+    def verified(self) -> bool:
+        """Whether hypviz rebuilt the layer's own output from the record (:mod:`hypviz.verification`)."""
+        return str(getattr(self.record, "verify_note", "") or "").startswith("verified")
+
+    @property
+    def verification(self) -> str:
+        """``"verified (error 1.2e-16)"`` or ``"not verified"``: the report's column."""
+        err = getattr(self.record, "verify_error", None)
+        return f"verified (error {err:.2g})" if self.verified and err is not None else "not verified"
+
+    @property
+    def tau_text(self) -> str:
+        r""":math:`\tau` as shown: the layer's, measured from its output, or hypviz's default :math:`\sqrt{d}`."""
+        src = getattr(self.record, "temperature_source", None)
+        if self.record.temperature is None:
+            return f"{fmt(self.temperature)} (hypviz default sqrt(d), not the layer's)"
+        sign = " (scale < 0)" if getattr(self.record, "scale_sign", 1) < 0 else ""
+        return fmt(self.temperature) + (f" ({src})" if src in ("measured", "default") else "") + sign
+
+    @property
     def own_is_reference(self) -> bool:
         """Whether the layer's own map is the distance softmax itself (then ``own`` is ``None``)."""
         return self.own is None
@@ -102,7 +122,9 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
         tau = float(math.sqrt(rec.dim) if tau is None else tau)
         common = dict(k=rec.k, temperature=tau, device=device, progress=progress)
         own = None
-        if rec.kind != "distance":  # a distance layer's map is the reference itself
+        if rec.kind in attention.MODEL_KINDS or getattr(rec, "scale_sign", 1) < 0:
+            own = _own_given(rec, tau)
+        elif rec.kind != "distance":  # a distance layer's map is the reference itself
             own = attention.compare(
                 rec.queries, rec.keys, rec.kind, "distance",
                 power=rec.power if rec.power is not None else 2.0,
@@ -112,6 +134,21 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
         thread = attention.compare(rec.queries, rec.keys, "spatial", "distance", values=rec.values, **common)
         results.append(LayerResult(label, rec, tau, own, thread))
     return results
+
+
+def _own_given(rec: Any, tau: float) -> attention.Comparison:
+    """A layer's own map that :func:`hypviz.attention.compare` does not build (the gate, the Poincare softmax, a
+    negative scale) against the distance softmax, by :func:`hypviz.attention.compare_maps`; the gate's rows are
+    normalised first (its Lorentzian normalisation of :math:`G X` does not depend on the rows' scale)."""
+    import torch
+
+    from hypviz.verification import layer_map
+
+    p_own = layer_map(rec)
+    p_own = p_own / p_own.sum(dim=-1, keepdim=True)
+    p_ref = attention.attention_map(rec.queries.to(torch.float64), rec.keys.to(torch.float64), "distance", k=rec.k,
+                                    temperature=tau)
+    return attention.compare_maps(p_own, p_ref, a=rec.kind, b="distance", values=rec.values, k=rec.k)
 
 
 def _heads(comp: attention.Comparison) -> list[dict[str, Any]]:
@@ -171,6 +208,10 @@ def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, A
             "n_keys": rec.n_keys,
             "dim": rec.dim,
             "key_norm_spread": _key_spread(rec).tolist(),
+            "verified": lr.verified,
+            "verification": lr.verification,
+            **{f: getattr(rec, f, None) for f in ("verify_error", "verify_tolerance", "verify_note", "dtype", "training",
+                                                  "scale_sign", "temperature_source", "aggregation", "bias")},
             "model_vs_distance": None if lr.own is None else {
                 "summary": lr.own.to_dict(), "heads": _heads(lr.own)},
             "model_map_is_distance": lr.own is None,
@@ -248,14 +289,17 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
     count = 0
     for lr in results:
         rec = lr.record
+        mode = {True: "train", False: "eval", None: "train/eval not recorded"}[getattr(rec, "training", None)]
         lines.append(f"  {lr.label}: {rec.mode}, kind {rec.kind}, {rec.n_heads} head(s) x {rec.n_queries} queries x "
-                     f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {fmt(lr.temperature)}")
+                     f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {lr.tau_text}, {mode}, "
+                     f"{lr.verification}")
         own = _heads(lr.own) if lr.own is not None else None
         for h, th in enumerate(_heads(lr.thread)):
             count += 1
             if count > max_rows:
                 continue
-            model = ("model's map = distance softmax" if own is None else
+            model = ("model's map not verified: no verdict" if not lr.verified else
+                     "model's map = distance softmax" if own is None else
                      f"model's map {own[h]['verdict']:<13} (TV {fmt(own[h]['mean_tv'])}, TV(model, U) "
                      f"{fmt(own[h]['mean_tv_uniform_a'])}, TV(dist, U) {fmt(own[h]['mean_tv_uniform_b'])})")
             lines.append(f"    head {h}: {model} | spatial softmax {th['verdict']} (TV {fmt(th['mean_tv'])}, "

@@ -178,7 +178,9 @@ def _model_heads_table(results: Sequence[LayerResult]) -> str:
     for lr in results:
         own_heads = per_head(lr.own) if lr.own is not None else None
         for h, th in enumerate(per_head(lr.thread)):
-            if own_heads is None:
+            if not lr.verified:  # hypviz did not reproduce the layer's output: no verdict about its own map
+                own = [e(lr.record.kind), "not verified: no verdict", "", "", "", "", ""]
+            elif own_heads is None:
                 own = ["distance softmax itself (exact)", '<span class="ok">same map</span>', "0", "", "", "", ""]
             else:
                 oh = own_heads[h]
@@ -186,10 +188,10 @@ def _model_heads_table(results: Sequence[LayerResult]) -> str:
                        fmt(oh["mean_tv_uniform_a"]), fmt(oh["mean_tv_uniform_b"]), fmt(oh["top1_agreement"]),
                        fmt(oh["rank_correlation"])]
             out_ratio = (own_heads[h] if own_heads is not None else th)["output_ratio"]
-            rows.append([e(lr.label), str(h), *own, fmt(out_ratio) if lr.record.values is not None else "no values recorded",
+            rows.append([e(lr.label), e(lr.verification), str(h), *own, fmt(out_ratio) if lr.record.values is not None else "no values recorded",
                          verdict_html(th["verdict"], th["row_verdicts"]), fmt(th["mean_tv"]), fmt(th["mean_tv_uniform_a"])])
-    return table(["layer", "head", "model's map", "verdict", "TV", "TV(model, U)", "TV(dist, U)", "top-1",
-                  "Spearman", "output gap / baseline", "spatial softmax verdict", "its TV", "TV(spatial, U)"], rows, left=3)
+    return table(["layer", "verified (error)", "head", "model's map", "verdict", "TV", "TV(model, U)", "TV(dist, U)", "top-1",
+                  "Spearman", "output gap / baseline", "spatial softmax verdict", "its TV", "TV(spatial, U)"], rows, left=4)
 
 
 def model_page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any]) -> str:
@@ -198,9 +200,12 @@ def model_page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any])
     e = html.escape
     worst = [[e(w["layer"]), str(w["head"]), str(w["query"]), fmt(w["query_norm"]), fmt(w["tv"]),
               fmt(w["tv_uniform_reference"]), e(w["comparison"])] for w in worst_queries(results)]
-    layers = [[e(lr.label), e(lr.record.mode), e(lr.record.kind), fmt(lr.record.k), fmt(lr.temperature),
+    layers = [[e(lr.label), e(lr.record.mode), e(lr.record.kind), fmt(lr.record.k), e(lr.tau_text),
                fmt(lr.record.power), fmt(lr.record.norm_scale), str(lr.record.n_heads), str(lr.record.n_queries),
-               str(lr.record.n_keys), str(lr.record.dim)] for lr in results]
+               str(lr.record.n_keys), str(lr.record.dim),
+               {True: "train", False: "eval", None: "not recorded"}[getattr(lr.record, "training", None)],
+               e(getattr(lr.record, "dtype", None) or "not recorded"), e(lr.verification),
+               e(getattr(lr.record, "verify_note", None) or "not verified")] for lr in results]
     return template("model_report.html").substitute(
         path=e(meta.get("path", "")),
         version=e(meta["version"]),
@@ -209,6 +214,6 @@ def model_page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any])
         verdict_rule=_rule_html(),
         layers_png=_b64(png),
         worst_table=table(["layer", "head", "query (index)", "|q_s|", "TV", "TV(dist, U)", "comparison"], worst, left=1),
-        layers_table=table(["layer", "mode", "kind", "k", "tau", "power", "norm_scale", "heads", "queries", "keys", "d"],
-                           layers, left=3),
+        layers_table=table(["layer", "mode", "kind", "k", "tau", "power", "norm_scale", "heads", "queries", "keys", "d",
+                            "train/eval", "dtype", "verified (error)", "how"], layers, left=3),
     )

@@ -361,3 +361,30 @@ def test_tolerance_is_sqrt_eps_of_the_model_dtype():
     assert verification.tolerance("float64") == pytest.approx(math.sqrt(2.220446049250313e-16))
     assert verification.tolerance(torch.bfloat16) == pytest.approx(math.sqrt(2.0**-7))
     assert verification.tolerance(None) == pytest.approx(math.sqrt(2.0**-23))
+
+
+def test_model_report_shows_verification_and_no_verdict_for_unverified(tmp_path):
+    from hypviz import model_report
+    from hypviz.report_html import model_page
+
+    torch.manual_seed(7)
+    good = LorentzMultiHeadedAttention(2, 8).double()
+    bad = LorentzMultiHeadedAttention(2, 8, softmax=False).double()
+    gate = LorentzAgg(4).double()
+    x = torch.randn(1, 6, 8, dtype=F64)
+    xl = lift(torch.randn(6, 4, dtype=F64), 1.0)
+    recs = _capture(good, x, x, x) + _capture(gate, xl, torch.ones(6, 6, dtype=F64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        recs += _capture(bad, x, x, x)
+    results = model_report.analyse(recs, device="cpu", progress=False)
+    assert [lr.verified for lr in results] == [True, True, False]
+    assert results[1].own is not None and results[1].own.a == "sigmoid"  # the gate's own map, row-normalised, compared
+    text = model_report.summary(results, tmp_path, ["report.html"])
+    lines = text.splitlines()
+    assert "verified (error" in lines[1] and "eval" not in lines[1] and "train" in lines[1]
+    assert sum("model's map not verified: no verdict" in ln for ln in lines) == 2  # the unverified layer's two heads
+    page = model_page(results, b"", {"version": "x", "created": "now"})
+    assert "verified (error)" in page and "not verified: no verdict" in page
+    data = model_report.metrics(results, {})
+    assert [entry["verified"] for entry in data["layers"]] == [True, True, False]
