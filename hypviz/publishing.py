@@ -65,7 +65,12 @@ def _pathconf(folder: Path, name: str, default: int) -> int:
 def resolved_out(out: Path) -> Path:
     """``--out`` as the file system reaches it: its parent folder resolved (``os.path.realpath``: symbolic links
     and ``..`` followed as the kernel follows them), its own name kept (a symbolic link there is refused later)."""
-    raw = os.path.join(os.getcwd(), os.fspath(out))
+    raw = os.fspath(out)
+    if not os.path.isabs(raw):
+        try:
+            raw = os.path.join(os.getcwd(), raw)
+        except OSError:  # the current folder was removed: its path is unknown
+            raise UsageError(f"the current folder no longer exists; pass an absolute --out instead of {show(raw)}") from None
     head, name = os.path.split(raw.rstrip(os.sep) or os.sep)
     if name in ("", ".", ".."):
         head, name = os.path.split(os.path.realpath(raw))
@@ -150,7 +155,11 @@ def check_out(out: Path, force: bool, inputs: Sequence[Path] = ()) -> Path:
                 f"--force would replace {show(out)}, which is not a hypviz report (no {MARKER} written by hypviz); "
                 "remove it yourself or choose another --out"
             )
-        if holds(out, os.getcwd()):
+        try:
+            cwd = os.getcwd()
+        except OSError:  # removed: nothing of it is left to lose
+            cwd = None
+        if cwd is not None and holds(out, cwd):
             raise UsageError(f"--force would replace {show(out)}, which holds the current folder; choose another --out")
         for p in inputs:
             if holds(out, p):
@@ -535,13 +544,13 @@ def produce(out: Path, force: bool, write: Callable[[Path], list[str]]) -> list[
         publish(tmp, out, force)
     except OSError as exc:
         _release(lock)
-        if RUN.published is None:
-            _discard(tmp, "the unfinished report's temporary folder")
+        removed = RUN.published is not None or _discard(tmp, "the unfinished report's temporary folder")
         if exc.errno in _WRITE_ERRNOS and RUN.published is None:
             code = errno.errorcode.get(exc.errno, str(exc.errno))
+            where = "the temporary folder removed" if removed else "the temporary folder left (see above)"
             raise UsageError(
-                f"cannot write the report {show(out)}: {exc.strerror or exc} ({code}); nothing written, the temporary "
-                f"folder removed; {_WRITE_ERRNOS[exc.errno]}"
+                f"cannot write the report {show(out)}: {exc.strerror or exc} ({code}); nothing written, {where}; "
+                f"{_WRITE_ERRNOS[exc.errno]}"
             ) from None
         raise
     except BaseException:
