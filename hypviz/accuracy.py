@@ -6,6 +6,11 @@ r"""The derivations' numerical companions, in float64 torch: the bounds on real 
   :func:`worst_case_row` builds real points that attain the TV bound or the exact KL supremum.
 * :func:`sqdist_textbook` and :func:`sqdist_accuracy` (:class:`SqdistAccuracy`) are notebook 02's
   float32 / float64 accuracy study of identity 1 against identity 3.
+* :func:`seed_interval` (:class:`SeedInterval`) summarises a statistic measured on independent
+  draws (mean, spread and a confidence interval of the mean); :func:`gaussian_gap_study`
+  (:class:`GapStudy`) measures the spatial-vs-distance gap, its baseline and top-1 agreement on
+  independent Gaussian draws, seed by seed, and :func:`predicted_gap_ratio` is its first-order
+  prediction (notebooks 04 and 05; :func:`hypviz.symbolic.first_order_gap_ratio` derives it).
 
 The references they are measured against are the mpmath functions of :mod:`hypviz.oracle`
 (re-exported here: :func:`kl_supremum_mpmath`, :func:`sqdist_mpmath`, :func:`distances_mpmath`).
@@ -15,6 +20,7 @@ only when one of them is first used.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterable, NamedTuple, Sequence
@@ -23,7 +29,8 @@ import mpmath
 import numpy as np
 import torch
 
-from hypviz import attention, lorentz
+from hypviz import _validate as validate
+from hypviz import attention, data, lorentz
 from hypviz.oracle import distances_mpmath, kl_supremum_mpmath, sqdist_mpmath
 
 __all__ = [
@@ -33,6 +40,11 @@ __all__ = [
     "sqdist_textbook",
     "SqdistAccuracy",
     "sqdist_accuracy",
+    "SeedInterval",
+    "seed_interval",
+    "predicted_gap_ratio",
+    "GapStudy",
+    "gaussian_gap_study",
     # the mpmath references, from hypviz.oracle
     "kl_supremum_mpmath",
     "sqdist_mpmath",
@@ -276,3 +288,189 @@ def sqdist_accuracy(
                 errors[(method, name)] = err.reshape(len(seps), n_pairs)
         actual[name] = sep.reshape(len(seps), n_pairs)
     return SqdistAccuracy(seps, float(norm), int(d), kf, errors, actual)
+
+
+# =========================================================================== #
+# statistics over independent draws (notebooks 04 and 05)
+# =========================================================================== #
+@functools.lru_cache(maxsize=None)
+def _t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (mpmath, regularised incomplete beta)."""
+    def cdf(t):
+        x = df / (df + t * t)
+        tail = mpmath.betainc(df / 2.0, 0.5, 0, x, regularized=True) / 2
+        return 1 - tail if t > 0 else tail
+
+    return float(mpmath.findroot(lambda t: cdf(t) - p, 2.0))
+
+
+class SeedInterval(NamedTuple):
+    r"""A statistic measured once per independent draw (seed): its mean, spread and a confidence interval.
+
+    .. math::
+
+        \bar x = \frac1n \sum_s x_s, \qquad
+        \mathrm{sd} = \sqrt{\frac{1}{n - 1}\sum_s (x_s - \bar x)^2}, \qquad
+        \bar x \pm t_{n-1,\,(1+c)/2}\,\frac{\mathrm{sd}}{\sqrt n},
+
+    with ``low``/``high`` the smallest and largest value over the seeds (the range a single seed can
+    land in) and ``ci_low``/``ci_high`` the Student-t interval of the mean at confidence ``c``.
+    """
+
+    values: np.ndarray
+    n: int
+    mean: float
+    sd: float
+    low: float
+    high: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+
+    def fraction_within(self, low: float, high: float) -> float:
+        """The fraction of the seeds whose value lies strictly between ``low`` and ``high``."""
+        return float(((self.values > low) & (self.values < high)).mean())
+
+    def text(self, digits: int = 3) -> str:
+        """``mean (95% CI lo-hi; seeds lo-hi, n = 20)``, each to ``digits`` significant digits."""
+        g = lambda v: f"{v:.{digits}g}"  # noqa: E731
+        return (f"{g(self.mean)} ({round(100 * self.confidence)}% CI {g(self.ci_low)}-{g(self.ci_high)}; "
+                f"seeds {g(self.low)}-{g(self.high)}, n = {self.n})")
+
+
+def seed_interval(values: Any, confidence: float = 0.95) -> SeedInterval:
+    r"""Summarise one statistic measured on :math:`n \ge 2` independent draws (see :class:`SeedInterval`).
+
+    .. math::
+
+        \bar x \pm t_{n-1,\,(1+c)/2}\,\mathrm{sd}/\sqrt n
+
+    Raises
+    ------
+    ValueError
+        For fewer than 2 values, a value that is not finite, or a confidence outside (0, 1).
+    """
+    x = np.asarray(torch.as_tensor(values).detach().cpu().double().reshape(-1).numpy() if isinstance(values, torch.Tensor)
+                   else np.asarray(values, dtype=np.float64).reshape(-1))
+    if x.size < 2:
+        raise ValueError(f"values must be at least 2 measurements (one per seed), got {x.size}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"values must be finite, got {x[~np.isfinite(x)][0]!r} among them")
+    c = validate.number(confidence, "confidence")
+    if not 0.0 < c < 1.0:
+        raise ValueError(f"confidence must be a number strictly between 0 and 1, got {confidence!r}")
+    n = int(x.size)
+    mean, sd = float(x.mean()), float(x.std(ddof=1))
+    half = _t_quantile((1.0 + c) / 2.0, n - 1) * sd / math.sqrt(n)
+    return SeedInterval(x, n, mean, sd, float(x.min()), float(x.max()), mean - half, mean + half, c)
+
+
+def predicted_gap_ratio(rho: Any, query_norm: Any = 0.0, k: float = 1.0) -> Any:
+    r"""First-order prediction of :math:`\mathrm{TV}(S, P)/\mathrm{TV}(P, U)` for isotropic Gaussian queries and keys.
+
+    .. math::
+
+        \frac{\mathrm{TV}(S, P)}{\mathrm{TV}(P, U)} \approx
+        \Bigl(1 + \frac{2\rho^2 k}{k + \|q_s\|^2}\Bigr)^{-1/2}
+        \;\xrightarrow{\ \|q_s\|^2 \ll k\ }\; (1 + 2\rho^2)^{-1/2},
+        \qquad \rho = \frac{\|q_s\|}{\sqrt{\mathbb{E}\|\kappa_s\|^2}},
+
+    :math:`S` the spatial and :math:`P` the distance softmax, to first order in the logits (both
+    maps linear in them: the TVs are half the mean absolute deviations of the bias and of the
+    distance logits over the keys), with the key norms small against :math:`\sqrt k`, many keys
+    and a large dimension (the deviations Gaussian: mean absolute deviation
+    :math:`\sqrt{2/\pi}\,\mathrm{sd}`).  :func:`hypviz.symbolic.first_order_gap_ratio` derives it step
+    by step; :func:`gaussian_gap_study` measures it.  ``rho`` and ``query_norm`` may be arrays.
+    """
+    kf = lorentz.check_k(k)
+    r = np.asarray(rho, dtype=np.float64)
+    qn = np.asarray(query_norm, dtype=np.float64)
+    if np.any(~np.isfinite(r)) or np.any(r < 0):
+        raise ValueError(f"rho must be a non-negative finite norm ratio, got {rho!r}")
+    if np.any(~np.isfinite(qn)) or np.any(qn < 0):
+        raise ValueError(f"query_norm must be a non-negative finite norm, got {query_norm!r}")
+    out = 1.0 / np.sqrt(1.0 + 2.0 * r**2 * kf / (kf + qn**2))
+    return float(out) if out.ndim == 0 else out
+
+
+class GapStudy(NamedTuple):
+    r"""The spatial-vs-distance gap on independent Gaussian draws, one value per seed (:func:`gaussian_gap_study`).
+
+    ``ratio`` is :math:`\overline{\mathrm{TV}}(S, P)/\overline{\mathrm{TV}}(P, U)` (row means, per
+    seed), ``top1`` the tie-aware top-1 agreement, ``tv`` and ``tv_uniform`` the two row means, each
+    a :class:`SeedInterval`; ``setup`` the parameters of the draw, ``prediction`` the first-order
+    ratio :func:`predicted_gap_ratio` at this :math:`\rho` and query norm.
+    """
+
+    ratio: SeedInterval
+    top1: SeedInterval
+    tv: SeedInterval
+    tv_uniform: SeedInterval
+    setup: dict
+    prediction: float
+
+    def setup_text(self) -> str:
+        """The set-up in one line (distribution, norms and their ratio, N, M, d, tau, k, seeds)."""
+        s = self.setup
+        return (f"isotropic Gaussian q_s, kappa_s (independent), mean norms |q_s| = {s['query_norm']:g}, "
+                f"|kappa_s| = {s['key_norm']:g} (rho = {s['rho']:g}), N = {s['n']}, M = {s['m']}, d = {s['d']}, "
+                f"tau = {s['tau']:g}, k = {s['k']:g}, {s['seeds']} seeds")
+
+
+def gaussian_gap_study(
+    query_norm: float,
+    key_norm: float,
+    *,
+    n: int = 256,
+    m: int = 256,
+    d: int = 64,
+    tau: float = 8.0,
+    k: float = 1.0,
+    seeds: int = 20,
+    first_seed: int = 0,
+    confidence: float = 0.95,
+) -> GapStudy:
+    r"""Measure spatial against distance softmax on ``seeds`` independent Gaussian draws.
+
+    For each seed :math:`s` (``first_seed``, ``first_seed + 1``, ...) one ``torch.Generator`` seeded
+    with :math:`s` draws ``n`` queries, then ``m`` keys, with :func:`hypviz.data.lifted_gaussian`
+    (isotropic Gaussian spatial parts of mean norms ``query_norm`` and ``key_norm``, lifted to
+    :math:`\langle x, x\rangle_L = -k`, float64); :func:`hypviz.attention.compare` of
+    ``"spatial"`` (:math:`S`) against ``"distance"`` (:math:`P`) at temperature ``tau`` gives, per seed,
+
+    .. math::
+
+        \text{ratio}_s = \frac{\frac1N\sum_i \mathrm{TV}(S_i, P_i)}{\frac1N\sum_i \mathrm{TV}(P_i, U)},
+        \qquad \text{top-1}_s = \frac1N \sum_i [\text{same largest key, tie-aware}],
+
+    summarised over the seeds by :func:`seed_interval`.  All seeds go through one batched
+    ``compare`` (leading axis = seed), on the CPU.
+
+    Raises
+    ------
+    ValueError
+        For non-positive norms, ``tau`` or ``k``, or counts below their minimum (``n, m, d >= 1``,
+        ``seeds >= 2``).
+    """
+    qn = validate.positive(query_norm, "query_norm")
+    kn = validate.positive(key_norm, "key_norm")
+    n = validate.integer(n, "n", 1)
+    m = validate.integer(m, "m", 1)
+    d = validate.integer(d, "d", 1)
+    tau_f = validate.positive(tau, "tau")
+    kf = lorentz.check_k(k)
+    seeds = validate.integer(seeds, "seeds", 2)
+    first_seed = validate.integer(first_seed, "first_seed", 0)
+    qs, ks = [], []
+    for s in range(first_seed, first_seed + seeds):
+        gen = torch.Generator().manual_seed(s)
+        qs.append(data.lifted_gaussian(n, d, qn, k=kf, seed=gen))
+        ks.append(data.lifted_gaussian(m, d, kn, k=kf, seed=gen))
+    res = attention.compare(torch.stack(qs), torch.stack(ks), "spatial", "distance", k=kf, temperature=tau_f,
+                            topk=1, spearman=False, device="cpu")
+    tv, tvu = res.tv.double().mean(-1), res.tv_uniform_b.double().mean(-1)
+    top1 = res.top1.double().mean(-1)
+    setup = {"query_norm": qn, "key_norm": kn, "rho": qn / kn, "n": n, "m": m, "d": d, "tau": tau_f, "k": kf,
+             "seeds": seeds, "first_seed": first_seed}
+    return GapStudy(seed_interval(tv / tvu, confidence), seed_interval(top1, confidence), seed_interval(tv, confidence),
+                    seed_interval(tvu, confidence), setup, predicted_gap_ratio(qn / kn, qn, kf))

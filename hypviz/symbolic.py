@@ -11,7 +11,8 @@ The derivations, by the notebook that shows them: notebook 02 (:func:`lifted_nor
 :func:`squared_distance`, :func:`geodesic_distance`, :func:`decomposition`: identities 1-3) and
 notebook 04 (the thread's Taylor argument and its exact error, identity 4, the Euclidean limit
 (identity 6), the softmax identities including identity 5, the KL identity, Hoeffding's bound,
-the exact KL supremum and the TV bound).  The curvature :math:`k` is a positive symbol
+the exact KL supremum and the TV bound) and notebook 05 (:func:`first_order_gap_ratio`, the
+first-order gap ratio for Gaussian points).  The curvature :math:`k` is a positive symbol
 (``k=None``); ``k=1`` gives the formulas of the question-and-answer thread exactly.  Keys are
 written :math:`\kappa`.
 
@@ -60,6 +61,7 @@ from hypviz.symbolic_geometry import (
 )
 from hypviz.symbolic_softmax import (
     bias_in_softmax,
+    first_order_gap_ratio,
     hoeffding_bound,
     kl_identity,
     kl_supremum,
@@ -113,6 +115,7 @@ __all__ = [
     "hoeffding_bound",
     "kl_supremum",
     "tv_bound",
+    "first_order_gap_ratio",
     "derivations",
     "verify_all",
     "softmax",
@@ -169,6 +172,7 @@ def derivations(k: Any = None, d: int = 3, n: int = 3) -> dict[str, Derivation]:
         "hoeffding_bound": hoeffding_bound(n),
         "kl_supremum": kl_supremum(n),
         "tv_bound": tv_bound(n),
+        "first_order_gap_ratio": first_order_gap_ratio(n, k),
     }
 
 

@@ -5,7 +5,8 @@ one), :func:`bias_in_softmax` (identity 4 inside a softmax: spatial-dot attentio
 attention plus the key-dependent bias :math:`q_t\kappa_{t,j}/\tau`), :func:`lorentz_attention`
 (identity 5, and the Lorentzian inner product without a softmax), :func:`kl_identity`,
 :func:`hoeffding_bound` (:math:`\mathrm{KL} \le \Delta^2/8`), :func:`kl_supremum` (the exact
-supremum) and :func:`tv_bound` (:math:`\mathrm{TV} \le \tanh(\Delta/4)`, attained).  Each returns a
+supremum) and :func:`tv_bound` (:math:`\mathrm{TV} \le \tanh(\Delta/4)`, attained); notebook 05 shows
+:func:`first_order_gap_ratio` (the gap over its baseline for Gaussian points, to first order).  Each returns a
 :class:`~hypviz.derivation.Derivation`; :mod:`hypviz.symbolic` re-exports them all, with
 :func:`softmax` (the symbolic softmax they use).  Their numerical companions (the bounds measured
 on real rows) are in :mod:`hypviz.accuracy`.
@@ -30,6 +31,7 @@ __all__ = [
     "hoeffding_bound",
     "kl_supremum",
     "tv_bound",
+    "first_order_gap_ratio",
 ]
 
 
@@ -530,4 +532,119 @@ def tv_bound(n: int = 3) -> Derivation:
     return Derivation(
         "Total variation: $\\mathrm{TV}(P, S) \\le \\tanh(\\Delta/4)$", steps, defs, names,
         intro="$S_j = P_j e^{b_j} / E_P[e^b]$ (KL derivation, step 1) with the bias shifted to $b_j \\in [0, \\Delta]$.",
+    )
+
+
+# =========================================================================== #
+# the first-order gap ratio for Gaussian queries and keys (notebook 05)
+# =========================================================================== #
+def _gaussian_expectation(expr: Any, zs: Sequence[sp.Symbol], sigma: sp.Expr) -> sp.Expr:
+    r""":math:`\mathbb{E}[\mathrm{expr}]` for independent :math:`z_i \sim \mathcal{N}(0, \sigma^2)` (polynomial ``expr``).
+
+    Term by term with the Gaussian moments :math:`\mathbb{E}[z^{2m}] = \sigma^{2m}(2m - 1)!!`,
+    :math:`\mathbb{E}[z^{2m+1}] = 0`.
+    """
+    poly = sp.Poly(sp.expand(expr), *zs)
+    total = sp.Integer(0)
+    for powers, coeff in poly.terms():
+        term = coeff
+        for a in powers:
+            term *= 0 if a % 2 else sigma**a * sp.factorial2(a - 1)
+        total += term
+    return sp.expand(total)
+
+
+def first_order_gap_ratio(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
+    r"""The first-order ratio :math:`\mathrm{TV}(S, P)/\mathrm{TV}(P, U) \approx (1 + 2\rho^2)^{-1/2}` for Gaussian points.
+
+    Queries and keys with independent isotropic Gaussian spatial parts, keys
+    :math:`\kappa_s = \sigma z`, :math:`z \sim \mathcal{N}(0, I_d)`, one query row :math:`q`,
+    :math:`\rho^2 = \|q_s\|^2/(d\sigma^2)` (query norm over the keys' root-mean-square norm):
+
+    .. math::
+
+        \mathrm{softmax}(\varepsilon g)_j = \tfrac1n\bigl(1 + \varepsilon(g_j - \bar g)\bigr) + O(\varepsilon^2)
+        \;\Rightarrow\;
+        \mathrm{TV}(S, P) \approx \tfrac{1}{2n}\sum_j |b_j - \bar b|, \quad
+        \mathrm{TV}(P, U) \approx \tfrac{1}{2n}\sum_j |f_j - \bar f|,
+
+        \kappa_t = \sqrt k + \frac{\|\kappa_s\|^2}{2\sqrt k} + O(\|\kappa_s\|^4), \qquad
+        \frac{\mathrm{TV}(S, P)}{\mathrm{TV}(P, U)} \approx \frac{\mathrm{sd}(b)}{\mathrm{sd}(f)}
+        = \Bigl(1 + \frac{2\rho^2 k}{q_t^2}\Bigr)^{-1/2} \xrightarrow{\ q_t \to \sqrt k\ } (1 + 2\rho^2)^{-1/2},
+
+    with :math:`f_j` the distance logits and :math:`b_j = q_t\kappa_{t,j}/\tau` the bias.  The
+    softmax steps are checked for ``n`` keys, the Gaussian moments in ``d`` explicit coordinates
+    (``d`` symbolic in the result: :math:`\mathrm{Var}\,\|z\|^2 = 2d`).  The step from mean absolute
+    deviations to standard deviations assumes both deviations Gaussian (many keys, large
+    :math:`d`); :func:`hypviz.accuracy.gaussian_gap_study` measures how well the result holds.
+    """
+    k = _curvature(k)
+    eps = sp.Symbol("epsilon", positive=True)
+    g = sp.symbols(f"g1:{n + 1}", real=True)
+    f = sp.symbols(f"f1:{n + 1}", real=True)
+    b = sp.symbols(f"b1:{n + 1}", real=True)
+    mean = lambda v: sum(v) / n  # noqa: E731
+    u = sp.Symbol("u", nonnegative=True)                  # |kappa_s|^2
+    sigma = sp.Symbol("sigma", positive=True)
+    zs = sp.symbols(f"z1:{d + 1}", real=True)
+    qc = sp.symbols(f"q1:{d + 1}", real=True)
+    c = sp.Symbol("c", real=True)                        # the coefficient q_t / (2 sqrt k) of |kappa_s|^2
+    dot = sum(a * z for a, z in zip(qc, zs))
+    sqn = sum(z * z for z in zs)
+    qn2 = sum(a * a for a in qc)
+    var = lambda e: _gaussian_expectation(e**2, zs, sigma) - _gaussian_expectation(e, zs, sigma) ** 2  # noqa: E731
+    cov = _gaussian_expectation(dot * sqn, zs, sigma) - _gaussian_expectation(dot, zs, sigma) * _gaussian_expectation(sqn, zs, sigma)
+    x = sp.Symbol("x", real=True)
+    s_ = sp.Symbol("s", positive=True)
+    dd = sp.Symbol("d", positive=True, integer=True)
+    rho = sp.Symbol("rho", nonnegative=True)
+    qt = sp.Symbol("q_t", positive=True)
+    A2, B2 = sp.symbols("A^2 B^2", positive=True)        # Var(q_s . z) and Var(c |z|^2), symbolic d
+    Q2 = sp.Symbol("Q2", nonnegative=True)               # |q_s|^2
+
+    def gaussian_mad() -> tuple[bool, str]:
+        density = sp.exp(-x**2 / (2 * s_**2)) / sp.sqrt(2 * sp.pi * s_**2)
+        value = 2 * sp.integrate(x * density, (x, 0, sp.oo))
+        return sp.simplify(value - s_ * sp.sqrt(2 / sp.pi)) == 0, "E|X| = 2 * integral of x phi(x) over x > 0, by sympy"
+
+    ratio = sp.sqrt(B2 / (A2 + B2))
+    steps = [
+        Step(softmax([eps * v for v in g])[0], (1 + eps * (g[0] - mean(g))) / n,
+             f"a softmax of small logits is linear in them (entry 1 of $n = {n}$)", kind="series", var=eps, order=2,
+             name="linear_softmax"),
+        Step(softmax([eps * (v + w) for v, w in zip(f, b)])[0] - softmax([eps * v for v in f])[0], eps * (b[0] - mean(b)) / n,
+             "so to first order $S_j - P_j = (b_j - \\bar b)/n$ and $P_j - 1/n = (f_j - \\bar f)/n$: both TVs are half "
+             "the mean absolute deviations of the bias and of the distance logits over the keys",
+             kind="series", var=eps, order=2, name="linear_gap"),
+        Step(sp.sqrt(u + k), sp.sqrt(k) + u / (2 * sp.sqrt(k)), "small keys: $\\kappa_t$ is $\\sqrt k$ plus "
+             "$\\|\\kappa_s\\|^2/(2\\sqrt k)$, so $\\tau b_j = c\\|\\kappa_{s,j}\\|^2$ and "
+             "$\\tau f_j = q_s\\cdot\\kappa_{s,j} - c\\|\\kappa_{s,j}\\|^2$ up to row constants, $c = q_t/(2\\sqrt k)$",
+             kind="series", var=u, order=2, name="small_keys"),
+        Step(var(dot), qn2 * sigma**2, f"$\\kappa_s = \\sigma z$: $\\mathrm{{Var}}(q_s \\cdot \\kappa_s) = \\|q_s\\|^2\\sigma^2$ "
+             f"(Gaussian moments, $d = {d}$ coordinates)", name="var_dot"),
+        Step(var(sqn), 2 * d * sigma**4, f"$\\mathrm{{Var}}\\,\\|\\kappa_s\\|^2 = 2d\\sigma^4$ ($d = {d}$)", name="var_norm"),
+        Step(cov, 0, "the two are uncorrelated (odd moments vanish)", name="uncorrelated"),
+        Step(var(dot - c * sqn), qn2 * sigma**2 + c**2 * 2 * d * sigma**4,
+             "so $\\tau^2\\mathrm{Var}(f) = \\|q_s\\|^2\\sigma^2 + 2dc^2\\sigma^4$ and $\\tau^2\\mathrm{Var}(b) = 2dc^2\\sigma^4$",
+             name="var_logits"),
+        Step(sp.Symbol("E|X|"), s_ * sp.sqrt(2 / sp.pi), "a Gaussian deviation has mean absolute value "
+             "$\\sqrt{2/\\pi}\\,\\mathrm{sd}$; with many keys and large $d$ (both deviations Gaussian) the ratio of the "
+             "TVs is the ratio of the standard deviations", kind="check", check=gaussian_mad, name="gaussian_mad"),
+        Step(ratio.subs({A2: Q2 * sigma**2, B2: 2 * dd * (qt / (2 * sp.sqrt(k))) ** 2 * sigma**4}),
+             (1 + 2 * rho**2 * k / qt**2) ** sp.Rational(-1, 2),
+             "$\\mathrm{sd}(b)/\\mathrm{sd}(f)$ with $\\|q_s\\|^2 = \\rho^2 d\\sigma^2$ ($\\rho$: query norm over the keys' "
+             "root-mean-square norm)", given={Q2: rho**2 * dd * sigma**2}, name="ratio"),
+        Step((1 + 2 * rho**2 * k / (Q2 + k)) ** sp.Rational(-1, 2), (1 + 2 * rho**2) ** sp.Rational(-1, 2),
+             "queries small too, $q_t^2 = k + \\|q_s\\|^2 \\to k$: **$(1 + 2\\rho^2)^{-1/2}$**", kind="limit", var=Q2, point=0,
+             name="small_queries"),
+        Step((1 + 2 * rho**2) ** sp.Rational(-1, 2), 1 / sp.sqrt(3), "equal scales, $\\rho = 1$: $1/\\sqrt 3$",
+             given={rho: 1}, name="equal_scales", role="consequence"),
+    ]
+    names = {eps: r"\varepsilon", sigma: r"\sigma", rho: r"\rho", Q2: r"\|q_s\|^2", u: r"\|\kappa_s\|^2",
+             s_: r"\mathrm{sd}", A2: r"A^2", B2: r"B^2"}
+    return Derivation(
+        "First-order gap ratio for Gaussian points: TV(S, P)/TV(P, U) ≈ 1/√(1 + 2ρ²)", steps, [], names,
+        intro="Spatial map $S = \\mathrm{softmax}(f + b)$, distance map $P = \\mathrm{softmax}(f)$, one query row, "
+              "keys with independent isotropic Gaussian spatial parts $\\kappa_s = \\sigma z$; first order in the logits "
+              "(small $r^2/\\tau$) and in the key norms.",
     )
