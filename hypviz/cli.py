@@ -77,7 +77,7 @@ and its summary could not be printed.
 SIGTERM, or SIGNAL, at one stage: ``tmp``, ``written``, ``swapped``, ``cleaned``, ``finished``.)
 
 Exit codes: 0 success; 2 bad input or usage, or an output the file system refuses (disk full,
-read-only, no permission): one line on stderr naming the problem, nothing written; 1 unexpected
+read-only, no permission), or not enough memory: one line on stderr naming the problem, nothing written; 1 unexpected
 internal error (one line; ``HYPVIZ_DEBUG=1`` shows the traceback; after publishing it says the report is
 complete); 128 + N when stopped by signal N.  A report that is complete although its summary could not be
 printed is a success (0): the report is the command's output, the summary a copy of its headline.
@@ -679,6 +679,15 @@ def _call(args: argparse.Namespace, prog: str, debug: bool, previous: dict[int, 
             return 128 + int(signum), True
         if isinstance(exc, UsageError):
             print(f"{prog}: error: {_show(_one_line(exc))}", file=sys.stderr)
+            return 2, False
+        if isinstance(exc, MemoryError) and not debug and _RUN.published is None:
+            # the machine's limit, not hypviz's (those are checked first): say so in one line, like a full disk
+            detail = _show(_one_line(exc)[:200]) or "no detail"
+            print(
+                f"{prog}: error: not enough memory ({detail}); nothing written; use --rows R for fewer query rows, "
+                f"smaller inputs, or a machine (or ulimit) with more memory",
+                file=sys.stderr,
+            )
             return 2, False
         if not isinstance(exc, Exception) or debug:
             raise

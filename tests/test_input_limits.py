@@ -129,6 +129,10 @@ def test_layer_count_and_name_lengths_are_limited(work, capsys, monkeypatch):
         line = refused(*run(capsys, "compare", _capture(work / f"{key}.pt", [rec]), "--out", work / "r2"),
                        f"its {key} is 1000000 characters long, above the limit of 256")
         assert "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy" not in line
+    torch.save({"format": "z" * 10**6, "version": 1, "layers": []}, work / "format.pt")
+    line = refused(*run(capsys, "compare", work / "format.pt", "--out", work / "r2"),
+                   "not a hypviz.capture file", "(1000000 characters)")
+    assert "z" * 100 not in line
     with pytest.raises(ValueError, match=r"kind must be one of .*, got 'y+\.\.\.' \(1000000 characters\)") as err:
         records.parse({"format": records.FORMAT, "version": 1, "layers": [rec | {"mode": "generic", "kind": "y" * 10**6}]})
     assert len(str(err.value)) < 400
@@ -259,3 +263,15 @@ def test_layer_names_are_escaped_everywhere(work, capsys):
     assert json.loads((work / "r" / "metrics.json").read_text())["layers"][0]["name"] == shown
     html = (work / "r" / "report.html").read_text(encoding="utf-8")
     assert "\x1b" not in html and "\x07" not in html and "\u202e" not in html
+
+
+def test_running_out_of_memory_is_one_line(work, capsys, monkeypatch):
+    import hypviz.report as report
+
+    def greedy(*args, **kwargs):
+        raise MemoryError("Unable to allocate 33.5 GiB for an array with shape (1000000000, 9) and data type float32")
+
+    monkeypatch.setattr(report, "analyse", greedy)
+    refused(*run(capsys, "compare", work / "q.npy", work / "k.npy", *FAST, "--out", work / "r"),
+            "error: not enough memory (Unable to allocate 33.5 GiB", "nothing written", "--rows")
+    assert not (work / "r").exists() and not [p for p in work.iterdir() if p.name.startswith(".")]
