@@ -251,3 +251,21 @@ def test_a_failing_stdout_after_publishing_is_exit_0_and_says_the_report_is_comp
     meta = json.loads((tmp_path / "r" / "metrics.json").read_text())
     assert meta["generator"] == "hypviz" and (tmp_path / "r" / "report.html").exists()
     assert leftovers(tmp_path) == []
+
+
+def test_a_sigkilled_runs_temporary_folder_is_removed_by_the_next_run(tmp_path, pts, capsys):
+    q, k = pts
+    np.save(tmp_path / "q.npy", q.numpy())
+    np.save(tmp_path / "k.npy", k.numpy())
+    proc = subprocess.run([sys.executable, "-m", "hypviz.cli", "compare", "q.npy", "k.npy", "--out", "r", *FAST],
+                          cwd=tmp_path, env={**ENV, cli.PAUSE_ENV: "written:KILL"}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == -9 and not (tmp_path / "r").exists()
+    left = leftovers(tmp_path)
+    assert len(left) == 1 and left[0].startswith(".r.tmp-")  # nothing could clean up after SIGKILL
+    assert (tmp_path / left[0] / "metrics.json").exists()  # the report was written, not published
+    _aged(tmp_path / left[0], 3600)  # the kernel released its lock when the process died
+    code, stdout, err = run(capsys, "compare", tmp_path / "q.npy", tmp_path / "k.npy", "--out", tmp_path / "r", *FAST)
+    assert code == 0 and leftovers(tmp_path) == [] and (tmp_path / "r" / "metrics.json").exists()
+    assert err.strip() == (f"hypviz compare: removed 1 temporary folder(s) that interrupted runs left beside "
+                           f"{tmp_path / 'r'}: {left[0]}")
