@@ -90,7 +90,10 @@ def test_identities_4_and_5(points):
     bias = q[:, 0:1] * kk[:, 0].unsqueeze(0)
     assert torch.allclose(sp, di + bias - k, atol=1e-12)  # identity 4
     assert torch.allclose(lo, di - k, atol=1e-12)  # identity 5
-    assert torch.allclose(att.attention_map(q, kk, "lorentz", k=k), att.attention_map(q, kk, "distance", k=k), atol=1e-14)
+    # the maps: hypviz evaluates "lorentz" from the distance operands, so its map is checked against the softmax of the
+    # brute-force <q, kappa>_L = -q_t kappa_t + q_s . kappa_s (an independent computation), not against its "distance" map
+    direct = torch.softmax(ref_scores(q, kk, "lorentz", k) / math.sqrt(6), -1)
+    assert torch.allclose(att.attention_map(q, kk, "lorentz", k=k), direct, rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("kind", att.SOFTMAX_KINDS)
