@@ -56,7 +56,7 @@ from torch import nn
 from hypviz.attention import KINDS
 from hypviz.lorentz import check_k, check_points, from_poincare
 from hypviz.family_readers import READERS, reader_for, unrecognised
-from hypviz.layer_readers import _STRUCTURE, _close, _Generic, _HypLayer, _is_hypformer_layer
+from hypviz.layer_readers import _STRUCTURE, _close, _dropout_active, _Generic, _HypLayer, _is_hypformer_layer, _points
 from hypviz.records import (  # noqa: F401  (re-exported: the record and its file are part of capture's surface)
     FORMAT,
     MODELS,
@@ -282,6 +282,8 @@ class Capture:
                 f"capture.attention: recognised {ran} but none of them ran inside the with block "
                 "(nothing recorded); call the model inside it, e.g. with capture.attention(model) as cap: model(x)"
             )
+        if any(r.training for r in self.layers) and _dropout_active(self.module):
+            self._dropout.append(type(self.module).__name__)
         if self._dropout:
             import warnings
 
@@ -306,14 +308,21 @@ class Capture:
             q, kk = q.expand(h, *q.shape[1:]).clone(), kk.expand(h, *kk.shape[1:]).clone()
         if v is not None and v.shape[0] == 1 and kk.shape[0] > 1:
             v = v.expand(kk.shape[0], *v.shape[1:]).clone()
+        dtype = g.dtypes.pop(0) if g.dtypes else None
+        if dtype in ("float16", "bfloat16") and self.model == "lorentz":  # time recomputed from the rounded spatial part
+            q, kk = _points(q, self.k, True), _points(kk, self.k, True)
+            v = None if v is None else _points(v, self.k, True)
         extra: dict[str, Any] = {}
         if self.kind == "focused":
             extra = {"power": self.power, "norm_scale": self.norm_scale}
         else:
-            extra = {"temperature": self.temperature if self.temperature is not None else math.sqrt(q.shape[-1] - 1)}
+            extra = {"temperature": self.temperature if self.temperature is not None else math.sqrt(q.shape[-1] - 1),
+                     "temperature_source": "given" if self.temperature is not None else "default"}
         try:
             rec = LayerRecord(name=g.name, queries=q, keys=kk, values=v, k=self.k, mode="generic", kind=self.kind,
-                              call=call, **extra)
+                              call=call, dtype=dtype,
+                              verify_note="not verified: layers= names the projections only, so the layer's output "
+                                          "and aggregation are unknown to hypviz", **extra)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from None
         try:

@@ -181,11 +181,23 @@ class HyperCoreReader(_Reader):
             return out
 
         layer.full_attention = full_attention
+        linear = getattr(layer, "linear_focus_attention", None)
+        if callable(linear):
+            def linear_focus_attention(qs: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+                out = linear(qs, ks, vs, *args, **kwargs)
+                try:
+                    self._record_linear(qs, ks, vs)
+                except (TypeError, ValueError) as exc:
+                    self.cap._fail(str(exc))
+                return out
+
+            layer.linear_focus_attention = linear_focus_attention
         pre = layer.register_forward_pre_hook(self._pre, with_kwargs=True)
 
         class _Restore:
             def remove(self_inner) -> None:
                 layer.__dict__.pop("full_attention", None)
+                layer.__dict__.pop("linear_focus_attention", None)
 
         return [pre, _Restore()]
 
@@ -215,6 +227,18 @@ class HyperCoreReader(_Reader):
         self._emit(q, kk, v, seen_t, dtype=dtype, note=note, k=k, mode="helm" if self.cur.get("rotary") else "hypercore",
                    kind="distance", temperature=tau / 2.0, scale_sign=sign, temperature_source="attributes",
                    aggregation="centroid_mean_heads")
+
+
+    def _record_linear(self, qs: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor) -> None:
+        # HyperCore's linear_focus_attention takes the features [..., 1:] of (B, N, H, D - 1) as the spatial parts
+        layer = self.layer
+        k = _manifold_k(layer, "c", "k")
+        dt = torch.float64 if qs.dtype == torch.float64 else torch.float32
+        q, kk, v = (_lift(_copy(t)[..., 1:].permute(0, 2, 1, 3).double(), k).to(dt) for t in (qs, ks, vs))
+        self._emit(q, kk, v, None, dtype=_dtype_name(qs), k=k, mode="hypercore", kind="focused",
+                   power=float(getattr(layer, "power_k", 2.0)), norm_scale=_num(getattr(layer, "norm_scale", 1.0)) or 1.0,
+                   note="HyperCore's linear_focus_attention (its mean over axis 1 of (B, N, H, D) and v_map_mlp) "
+                        "is not rebuilt by hypviz")
 
 
 class HyboNetReader(_Reader):

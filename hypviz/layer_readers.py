@@ -249,6 +249,8 @@ class _HypLayer:
                     cur["self_term"] = _copy(vmap(vs))
             except (StopIteration, RuntimeError, TypeError):
                 cur["self_term"] = None
+        elif module.attention_type == "linear_focused" and vmap is None and cur["values"] and all(cur["values"]):
+            cur["self_term"] = torch.zeros(())  # a layer without v_map_mlp adds no self term
         call = self.calls
         self.calls += 1
         try:
@@ -352,6 +354,7 @@ class _Generic:
         self.cap, self.name, self.modules = cap, name, modules
         self.roles = _ROLES[: len(modules)]
         self.queue: dict[str, list[torch.Tensor]] = {r: [] for r in self.roles}
+        self.dtypes: list[str | None] = []
         self.calls = 0
 
     def push(self, role: str, module_name: str, output: Any) -> None:
@@ -363,6 +366,8 @@ class _Generic:
             )
             return
         self.queue[role].append(_copy(output))
+        if role == "queries":
+            self.dtypes.append(_dtype_name(output))
         if all(self.queue[r] for r in self.roles):
             outs = {r: self.queue[r].pop(0) for r in self.roles}
             self.cap._raw.append((self, self.calls, outs))

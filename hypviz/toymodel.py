@@ -202,14 +202,21 @@ class ToyHypformer(nn.Module):
         Of every :class:`HypAttention` layer ``blocks[i]``, ``(N, d + 1) -> (N, d + 1)``.
     layers : int
         Number of attention layers.
+    dropout : float
+        Dropout on the spatial parts between the layers, :math:`h \leftarrow \mathrm{lift}(\mathrm{drop}(h_s))`,
+        active in train mode only (default 0: none).
     seed : int
         The seed of :meth:`reset_parameters` (parameters are float64).
     """
 
     def __init__(self, features: int, d: int, classes: int, *, heads: int = 2, k: float = 1.0,
-                 attention_type: str = "linear_focused", layers: int = 1, power_k: float = 2.0, seed: int = 0):
+                 attention_type: str = "linear_focused", layers: int = 1, power_k: float = 2.0, seed: int = 0,
+                 dropout: float = 0.0):
         super().__init__()
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
         self.k = float(k)
+        self.drop = nn.Dropout(float(dropout))
         with torch.random.fork_rng(devices=[]):  # construction draws are replaced by reset_parameters(seed)
             self.embed = nn.Linear(features, d)
             self.blocks = nn.ModuleList(HypAttention(d, d, heads, k, attention_type, power_k) for _ in range(layers))
@@ -228,6 +235,8 @@ class ToyHypformer(nn.Module):
         """The last layer's output points ``(N, d + 1)``."""
         h = lift(self.embed(x), self.k)
         for block in self.blocks:
+            if self.drop.p > 0:
+                h = lift(self.drop(h[..., 1:]), self.k)
             h = block(h, h)
         return h
 

@@ -441,3 +441,117 @@ def test_error_messages():
     with pytest.raises(ValueError, match="already recorded"):
         with cap:
             pass
+
+
+# --------------------------------------------------------------------------- #
+# the capture checks itself, and the edges real users hit
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize("mode", ["linear_focused", "full"])
+@pytest.mark.parametrize("dtype, bound", [(torch.float64, 1e-13), (torch.float32, 1e-5)])
+def test_every_record_verified_against_the_layers_output(mode, dtype, bound):
+    model = make(mode, 3, 2.0, dtype=dtype, n_layers=2)
+    _, recs = capture_one(model, lifted_input(10, 4, 2.0, dtype=dtype))
+    assert len(recs) == 2
+    for r in recs:
+        assert r.verify_note.startswith("verified") and r.verify_error <= bound
+        assert r.verify_tolerance == pytest.approx(math.sqrt(torch.finfo(dtype).eps))
+        assert r.dtype == str(dtype).replace("torch.", "") and r.training is True
+
+
+def _fork_full(model):
+    """The layer's full logits divided by 2 scale instead of scale: a fork whose attributes mislead."""
+    layer = model.blocks[0]
+    original = layer.full
+
+    def full(q, kk, v):
+        with torch.no_grad():
+            layer.scale.mul_(2.0)
+        try:
+            return original(q, kk, v)
+        finally:
+            with torch.no_grad():
+                layer.scale.div_(2.0)
+
+    layer.full = full
+    return layer
+
+
+def test_a_fork_with_logits_over_twice_the_scale_is_caught():
+    model = make("full", 2, 2.0)
+    _fork_full(model)
+    x = lifted_input(12, 4, 2.0, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="the measured tau is recorded"):
+        _, (rec,) = capture_one(model, x)
+    scale = float(model.blocks[0].scale.detach())
+    assert rec.temperature == pytest.approx(2.0 * scale, rel=1e-6)  # tau = k (2 scale) / 2, not k scale / 2
+    assert rec.temperature_source == "measured" and rec.verify_error < 1e-12
+
+
+def test_bfloat16_capture_stored_float32_with_its_dtype_and_analysed():
+    from hypviz import model_report
+
+    model = make("full", 2, 1.0, dtype=torch.bfloat16)
+    _, (rec,) = capture_one(model, lifted_input(10, 4, 1.0, dtype=torch.bfloat16))
+    assert rec.dtype == "bfloat16" and rec.queries.dtype == torch.float32
+    L.check_points(rec.queries, 1.0)  # time recomputed: on the hyperboloid in float32
+    assert rec.verify_note.startswith("verified") and rec.verify_error <= math.sqrt(2.0**-7)
+    ref = att.attention_map(rec.queries.double(), rec.keys.double(), "distance", k=1.0, temperature=rec.temperature)
+    assert rec.attention_map().dtype == torch.float32
+    assert float((rec.attention_map().double() - ref).abs().max()) < 1e-5  # not computed in bf16
+    (lr,) = model_report.analyse([rec], device="cpu", progress=False)
+    assert lr.thread.verdict in att.VERDICTS
+
+
+def test_negative_scale_recorded_and_reported_not_a_blocker(tmp_path):
+    from hypviz import model_report
+
+    model = make("full", 2, 1.0)
+    with torch.no_grad():
+        model.blocks[0].scale.fill_(-1.5)
+    _, (rec,) = capture_one(model, lifted_input(10, 4, 1.0, dtype=torch.float64))
+    assert rec.scale_sign == -1 and rec.temperature == pytest.approx(0.75)
+    assert rec.verify_note.startswith("verified")
+    (lr,) = model_report.analyse([rec], device="cpu", progress=False)
+    assert lr.own is not None  # the reversed softmax is not the distance reference: compared
+    assert "(scale < 0)" in model_report.summary([lr], tmp_path, ["report.html"])
+
+
+def test_train_mode_with_dropout_warns_and_is_recorded():
+    model = make("full", 2, 1.0)
+    model.drop = nn.Dropout(0.1)
+    x = lifted_input(10, 4, 1.0, dtype=torch.float64)
+    with pytest.warns(UserWarning, match="train mode with dropout active"):
+        _, (rec,) = capture_one(model.train(), x)
+    assert rec.training is True
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, (rec,) = capture_one(model.eval(), x)
+    assert rec.training is False
+
+
+def test_compiled_model_is_captured():
+    model = make("full", 2, 1.0)
+    x = lifted_input(10, 4, 1.0, dtype=torch.float64)
+    _, eager = capture_one(model, x)
+    compiled = torch.compile(model, backend="eager")
+    compiled(x)
+    _, recs = capture_one(compiled, x)
+    assert [r.name for r in recs] == ["blocks.0"] and recs[0].verify_note.startswith("verified")
+    torch.testing.assert_close(recs[0].queries, eager[0].queries, rtol=0, atol=0)
+    compiled(x)  # the stance is restored: the compiled model runs as before
+    assert n_hooks(model) == 0
+
+
+def test_save_wants_the_extension_the_cli_reads_and_expands_home(tmp_path, monkeypatch):
+    model = make("full", 1, 1.0)
+    with capture.attention(model) as cap:
+        model(lifted_input(6, 4, 1.0, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"must end in \.pt or \.pth .* got '\.capture'"):
+        cap.save(tmp_path / "att.capture")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cap.save("~/att.pt") == tmp_path / "att.pt"
+    assert capture.load("~/att.pt")[0].verify_note == cap.layers[0].verify_note
+    with pytest.raises(ValueError, match="no layer records to save"):
+        capture.save([], tmp_path / "empty.pt")

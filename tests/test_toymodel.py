@@ -112,3 +112,25 @@ def test_bad_attention_type_and_cross_attention_in_focused_mode_are_refused():
     layer = _layer("linear_focused", 1.0, d_in=3)
     with pytest.raises(ValueError, match="N = M"):
         layer(_points(4, 3, 1.0, 0), _points(5, 3, 1.0, 1))
+
+
+@pytest.mark.parametrize("attention_type", ["linear_focused", "full"])
+@pytest.mark.parametrize("k", [0.5, 2.0])
+def test_captured_toy_layers_verify_themselves(attention_type, k):
+    model = toymodel.ToyHypformer(6, 4, 3, heads=3, k=k, attention_type=attention_type, layers=2).eval()
+    x = torch.randn(15, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with capture.attention(model) as cap:
+        model(x)
+    assert len(cap.layers) == 2
+    for r in cap.layers:  # the self term v_map_mlp(V_s) of the focused layers included
+        assert r.verify_note.startswith("verified") and r.verify_error < 1e-13 and r.training is False
+
+
+def test_dropout_between_layers_only_in_train_mode():
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got 1.5"):
+        toymodel.ToyHypformer(6, 4, 3, dropout=1.5)
+    x = torch.randn(15, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    plain, dropped = toymodel.ToyHypformer(6, 4, 3, layers=2), toymodel.ToyHypformer(6, 4, 3, layers=2, dropout=0.3)
+    torch.testing.assert_close(plain.eval()(x), dropped.eval()(x), rtol=0, atol=0)  # same draws, eval: identical
+    torch.manual_seed(0)
+    assert not torch.allclose(plain.train()(x), dropped.train()(x))
