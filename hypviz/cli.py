@@ -4,7 +4,7 @@ r"""The ``hypviz`` command: compare the attention maps of your own queries and k
 
     hypviz compare QUERIES KEYS [--spatial | --model lorentz|poincare] [--k K] [--heads-axis AXIS]
                    [--kinds spatial,focused] [--reference distance] [--temperature TAU]
-                   [--power P] [--norm-scale S] [--dtype auto|float32|float64]
+                   [--power P] [--norm-scale S] [--features D] [--rf-seed SEED] [--dtype auto|float32|float64]
                    [--queries-key NAME] [--keys-key NAME] [--device auto|cpu|cuda|cuda:INDEX]
                    [--sample-rows N] [--rows R] [--seed SEED] [--[no-]progress] [--out DIR] [--force]
     hypviz compare CAPTURE.pt [--temperature TAU] [--device ...] [--[no-]progress] [--out DIR] [--force]
@@ -47,7 +47,9 @@ Every kind of ``--kinds`` is compared with the ``--reference`` kind by
 verdict ("close", "different", "uninformative") per comparison and per head.  Kinds: ``spatial``
 (the question-and-answer thread's softmax of :math:`q_s \cdot \kappa_s`), ``distance``
 (Hypformer's full attention at ``--temperature`` :math:`k \cdot \mathrm{scale} / 2`),
-``lorentz``, ``focused`` (Hypformer's linear map, with ``--power`` and ``--norm-scale``).  The
+``lorentz``, ``focused`` (Hypformer's linear map, with ``--power`` and ``--norm-scale``), ``distance_rf``
+(the distance map by ``--features`` positive random features drawn from ``--rf-seed``: linear-time
+distance attention, :mod:`hypviz.random_features`).  The
 output folder gets ``report.html`` (self-contained, opens from disk with no network),
 ``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures (and, for the demo,
 ``inputs.npz``).
@@ -163,7 +165,7 @@ _REEXPORTED = (
     _on_signal,
 )
 
-KINDS = ("spatial", "distance", "lorentz", "focused")  # hypviz.attention.KINDS, repeated to keep `--help` free of torch
+KINDS = ("spatial", "distance", "lorentz", "focused", "distance_rf")  # hypviz.attention.KINDS, repeated to keep `--help` free of torch
 
 
 # --------------------------------------------------------------------------- #
@@ -341,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--kinds",
         type=_kinds,
         default=["spatial", "focused"],
-        help="kinds compared with the reference (default spatial,focused; from spatial, distance, lorentz, focused)",
+        help="kinds compared with the reference (default spatial,focused; from spatial, distance, lorentz, focused, distance_rf)",
     )
     c.add_argument("--reference", choices=KINDS, default="distance", help="the reference kind (default distance)")
     c.add_argument(
@@ -357,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--norm-scale", type=_finite_number("--norm-scale"), default=1.0, metavar="S", help="the focused map's norm_scale (default 1)"
     )
+    c.add_argument(
+        "--features", type=_count, default=256, metavar="D", help="random features of distance_rf, linear-time distance attention (default 256)"
+    )
+    c.add_argument("--rf-seed", type=_seed, default=0, help="seed of distance_rf's random features (default 0)")
     c.add_argument(
         "--dtype",
         choices=("auto", "float32", "float64"),
@@ -448,6 +454,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         seed=args.seed,
         power=args.power,
         norm_scale=args.norm_scale,
+        features=args.features,
+        rf_seed=args.rf_seed,
         progress=args.progress,
         command="compare",
     )

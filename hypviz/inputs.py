@@ -87,6 +87,8 @@ class Settings:
         Statistics on a uniform sample of ``rows`` query rows per head (None: every row).
     seed : int
         The seed of that sample.
+    features, rf_seed : int
+        The random features of ``"distance_rf"``: their number and seed.
     """
 
     kinds: list[str]
@@ -100,6 +102,8 @@ class Settings:
     norm_scale: float = 1.0
     rows: int | None = None
     seed: int = 0
+    features: int = 256
+    rf_seed: int = 0
 
 
 # --------------------------------------------------------------------------- #

@@ -54,16 +54,18 @@ maps, :math:`r^2/\tau \gtrsim 1` for Gaussian points, where the variance grows l
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from hypviz import _validate as validate
 from hypviz.attention import _flatten_batch, _temperature, _validate
 from hypviz.lorentz import lift
 
-__all__ = ["AGGREGATIONS", "random_directions", "feature_operands", "distance_rf_map", "distance_linear_attention"]
+__all__ = ["AGGREGATIONS", "random_directions", "performer_weights", "feature_operands", "distance_rf_map", "distance_linear_attention"]
 
 ArrayLike = Any
 
@@ -94,17 +96,48 @@ def random_directions(
     """
     d_feat, s, orth, _ = _check_options(features, seed, orthogonal, True)
     dim = validate.integer(dim, "dim", 1)
-    gen = torch.Generator().manual_seed(s)
+    return _directions(d_feat, dim, s, orth).to(dtype=dtype, copy=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _directions(d_feat: int, dim: int, seed: int, orth: bool) -> torch.Tensor:
+    """:func:`random_directions` in float64, cached (a sweep draws the same seeds at every point of it)."""
+    gen = torch.Generator().manual_seed(seed)
     if not orth:
-        return torch.randn(d_feat, dim, generator=gen, dtype=torch.float64).to(dtype)
-    blocks = []
-    for _ in range(math.ceil(d_feat / dim)):
-        g = torch.randn(dim, dim, generator=gen, dtype=torch.float64)
-        qm, rm = torch.linalg.qr(g)
-        qm = qm * torch.sign(torch.diagonal(rm)).unsqueeze(0)  # Haar: columns of qm orthonormal
-        lengths = torch.randn(dim, dim, generator=gen, dtype=torch.float64).norm(dim=-1)
-        blocks.append(qm.transpose(0, 1) * lengths.unsqueeze(-1))
-    return torch.cat(blocks)[:d_feat].to(dtype)
+        return torch.randn(d_feat, dim, generator=gen, dtype=torch.float64)
+    n_blocks = math.ceil(d_feat / dim)
+    g = torch.randn(n_blocks, dim, dim, generator=gen, dtype=torch.float64)
+    lengths = torch.randn(n_blocks, dim, dim, generator=gen, dtype=torch.float64).norm(dim=-1)  # chi_dim, independent
+    qm, rm = np.linalg.qr(g.numpy())  # one stacked factorisation (LAPACK; faster than torch's for many small blocks)
+    qm = torch.from_numpy(qm * np.sign(np.diagonal(rm, axis1=-2, axis2=-1))[..., None, :])  # Haar: orthonormal columns
+    return (qm.transpose(-1, -2) * lengths.unsqueeze(-1)).reshape(n_blocks * dim, dim)[:d_feat].contiguous()
+
+
+def performer_weights(queries: ArrayLike, keys: ArrayLike, omega: torch.Tensor, *, temperature: float, k: float = 1.0) -> torch.Tensor:
+    r"""The textbook estimate, unnormalised and unstabilised, shape ``(..., N, M)``: for measuring the estimator itself.
+
+    .. math::
+
+        \hat w_{ij} = rac1D \sum_{\omega} arphi_\omega\Bigl(rac{J q_i}{\sqrt	au}\Bigr)\,
+        arphi_\omega\Bigl(rac{\kappa_j}{\sqrt	au}\Bigr), \qquad
+        arphi_\omega(x) = e^{\omega \cdot x - \|x\|^2/2}, \qquad
+        \mathbb{E}\,\hat w_{ij} = e^{\langle q_i, \kappa_j
+angle_L/	au},
+
+    with the rows of ``omega (D, d + 1)`` as the :math:`\omega` (:func:`random_directions`).  Formed
+    pair by pair, :math:`O(NMD)`, and without stabilisers: for the modest norms of a check, not for
+    attention (:func:`distance_linear_attention`).
+    """
+    q, kk, _, _, _ = _validate(queries, keys, k)
+    tau = validate.positive(temperature, "temperature")
+    om = torch.as_tensor(omega, dtype=q.dtype, device=q.device)
+    if om.dim() != 2 or om.shape[-1] != q.shape[-1]:
+        raise ValueError(f"omega must have shape (D, {q.shape[-1]}), got {tuple(om.shape)}")
+    x = torch.cat([-q[..., :1], q[..., 1:]], dim=-1) / math.sqrt(tau)
+    y = kk / math.sqrt(tau)
+    fx = torch.exp(x @ om.transpose(0, 1) - 0.5 * x.square().sum(dim=-1, keepdim=True))
+    fy = torch.exp(y @ om.transpose(0, 1) - 0.5 * y.square().sum(dim=-1, keepdim=True))
+    return (fx @ fy.transpose(-1, -2)) / om.shape[0]
 
 
 def _centred(q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -175,7 +208,11 @@ def feature_operands(
     features, ``2D + d + 2`` when some row uses the first-order control variate.  The row
     normalisation of :math:`A B^\top` is the implicit map of :func:`distance_linear_attention`.
     """
-    a, b, logkey, shift, reach, control, _ = _prepare(queries, keys, kf, tau, omega, control_variate)
+    a, b, logkey = _centred(queries, keys, kf, tau)
+    lb = b @ omega.transpose(0, 1) - 0.5 * b.square().sum(dim=-1, keepdim=True) + logkey.unsqueeze(-1)
+    shift = lb.amax(dim=(-2, -1), keepdim=True)  # the keys' stabiliser, from the same products (no second pass)
+    reach = b.norm(dim=-1).amax(dim=-1, keepdim=True)
+    control = control_variate and bool(((a.norm(dim=-1) * reach) < 1.0).any())
     return _query_block(a, omega, reach, control), _key_block(b, logkey, omega, shift, control)
 
 

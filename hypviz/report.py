@@ -184,6 +184,8 @@ def analyse(inputs: Inputs, settings: Settings) -> Result:
             norm_scale=settings.norm_scale,
             rows=settings.rows,
             seed=settings.seed,
+            features=settings.features,
+            rf_seed=settings.rf_seed,
             device=settings.device,
             progress=settings.progress,
         )
@@ -201,7 +203,8 @@ def analyse(inputs: Inputs, settings: Settings) -> Result:
     qs, ks = qf[rows].to(dev), kf.to(dev)
     maps = {
         kind: attention.attention_map(
-            qs, ks, kind, k=inputs.k, temperature=comps[0].temperature, power=settings.power, norm_scale=settings.norm_scale
+            qs, ks, kind, k=inputs.k, temperature=comps[0].temperature, power=settings.power, norm_scale=settings.norm_scale,
+            features=settings.features, seed=settings.rf_seed,
         ).cpu()
         for kind in [settings.reference, *settings.kinds]
     }

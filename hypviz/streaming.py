@@ -269,6 +269,7 @@ def compare(
     heads_axis: int | None = None,
     rows: int | None = None,
     seed: int = 0,
+    rf_seed: int | None = None,
     memory_budget: int | None = None,
     progress: bool | None = None,
     values: ArrayLike | None = None,
@@ -330,7 +331,9 @@ def compare(
         for very large :math:`N`.  Every mean then comes with a confidence interval,
         :meth:`Comparison.ci`.  ``rows >= N`` computes every row.
     seed : int
-        Seed of ``torch.randperm`` drawing the ``rows``, and of the random features of ``"distance_rf"``.
+        Seed of ``torch.randperm`` drawing the ``rows``.
+    rf_seed : int, optional
+        Seed of the random features of ``"distance_rf"`` (default: ``seed``).
     memory_budget : int, optional
         Bytes for the three ``block_rows x M`` buffers.  Default: on the CPU 256 MiB, with at most
         about 4 MiB per buffer unless that is under 32 rows (cache-friendlier); on CUDA a quarter
@@ -465,8 +468,8 @@ def compare(
         def largest() -> float:
             return float(sh.largest.max())
     else:
-        ka = _Kind(a, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0, features, seed)
-        kb = _Kind(b, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0, features, seed)
+        ka = _Kind(a, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0, features, seed if rf_seed is None else rf_seed)
+        kb = _Kind(b, qf, kfl, kf, tau, p_f or 2.0, s_f or 1.0, features, seed if rf_seed is None else rf_seed)
         _check_logit_range((ka, kb), qf, kfl, kf, tau)
         err_a, err_b = ka.err, kb.err
 

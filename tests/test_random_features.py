@@ -113,6 +113,8 @@ def test_compare_streams_the_random_feature_map(points):
     assert c.delta is None and c.bound_met is None  # the softmax bound does not apply
     other = att.compare(q, kk, "distance_rf", "distance", temperature=2.0, features=64, seed=5)
     assert not torch.equal(other.tv, c.tv)  # the seed reaches the features
+    split = att.compare(q, kk, "distance_rf", "distance", temperature=2.0, features=64, seed=4, rf_seed=5)
+    assert torch.equal(split.tv, other.tv)  # rf_seed, when given, is the features' seed
 
 
 @pytest.mark.parametrize(
