@@ -21,9 +21,16 @@ class UsageError(Exception):
     """Bad input or usage: reported as one line on stderr with exit code 2."""
 
 
+ONE_LINE_MAX = 2000  # characters of a message line; beyond, it is cut (a value from a file may be a megabyte long)
+
+
 def one_line(text: Any) -> str:
-    """``text`` with every run of whitespace (newlines included) made one space."""
-    return " ".join(str(text).split())
+    """``text`` with every run of whitespace (newlines included) made one space, cut after :data:`ONE_LINE_MAX`
+    characters (``... (N characters in all)``)."""
+    line = " ".join(str(text).split())
+    if len(line) > ONE_LINE_MAX:
+        line = f"{line[:ONE_LINE_MAX]}... ({len(line)} characters in all)"
+    return line
 
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")

@@ -275,3 +275,9 @@ def test_running_out_of_memory_is_one_line(work, capsys, monkeypatch):
     refused(*run(capsys, "compare", work / "q.npy", work / "k.npy", *FAST, "--out", work / "r"),
             "error: not enough memory (Unable to allocate 33.5 GiB", "nothing written", "--rows")
     assert not (work / "r").exists() and not [p for p in work.iterdir() if p.name.startswith(".")]
+
+
+def test_a_huge_value_on_the_command_line_is_cut_in_its_one_line(work, capsys):
+    line = refused(*run(capsys, "compare", work / "q.npy", work / "k.npy", "--kinds", "x" * 100_000, "--out", work / "r"),
+                   "argument --kinds", "characters in all)")
+    assert len(line) < 2200
