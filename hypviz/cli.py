@@ -420,8 +420,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     qpath, kpath = check_file(args.queries, "QUERIES"), check_file(args.keys, "KEYS")
     out = check_out(args.out, args.force, (qpath, kpath))
     _check_device(args.device)
-    q, qname, qmade = read_input(qpath, "QUERIES", args.queries_key, "--queries-key")
-    kk, kname, kmade = read_input(kpath, "KEYS", args.keys_key, "--keys-key")
+    try:
+        q, qname, qmade = read_input(qpath, "QUERIES", args.queries_key, "--queries-key")
+        kk, kname, kmade = read_input(kpath, "KEYS", args.keys_key, "--keys-key")
+    except UsageError:
+        for role, pth in (("QUERIES", qpath), ("KEYS", kpath)):
+            if _is_capture_file(pth):
+                raise UsageError(
+                    f"{role}: {_show(pth)} is a capture file (written by hypviz.capture's Capture.save); "
+                    f"pass the capture file alone: hypviz compare {_show(pth)}"
+                ) from None
+        raise
     described = {  # names as they may be shown: undecodable bytes and control characters escaped
         "queries": {"path": _show(qpath), "array": _show(qname) if qname is not None else None,
                     "shape": list(q.shape), "dtype": qmade},
@@ -464,8 +473,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
 
 
+# options of `hypviz compare QUERIES KEYS` that a capture file does not take: (option, attribute, default)
+_NOT_FOR_CAPTURES = (("--k", "k", None), ("--kinds", "kinds", ["spatial", "focused"]), ("--reference", "reference", "distance"),
+                     ("--power", "power", 2.0), ("--norm-scale", "norm_scale", 1.0), ("--spatial", "spatial", False),
+                     ("--model", "model", "lorentz"), ("--heads-axis", "heads_axis", None), ("--dtype", "dtype", "auto"),
+                     ("--queries-key", "queries_key", None), ("--keys-key", "keys_key", None),
+                     ("--features", "features", 256), ("--rf-seed", "rf_seed", 0))
+
+
+def _is_capture_file(path: Path) -> bool:
+    """Whether ``path`` is a ``.pt``/``.pth`` file written by :mod:`hypviz.capture` (read within the input limit)."""
+    if path.suffix.lower() not in (".pt", ".pth"):
+        return False
+    try:
+        obj = load_torch_file(path, "QUERIES", max_input_bytes())
+    except Exception:  # unreadable in any way: not a capture file
+        return False
+    return isinstance(obj, dict) and obj.get("format") == "hypviz.capture"
+
+
 def cmd_model(args: argparse.Namespace) -> int:
     """``hypviz compare CAPTURE.pt``: one report for every attention layer a :mod:`hypviz.capture` file holds."""
+    given = [opt for opt, attr, default in _NOT_FOR_CAPTURES if getattr(args, attr, default) != default]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: not for a capture file, whose layers record their own k, kind, temperature, power "
+            f"and norm_scale; drop {'it' if len(given) == 1 else 'them'} (a capture file takes --temperature, "
+            "--device, --progress, --out, --force)"
+        )
     path = check_file(args.queries, "CAPTURE")
     if path.suffix.lower() not in (".pt", ".pth"):
         raise UsageError(
@@ -475,6 +510,11 @@ def cmd_model(args: argparse.Namespace) -> int:
     out = check_out(args.out, args.force, (path,))
     _check_device(args.device)
     records = _read_capture(path)
+    if args.temperature is not None and all(rec.temperature is not None for rec in records):
+        raise UsageError(
+            f"--temperature: every layer of {_show(path.name)} records its own temperature (it applies only to layers "
+            "without one, such as focused layers, as their distance reference's tau); drop it"
+        )
     from hypviz import model_report
 
     device = _resolve_device(args.device)

@@ -95,7 +95,9 @@ class LayerResult:
         r""":math:`\tau` as shown: the layer's, measured from its output, or hypviz's default :math:`\sqrt{d}`."""
         src = getattr(self.record, "temperature_source", None)
         if self.record.temperature is None:
-            return f"{fmt(self.temperature)} (hypviz default sqrt(d), not the layer's)"
+            if abs(self.temperature - math.sqrt(self.record.dim)) <= 1e-12 * self.temperature:
+                return f"{fmt(self.temperature)} (hypviz default sqrt(d), not the layer's)"
+            return f"{fmt(self.temperature)} (--temperature, not the layer's)"
         sign = " (scale < 0)" if getattr(self.record, "scale_sign", 1) < 0 else ""
         return fmt(self.temperature) + (f" ({src})" if src in ("measured", "default") else "") + sign
 

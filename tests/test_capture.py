@@ -555,3 +555,35 @@ def test_save_wants_the_extension_the_cli_reads_and_expands_home(tmp_path, monke
     assert capture.load("~/att.pt")[0].verify_note == cap.layers[0].verify_note
     with pytest.raises(ValueError, match="no layer records to save"):
         capture.save([], tmp_path / "empty.pt")
+
+
+def _cli(capsys, *args):
+    from hypviz import cli
+
+    code = cli.main([os.fspath(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_on_a_capture_file_reports_verification_and_refuses_what_does_not_apply(tmp_path, capsys):
+    focused, full = make("linear_focused", 2, 1.0), make("full", 2, 1.0)
+    x = lifted_input(8, 4, 1.0, dtype=torch.float64)
+    for name, model in (("focused", focused), ("full", full)):
+        with capture.attention(model.eval()) as cap:
+            model(x)
+        cap.save(tmp_path / f"{name}.pt")
+    code, out, err = _cli(capsys, "compare", tmp_path / "focused.pt", "--device", "cpu", "--out", tmp_path / "r1")
+    assert code == 0, err
+    layer_line = out.splitlines()[1]
+    assert "verified (error" in layer_line and "eval" in layer_line and "hypviz default sqrt(d)" in layer_line
+    assert "verified (error)" in (tmp_path / "r1" / "report.html").read_text()
+    for opts, named in ((["--k", "2"], "--k"), (["--kinds", "distance"], "--kinds"), (["--power", "3"], "--power"),
+                        (["--reference", "spatial", "--norm-scale", "2"], "--reference, --norm-scale")):
+        code, out, err = _cli(capsys, "compare", tmp_path / "full.pt", *opts, "--out", tmp_path / "r2")
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert f"{named}: not for a capture file" in err and not (tmp_path / "r2").exists()
+    code, out, err = _cli(capsys, "compare", tmp_path / "full.pt", "--temperature", "2", "--out", tmp_path / "r3")
+    assert code == 2 and "--temperature: every layer of full.pt records its own temperature" in err
+    code, out, err = _cli(capsys, "compare", tmp_path / "full.pt", tmp_path / "full.pt", "--out", tmp_path / "r4")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "is a capture file" in err and "pass the capture file alone: hypviz compare" in err
