@@ -38,9 +38,29 @@ Two ways a layer is found:
   constant :math:`b` cancels in the row softmax.  Logits written without the :math:`1/k`,
   :math:`(2 + 2\langle q, \kappa\rangle_L)/\mathrm{scale} + b`, are the same distance softmax
   at :math:`\tau = \mathrm{scale}/2`; the two agree at :math:`k = 1`.
+* **The field's other families, by structure** (:mod:`hypviz.family_readers`, which names the public
+  code each reader was checked against): HyperCore's ``LorentzMultiheadAttention`` and HELM's
+  (:math:`\tau = \mathrm{scale}/2`, centroids), HyboNet's ``LorentzMultiHeadedAttention``
+  (:math:`\tau = \mathrm{scale}/2`, ``mid_point`` per head), the Lorentz GCN gate (kind
+  ``"sigmoid"``, rows not normalised) and HNN++-style Poincare-ball attention (kind ``"poincare"``,
+  :math:`\mathrm{softmax}(-d/\tau)`, gyromidpoint).  A module that looks like attention but matches
+  none is named in one line, with how to capture it.
 * **Any other model, by name**: ``layers={"enc.0": ("enc.0.q", "enc.0.k"[, "enc.0.v"])}`` names the
   modules whose outputs are the queries, keys (and values); ``k`` is then required and ``kind``,
-  ``temperature``, ``power``, ``norm_scale`` say what the layer computes (mode ``"generic"``).
+  ``temperature``, ``power``, ``norm_scale`` say what the layer computes (mode ``"generic"``; its
+  output is not seen, so these records are *not verified*).
+
+**The capture checks itself.**  Every record of a layer read by structure is verified
+(:mod:`hypviz.verification`): the layer's output is rebuilt from the recorded queries, keys, values
+and map with the layer's own aggregation and compared with what the layer returned; the relative
+error is stored (``verify_error``, held to :math:`\sqrt{\varepsilon}` of the model's dtype), and a
+layer whose attributes do not reproduce its output gets the :math:`\tau` measured from it (with a
+warning).  The records also hold the model's dtype (float16/bfloat16 points are stored in float32
+with the time coordinate recomputed), train/eval (a warning when dropout was active), the sign of a
+negative ``scale`` (recorded and reported, not refused) and where :math:`\tau` came from.  A
+``torch.compile`` d model is run eagerly for the duration of the ``with`` block
+(``torch.compiler.set_stance("force_eager")``); a block in which no recognised layer ran is an
+error, not an empty file.
 """
 
 from __future__ import annotations
