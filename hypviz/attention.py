@@ -34,6 +34,11 @@ is ``"distance"`` plus the key-dependent bias :math:`q_t \kappa_t / \tau`.  :fun
 how far two kinds' maps are apart, row by row, next to each map's distance from the uniform row,
 and checks the bounds on the softmax gap (:func:`tv_supremum`, :func:`kl_supremum`).
 
+The fifth, ``"distance_rf"``, is the ``"distance"`` map estimated by positive random features of
+:math:`Jq/\sqrt\tau` and :math:`\kappa/\sqrt\tau` (:mod:`hypviz.random_features`): the implicit map of
+:func:`hypviz.random_features.distance_linear_attention`, distance attention in linear time; like ``"focused"`` it is not a
+softmax of scores, so the softmax bound does not apply to it.
+
 Every public function validates its inputs once (a one-line ``ValueError`` or ``TypeError``) and
 then computes with unchecked internals.  Pairwise arrays come from matrix products (one for
 :func:`scores` and :func:`attention_map`; one or two per block of query rows in :func:`compare`),

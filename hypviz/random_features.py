@@ -118,11 +118,10 @@ def performer_weights(queries: ArrayLike, keys: ArrayLike, omega: torch.Tensor, 
 
     .. math::
 
-        \hat w_{ij} = rac1D \sum_{\omega} arphi_\omega\Bigl(rac{J q_i}{\sqrt	au}\Bigr)\,
-        arphi_\omega\Bigl(rac{\kappa_j}{\sqrt	au}\Bigr), \qquad
-        arphi_\omega(x) = e^{\omega \cdot x - \|x\|^2/2}, \qquad
-        \mathbb{E}\,\hat w_{ij} = e^{\langle q_i, \kappa_j
-angle_L/	au},
+        \hat w_{ij} = \frac1D \sum_{\omega} \varphi_\omega\Bigl(\frac{J q_i}{\sqrt\tau}\Bigr)\,
+        \varphi_\omega\Bigl(\frac{\kappa_j}{\sqrt\tau}\Bigr), \qquad
+        \varphi_\omega(x) = e^{\omega \cdot x - \|x\|^2/2}, \qquad
+        \mathbb{E}\,\hat w_{ij} = e^{\langle q_i, \kappa_j\rangle_L/\tau},
 
     with the rows of ``omega (D, d + 1)`` as the :math:`\omega` (:func:`random_directions`).  Formed
     pair by pair, :math:`O(NMD)`, and without stabilisers: for the modest norms of a check, not for
