@@ -332,10 +332,26 @@ class SeedInterval(NamedTuple):
         return float(((self.values > low) & (self.values < high)).mean())
 
     def text(self, digits: int = 3) -> str:
-        """``mean (95% CI lo-hi; seeds lo-hi, n = 20)``, each to ``digits`` significant digits."""
-        g = lambda v: f"{v:.{digits}g}"  # noqa: E731
+        """``mean (95% CI lo-hi; seeds lo-hi, n = 20)``, each to ``digits`` significant digits (see :meth:`short`)."""
+        g = lambda v: _digits(v, digits)  # noqa: E731
         return (f"{g(self.mean)} ({round(100 * self.confidence)}% CI {g(self.ci_low)}-{g(self.ci_high)}; "
                 f"seeds {g(self.low)}-{g(self.high)}, n = {self.n})")
+
+    def short(self, digits: int = 2) -> str:
+        """``mean (lo-hi)``: the mean and its confidence interval, ``digits`` significant digits.
+
+        Every printed value is checked not to sit within :math:`10^{-9}` (relative) of a rounding
+        boundary, so that rounding noise of another machine cannot change the text (ValueError if it does).
+        """
+        return f"{_digits(self.mean, digits)} ({_digits(self.ci_low, digits)}-{_digits(self.ci_high, digits)})"
+
+
+def _digits(v: float, digits: int) -> str:
+    """``v`` to ``digits`` significant digits; ValueError when ``v (1 +- 1e-9)`` would print differently."""
+    text = f"{v:.{digits}g}"
+    if {f"{v * (1 - 1e-9):.{digits}g}", f"{v * (1 + 1e-9):.{digits}g}"} != {text}:
+        raise ValueError(f"value must not sit at a rounding boundary of {digits} digits, got {v!r}: print more digits")
+    return text
 
 
 def seed_interval(values: Any, confidence: float = 0.95) -> SeedInterval:

@@ -48,6 +48,12 @@ def test_seed_interval_covers_the_true_mean_about_95_percent_of_the_time():
     assert 0.93 < hits / 2000 < 0.97   # binomial sd 0.005 around 0.95
 
 
+def test_printed_values_refuse_a_rounding_boundary():
+    assert acc.seed_interval([0.56, 0.58, 0.57]).short(2) == "0.57 (0.55-0.59)"   # t(0.975, 2) = 4.303, sd 0.01
+    with pytest.raises(ValueError, match="rounding boundary"):
+        acc.seed_interval([0.125, 0.125]).short(2)      # 0.125 prints as 0.12 here and 0.13 a rounding step away
+
+
 @pytest.mark.parametrize("bad, match", [([1.0], "at least 2"), ([1.0, float("nan")], "finite")])
 def test_seed_interval_refuses_bad_values(bad, match):
     with pytest.raises(ValueError, match=match):
