@@ -269,3 +269,29 @@ def test_a_sigkilled_runs_temporary_folder_is_removed_by_the_next_run(tmp_path, 
     assert code == 0 and leftovers(tmp_path) == [] and (tmp_path / "r" / "metrics.json").exists()
     assert err.strip() == (f"hypviz compare: removed 1 temporary folder(s) that interrupted runs left beside "
                            f"{tmp_path / 'r'}: {left[0]}")
+
+
+def _private_mounts() -> bool:
+    """Whether this machine lets an unprivileged-looking child make its own mount namespace (``unshare -rm``)."""
+    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run(["unshare", "-rm", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+@pytest.mark.skipif(not _private_mounts(), reason="no private mount namespace (unshare -rm) here")
+def test_force_never_removes_an_input_reached_through_a_bind_mount(tree):
+    # the same folder under a second name no path comparison can see: found by (device, inode)
+    second = tree / "second"
+    second.mkdir()
+    rep = tree / "a" / "real" / "rep"
+    before = _snapshot(rep)
+    script = (f"mount --bind {tree / 'a'} {second} && exec {sys.executable} -m hypviz.cli compare "
+              f"{second / 'real' / 'rep' / 'myqueries.npy'} {tree / 'k.npy'} --out {rep} --force {' '.join(FAST)}")
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (f"hypviz compare: error: --force would replace {rep}, which holds the input "
+                                   f"{second / 'real' / 'rep' / 'myqueries.npy'}; copy the input elsewhere first")
+    assert _snapshot(rep) == before
