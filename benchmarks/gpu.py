@@ -13,7 +13,8 @@
    the two dense ``attention_map`` calls it replaces at N = M = 16,384; ``compare()`` at N = M = 65,536
    and 1,000,000 and ``compare(rows=4096)`` at 1,000,000, each with the achieved fraction of the
    throughput of ``torch.mm`` of the same shape (one product: what spatial vs distance needs; the
-   two-product figure of the general path next to it).
+   two-product figure of the general path next to it); ``distance_linear_attention`` (linear-time
+   distance attention, 64 features) at N = M = 1,000,000 and its map's error on sampled rows.
 3. The GPU section of the Markdown file (the heading ``## N. GPU``, and its row of the verdict
    table) is replaced by the measured rows, with the device named; ``benchmarks/report.py`` writes
    it.  Sized to finish in well under 4 minutes on one modern GPU.
@@ -87,6 +88,14 @@ def check_correctness(dev: torch.device, n: int) -> list[str]:
             if not err <= tol:
                 raise AssertionError(f"compare {a} vs {b} {dtype} on {dev}: TV error {err:.3g} > {tol:.3g}")
             lines.append(f"compare {a} vs {b} {str(dtype)[6:]:<7} streamed on {dev.type}: TV error <= {tol:.1e} (checked)")
+        # linear-time distance attention: the same features on the device as in float64 on the CPU
+        ref = attention.distance_linear_attention(q64, k64, k64, temperature=4.0, features=64)
+        got = attention.distance_linear_attention(q, kk, kk, temperature=4.0, features=64).double().cpu()
+        tol = 1e3 * eps * float(ref.abs().max())
+        err = float((got[..., 1:] - ref[..., 1:]).abs().max())
+        if not err <= tol:
+            raise AssertionError(f"distance_linear_attention {dtype} on {dev}: output error {err:.3g} > {tol:.3g}")
+        lines.append(f"distance_linear_attention {str(dtype)[6:]:<7} on {dev.type}: output error <= {tol:.1e} (checked)")
     return lines
 
 
@@ -142,6 +151,16 @@ def _bench_compare(dev: torch.device, n: int, rows: int | None, reps: int, mm_ou
             "fraction_of_mm_2": 2 * t_mm / el, "mean_tv": res.mean_tv, "mean_tv_uniform_b": res.mean_tv_uniform_b}
 
 
+def _bench_linear_distance(dev: torch.device, n: int, rows: int, reps: int) -> dict:
+    """distance_linear_attention at N = M = n (features=64, mean norm 1, tau = 8), and its map's error on sampled rows."""
+    q, kb, v = (data.lifted_gaussian(n, D, 1.0, seed=s, dtype=torch.float32).to(dev) for s in (12, 13, 14))
+    t = best_of(lambda: attention.distance_linear_attention(q, kb, v, temperature=8.0, features=64), reps, dev)
+    res = attention.compare(q, kb, "distance_rf", "distance", temperature=8.0, features=64, rows=rows, device=dev,
+                            spearman=False, progress=False)
+    return {"n": n, "features": 64, "time_s": t, "rows": res.n_queries, "mean_tv": res.mean_tv,
+            "mean_tv_uniform_b": res.mean_tv_uniform_b, "ratio": res.mean_tv / res.mean_tv_uniform_b}
+
+
 def bench(dev: torch.device, sizes: dict) -> dict:
     reps, mm_out = sizes["repeats"], sizes["mm_out_bytes"]
     out: dict = {}
@@ -150,6 +169,7 @@ def bench(dev: torch.device, sizes: dict) -> dict:
     for label, n_big, rows in (("compare", sizes["compare_n"], None), ("compare_big", sizes["big_n"], None),
                                ("compare_sampled", sizes["big_n"], sizes["rows"])):
         out[label] = _bench_compare(dev, n_big, rows, reps, mm_out)
+    out["linear_distance"] = _bench_linear_distance(dev, sizes["big_n"], sizes["rows"], reps)
     return out
 
 

@@ -21,7 +21,13 @@ measuring).  What is measured (float32, d = 64; the floors are checked by the re
    inputs: time and peak extra memory (floors: under 60 s, under 1 GiB);
 6. ``focused_linear_attention`` against the quadratic form ``focused_linear_map(...) @ V_s`` for N from
    1,024 to 65,536: time and peak tensor memory; the quadratic form only where its N x N map fits;
-7. on a CUDA machine, ``benchmarks/gpu.py``'s checks and rows; elsewhere that section says "not measured".
+7. on a CUDA machine, ``benchmarks/gpu.py``'s checks and rows; elsewhere that section says "not measured";
+8. ``attention.distance_linear_attention`` (distance attention in linear time, ``features=64``, mean norm 1,
+   tau = 8, so r^2/tau = 0.125) at N = M = 10^4, 10^5 and 10^6, each in a fresh subprocess: time and peak
+   extra memory, then its map's error against the exact distance map on 64 sampled query rows by
+   ``compare(q, k, "distance_rf", "distance", rows=64)`` (floor: mean row TV at most 0.25x the exact
+   map's TV from uniform, the suite's bar).  ``--only linear_distance`` runs this section alone and
+   merges it into an existing results file.
 
 Timings are medians (and minima) of repeats that interleave the contenders (each round runs every
 contender once), because other processes may share the CPU.  ``--quick`` uses sizes of a few
@@ -396,6 +402,71 @@ def bench_linear(ns: list[int], d: int, repeats: int, quadratic_max_bytes: int, 
 
 
 # --------------------------------------------------------------------------- #
+# 8. linear-time distance attention at large N, memory in a fresh process, error on sampled rows
+# --------------------------------------------------------------------------- #
+LINEAR_DISTANCE = {"d": 64, "temperature": 8.0, "mean_norm": 1.0, "features": 64}
+
+
+def child_linear_distance(n: int, rows: int) -> dict[str, Any]:
+    """Runs inside the subprocess: ``distance_linear_attention`` timed with its peak extra RSS, then ``compare(rows=)``."""
+    cfg = LINEAR_DISTANCE
+    d, tau, feats = cfg["d"], cfg["temperature"], cfg["features"]
+    q, k, v = (points(n, d, seed, r=cfg["mean_norm"]) for seed in (12, 13, 14))
+    att.distance_linear_attention(q[:512], k[:512], v[:512], temperature=tau, features=feats)  # warm-up
+    gc.collect()
+    base_rss, _ = _rss()
+    reset = True
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    except OSError:
+        reset = False
+    peak_sampled = [base_rss]
+    stop = threading.Event()
+
+    def sampler() -> None:
+        while not stop.is_set():
+            peak_sampled[0] = max(peak_sampled[0], _rss()[0])
+            stop.wait(0.01)
+
+    thread = threading.Thread(target=sampler, daemon=True)
+    thread.start()
+    start = time.perf_counter()
+    out = att.distance_linear_attention(q, k, v, temperature=tau, features=feats)
+    elapsed = time.perf_counter() - start
+    stop.set()
+    thread.join()
+    _, hwm = _rss()
+    finite = bool(torch.isfinite(out).all())
+    del out
+    gc.collect()
+    start = time.perf_counter()
+    res = att.compare(q, k, "distance_rf", "distance", temperature=tau, features=feats, rows=rows, seed=0,
+                      spearman=False, progress=False, device="cpu")
+    err_s = time.perf_counter() - start
+    return {
+        "n": n, "m": n, "d": d, "temperature": tau, "mean_norm": cfg["mean_norm"], "features": feats, "dtype": "float32",
+        "threads": torch.get_num_threads(), "time_s": elapsed, "baseline_rss_bytes": base_rss,
+        "inputs_bytes": 3 * n * (d + 1) * 4, "peak_extra_rss_bytes_hwm": (hwm - base_rss) if reset else None,
+        "peak_extra_rss_bytes_sampled": peak_sampled[0] - base_rss, "hwm_reset": reset, "output_finite": finite,
+        "dense_map_bytes": 4 * n * n, "rows": res.n_queries, "error_time_s": err_s,
+        "mean_tv": res.mean_tv, "mean_tv_uniform_b": res.mean_tv_uniform_b, "ratio": res.mean_tv / res.mean_tv_uniform_b,
+        "top1_agreement": res.top1_agreement, "summary": res.to_dict(),
+    }
+
+
+def bench_linear_distance(ns: list[int], rows: int) -> dict[str, Any]:
+    out = []
+    for n in ns:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child-linear-distance", str(n), str(rows)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"distance_linear_attention child failed:\n{proc.stderr[-3000:]}")
+        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        log(f"   N = {n:,}: {out[-1]['time_s']:.2f} s, TV / baseline {out[-1]['ratio']:.3g}")
+    return {**LINEAR_DISTANCE, "rows_sampled": rows, "floor_ratio": 0.25, "rows": out}
+
+
+# --------------------------------------------------------------------------- #
 # 7. GPU: benchmarks/gpu.py's checks and rows
 # --------------------------------------------------------------------------- #
 def bench_gpu(quick: bool) -> dict[str, Any]:
@@ -418,12 +489,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="results file (default benchmarks/results.json)")
     parser.add_argument("--md", default=None, help="Markdown file (default BENCHMARKS.md)")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--only", choices=("linear_distance",), default=None,
+                        help="run only this section and merge it into the existing results file (then re-render)")
     parser.add_argument("--child-compare", nargs=4, metavar=("N", "D", "DEVICE", "ROWS"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-linear-distance", nargs=2, metavar=("N", "ROWS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.child_compare:
         n, d, device, rows = args.child_compare
         print(json.dumps(child_compare(int(n), int(d), device, int(rows) or None)))
+        return 0
+    if args.child_linear_distance:
+        n, rows = args.child_linear_distance
+        print(json.dumps(child_linear_distance(int(n), int(rows))))
         return 0
 
     quick = args.quick
@@ -433,6 +511,17 @@ def main(argv: list[str] | None = None) -> int:
         args.md = args.md or str(tmp / "BENCHMARKS.md")
     json_path = Path(args.json or ROOT / "benchmarks" / "results.json")
     md_path = Path(args.md or ROOT / "BENCHMARKS.md")
+
+    ns8, rows8 = ([2_000, 5_000], 32) if quick else ([10_000, 100_000, 1_000_000], 64)
+    if args.only == "linear_distance":
+        results = json.loads(json_path.read_text(encoding="utf-8"))
+        log(f"8. linear distance attention, N = {ns8} (subprocesses), merged into {json_path}")
+        results["linear_distance"] = bench_linear_distance(ns8, rows8)
+        results["linear_distance"]["machine"] = machine()
+        json_path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        md_path.write_text(report.render(results), encoding="utf-8")
+        log(f"wrote {json_path} and {md_path}")
+        return 0
 
     reps = args.repeats or (3 if quick else 15)
     results: dict[str, Any] = {"machine": machine(), "quick": quick}
@@ -471,6 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     ns = [1024, 2048, 4096] if quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536]
     log("6. linear vs quadratic focused attention")
     results["linear"] = bench_linear(ns, 64, 3 if quick else 5, quadratic_max_bytes=(16 if quick else 1024) * MiB)
+
+    log(f"8. linear distance attention, N = {ns8} (subprocesses)")
+    results["linear_distance"] = bench_linear_distance(ns8, rows8)
 
     if torch.cuda.is_available():
         log("7. GPU (benchmarks/gpu.py)")

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "benchmarks" / "run.py"
 REPORT = ROOT / "benchmarks" / "report.py"
 VERDICT = re.compile(r"^\*\*(met|NOT met|not measured|no floor)\*\*: ")
-SECTIONS = ("matmul_floor", "geoopt", "compare_vs_maps", "compare_large", "compare_sampled", "linear", "gpu")
+SECTIONS = ("matmul_floor", "geoopt", "compare_vs_maps", "compare_large", "compare_sampled", "linear", "gpu", "linear_distance")
 
 
 def _report():
@@ -88,7 +88,7 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
 
     # every section opens with its verdict line, and the verdict table repeats it
     verdicts = _verdicts(text)
-    assert sorted(verdicts) == [1, 2, 3, 4, 5, 6, 7]
+    assert sorted(verdicts) == [1, 2, 3, 4, 5, 6, 7, 8]
     for number, v in verdicts.items():
         assert re.search(rf"^\| {number}\. .*\| \*\*{re.escape(v)}\*\* \|$", text, re.MULTILINE), number
     assert verdicts[6] == "no floor"
@@ -110,6 +110,11 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
         assert "peak extra memory" in sec[n].strip().splitlines()[0] and "fraction of matmul throughput" in sec[n]
     assert results["compare_sampled"]["rows"] == 1024 and results["compare_sampled"]["n"] == 20_000
     assert "rows=1024, seed=0" in sec[5]
+    # 8: linear distance attention, each size in a subprocess, its error from compare(rows=) on the same features
+    ld = results["linear_distance"]
+    assert [r["n"] for r in ld["rows"]] == [2_000, 5_000] and all(r["rows"] == 32 and r["output_finite"] for r in ld["rows"])
+    assert all(r["peak_extra_rss_bytes_sampled"] >= 0 and r["time_s"] > 0 and 0 <= r["ratio"] for r in ld["rows"])
+    assert verdicts[8] in ("met", "NOT met") and "TV / baseline" in sec[8]
     assert elapsed < 300
 
 
@@ -155,13 +160,30 @@ def test_report_renders_a_hand_made_minimal_results_dict():
     assert "Measured on **Test CPU 9000, 2 logical CPUs**" in text and "**Quick run**" not in text
     verdicts = _verdicts(text)
     assert verdicts == {1: "not measured", 2: "not measured", 3: "met", 4: "met", 5: "NOT met", 6: "not measured",
-                        7: "not measured"}
+                        7: "not measured", 8: "not measured"}
     sec = {n: "\n".join(lines) for n, lines in _sections(text).items()}
     assert "**met**: `compare()` takes 0.80x the time of the two calls (medians; 0.83x by minima); 50% of the matmul" in sec[3]
     assert "**NOT met**: 30 s (met), peak extra memory 1.2 GiB (NOT met)" in sec[5]
     assert "scaled by 8: the full product's output would take 15.3 GiB" in sec[5]
     assert "| 5. sampled `compare()` |" in text and "[0.099, 0.101]" in sec[5]
     assert "no GPU available in this session" in sec[7]
+
+
+def test_linear_distance_section_reads_each_size_against_the_bar():
+    rep = _report()
+    row = lambda n, ratio: {"n": n, "time_s": 1e-5 * n, "peak_extra_rss_bytes_hwm": 300 * n, "peak_extra_rss_bytes_sampled": 290 * n,
+                            "dense_map_bytes": 4 * n * n, "rows": 64, "mean_tv": ratio * 0.008, "mean_tv_uniform_b": 0.008,
+                            "ratio": ratio, "top1_agreement": 0.6, "error_time_s": 0.5}
+    ld = {"d": 64, "temperature": 8.0, "mean_norm": 1.0, "features": 64, "rows_sampled": 64, "floor_ratio": 0.25}
+    good = rep.render({"machine": _machine(), "quick": False, "gpu": None,
+                       "linear_distance": {**ld, "rows": [row(10_000, 0.2), row(1_000_000, 0.21)]}})
+    bad = rep.render({"machine": _machine(), "quick": False, "gpu": None,
+                      "linear_distance": {**ld, "rows": [row(10_000, 0.2), row(1_000_000, 0.3)]}})
+    assert _verdicts(good)[8] == "met" and _verdicts(bad)[8] == "NOT met"
+    sec = "\n".join(_sections(good)[8])
+    assert "at N = M = 1,000,000: 10 s" in sec and "TV / baseline 0.21 on 64 sampled rows" in sec
+    assert "| 1,000,000 | 10 s |" in sec and "3.73e+03 GiB" in sec and "GPU: not measured" in sec
+    assert "| 8. linear distance attention |" in good
 
 
 def test_replace_gpu_section_keeps_the_rest_and_updates_the_verdict_row():
