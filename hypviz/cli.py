@@ -728,7 +728,10 @@ def _call(args: argparse.Namespace, prog: str, debug: bool, previous: dict[int, 
         if isinstance(exc, UsageError):
             print(f"{prog}: error: {_show(_one_line(exc))}", file=sys.stderr)
             return 2, False
-        if isinstance(exc, MemoryError) and not debug and _RUN.published is None:
+        out_of_memory = isinstance(exc, MemoryError) or (
+            isinstance(exc, RuntimeError) and re.search(r"can't allocate memory|out of memory", str(exc), re.I)
+        )  # torch's allocators raise RuntimeError ("DefaultCPUAllocator: can't allocate memory", "CUDA out of memory")
+        if out_of_memory and not debug and _RUN.published is None:
             # the machine's limit, not hypviz's (those are checked first): say so in one line, like a full disk
             detail = _show(_one_line(exc)[:200]) or "no detail"
             print(
