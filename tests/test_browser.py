@@ -576,12 +576,13 @@ def test_search_finds_the_notebooks_offline(browser, real_site, query, expected)
 
 def test_pages_are_readable_at_800_px(browser, real_site, tiny_site):
     pages = [real_site / "index.html", real_site / "cli.html", real_site / "api" / "attention.html",
-             *sorted((real_site / "notebooks").glob("*.html")), tiny_site / "notebooks" / "01_first.html"]
+             *sorted((real_site / "notebooks").glob("*.html")), tiny_site / "notebooks" / "01_first.html",
+             real_site / "zh_CN" / "index.html", real_site / "zh_CN" / "notebooks" / "05_attention_maps.html"]
     problems = {}
     for page in pages:
         result, tab = _visit(browser, page, width=800)
         tab.close()
-        what = str(page.name)
+        what = str(page.relative_to(page.parents[1]))
         _check_clean(result, what)
         issues = []
         if result["page_width"] > result["window_width"]:
@@ -641,3 +642,181 @@ def test_the_harness_sees_errors_and_network_requests(browser, tmp_path):
     assert result["requests"] == ["https://example.invalid/pixel.png"]
     assert len(result["raw_tex"]) == 1 and "frac" in result["raw_tex"][0]
     assert _broken_links(page, ["missing.html", "#nowhere", "bad.html", "https://example.org/"]) == ["missing.html", "#nowhere"]
+
+
+# --------------------------------------------------------------------------- #
+# figures that fit, folded code, the language switch (issue: a site people read to the end)
+# --------------------------------------------------------------------------- #
+# What a notebook page's figures and code look like in the window: every figure box and whether it
+# scrolls sideways, every plotly figure's drawn width against its box, every image's natural size
+# against the size it is shown at, whether a plotly toolbar overlaps its figure's title, and the
+# lines of code shown unfolded (visible cell sources, outside closed "Show code cell source").
+LAYOUT_PROBE = r"""
+(() => {
+  const visible = el => !!el && el.getClientRects().length > 0;
+  const boxes = Array.from(document.querySelectorAll('div.hypviz-plotly-box')).map(b => {
+    const svg = b.querySelector('svg.main-svg');
+    return {id: (b.querySelector('div.hypviz-plotly') || {}).id, box: b.clientWidth, scroll: b.scrollWidth,
+            svg: svg ? Math.round(svg.getBoundingClientRect().width) : null,
+            stacked: (b.querySelector('div.hypviz-plotly') || {dataset: {}}).getAttribute('data-stacked')};
+  });
+  const overlaps = Array.from(document.querySelectorAll('div.hypviz-plotly')).filter(d => {
+    const bar = d.querySelector('.modebar-container, .modebar');
+    const title = d.querySelector('.gtitle, .g-gtitle text');
+    if (!bar || !title) return false;
+    const a = bar.getBoundingClientRect(), t = title.getBoundingClientRect();
+    return a.width > 0 && t.width > 0 && a.left < t.right && t.left < a.right && a.top < t.bottom && t.top < a.bottom;
+  }).map(d => d.id);
+  const images = Array.from(document.querySelectorAll('article img')).filter(visible).map(i => {
+    const r = i.getBoundingClientRect();
+    return {src: (i.getAttribute('src') || '').split('/').pop().slice(0, 16), natural: [i.naturalWidth, i.naturalHeight],
+            shown: [Math.round(r.width), Math.round(r.height)], alt: i.alt};
+  });
+  const code = Array.from(document.querySelectorAll('div.cell_input')).filter(visible)
+    .reduce((n, c) => n + c.innerText.split('\n').filter(l => l.trim()).length, 0);
+  const folded = document.querySelectorAll('details.hide.above-input').length;
+  return JSON.stringify({window: document.documentElement.clientWidth, page: document.documentElement.scrollWidth,
+                         boxes, overlaps, images, code, folded});
+})()
+"""
+
+
+def _layout(browser: Chromium, page: Path, width: int) -> dict:
+    tab = browser.tab(page.as_uri(), width=width)
+    try:
+        assert tab.wait_for(READY, timeout=60, await_promise=True), f"{page.name}: not ready"
+        tab.pump(0.3)
+        result = json.loads(tab.eval(LAYOUT_PROBE))
+        result["errors"] = tab.errors
+        return result
+    finally:
+        tab.close()
+
+
+MEASURED: dict[str, dict] = {}  # what the layout tests measured (printed with -s)
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_figures_fit_the_column_and_images_are_sharp(browser, real_site, width):
+    """No figure box scrolls sideways, no plotly figure is wider than its box or has its toolbar on its title,
+    and no image is shown larger than its natural size (measured at 1280 and 800 px)."""
+    problems, ratios, figures = {}, [], 0
+    for page in sorted((real_site / "notebooks").glob("*.html")):
+        r = _layout(browser, page, width)
+        issues = []
+        if r["page"] > r["window"]:
+            issues.append(f"the page scrolls sideways ({r['page']} > {r['window']} px)")
+        for b in r["boxes"]:
+            figures += 1
+            if b["scroll"] > b["box"] + 1:
+                issues.append(f"figure box {b['id']} scrolls sideways ({b['scroll']} > {b['box']} px)")
+            if b["svg"] is not None and b["svg"] > b["box"] + 1:
+                issues.append(f"figure {b['id']} is {b['svg']} px wide in a {b['box']} px box")
+        if r["overlaps"]:
+            issues.append(f"toolbar over the title: {r['overlaps']}")
+        for im in r["images"]:
+            if im["natural"][0] + 0.5 < im["shown"][0] or im["natural"][1] + 0.5 < im["shown"][1]:
+                issues.append(f"image {im['src']} shown at {im['shown']} px, larger than its {im['natural']} px")
+            if im["shown"][0]:
+                ratios.append(im["natural"][0] / im["shown"][0])
+        if r["errors"]:
+            issues.append(f"errors: {r['errors']}")
+        if issues:
+            problems[page.name] = issues
+    MEASURED[f"figures@{width}"] = {"figures": figures, "images": len(ratios),
+                                    "min natural/shown": round(min(ratios), 2) if ratios else None,
+                                    "images at >= 2x": sum(x >= 2 for x in ratios)}
+    print(f"\n{width} px: {MEASURED[f'figures@{width}']}")
+    assert figures >= 5 and ratios, (figures, ratios)
+    assert not problems, problems
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
+def test_no_page_shows_more_than_the_limit_of_unfolded_code(browser, real_site, name):
+    """What a reader sees of the code on a page: at most fold_cells.PAGE_LIMIT lines unfolded (checks and plumbing folded)."""
+    from test_site import fold_cells
+
+    r = _layout(browser, real_site / "notebooks" / f"{name}.html", 1280)
+    MEASURED[f"code {name}"] = {"unfolded lines": r["code"], "folded cells": r["folded"]}
+    print(f"\n{name}: {r['code']} unfolded code lines, {r['folded']} folded cells")
+    assert r["code"] <= fold_cells.PAGE_LIMIT, f"{name}: {r['code']} lines of code shown unfolded (limit {fold_cells.PAGE_LIMIT})"
+
+
+def _follow(tab: Tab, selector: str, timeout: float = 30.0) -> str:
+    """Click the first element matching ``selector`` (a real mouse click) and wait for the new page; return its URL."""
+    before = tab.eval("location.href")
+    box = json.loads(tab.eval(
+        "(() => { const a = document.querySelector(%s); a.scrollIntoView({block: 'center'});"
+        " const r = a.getBoundingClientRect(); return JSON.stringify({x: r.left + r.width / 2, y: r.top + r.height / 2}); })()"
+        % json.dumps(selector)))
+    tab.click(box["x"], box["y"])
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        tab.pump(0.2)
+        try:
+            if tab.eval("location.href") != before and tab.eval("document.readyState") == "complete":
+                return tab.eval("location.href")
+        except RuntimeError:  # the old page's context went away mid-navigation
+            continue
+    raise TimeoutError(f"clicking {selector} on {before} led nowhere")
+
+
+@pytest.mark.parametrize("page", ["index.html", "notebooks/05_attention_maps.html", "references.html"])
+def test_language_switch_works_both_ways(browser, real_site, page):
+    tab = browser.tab((real_site / page).as_uri())
+    try:
+        assert tab.eval("document.documentElement.lang").startswith("en")
+        zh = _follow(tab, "a.hypviz-lang-link")
+        assert zh == (real_site / "zh_CN" / page).as_uri(), zh
+        assert tab.eval("document.documentElement.lang").lower().startswith("zh")
+        assert tab.eval("/[\\u4e00-\\u9fff]/.test(document.body.innerText)"), "no Chinese on the page"
+        back = _follow(tab, "a.hypviz-lang-link")
+        assert back == (real_site / page).as_uri(), back
+        assert tab.eval("document.documentElement.lang").startswith("en")
+        assert tab.errors == [] and tab.requests == [], (tab.errors, tab.requests)
+    finally:
+        tab.close()
+
+
+def test_a_click_enlarges_a_figure_at_full_resolution(browser, real_site):
+    tab = browser.tab((real_site / "notebooks" / "09_check_your_own_model.html").as_uri())
+    try:
+        tab.wait_for(READY, timeout=60, await_promise=True)
+        box = json.loads(tab.eval(
+            "(() => { const i = document.querySelector('article img[data-hypviz-enlarge]'); i.scrollIntoView({block: 'center'});"
+            " const r = i.getBoundingClientRect(); return JSON.stringify({x: r.left + r.width / 2, y: r.top + r.height / 2,"
+            " natural: i.naturalWidth, shown: r.width}); })()"))
+        tab.click(box["x"], box["y"])
+        assert tab.wait_for("!!document.querySelector('div.hypviz-lightbox img')", timeout=10), "no enlarged figure"
+        big = json.loads(tab.eval("(() => { const i = document.querySelector('div.hypviz-lightbox img');"
+                                  " return JSON.stringify({natural: i.naturalWidth, shown: i.getBoundingClientRect().width}); })()"))
+        assert big["natural"] == box["natural"] and big["shown"] > box["shown"] - 1 and big["shown"] <= big["natural"] + 0.5, (box, big)
+        tab.call("Input.dispatchKeyEvent", {"type": "keyDown", "key": "Escape", "code": "Escape", "windowsVirtualKeyCode": 27})
+        assert tab.wait_for("!document.querySelector('div.hypviz-lightbox')", timeout=10), "Escape did not close it"
+        assert tab.errors == []
+    finally:
+        tab.close()
+
+
+def test_reports_do_not_scroll_sideways_at_800_px(browser, tmp_path, capsys):
+    import torch
+
+    from hypviz import capture, cli, toymodel
+
+    assert cli.main(["demo", "--out", str(tmp_path / "demo"), "--no-progress"]) == 0
+    model = toymodel.ToyHypformer(8, 4, 2, heads=2, k=1.0, attention_type="linear_focused", seed=0)
+    with capture.attention(model) as cap:
+        model(torch.randn(30, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)))
+    cap.save(tmp_path / "att.pt")
+    status = cli.main(["compare", str(tmp_path / "att.pt"), "--out", str(tmp_path / "model"), "--no-progress"])
+    said = capsys.readouterr()
+    assert status == 0, said
+    for report in (tmp_path / "demo" / "report.html", tmp_path / "model" / "report.html"):
+        tab = browser.tab(report.as_uri(), width=800)
+        try:
+            tab.pump(1.0)
+            r = json.loads(tab.eval("JSON.stringify({page: document.documentElement.scrollWidth, window: document.documentElement.clientWidth})"))
+        finally:
+            tab.close()
+        MEASURED[f"report {report.parent.name}@800"] = r
+        assert r["page"] <= r["window"], f"{report.parent.name} report scrolls sideways at 800 px: {r}"

@@ -261,6 +261,16 @@ def _add_language_switch(app, pagename, templatename, context, doctree) -> None:
     context["hypviz_lang_switch"] = language_switch(pagename, app.config.language)
 
 
+def _chinese_search_stemmer(app) -> None:
+    """The Chinese search works offline: Sphinx's zh language data names a ``ChineseStemmer`` it never defines.
+
+    Its ``language_data.js`` ships the English stemmer (the zh search stems Latin words in English)
+    and then runs ``window.Stemmer = ChineseStemmer``; defined first, that name builds an English one.
+    """
+    if app.builder.format == "html" and (app.config.language or "").startswith("zh"):
+        app.add_js_file(None, body="window.ChineseStemmer = function () { return new EnglishStemmer(); };", priority=100)
+
+
 def _page_has_plotly(doctree) -> bool:
     return doctree is not None and any(
         "hypviz-plotly-output" in node.get("classes", []) for node in doctree.findall(nodes.raw)
@@ -302,5 +312,6 @@ def setup(app):
     app.connect("html-page-context", _add_plotly_scripts)
     app.connect("html-page-context", _add_language_switch)
     app.connect("doctree-read", _add_alt_text)
+    app.connect("builder-inited", _chinese_search_stemmer)
     app.connect("build-finished", _copy_plotly_js)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

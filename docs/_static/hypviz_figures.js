@@ -40,11 +40,13 @@
   function setUp() {
     var images = document.querySelectorAll("article.bd-article img, article img");
     Array.prototype.forEach.call(images, function (img) {
-      if (img.closest("a") || img.getAttribute("data-hypviz-enlarge")) { return; }
+      var link = img.closest("a");
+      // an image inside a real link is left alone; Sphinx's link to a scaled image's own file is the same action
+      if ((link && !link.classList.contains("image-reference")) || img.getAttribute("data-hypviz-enlarge")) { return; }
       img.setAttribute("data-hypviz-enlarge", "yes");
-      img.setAttribute("tabindex", "0");
+      if (!link) { img.setAttribute("tabindex", "0"); }
       img.title = (img.alt ? img.alt + " " : "") + "(click to enlarge)";
-      img.addEventListener("click", function () { open(img); });
+      img.addEventListener("click", function (e) { e.preventDefault(); e.stopPropagation(); open(img); });
       img.addEventListener("keydown", function (e) {
         if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(img); }
       });
