@@ -117,7 +117,10 @@ def _verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: b
     if err <= tol:
         return dataclasses.replace(rec, verify_error=err, verify_tolerance=tol, verify_note=f"verified: {note}")
     if fit and rec.kind in ("distance", "poincare", "sigmoid") and rec.temperature is not None:
-        tau, fitted = fit_temperature(rec, seen, aux)
+        try:
+            tau, fitted = fit_temperature(rec, seen, aux)
+        except Exception:  # a fit that cannot run leaves the record not verified, never breaks the forward
+            tau, fitted = rec.temperature, math.inf
         if fitted <= tol:
             warnings.warn(
                 f"layer {rec.name!r}: its attributes give tau = {rec.temperature:.4g} (error {err:.2g}), but its output "

@@ -49,6 +49,9 @@ __all__ = ["AGGREGATIONS", "tolerance", "relative_error", "layer_map", "rebuild"
 AGGREGATIONS: tuple[str, ...] = ("centroid_mean_heads", "midpoint_heads", "focused_mean_lift", "gate_midpoint",
                                  "gyromidpoint_heads")
 _F64 = torch.float64
+_BLOCK_ELEMENTS = 2**23  # float64 map entries rebuilt at a time (64 MiB): rows in blocks, never the whole N x M
+_FIT_ROWS = 256  # query rows the temperature is fitted on (then verified on all rows)
+_ROWWISE = ("centroid_mean_heads", "midpoint_heads", "gate_midpoint", "gyromidpoint_heads")
 
 
 def tolerance(dtype: str | torch.dtype | None) -> float:
@@ -133,6 +136,10 @@ def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tenso
     agg, k = rec.aggregation, rec.k
     if rec.values is None:
         raise ValueError(f"layer {rec.name!r}: no values recorded; the output cannot be rebuilt")
+    rows = max(1, _BLOCK_ELEMENTS // max(1, rec.n_heads * rec.n_keys))
+    if weights is None and agg in _ROWWISE and rec.n_queries > rows:  # row blocks: every aggregation is row-wise
+        parts = [rebuild(_rows(rec, i, i + rows), _rows_aux(aux, i, i + rows)) for i in range(0, rec.n_queries, rows)]
+        return torch.cat(parts, dim=-2)
     v = rec.values.to(_F64)
     if agg == "focused_mean_lift":
         out = focused_linear_attention(rec.queries.to(_F64), rec.keys.to(_F64), v, power=rec.power,
@@ -155,6 +162,21 @@ def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tenso
     raise ValueError(f"layer {rec.name!r}: aggregation must be one of {', '.join(AGGREGATIONS)}, got {agg!r}")
 
 
+def _rows(rec: Any, i: int, j: int) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(rec, queries=rec.queries[:, i:j])
+
+
+def _rows_aux(aux: dict[str, Any], i: int, j: int) -> dict[str, Any]:
+    adj = aux.get("adjacency")
+    return {**aux, "adjacency": None if adj is None else adj[..., i:j, :]}
+
+
+def _seen_rows(rec: Any, seen: torch.Tensor, j: int) -> torch.Tensor:
+    return seen[:j] if rec.aggregation in ("centroid_mean_heads", "gate_midpoint") else seen[:, :j]
+
+
 def verify(rec: Any, seen: torch.Tensor | None, aux: dict[str, Any] | None = None) -> tuple[float | None, str]:
     """``(error, note)``: the relative error of :func:`rebuild` against ``seen`` (None when it cannot be rebuilt)."""
     if seen is None:
@@ -165,8 +187,8 @@ def verify(rec: Any, seen: torch.Tensor | None, aux: dict[str, Any] | None = Non
         return None, "not verified: no values recorded"
     try:
         err = relative_error(rebuild(rec, aux), seen)
-    except (ValueError, RuntimeError, KeyError) as exc:
-        return None, f"not verified: {exc}"
+    except Exception as exc:  # any failure to rebuild is a diagnosis, never an error of the model's forward
+        return None, f"not verified: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return err, f"output rebuilt by {rec.aggregation}"
 
 
@@ -175,11 +197,15 @@ def fit_temperature(rec: Any, seen: torch.Tensor, aux: dict[str, Any] | None = N
     r"""The :math:`\tau` whose rebuilt output is closest to ``seen``: ``(tau, error)``.
 
     A grid of 41 values of :math:`\log\tau` over :math:`[\tau_0/100, 100\,\tau_0]` (:math:`\tau_0` =
-    ``rec.temperature``), then 60 golden-section steps around the best one.  ``make(tau)`` returns the
+    ``rec.temperature``), then 60 golden-section steps around the best one, on the first 256 query
+    rows; the error returned is that of all rows at the fitted :math:`\tau`.  ``make(tau)`` returns the
     record at ``tau`` (default: ``dataclasses.replace(rec, temperature=tau)``).
     """
     import dataclasses
 
+    full, full_aux, full_seen = rec, aux, seen
+    if rec.n_queries > _FIT_ROWS:
+        rec, aux, seen = _rows(rec, 0, _FIT_ROWS), _rows_aux(aux or {}, 0, _FIT_ROWS), _seen_rows(rec, seen, _FIT_ROWS)
     make = make or (lambda t: dataclasses.replace(rec, temperature=t))
     tau0 = float(rec.temperature)
 
@@ -205,4 +231,7 @@ def fit_temperature(rec: Any, seen: torch.Tensor, aux: dict[str, Any] | None = N
     best = (a, fa) if fa < fb else (b, fb)
     if errs[i] < best[1]:
         best = (grid[i], errs[i])
-    return math.exp(best[0]), best[1]
+    tau = math.exp(best[0])
+    if full is not rec:
+        return tau, relative_error(rebuild(dataclasses.replace(full, temperature=tau), full_aux), full_seen)
+    return tau, best[1]
