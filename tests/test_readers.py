@@ -388,3 +388,18 @@ def test_model_report_shows_verification_and_no_verdict_for_unverified(tmp_path)
     assert "verified (error)" in page and "not verified: no verdict" in page
     data = model_report.metrics(results, {})
     assert [entry["verified"] for entry in data["layers"]] == [True, True, False]
+
+
+def test_rebuild_in_row_blocks_equals_one_block(monkeypatch):
+    torch.manual_seed(8)
+    layer = HyperbolicMultiHeadAttention(6, 2, 1.0).double()
+    x = torch.randn(1, 9, 6, dtype=F64) * 0.5
+    (r,) = _capture(layer, x)
+    whole = verification.rebuild(r)
+    monkeypatch.setattr(verification, "_BLOCK_ELEMENTS", 2 * 9 * 2)  # two query rows a block
+    torch.testing.assert_close(verification.rebuild(r), whole, rtol=0, atol=1e-15)
+    agg = LorentzAgg(3).double()
+    xl = lift(torch.randn(9, 3, dtype=F64), 1.0)
+    adj = (torch.rand(9, 9, generator=torch.Generator().manual_seed(0)) < 0.5).double() + torch.eye(9, dtype=F64)
+    (g,) = _capture(agg, xl, adj.clamp(max=1))
+    assert g.verify_error < 1e-12  # verified with the adjacency's rows split along with the queries
