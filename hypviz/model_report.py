@@ -91,6 +91,15 @@ class LayerResult:
         return f"verified (error {err:.2g})" if self.verified and err is not None else "not verified"
 
     @property
+    def verification_bound(self) -> str:
+        """The column as a checked bound, for printed text that must not depend on rounding:
+        ``"verified (error <= 1.5e-08, sqrt(eps) of float64)"`` or ``"not verified"``."""
+        tol = getattr(self.record, "verify_tolerance", None)
+        if not self.verified or tol is None:
+            return "not verified"
+        return f"verified (error <= {tol:.2g}, sqrt(eps) of {getattr(self.record, 'dtype', None) or 'float32'})"
+
+    @property
     def tau_text(self) -> str:
         r""":math:`\tau` as shown: the layer's, measured from its output, or hypviz's default :math:`\sqrt{d}`."""
         src = getattr(self.record, "temperature_source", None)
@@ -284,7 +293,8 @@ def write(results: Sequence[LayerResult], folder: Path, meta: dict[str, Any]) ->
 def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_rows: int = 16) -> str:
     r"""The one-screen text the command prints: one line per layer, one per head (at most ``max_rows`` heads).
 
-    Each head line gives the model's map's verdict with its mean TV and baseline
+    The layer line says whether hypviz reproduced the layer's output, as the bound that was checked
+    (the errors themselves are in ``metrics.json`` and ``report.html``).  Each head line gives the model's map's verdict with its mean TV and baseline
     :math:`\mathrm{TV}(P^{\mathrm{dist}}, U)`, and the spatial softmax's verdict with its mean TV.
     """
     lines = [f"hypviz compare (model): {len(results)} attention layer call(s)"]
@@ -294,7 +304,7 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
         mode = {True: "train", False: "eval", None: "train/eval not recorded"}[getattr(rec, "training", None)]
         lines.append(f"  {lr.label}: {rec.mode}, kind {rec.kind}, {rec.n_heads} head(s) x {rec.n_queries} queries x "
                      f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {lr.tau_text}, {mode}, "
-                     f"{lr.verification}")
+                     f"{lr.verification_bound}")
         own = _heads(lr.own) if lr.own is not None else None
         for h, th in enumerate(_heads(lr.thread)):
             count += 1

@@ -575,7 +575,8 @@ def test_cli_on_a_capture_file_reports_verification_and_refuses_what_does_not_ap
     code, out, err = _cli(capsys, "compare", tmp_path / "focused.pt", "--device", "cpu", "--out", tmp_path / "r1")
     assert code == 0, err
     layer_line = out.splitlines()[1]
-    assert "verified (error" in layer_line and "eval" in layer_line and "hypviz default sqrt(d)" in layer_line
+    assert "verified (error <= 1.5e-08, sqrt(eps) of float64)" in layer_line and "eval" in layer_line
+    assert "hypviz default sqrt(d)" in layer_line
     assert "verified (error)" in (tmp_path / "r1" / "report.html").read_text()
     for opts, named in ((["--k", "2"], "--k"), (["--kinds", "distance"], "--kinds"), (["--power", "3"], "--power"),
                         (["--reference", "spatial", "--norm-scale", "2"], "--reference, --norm-scale")):
