@@ -164,6 +164,7 @@ class Capture:
         self._auto_only: list[str] | None = None
         self._dropout: list[str] = []
         self._stance: Any = None
+        self._known: set[str] | None = None  # the modules read by structure (None: layers= names the modules)
 
         if isinstance(layers, Mapping):
             if self.k is None:
@@ -237,6 +238,7 @@ class Capture:
             else:
                 names = self._auto_only or [n for n, m in self._by_name.items()
                                             if _is_hypformer_layer(m) or reader_for(m) is not None]
+                self._known = set(names)
                 for n in names:
                     m = self._by_name[n]
                     if _is_hypformer_layer(m):
@@ -302,6 +304,11 @@ class Capture:
                 f"capture.attention: recognised {ran} but none of them ran inside the with block "
                 "(nothing recorded); call the model inside it, e.g. with capture.attention(model) as cap: model(x)"
             )
+        if self._known is not None and self._auto_only is None:  # read by structure: say what was left out
+            import warnings
+
+            for hint in unrecognised(self._by_name, self._known)[:3]:
+                warnings.warn(f"capture.attention: not recorded: {hint}", stacklevel=2)
         if any(r.training for r in self.layers) and _dropout_active(self.module):
             self._dropout.append(type(self.module).__name__)
         if self._dropout:

@@ -403,3 +403,34 @@ def test_rebuild_in_row_blocks_equals_one_block(monkeypatch):
     adj = (torch.rand(9, 9, generator=torch.Generator().manual_seed(0)) < 0.5).double() + torch.eye(9, dtype=F64)
     (g,) = _capture(agg, xl, adj.clamp(max=1))
     assert g.verify_error < 1e-12  # verified with the adjacency's rows split along with the queries
+
+
+def test_an_unrecognised_attention_beside_recognised_ones_is_named_not_skipped_silently():
+    class MyAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.to_q, self.to_k = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.to_q(x) * self.to_k(x)
+
+    model = nn.ModuleDict({"hybo": LorentzMultiHeadedAttention(2, 8).double(), "mine": MyAttention().double()})
+    x = torch.randn(1, 5, 8, dtype=F64)
+    with pytest.warns(UserWarning, match=r"not recorded: module 'mine' \(MyAttention\) has to_q/to_k"):
+        with capture.attention(model) as cap:
+            model["hybo"](x, x, x)
+            model["mine"](x)
+    assert [r.name for r in cap.layers] == ["hybo"]
+
+
+def test_hypercore_mask_and_head_mixing_recorded_but_not_verified():
+    torch.manual_seed(9)
+    layer = HyperCoreAttention(1.0, 4, 5, heads=2).double()
+    x = torch.randn(1, 6, 8, dtype=F64)
+    mask = torch.zeros(1, 2, 6, 6, dtype=torch.bool)
+    (r,) = _capture(layer, x, x, False, mask)
+    assert r.verify_note == "not verified: an attention mask was passed (the record holds the unmasked points)"
+    assert r.verify_error is None
+    layer.trans_heads_concat = True  # the flag alone: its learned head map is what the reader cannot rebuild
+    (r,) = _capture(layer, x, x)
+    assert r.verify_note.startswith("not verified: trans_heads_concat")
