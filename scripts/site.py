@@ -73,9 +73,15 @@ def stage_sources(target: Path, docs: Path = DOCS, notebooks_dir: Path = NOTEBOO
         raise SiteError(f"{docs} has no conf.py")
     if not readme.is_file():
         raise SiteError(f"{readme} is missing (the landing page quotes it)")
-    shutil.copytree(
-        docs, target, ignore=shutil.ignore_patterns("_build", "__pycache__", ".ipynb_checkpoints", "notebooks")
-    )
+    skip = shutil.ignore_patterns("_build", "__pycache__", ".ipynb_checkpoints")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        # a docs/notebooks/ folder is never copied (the notebooks come from notebooks/); the
+        # catalogues' locale/<lang>/LC_MESSAGES/notebooks/ are
+        top = {"notebooks"} if Path(folder).resolve() == Path(docs).resolve() else set()
+        return set(skip(folder, names)) | (top & set(names))
+
+    shutil.copytree(docs, target, ignore=ignore)
     shutil.copyfile(readme, target / "_readme.md")
     (target / "notebooks").mkdir()
     notebooks = notebook_paths(notebooks_dir)
