@@ -409,7 +409,9 @@ def section_linear_distance(results: dict[str, Any]) -> Section:
         f"positive random features of `Jq/sqrt(tau)` and `kappa/sqrt(tau)` (orthogonal, with the first-order control "
         f"variate), float32, d = {ld['d']}, lifted Gaussian points of mean norm {ld['mean_norm']:g} "
         f"(r^2/tau = {ld['mean_norm'] ** 2 / ld['temperature']:.3g}), N = M, each size in a fresh subprocess. "
-        "Peak extra memory: VmHWM reset before the call (cross-checked by sampling VmRSS every 10 ms), inputs excluded. "
+        "Peak extra memory: VmHWM reset before the call (cross-checked by sampling VmRSS every 10 ms), inputs excluded, "
+        "the output included (N x (d + 1) float32: "
+        f"{fmt_b(4 * big['n'] * (ld['d'] + 1))} at N = {big['n']:,}; the rest is blocks of features). "
         f"Error: `compare(q, k, \"distance_rf\", \"distance\", rows={ld['rows_sampled']}, seed=0)`, the same features "
         "against the exact distance map on sampled query rows, all keys, after the timed call.",
         "",

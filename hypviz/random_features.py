@@ -139,24 +139,22 @@ def performer_weights(queries: ArrayLike, keys: ArrayLike, omega: torch.Tensor, 
     return (fx @ fy.transpose(-1, -2)) / om.shape[0]
 
 
-def _centred(q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``a = (u, q_s)/sqrt(tau)``, ``b = (-w, kappa_s)/sqrt(tau)`` and the keys' log-factor ``-sqrt(k) w / tau``."""
-    rk, st = math.sqrt(kf), math.sqrt(tau)
-    u = q[..., 1:].square().sum(dim=-1, keepdim=True) / (q[..., :1] + rk)
+def _centred_queries(q: torch.Tensor, kf: float, tau: float) -> torch.Tensor:
+    """``a = (u, q_s)/sqrt(tau)`` with ``u = q_t - sqrt(k) = |q_s|^2 / (q_t + sqrt(k))`` (no cancellation)."""
+    u = q[..., 1:].square().sum(dim=-1, keepdim=True) / (q[..., :1] + math.sqrt(kf))
+    return torch.cat([u, q[..., 1:]], dim=-1) / math.sqrt(tau)
+
+
+def _centred_keys(kk: torch.Tensor, kf: float, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``b = (-w, kappa_s)/sqrt(tau)`` and the keys' log-factor ``-sqrt(k) w / tau``, ``w = kappa_t - sqrt(k)``."""
+    rk = math.sqrt(kf)
     w = kk[..., 1:].square().sum(dim=-1, keepdim=True) / (kk[..., :1] + rk)
-    a = torch.cat([u, q[..., 1:]], dim=-1) / st
-    b = torch.cat([-w, kk[..., 1:]], dim=-1) / st
-    return a, b, (-rk / tau) * w.squeeze(-1)
+    return torch.cat([-w, kk[..., 1:]], dim=-1) / math.sqrt(tau), (-rk / tau) * w.squeeze(-1)
 
 
-def _key_shift(b: torch.Tensor, logkey: torch.Tensor, omega: torch.Tensor, block: int) -> torch.Tensor:
-    """Per head, the largest key log-feature ``omega . b - |b|^2/2 + logkey`` (streamed over key blocks), shape ``(H, 1, 1)``."""
-    out = torch.full((b.shape[0], 1, 1), -math.inf, dtype=b.dtype, device=b.device)
-    for i in range(0, b.shape[-2], block):
-        bb = b[:, i : i + block]
-        lb = bb @ omega.transpose(0, 1) - 0.5 * bb.square().sum(dim=-1, keepdim=True) + logkey[:, i : i + block, None]
-        out = torch.maximum(out, lb.amax(dim=(-2, -1), keepdim=True))
-    return out
+def _centred(q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``a``, ``b`` and the keys' log-factor (:func:`_centred_queries`, :func:`_centred_keys`)."""
+    return (_centred_queries(q, kf, tau), *_centred_keys(kk, kf, tau))
 
 
 def _query_block(a: torch.Tensor, omega: torch.Tensor, reach: torch.Tensor, control: bool) -> torch.Tensor:
@@ -184,17 +182,6 @@ def _key_block(b: torch.Tensor, logkey: torch.Tensor, omega: torch.Tensor, shift
         return lb
     kfac = lk.exp()
     return torch.cat([lb, kfac * (1.0 + pb), kfac * torch.cat([torch.ones_like(b[..., :1]), b], dim=-1)], dim=-1)
-
-
-def _prepare(q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, omega: torch.Tensor, control: bool):
-    a, b, logkey = _centred(q, kk, kf, tau)
-    c = a.shape[-1]
-    block = max(1, _BLOCK_BYTES // (max(1, (2 * omega.shape[0] + c + 1)) * a.element_size()))
-    shift = _key_shift(b, logkey, omega, block)
-    reach = b.norm(dim=-1).amax(dim=-1, keepdim=True)  # (H, 1)
-    if control and not bool(((a.norm(dim=-1) * reach) < 1.0).any()):
-        control = False  # no row uses the first-order term: the plain operands suffice
-    return a, b, logkey, shift, reach, control, block
 
 
 def feature_operands(
@@ -301,8 +288,10 @@ def distance_linear_attention(
         \text{centroid: } o_i = \frac{\sqrt k\, m_i}{\sqrt{-\langle m_i, m_i\rangle_L}}, \qquad
         \text{spatial: } o_i = \mathrm{lift}\Bigl(\sum_j \hat A_{ij} v_{s,j}\Bigr),
 
-    computed right to left, streamed over blocks of keys and then of queries: :math:`O((N + M) D d)`
-    time, :math:`O(\mathrm{block} \cdot D + D d)` working memory besides the inputs and the output.
+    computed right to left, streamed over blocks of keys (twice: the stabiliser, then
+    :math:`B^\top [V, \mathbf 1]`) and then of queries: :math:`O((N + M) D d)` time and
+    :math:`O(\mathrm{block} \cdot (D + d) + D d)` working memory besides the inputs and the output
+    (with the inputs flattened to one head axis, which copies them only when their leading axes broadcast).
     ``"centroid"`` is the Lorentzian centroid, the aggregation of Hypformer's full (distance) mode;
     ``"spatial"`` averages the spatial parts and lifts them, as its linear mode does.
 
@@ -328,21 +317,34 @@ def distance_linear_attention(
     agg = validate.choice(aggregation, "aggregation", AGGREGATIONS)
     q, kk, v, kf, batch, tau, omega, control = _setup(queries, keys, values, k, temperature, features, seed, orthogonal, control_variate)
     qf, kfl, vf = _flatten_batch(q, batch), _flatten_batch(kk, batch), _flatten_batch(v, batch)
-    a, b, logkey, shift, reach, control, block = _prepare(qf, kfl, kf, tau, omega, control)
+    heads, n, m = qf.shape[0], qf.shape[-2], kfl.shape[-2]
+    block = max(1, _BLOCK_BYTES // ((2 * omega.shape[0] + q.shape[-1] + 1) * q.element_size()))
+    # pass 1 over the keys: the stabiliser (largest key log-feature) and the reach max_j |b_j|, per head
+    shift = torch.full((heads, 1, 1), -math.inf, dtype=q.dtype, device=q.device)
+    reach = torch.zeros(heads, 1, dtype=q.dtype, device=q.device)
+    for i in range(0, m, block):
+        b, logkey = _centred_keys(kfl[:, i : i + block], kf, tau)
+        lb = b @ omega.transpose(0, 1) - 0.5 * b.square().sum(dim=-1, keepdim=True) + logkey.unsqueeze(-1)
+        shift = torch.maximum(shift, lb.amax(dim=(-2, -1), keepdim=True))
+        reach = torch.maximum(reach, b.norm(dim=-1).amax(dim=-1, keepdim=True))
+    if control:  # does any row use the first-order term?  |a|^2 = (u^2 + |q_s|^2) / tau, one number per query
+        qs2 = qf[..., 1:].square().sum(dim=-1)
+        a_norm = torch.sqrt((qs2.square() / (qf[..., 0] + math.sqrt(kf)).square() + qs2) / tau)
+        control = bool(((a_norm * reach) < 1.0).any())
     vals = vf if agg == "centroid" else vf[..., 1:]
     summary, norm = None, None
-    for i in range(0, b.shape[-2], block):  # B^T [V, 1], streamed over keys
-        bb = _key_block(b[:, i : i + block], logkey[:, i : i + block], omega, shift, control)
+    for i in range(0, m, block):  # pass 2 over the keys: B^T [V, 1]
+        b, logkey = _centred_keys(kfl[:, i : i + block], kf, tau)
+        bb = _key_block(b, logkey, omega, shift, control)
         s = bb.transpose(-1, -2) @ vals[:, i : i + block]
         z = bb.sum(dim=-2)
         summary, norm = (s, z) if summary is None else (summary + s, norm + z)
-    out = torch.empty(*qf.shape[:-1], vals.shape[-1], dtype=q.dtype, device=q.device)
-    for i in range(0, a.shape[-2], block):  # A (B^T V) / A (B^T 1), streamed over queries
-        aa = _query_block(a[:, i : i + block], omega, reach, control)
-        out[:, i : i + block] = (aa @ summary) / (aa @ norm.unsqueeze(-1))
-    if agg == "spatial":
-        res = lift(out, kf)
-    else:
-        norm2 = out[..., :1].square() - out[..., 1:].square().sum(dim=-1, keepdim=True)
-        res = lift(out[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(torch.finfo(out.dtype).tiny).sqrt()), kf)
+    res = torch.empty(heads, n, vf.shape[-1], dtype=q.dtype, device=q.device)
+    for i in range(0, n, block):  # one pass over the queries: A (B^T V) / A (B^T 1), then onto the hyperboloid
+        aa = _query_block(_centred_queries(qf[:, i : i + block], kf, tau), omega, reach, control)
+        o = (aa @ summary) / (aa @ norm.unsqueeze(-1))
+        if agg == "centroid":
+            norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
+            o = o[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(torch.finfo(o.dtype).tiny).sqrt())
+        res[:, i : i + block] = lift(o, kf)
     return res.reshape(*batch, q.shape[-2], res.shape[-1])
