@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -64,10 +63,8 @@ def test_scripts_import_hypviz_without_a_sys_path_hack():
 
 def test_quick_run_writes_results_and_markdown(tmp_path):
     js, md = tmp_path / "r.json", tmp_path / "r.md"
-    start = time.perf_counter()
     proc = subprocess.run([sys.executable, str(RUN), "--quick", "--json", str(js), "--md", str(md)],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(js.read_text(encoding="utf-8"))
     assert results["quick"] is True and all(key in results for key in SECTIONS)
@@ -115,7 +112,6 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
     assert [r["n"] for r in ld["rows"]] == [2_000, 5_000] and all(r["rows"] == 32 and r["output_finite"] for r in ld["rows"])
     assert all(r["peak_extra_rss_bytes_sampled"] >= 0 and r["time_s"] > 0 and 0 <= r["ratio"] for r in ld["rows"])
     assert verdicts[8] in ("met", "NOT met") and "TV / baseline" in sec[8]
-    assert elapsed < 300
 
 
 def _machine() -> dict:
