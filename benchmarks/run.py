@@ -300,12 +300,9 @@ def mm_same_shape(a: torch.Tensor, b: torch.Tensor, repeats: int, max_out_bytes:
     }
 
 
-def child_compare(n: int, d: int, device: str, rows: int | None) -> dict[str, Any]:
-    """Runs inside the subprocess: inputs, baseline RSS, reset the high-water mark, compare(), read it; then the mm."""
-    q, k = points(n, d, 5), points(n, d, 6)
-    att.compare(q[:256], k[:4096], progress=False, device=device)  # warm-up: thread pools, code paths
-    if rows is not None:
-        att.compare(q[:4096], k[:4096], rows=64, seed=0, progress=False, device=device)
+def _measured(fn: Any) -> tuple[Any, float, int, int, list[int], bool]:
+    """``fn()`` timed, with the process's RSS before it, its high-water mark after (reset first where the kernel
+    allows: ``reset``) and its peak sampled every 10 ms: ``(result, seconds, base_rss, hwm, [peak], reset)``."""
     gc.collect()
     base_rss, _ = _rss()
     reset = True
@@ -324,12 +321,27 @@ def child_compare(n: int, d: int, device: str, rows: int | None) -> dict[str, An
     thread = threading.Thread(target=sampler, daemon=True)
     thread.start()
     start = time.perf_counter()
-    res = att.compare(q, k, "spatial", "distance", device=device, spearman=False, progress=False, rows=rows, seed=0)
-    sync(device)
+    result = fn()
     elapsed = time.perf_counter() - start
     stop.set()
     thread.join()
     _, hwm = _rss()
+    return result, elapsed, base_rss, hwm, peak_sampled, reset
+
+
+def child_compare(n: int, d: int, device: str, rows: int | None) -> dict[str, Any]:
+    """Runs inside the subprocess: inputs, baseline RSS, reset the high-water mark, compare(), read it; then the mm."""
+    q, k = points(n, d, 5), points(n, d, 6)
+    att.compare(q[:256], k[:4096], progress=False, device=device)  # warm-up: thread pools, code paths
+    if rows is not None:
+        att.compare(q[:4096], k[:4096], rows=64, seed=0, progress=False, device=device)
+
+    def run() -> Any:
+        res = att.compare(q, k, "spatial", "distance", device=device, spearman=False, progress=False, rows=rows, seed=0)
+        sync(device)
+        return res
+
+    res, elapsed, base_rss, hwm, peak_sampled, reset = _measured(run)
     out = {
         "n": n,
         "m": n,
@@ -413,29 +425,9 @@ def child_linear_distance(n: int, rows: int) -> dict[str, Any]:
     d, tau, feats = cfg["d"], cfg["temperature"], cfg["features"]
     q, k, v = (points(n, d, seed, r=cfg["mean_norm"]) for seed in (12, 13, 14))
     att.distance_linear_attention(q[:512], k[:512], v[:512], temperature=tau, features=feats)  # warm-up
-    gc.collect()
-    base_rss, _ = _rss()
-    reset = True
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
-    except OSError:
-        reset = False
-    peak_sampled = [base_rss]
-    stop = threading.Event()
-
-    def sampler() -> None:
-        while not stop.is_set():
-            peak_sampled[0] = max(peak_sampled[0], _rss()[0])
-            stop.wait(0.01)
-
-    thread = threading.Thread(target=sampler, daemon=True)
-    thread.start()
-    start = time.perf_counter()
-    out = att.distance_linear_attention(q, k, v, temperature=tau, features=feats)
-    elapsed = time.perf_counter() - start
-    stop.set()
-    thread.join()
-    _, hwm = _rss()
+    out, elapsed, base_rss, hwm, peak_sampled, reset = _measured(
+        lambda: att.distance_linear_attention(q, k, v, temperature=tau, features=feats)
+    )
     finite = bool(torch.isfinite(out).all())
     del out
     gc.collect()
