@@ -11,6 +11,7 @@ import torch
 
 from hypviz import attention as att
 from hypviz import lorentz as L
+from hypviz.attention.kernels import softmax_rows_
 
 
 def as64(x: torch.Tensor, k: float = 1.0) -> torch.Tensor:
@@ -115,12 +116,12 @@ def test_attention_map_is_row_softmax(points, kind, dtype):
 def test_in_place_softmax_both_paths():
     x = torch.randn(37, 300, dtype=torch.float64) * 30
     ref = torch.softmax(x, -1)
-    fused = att._softmax_rows_(x.clone())  # contiguous CPU tensor: torch's fused kernel, in place
-    passes = att._softmax_rows_(x.T.contiguous().T)  # non-contiguous: the in-place passes
+    fused = softmax_rows_(x.clone())  # contiguous CPU tensor: torch's fused kernel, in place
+    passes = softmax_rows_(x.T.contiguous().T)  # non-contiguous: the in-place passes
     assert torch.allclose(fused, ref, atol=1e-15) and torch.allclose(passes, ref, atol=1e-15)
     y = x.clone()
     ptr = y.data_ptr()
-    assert att._softmax_rows_(y).data_ptr() == ptr and torch.allclose(y, ref, atol=1e-15)
+    assert softmax_rows_(y).data_ptr() == ptr and torch.allclose(y, ref, atol=1e-15)
 
 
 def test_attention_map_large_rows_equals_softmax(points):
@@ -153,7 +154,7 @@ def test_numpy_inputs_give_torch_outputs(points):
 
 
 # --------------------------------------------------------------------------- #
-# "distance_rf": the distance map by positive random features (hypviz.random_features)
+# "distance_rf": the distance map by positive random features (hypviz.attention.random_features)
 # --------------------------------------------------------------------------- #
 def ref_distance_rf(q, kk, omega, tau, k=1.0, control=True):
     """Dense float64 reference, N x M x D by broadcasting: the textbook features of J q / sqrt(tau) and kappa / sqrt(tau).
@@ -186,7 +187,7 @@ def ref_distance_rf(q, kk, omega, tau, k=1.0, control=True):
 @pytest.mark.parametrize("r", [0.05, 0.5, 2.0])
 @pytest.mark.parametrize("orthogonal", [True, False])
 def test_distance_rf_map_matches_dense_float64_reference(points, r, orthogonal):
-    from hypviz import random_features as rf
+    from hypviz.attention import random_features as rf
 
     q, kk = points(13, 6, r, seed=40), points(17, 6, r, seed=41)
     for control in (False, True):

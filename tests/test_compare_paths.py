@@ -12,14 +12,16 @@ import pytest
 import torch
 
 from hypviz import attention as att
-from hypviz import block_stats, streaming
+from hypviz.attention import row_blocks as block_stats
+from hypviz.attention import streamed_compare as streaming
+from hypviz.base import kinds
 
 
 def both_paths(monkeypatch, *args, **kwargs):
     one = att.compare(*args, **kwargs)
     with monkeypatch.context() as m:
-        m.setattr(streaming, "_SharedLogits", None)  # any use of the one-product path would now fail
-        m.setattr(streaming, "_shares_one_product", lambda a, b: False)  # ... and it is not taken
+        m.setattr(streaming, "SharedLogits", None)  # any use of the one-product path would now fail
+        m.setattr(kinds, "shares_one_product", lambda a, b: False)  # ... and it is not taken
         two = att.compare(*args, **kwargs)
     return one, two
 

@@ -462,7 +462,7 @@ def test_far_points_draw_with_a_grid():
 
 
 # --------------------------------------------------------------------------- #
-# where the names live: geometry in hypviz.display, attention rows in hypviz.attention
+# where the names live: geometry in hypviz.lorentz.projections, attention rows in hypviz.attention
 # --------------------------------------------------------------------------- #
 # hypviz.plots.manifold's public names before the split into scenes and renderers: all must still import
 OLD_PUBLIC = (
@@ -489,11 +489,11 @@ def test_every_earlier_name_still_imports_from_manifold_and_from_plots():
 
 def test_moved_functions_live_in_display_and_attention_and_import_from_both_places():
     from hypviz import attention as A
-    from hypviz import display as D
-    from hypviz import top_keys
+    from hypviz.lorentz import projections as D
+    from hypviz.attention import top_keys
 
     assert M.project_for_display is D.project_for_display and M.DisplayProjection is D.DisplayProjection
-    assert D.project_for_display.__module__ == "hypviz.display"
+    assert D.project_for_display.__module__ == "hypviz.lorentz.projections"
     assert M.top_attention is A.top_attention is top_keys.top_attention
     assert M.TopKeys is A.TopKeys is top_keys.TopKeys and A.TopKeys.__module__ == "hypviz.attention"
     assert {"top_attention", "TopKeys"} <= set(A.__all__)
@@ -502,7 +502,7 @@ def test_moved_functions_live_in_display_and_attention_and_import_from_both_plac
     for kind in A.KINDS:
         t = A.top_attention(x, x, 2.0, query=3, kinds=(kind,), top=3)[kind]
         torch.testing.assert_close(t.row, A.attention_map(x[3:4], x, kind, k=2.0)[0], rtol=0, atol=0)
-        assert t.temperature == (None if kind == "focused" else A._temperature(None, 4))
+        assert t.temperature == (None if kind == "focused" else math.sqrt(4))
 
 
 def _calls(path) -> set[str]:
@@ -530,7 +530,7 @@ def test_the_plots_compute_no_geometry():
     root = Path(plots.__file__).parent
     geometry = {"logmap0", "expmap0", "svd", "sinh", "cosh", "asinh", "acosh", "tanh", "atanh", "meshgrid",
                 "from_klein", "from_poincare", "softmax", "attention_map", "focused_linear_map", "scores"}
-    samples = {"linspace", "cos", "sin", "arange"}  # grids and circles: hypviz.display's job
+    samples = {"linspace", "cos", "sin", "arange"}  # grids and circles: hypviz.lorentz.projections's job
     for name in ("manifold.py", "manifold_mpl.py", "manifold_plotly.py", "scenes.py", "curves.py", "sweeps.py"):
         called = {c.split(".")[-1] for c in _calls(root / name)}
         assert not called & geometry, (name, called & geometry)
@@ -546,13 +546,13 @@ def test_the_plots_compute_no_geometry():
                 imported |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom):
                 imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-        assert not {m for m in imported if m.startswith(("torch", "hypviz.lorentz", "hypviz.display", "hypviz.attention"))}, name
+        assert not {m for m in imported if m.startswith(("torch", "hypviz.lorentz", "hypviz.lorentz.projections", "hypviz.attention"))}, name
     # manifold.py only re-exports
 
     tree = ast.parse((root / "manifold.py").read_text())
     assert not [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-    # and what the scenes hold comes from hypviz.display: the same numbers
-    from hypviz import display as D
+    # and what the scenes hold comes from hypviz.lorentz.projections: the same numbers
+    from hypviz.lorentz import projections as D
 
     x = wrapped_normal(30, 5, 1.0, seed=31)
     proj = D.project_for_display(x, 1.0)
@@ -730,7 +730,7 @@ def test_multi_panel_figures_compose_through_subfigures():
 
 
 def test_display_geometry_grids_sheet_and_boundary():
-    from hypviz import display as D
+    from hypviz.lorentz import projections as D
 
     k = 2.0
     lines = D.geodesic_grid(k, radius=2.0, spacing=0.5, n=17)

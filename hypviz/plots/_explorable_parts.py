@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 import hypviz.plots.style as style
-from hypviz import _validate as validate
+from hypviz.base import validate
 from hypviz import attention as att
 from hypviz import lorentz as L
 from hypviz.plots.manifold import _rounded

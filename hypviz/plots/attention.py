@@ -3,7 +3,7 @@ r"""Attention pictures: heatmaps side by side, difference maps, the bias made vi
 Every function takes maps (computed by :mod:`hypviz.attention`, never here) or, for
 :func:`disk_level_sets_mpl`, points, and returns a ``matplotlib.figure.Figure`` made without pyplot
 (shown once when returned from a notebook cell; save it with ``fig.savefig``).
-:func:`disk_level_sets_mpl` gets its grid from :func:`hypviz.display.poincare_polar_grid`, its
+:func:`disk_level_sets_mpl` gets its grid from :func:`hypviz.lorentz.projections.poincare_polar_grid`, its
 projections from :mod:`hypviz.lorentz` and its scores and weights from :mod:`hypviz.attention`.
 With ``ax=`` (one Axes) or ``axes=`` (one per panel) a figure is drawn into Axes made elsewhere,
 its colourbar and overall title on their ``Figure`` or ``SubFigure``, and the root ``Figure`` is
@@ -253,7 +253,7 @@ def disk_level_sets_mpl(
       each key coloured by :math:`\mathrm{softmax}_j(-\tfrac12\|q - \kappa_j\|_L^2/\tau)`.
 
     Both panels share one colour scale (0 to the largest weight of either).  The fields are
-    evaluated on a polar grid of the disk (:func:`hypviz.display.poincare_polar_grid`,
+    evaluated on a polar grid of the disk (:func:`hypviz.lorentz.projections.poincare_polar_grid`,
     ``grid = (radii, angles)``; radii evenly spaced in geodesic distance from the origin, out to
     ``edge * sqrt(k)``), lifted by :func:`hypviz.lorentz.from_poincare`; scores and weights come from
     :func:`hypviz.attention.scores` and :func:`hypviz.attention.attention_map` at
@@ -271,7 +271,7 @@ def disk_level_sets_mpl(
 
     from hypviz import attention as att
     from hypviz import lorentz as L
-    from hypviz.display import poincare_polar_grid
+    from hypviz.lorentz.projections import poincare_polar_grid
 
     kf = L.check_k(k)
     q = L.as_tensor(query, "query")

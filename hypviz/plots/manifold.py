@@ -13,7 +13,7 @@ renderers that only draw it, :mod:`hypviz.plots.manifold_mpl` and :mod:`hypviz.p
 Every matplotlib function takes ``ax=`` (or ``axes=`` for several panels) to draw into Axes made
 elsewhere, so figures compose.
 
-All geometry comes from :mod:`hypviz.lorentz` and :mod:`hypviz.display`:
+All geometry comes from :mod:`hypviz.lorentz` and :mod:`hypviz.lorentz.projections`:
 
 * geodesic segments between ``points[i]`` and ``points[j]`` for each row ``(i, j)`` of ``edges``
   are sampled exactly by :func:`hypviz.lorentz.geodesic`, at constant speed,
@@ -27,10 +27,10 @@ All geometry comes from :mod:`hypviz.lorentz` and :mod:`hypviz.display`:
   (:math:`p = \sqrt{k}\,x_s/(x_t + \sqrt{k})`) or ``to_klein`` (:math:`K = \sqrt{k}\,x_s/x_t`):
   arcs orthogonal to the boundary in the Poincare disk, straight chords in the Klein disk, curves
   on the sheet, never straight chords in :math:`\mathbb{R}^3`;
-* the optional geodesic grid (:func:`hypviz.display.geodesic_grid`) is two families of geodesics
+* the optional geodesic grid (:func:`hypviz.lorentz.projections.geodesic_grid`) is two families of geodesics
   perpendicular to the display axes at equal hyperbolic spacing (``expmap0`` for the feet, chords
   of the Klein disk mapped back with ``from_klein``);
-* the sheet (:func:`hypviz.display.polar_sheet`) is ``expmap0`` of a polar grid of the tangent
+* the sheet (:func:`hypviz.lorentz.projections.polar_sheet`) is ``expmap0`` of a polar grid of the tangent
   plane at the origin.
 
 Attention on the manifold (:func:`attention_on_manifold_mpl`, :func:`attention_on_manifold_plotly`):
@@ -38,12 +38,12 @@ one query's edges to its strongest keys, width and opacity by weight, one disk p
 side by side; the weights come from :func:`hypviz.attention.top_attention`, never computed here.
 
 For :math:`d > 2` the points are shown through a documented projection, stated on every figure:
-:func:`hypviz.display.project_for_display` (uncentred PCA of ``logmap0(x)`` in the tangent space at
+:func:`hypviz.lorentz.projections.project_for_display` (uncentred PCA of ``logmap0(x)`` in the tangent space at
 the origin, keep 2 components, ``expmap0`` back).  Coordinates are never dropped silently;
 :math:`d = 1` is refused.
 
-Also importable from here, where they used to live: :class:`~hypviz.display.DisplayProjection` and
-:func:`~hypviz.display.project_for_display` (from :mod:`hypviz.display`),
+Also importable from here, where they used to live: :class:`~hypviz.lorentz.projections.DisplayProjection` and
+:func:`~hypviz.lorentz.projections.project_for_display` (from :mod:`hypviz.lorentz.projections`),
 :class:`~hypviz.attention.TopKeys` and :func:`~hypviz.attention.top_attention` (from
 :mod:`hypviz.attention`).
 """
@@ -51,7 +51,7 @@ Also importable from here, where they used to live: :class:`~hypviz.display.Disp
 from __future__ import annotations
 
 from hypviz.attention import TopKeys
-from hypviz.display import DisplayProjection, project_for_display
+from hypviz.lorentz.projections import DisplayProjection, project_for_display
 from hypviz.plots.manifold_mpl import (
     attention_on_manifold_mpl,
     disk_figure_mpl,
@@ -70,7 +70,7 @@ from hypviz.plots.manifold_plotly import (
     three_models_figure_plotly,
 )
 from hypviz.plots.scenes import ATTENTION_TEXT as _ATTENTION_TEXT  # noqa: F401
-from hypviz.top_keys import top_attention
+from hypviz.attention.top_keys import top_attention
 
 __all__ = [
     "DisplayProjection",

@@ -4,7 +4,7 @@ A scene is a small frozen dataclass of numpy arrays in display coordinates (the 
 :math:`(x_1, x_2, x_t)`, the disks as :math:`(p_1, p_2)` or :math:`(K_1, K_2)`), colour values and
 labels.  :mod:`hypviz.plots.manifold_mpl` and :mod:`hypviz.plots.manifold_plotly` draw the same
 scene, so the two back-ends cannot disagree about what is shown.  Building a scene only *calls*
-geometry: :mod:`hypviz.lorentz` (geodesics, the maps to the disks), :mod:`hypviz.display` (the
+geometry: :mod:`hypviz.lorentz` (geodesics, the maps to the disks), :mod:`hypviz.lorentz.projections` (the
 display projection for :math:`d > 2`, the geodesic grid, the sheet) and, for attention,
 :func:`hypviz.attention.top_attention`.
 
@@ -14,7 +14,7 @@ display projection for :math:`d > 2`, the geodesic grid, the sheet) and, for att
 * :func:`attention_scene` -> :class:`AttentionScene` (one query's strongest keys, one panel per kind).
 
 Points are ``(..., d + 1)`` on :math:`\langle x, x\rangle_L = -k`, time first, numpy or torch;
-:math:`d > 2` goes through :func:`hypviz.display.project_for_display` (its note is carried by the
+:math:`d > 2` goes through :func:`hypviz.lorentz.projections.project_for_display` (its note is carried by the
 scene and written on every figure), :math:`d = 1` is refused.  Geodesics between ``points[i]`` and
 ``points[j]`` for each row ``(i, j)`` of ``edges`` are the exact :func:`hypviz.lorentz.geodesic`,
 computed in :math:`d` dimensions and then projected.
@@ -29,9 +29,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from hypviz import display as D
+from hypviz.lorentz import projections as D
 from hypviz import lorentz as L
-from hypviz.top_keys import top_attention
+from hypviz.attention.top_keys import top_attention
 
 __all__ = [
     "MODELS",
@@ -97,7 +97,7 @@ class HyperboloidScene:
     r"""What the hyperboloid figure draws (:math:`d = 2`), every array in columns :math:`(x_1, x_2, x_t)`.
 
     ``sheet``: ``(R, A, 3)`` the sheet up to hyperbolic radius ``radius``
-    (:func:`hypviz.display.polar_sheet`); ``grid``: ``(G, n, 3)`` geodesic grid lines (``G = 0``:
+    (:func:`hypviz.lorentz.projections.polar_sheet`); ``grid``: ``(G, n, 3)`` geodesic grid lines (``G = 0``:
     none); ``edges``: ``(E, n, 3)`` exact geodesic samples; ``points``: ``(N, 3)``; ``origin``:
     ``(3,)`` or ``None`` (not shown); ``values``: ``(N,)`` colour values or ``None``, drawn on
     ``value_range``; ``labels``: one per point; ``note``: the display projection's sentence (empty
@@ -124,7 +124,7 @@ class DiskScene:
     Coordinates :math:`p = \sqrt{k}\,x_s/(x_t + \sqrt{k})` or :math:`K = \sqrt{k}\,x_s/x_t`
     (:func:`hypviz.lorentz.to_poincare`, :func:`hypviz.lorentz.to_klein`).  ``boundary``:
     ``(B, 2)`` samples of the circle of radius ``boundary_radius`` :math:`= \sqrt{k}`
-    (:func:`hypviz.display.disk_boundary`); ``limit``:
+    (:func:`hypviz.lorentz.projections.disk_boundary`); ``limit``:
     half the width of the axes; ``grid``: ``(G, n, 2)``, run on to hyperbolic radius
     :math:`6\sqrt{k}`; ``edges``: ``(E, n, 2)``; ``points``: ``(N, 2)``; ``origin``: ``(2,)`` or
     ``None``; ``values``, ``value_range``, ``labels``, ``note`` as :class:`HyperboloidScene`.
@@ -380,7 +380,7 @@ def hyperboloid_scene(
     ----------
     points : array or tensor, shape (..., d + 1)
         Points of the hyperboloid, time first; :math:`d > 2` goes through
-        :func:`hypviz.display.project_for_display` (its note is kept in the scene).
+        :func:`hypviz.lorentz.projections.project_for_display` (its note is kept in the scene).
     k : float
         Curvature parameter (curvature :math:`-1/k`).
     values : array, shape (N,), optional
@@ -389,7 +389,7 @@ def hyperboloid_scene(
         Index pairs ``(i, j)``: the exact geodesic from ``points[i]`` to ``points[j]``,
         ``n_geodesic`` samples each.
     grid : bool
-        A geodesic grid (:func:`hypviz.display.geodesic_grid`) on the drawn part of the sheet.
+        A geodesic grid (:func:`hypviz.lorentz.projections.geodesic_grid`) on the drawn part of the sheet.
     radius : float, optional
         Hyperbolic radius of the drawn part of the sheet (default: 1.15 times the farthest point or
         geodesic sample, at least :math:`\sqrt{k}`).
@@ -508,7 +508,7 @@ def attention_scene(
 
     The rows and the strongest keys (ties included) are :func:`hypviz.attention.top_attention`'s;
     nothing here computes attention.  The disk holds the query and all keys; queries and keys of
-    dimension :math:`d > 2` go through one :func:`hypviz.display.project_for_display` fitted to
+    dimension :math:`d > 2` go through one :func:`hypviz.lorentz.projections.project_for_display` fitted to
     the query and all keys, the geodesics computed in :math:`d` dimensions and then projected.
     Each edge's width and opacity grow with its weight,
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hypviz import _validate as validate
+from hypviz.base import validate
 import hypviz.plots.style as style
 
 if TYPE_CHECKING:  # plotly and matplotlib are imported lazily, inside the functions

@@ -1,6 +1,6 @@
 """One style for every figure: Okabe and Ito's colour-blind-safe palette, markers, figure defaults.
 
-Every figure of :mod:`hypviz.plots`, :mod:`hypviz.report` and :mod:`hypviz.model_report` takes
+Every figure of :mod:`hypviz.plots`, :mod:`hypviz.reports.point_report` and :mod:`hypviz.reports.model_report` takes
 its colours from here: series in the order of :data:`CYCLE`, fixed roles (points, geodesics,
 the query, bounds) by name, continuous values on :data:`SEQUENTIAL` and signed differences on
 :data:`DIVERGING`.

@@ -1,0 +1,540 @@
+"""The result of :func:`hypviz.attention.compare` (and :func:`hypviz.attention.compare_maps`) and how to read it: baselines and verdicts.
+
+:class:`Comparison` holds the per-row statistics of two attention maps (``b`` the reference) and
+their summaries; :func:`verdict` reads one row against the uniform row and the rounding level:
+*identical*, *close*, *different* or *uninformative*; :func:`overall_verdict` reads many rows from
+the fractions of their verdicts (*mixed* when they disagree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+__all__ = [
+    "UNIFORM_TV",
+    "UNIFORM_PEAK",
+    "CLOSE_RATIO",
+    "TOP1_WEIGHT",
+    "MAJORITY",
+    "VERDICTS",
+    "ROW_VERDICTS",
+    "verdict",
+    "row_verdicts",
+    "overall_verdict",
+    "describe_fractions",
+    "verdict_rule",
+    "Comparison",
+]
+
+UNIFORM_TV = 0.05
+r"""A map is *near uniform* on a row when :math:`\mathrm{TV}(P, U) <` this and no key gets :data:`UNIFORM_PEAK` times its uniform weight (:func:`verdict`)."""
+UNIFORM_PEAK = 2.0
+r"""A map is *near uniform* on a row only when :math:`M \max_j P_j <` this: no key gets twice the uniform weight :math:`1/M` (:func:`verdict`)."""
+CLOSE_RATIO = 0.25
+r"""Two maps are *close* on a row when :math:`\mathrm{TV}(P_a, P_b) \le 0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))` (and they agree on the favourite key, :data:`TOP1_WEIGHT`)."""
+TOP1_WEIGHT = 0.9
+r"""*Close* also needs each map to give the other's favourite key at least this fraction of its own largest weight (:func:`verdict`)."""
+MAJORITY = 0.9
+"""The verdict of a whole comparison is the row verdict of at least this fraction of its rows, else ``"mixed"`` (:func:`overall_verdict`)."""
+#: The row verdicts of :func:`verdict`, in the order of their codes.
+ROW_VERDICTS: tuple[str, ...] = ("identical", "close", "different", "uninformative")
+#: Every verdict a comparison can get: the row verdicts and ``"mixed"`` (:func:`overall_verdict`).
+VERDICTS: tuple[str, ...] = ROW_VERDICTS + ("mixed",)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def verdict(
+    tv: float,
+    tv_uniform_a: float,
+    tv_uniform_b: float,
+    *,
+    peak_a: float,
+    peak_b: float,
+    top1_weight: float,
+    tolerance: float = 0.0,
+) -> str:
+    r"""Plain-language reading of ONE row of a comparison; symmetric in the two maps.
+
+    With :math:`U` the uniform row over the :math:`M` keys, in this order:
+
+    * ``"identical"`` when :math:`\mathrm{TV}(P_a, P_b) \le` ``tolerance``, the rounding level of
+      the computation (:attr:`Comparison.tv_tolerance`): the maps are equal up to rounding, whatever
+      their distance from uniform;
+    * ``"uninformative"`` when BOTH maps are near uniform: :math:`\mathrm{TV}(P, U) < 0.05` and
+      :math:`M \max_j P_j < 2` (no key gets twice its uniform weight :math:`1/M`, so the test scales
+      with :math:`M`): any two such maps are close in TV, so a small TV says nothing;
+    * ``"close"`` when the gap is small next to the structure of BOTH maps,
+      :math:`\mathrm{TV}(P_a, P_b) \le 0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))`, AND they
+      agree on the key that carries the weight: each map gives the other's favourite key at least
+      :math:`0.9` of its own largest weight (``top1_weight``, tie-aware);
+    * else ``"different"``.
+
+    ``tv``, ``tv_uniform_a``, ``tv_uniform_b`` are :math:`\mathrm{TV}(P_a, P_b)`,
+    :math:`\mathrm{TV}(P_a, U)`, :math:`\mathrm{TV}(P_b, U)`; ``peak_a``, ``peak_b`` are
+    :math:`M \max_j P_{a,j}` and :math:`M \max_j P_{b,j}`; ``top1_weight`` is
+    :math:`\min\bigl(P_{a}[\arg\max P_b] / \max P_a,\; P_{b}[\arg\max P_a] / \max P_b\bigr)`.
+    The thresholds are :data:`UNIFORM_TV`, :data:`UNIFORM_PEAK`, :data:`CLOSE_RATIO` and
+    :data:`TOP1_WEIGHT`; notebook 05 derives them and shows the calibration table
+    (:func:`hypviz.attention.calibration.cases`) the tests hold this rule to.  A whole comparison is read
+    from the fractions of its rows (:func:`overall_verdict`), never from row means.
+    """
+    return ROW_VERDICTS[
+        int(
+            row_verdicts(
+                torch.tensor([float(tv)]),
+                torch.tensor([float(tv_uniform_a)]),
+                torch.tensor([float(tv_uniform_b)]),
+                torch.tensor([float(peak_a)]),
+                torch.tensor([float(peak_b)]),
+                torch.tensor([float(top1_weight)]),
+                torch.tensor([float(tolerance)]),
+            )[0]
+        )
+    ]
+
+
+def row_verdicts(
+    tv: torch.Tensor,
+    ua: torch.Tensor,
+    ub: torch.Tensor,
+    peak_a: torch.Tensor,
+    peak_b: torch.Tensor,
+    top1_weight: torch.Tensor,
+    tolerance: torch.Tensor,
+) -> torch.Tensor:
+    """The rule of :func:`verdict` on every row at once: codes, indices into :data:`ROW_VERDICTS` (``int8``, the rows' shape)."""
+    tv, ua, ub = tv.double(), ua.double(), ub.double()
+    near_a = (ua < UNIFORM_TV) & (peak_a.double() < UNIFORM_PEAK)
+    near_b = (ub < UNIFORM_TV) & (peak_b.double() < UNIFORM_PEAK)
+    close = (tv <= CLOSE_RATIO * torch.minimum(ua, ub)) & (top1_weight.double() >= TOP1_WEIGHT)
+    code = torch.where(close, 1, 2)
+    code = torch.where(near_a & near_b, 3, code)
+    code = torch.where(tv <= tolerance.double(), 0, code)
+    return code.to(torch.int8)
+
+
+def _fractions(codes: torch.Tensor) -> dict[str, float]:
+    flat = codes.reshape(-1)
+    n = max(1, flat.numel())
+    return {name: float((flat == i).sum()) / n for i, name in enumerate(ROW_VERDICTS)}
+
+
+def overall_verdict(fractions: dict[str, float]) -> str:
+    r"""The verdict of many rows from the fraction of rows with each row verdict (:data:`MAJORITY` = 0.9).
+
+    ``"identical"`` when at least 90 % of the rows are identical; else ``"close"`` when at least 90 %
+    are identical or close; else ``"uninformative"`` or ``"different"`` when at least 90 % of the
+    rows are; otherwise ``"mixed"``: the rows disagree, and the fractions say how.  A minority of
+    rows (up to 10 %) can therefore never be hidden by a mean, and the fractions are always reported.
+    """
+    f = {name: float(fractions.get(name, 0.0)) for name in ROW_VERDICTS}
+    if f["identical"] >= MAJORITY:
+        return "identical"
+    if f["identical"] + f["close"] >= MAJORITY:
+        return "close"
+    for name in ("uninformative", "different"):
+        if f[name] >= MAJORITY:
+            return name
+    return "mixed"
+
+
+def describe_fractions(fractions: dict[str, float]) -> str:
+    """``"83% different, 17% uninformative"``: the nonzero fractions, largest first, in whole percent (``<1%`` for a few rows)."""
+    parts = []
+    for name, f in sorted(fractions.items(), key=lambda kv: (-kv[1], ROW_VERDICTS.index(kv[0]))):
+        if f > 0:
+            pct = round(100 * f)
+            parts.append(f"{'<1' if pct == 0 else ('>99' if pct == 100 and f < 1 else pct)}% {name}")
+    return ", ".join(parts) or "no rows"
+
+
+def verdict_rule() -> dict[str, str]:
+    """The rule of :func:`verdict` and :func:`overall_verdict` in words, with the thresholds (for ``metrics.json`` and the reports)."""
+    return {
+        "identical": "TV(P_a, P_b) within the rounding level of the computation (tv_tolerance)",
+        "uninformative": f"both maps near uniform: TV(P, uniform) < {UNIFORM_TV} and M max_j P_j < {UNIFORM_PEAK:g}",
+        "close": f"TV(P_a, P_b) <= {CLOSE_RATIO} x min(TV(P_a, uniform), TV(P_b, uniform)) and each map gives the other's "
+                 f"favourite key >= {TOP1_WEIGHT} of its own largest weight",
+        "different": "otherwise",
+        "mixed": f"a comparison (or head) whose rows disagree: no row verdict holds on {MAJORITY:.0%} of its rows "
+                 "(identical counts as close); the fractions are reported",
+    }
+
+
+def _mean(t: torch.Tensor | None) -> float | None:
+    return None if t is None else float(t.double().mean())
+
+
+@dataclasses.dataclass(repr=False)
+class Comparison:
+    r"""Row-by-row comparison of two attention maps :math:`P_a` and :math:`P_b` (``b`` is the reference), made by :func:`compare`.
+
+    Per-row fields are tensors of shape ``(..., N)`` (the broadcast leading axes, then the query
+    rows computed), on the inputs' device:
+
+    * ``kl``: :math:`\mathrm{KL}(P_b \| P_a) = \sum_j P_{b,j} \log(P_{b,j} / P_{a,j})`;
+    * ``tv``: the total variation :math:`\tfrac12 \sum_j |P_{b,j} - P_{a,j}|`;
+    * ``tv_uniform_a``, ``tv_uniform_b``: :math:`\mathrm{TV}(P_a, U)` and :math:`\mathrm{TV}(P_b, U)`,
+      :math:`U` the uniform row :math:`1/M`: the baseline, how far each map is from attending to
+      nothing in particular;
+    * ``logit_gap``: the spread :math:`\max_j g_j - \min_j g_j` of :math:`g = \log P_b - \log P_a`
+      (twice its sup-distance from the nearest constant; for two softmax kinds
+      :math:`(s_b - s_a)/\tau` up to a row constant);
+    * ``top1``: whether both maps put their largest weight on the same key, *tie-aware*: one map's
+      favourite counts when its logit in the other map is within that map's rounding bound of its
+      maximum;
+    * ``topk_overlap``: the fraction of one map's top-k keys that are (within rounding, the same
+      way) among the other's top k, the larger of the two directions;
+    * ``top1_weight``: :math:`\min(P_a[\arg\max P_b] / \max P_a,\ P_b[\arg\max P_a] / \max P_b)`,
+      how much of its own largest weight each map gives the other's favourite key (1 when they
+      agree, tie-aware);
+    * ``peak_a``, ``peak_b``: :math:`M \max_j P_j`, the largest weight in units of the uniform
+      weight :math:`1/M` (1 for the uniform row, :math:`M` for a one-hot row);
+    * ``tv_tolerance``: the TV that rounding alone can produce between two maps equal in exact
+      arithmetic (from the logits' rounding bounds; for given maps, from their dtype);
+    * ``output_gap``, ``output_uniform_a``, ``output_uniform_b`` (only with ``values=``): the
+      distance between the two attention outputs, and each output's distance from the output of
+      the uniform row (see :func:`hypviz.attention.compare`);
+    * ``spearman``: the Spearman rank correlation :math:`1 - 6 \sum_j d_j^2 / (M (M^2 - 1))` of the
+      two rows' ranks (ties are ranked in the order the sort returns: not tie-aware), ``None`` when
+      not computed.
+
+    For two softmax kinds (``None`` when a map is ``"focused"``: no such bound holds for it):
+
+    * ``delta``: the spread of the bias between the two kinds' logits,
+      :math:`\Delta_i = |c_a - c_b|\, q_{t,i} (\max_j \kappa_{t,j} - \min_j \kappa_{t,j}) / \tau`, with
+      :math:`c` each kind's coefficient of the key-norm bias :math:`q_t \kappa_t` (spatial 1,
+      distance 0, lorentz 0: identities 4 and 5);
+    * ``tv_bound``: :math:`\tanh(\Delta / 4)` (sharp, :func:`tv_supremum`);
+    * ``kl_bound``: the exact supremum :func:`kl_supremum` of :math:`\Delta`;
+      ``kl_bound_hoeffding``: :math:`\Delta^2 / 8`;
+    * ``allowance``: a rigorous floating-point allowance :math:`\alpha` on the logit gap (0 when
+      ``a == b``);
+    * ``bound_met``: whether :math:`\mathrm{TV} \le \tanh((\Delta + \alpha)/4)` and
+      :math:`\mathrm{KL} \le \sup\mathrm{KL}(\Delta + \alpha)`, each up to a slack of
+      :math:`8 \varepsilon \log_2(M + 1)` (relative and absolute, :math:`\varepsilon` the dtype's
+      machine epsilon) for the rounding of the statistics themselves.
+
+    The set-up: ``a``, ``b``, ``k``, ``temperature`` (:math:`\tau`), ``topk`` (capped at
+    :math:`M`), ``device`` (where it ran), ``dtype``, ``batch_shape``, ``n_queries`` (rows computed),
+    ``n_keys``, ``dim`` (:math:`d`), ``block_rows``, ``n_blocks``, ``power`` and ``norm_scale``
+    (``None`` without a focused map), ``n_queries_total`` and ``row_index`` (the sampled rows, or
+    ``None`` when every row was computed), ``elapsed_s``.  The bound being met is a fact about the
+    theory; whether the maps agree is :attr:`verdict`.
+    """
+
+    a: str
+    b: str
+    k: float | None
+    temperature: float | None
+    topk: int
+    device: str
+    dtype: str
+    batch_shape: tuple[int, ...]
+    n_queries: int
+    n_keys: int
+    dim: int | None
+    block_rows: int
+    n_blocks: int
+    kl: torch.Tensor
+    tv: torch.Tensor
+    tv_uniform_a: torch.Tensor
+    tv_uniform_b: torch.Tensor
+    logit_gap: torch.Tensor
+    top1: torch.Tensor
+    topk_overlap: torch.Tensor
+    top1_weight: torch.Tensor | None = None
+    peak_a: torch.Tensor | None = None
+    peak_b: torch.Tensor | None = None
+    tv_tolerance: torch.Tensor | None = None
+    output_gap: torch.Tensor | None = None
+    output_uniform_a: torch.Tensor | None = None
+    output_uniform_b: torch.Tensor | None = None
+    output_metric: str | None = None
+    spearman: torch.Tensor | None = None
+    delta: torch.Tensor | None = None
+    tv_bound: torch.Tensor | None = None
+    kl_bound: torch.Tensor | None = None
+    kl_bound_hoeffding: torch.Tensor | None = None
+    allowance: torch.Tensor | None = None
+    bound_met: torch.Tensor | None = None
+    power: float | None = None
+    norm_scale: float | None = None
+    n_queries_total: int | None = None
+    row_index: torch.Tensor | None = None
+    elapsed_s: float = 0.0
+
+    # ---- summaries (Python floats) ----
+    @property
+    def bound_applies(self) -> bool:
+        """Whether the softmax bound applies (both kinds are softmax kinds)."""
+        return self.delta is not None
+
+    @property
+    def mean_tv(self) -> float:
+        """Mean of ``tv`` over all rows (in float64)."""
+        return float(self.tv.double().mean())
+
+    @property
+    def max_tv(self) -> float:
+        """Largest ``tv`` of any row."""
+        return float(self.tv.max())
+
+    @property
+    def mean_kl(self) -> float:
+        """Mean of ``kl`` over all rows (in float64)."""
+        return float(self.kl.double().mean())
+
+    @property
+    def max_kl(self) -> float:
+        """Largest ``kl`` of any row."""
+        return float(self.kl.max())
+
+    @property
+    def mean_tv_uniform_a(self) -> float:
+        r"""Mean of ``tv_uniform_a`` (:math:`\mathrm{TV}(P_a, U)`, the baseline of map ``a``)."""
+        return float(self.tv_uniform_a.double().mean())
+
+    @property
+    def mean_tv_uniform_b(self) -> float:
+        r"""Mean of ``tv_uniform_b`` (:math:`\mathrm{TV}(P_b, U)`, the baseline of the reference)."""
+        return float(self.tv_uniform_b.double().mean())
+
+    @property
+    def gap_ratio(self) -> float | None:
+        r"""The gap next to the reference's baseline, :math:`\overline{\mathrm{TV}(P_a, P_b)} / \overline{\mathrm{TV}(P_b, U)}` (means over rows; ``None`` if the baseline is 0)."""
+        base = self.mean_tv_uniform_b
+        return None if base == 0.0 else self.mean_tv / base
+
+    @property
+    def row_verdict_codes(self) -> torch.Tensor:
+        """Each row's :func:`verdict`, as codes into :data:`ROW_VERDICTS` (``int8``, the rows' shape)."""
+        return row_verdicts(
+            self.tv, self.tv_uniform_a, self.tv_uniform_b, self.peak_a, self.peak_b, self.top1_weight, self.tv_tolerance
+        )
+
+    @property
+    def row_verdicts(self) -> dict[str, float]:
+        """Fraction of the rows with each row verdict, ``{"identical": ..., "close": ..., "different": ..., "uninformative": ...}``."""
+        return _fractions(self.row_verdict_codes)
+
+    @property
+    def verdict(self) -> str:
+        """The comparison's verdict: :func:`overall_verdict` of :attr:`row_verdicts` (a row verdict held by at least 90 % of the rows, else ``"mixed"``)."""
+        return overall_verdict(self.row_verdicts)
+
+    def head_verdicts(self) -> list[tuple[str, dict[str, float]]]:
+        """Per head (the flattened leading axes): its verdict and its rows' fractions, by the same rule."""
+        codes = self.row_verdict_codes.reshape(-1, self.n_queries)
+        return [(overall_verdict(f), f) for f in (_fractions(c) for c in codes)]
+
+    @property
+    def has_outputs(self) -> bool:
+        """Whether the attention outputs were compared (``values=``)."""
+        return self.output_gap is not None
+
+    @property
+    def mean_output_gap(self) -> float | None:
+        """Mean of ``output_gap`` (``None`` without ``values=``)."""
+        return _mean(self.output_gap)
+
+    @property
+    def output_ratio(self) -> float | None:
+        r"""The output gap next to its baseline, :math:`\overline{\mathrm{gap}} / \overline{d(o_b, o_U)}` (means over rows; ``None`` without values or when the baseline is 0)."""
+        if self.output_gap is None:
+            return None
+        base = float(self.output_uniform_b.double().mean())
+        return None if base == 0.0 else self.mean_output_gap / base
+
+    @property
+    def max_delta(self) -> float | None:
+        """Largest ``delta`` (``None`` when the bound does not apply)."""
+        return None if self.delta is None else float(self.delta.max())
+
+    @property
+    def mean_delta(self) -> float | None:
+        """Mean of ``delta`` (``None`` when the bound does not apply)."""
+        return _mean(self.delta)
+
+    @property
+    def bound_met_fraction(self) -> float | None:
+        """Fraction of rows that met the bound (``None`` when it does not apply)."""
+        return _mean(self.bound_met)
+
+    @property
+    def all_bounds_met(self) -> bool | None:
+        """Whether every row met the bound (``None`` when it does not apply)."""
+        return None if self.bound_met is None else bool(self.bound_met.all())
+
+    @property
+    def top1_agreement(self) -> float:
+        """Fraction of rows whose maps agree on their largest weight (tie-aware, ``top1``)."""
+        return float(self.top1.double().mean())
+
+    @property
+    def topk_agreement(self) -> float:
+        """Mean of ``topk_overlap`` over all rows."""
+        return float(self.topk_overlap.double().mean())
+
+    @property
+    def rank_correlation(self) -> float | None:
+        """Mean Spearman rank correlation of the rows (``None`` when not computed)."""
+        return _mean(self.spearman)
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows compared, over all leading axes."""
+        return int(self.tv.numel())
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the statistics were computed on a uniform sample of the query rows (``rows=``)."""
+        return self.row_index is not None
+
+    def ci(self, field: str = "tv", level: float = 0.95) -> tuple[float, float, float]:
+        r"""``(mean, low, high)``: the mean of a per-row field over all rows and its ``level`` confidence interval.
+
+        For a sampled comparison (``rows=R`` of :math:`N` rows per head, the same rows for each of the
+        :math:`H` heads, i.e. the flattened leading axes), the interval is ``mean`` :math:`\pm z\,\mathrm{se}`
+        (:math:`z` the normal quantile of ``level``), the normal approximation for a sample
+        stratified by head and drawn without replacement:
+
+        .. math::
+
+            \mathrm{se}^2 = \frac{1}{H^2} \sum_h \frac{s_h^2}{R}\,\frac{N - R}{N - 1},
+
+        :math:`s_h^2` the sample variance of head :math:`h`.  When every row was computed the mean
+        is exact and ``low = high = mean``.
+
+        Raises
+        ------
+        ValueError
+            When ``field`` is no per-row tensor here (``spearman`` when not computed, a scalar field);
+            a name that is no field at all raises ``AttributeError``.
+        """
+        import statistics
+
+        x = getattr(self, field)
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"ci: {field!r} is not a per-row statistic of this comparison")
+        x = x.detach().double().reshape(-1, self.n_queries).cpu()
+        mean = float(x.mean())
+        if not self.sampled:
+            return mean, mean, mean
+        heads, r = x.shape
+        total = int(self.n_queries_total)
+        fpc = (total - r) / (total - 1)
+        se = math.sqrt(float(x.var(dim=1, unbiased=True).sum()) / r * fpc) / heads
+        z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+        return mean, mean - z * se, mean + z * se
+
+    def to_dict(self) -> dict[str, Any]:
+        """The set-up, the summaries of the row statistics and the verdict as plain Python values, JSON-ready (no tensors)."""
+        return {
+            "a": self.a,
+            "b": self.b,
+            "k": self.k,
+            "temperature": self.temperature,
+            "power": self.power,
+            "norm_scale": self.norm_scale,
+            "device": self.device,
+            "dtype": self.dtype,
+            "batch_shape": list(self.batch_shape),
+            "n_queries": self.n_queries,
+            "n_keys": self.n_keys,
+            "dim": self.dim,
+            "block_rows": self.block_rows,
+            "n_blocks": self.n_blocks,
+            "verdict": self.verdict,
+            "row_verdicts": self.row_verdicts,
+            "mean_top1_weight": _mean(self.top1_weight),
+            "mean_peak_a": _mean(self.peak_a),
+            "mean_peak_b": _mean(self.peak_b),
+            "max_tv_tolerance": None if self.tv_tolerance is None else float(self.tv_tolerance.max()),
+            "mean_output_gap": self.mean_output_gap,
+            "mean_output_uniform_a": _mean(self.output_uniform_a),
+            "mean_output_uniform_b": _mean(self.output_uniform_b),
+            "output_ratio": self.output_ratio,
+            "output_metric": self.output_metric,
+            "mean_tv": self.mean_tv,
+            "max_tv": self.max_tv,
+            "mean_tv_uniform_a": self.mean_tv_uniform_a,
+            "mean_tv_uniform_b": self.mean_tv_uniform_b,
+            "gap_ratio": self.gap_ratio,
+            "mean_kl": self.mean_kl,
+            "max_kl": self.max_kl,
+            "top1_agreement": self.top1_agreement,
+            "topk": self.topk,
+            "topk_agreement": self.topk_agreement,
+            "rank_correlation": self.rank_correlation,
+            "bound_applies": self.bound_applies,
+            "max_delta": self.max_delta,
+            "bound_met_fraction": self.bound_met_fraction,
+            "sampled_rows": self.n_queries if self.sampled else None,
+            "n_queries_total": self.n_queries_total,
+            "ci95": {
+                name: list(self.ci(name)[1:])
+                for name in ("tv", "kl", "tv_uniform_a", "tv_uniform_b", "top1", "topk_overlap")
+            }
+            if self.sampled
+            else None,
+            "elapsed_s": self.elapsed_s,
+        }
+
+    def summary(self, show_device: bool = True) -> str:
+        """A readable summary, numbers rounded to 3 significant digits (no addresses, no timings).
+
+        ``show_device=False`` leaves out where it ran, for text that must not depend on the machine.
+        """
+        lead = f"{self.batch_shape} x " if self.batch_shape else ""
+        where = f" on {self.device}" if show_device else ""
+        ratio = self.gap_ratio
+        setup = "" if self.dim is None else f", d = {self.dim}, k = {_fmt(self.k)}, tau = {_fmt(self.temperature)}"
+        lines = [
+            f"Comparison {self.a!r} (P_a) vs {self.b!r} (P_b): {lead}{self.n_queries} queries x {self.n_keys} keys"
+            f"{setup}, {self.dtype}{where}",
+            f"  verdict: {self.verdict}  (rows: {describe_fractions(self.row_verdicts)})"
+            + ("" if ratio is None else f"  gap / baseline {_fmt(ratio)}"),
+        ]
+        if self.sampled:
+            lo, hi = self.ci("tv")[1:]
+            lines.append(
+                f"  sampled {self.n_queries} of {self.n_queries_total} query rows per head (uniform): "
+                f"mean TV 95% CI [{_fmt(lo)}, {_fmt(hi)}]"
+            )
+        lines += [
+            f"  TV(P_a, P_b)   mean {_fmt(self.mean_tv)}  max {_fmt(self.max_tv)}",
+            f"  baseline       TV(P_a, uniform) mean {_fmt(self.mean_tv_uniform_a)}  "
+            f"TV(P_b, uniform) mean {_fmt(self.mean_tv_uniform_b)}",
+            f"  KL(P_b || P_a) mean {_fmt(self.mean_kl)}  max {_fmt(self.max_kl)}",
+            f"  top-1 agreement {_fmt(self.top1_agreement)}   top-{self.topk} overlap {_fmt(self.topk_agreement)}"
+            + ("" if self.spearman is None else f"   Spearman {_fmt(self.rank_correlation)}"),
+        ]
+        if self.has_outputs:
+            lines.append(
+                f"  outputs ({self.output_metric}): gap mean {_fmt(self.mean_output_gap)}  "
+                f"baseline d(o_b, o_uniform) mean {_fmt(_mean(self.output_uniform_b))}  ratio {_fmt(self.output_ratio)}"
+            )
+        if self.bound_met is None:
+            lines.append("  softmax bound: not applicable (it holds between two softmax maps whose logits differ by the key-norm bias)")
+        else:
+            met = int(self.bound_met.sum())
+            lines.append(
+                f"  theory check: TV <= tanh(Delta/4), KL <= sup_KL(Delta) on {met} of {self.n_rows} rows "
+                f"(Delta max {_fmt(self.max_delta)})"
+            )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython
+        p.text(self.summary())
+

@@ -1,0 +1,348 @@
+r"""The logit kernels: for each kind of :mod:`hypviz.base.kinds`, the operands, the finishing, the rounding bound and the dense map.
+
+Every comparable kind's log-weights are ONE matrix product of operands, then a finishing step in place:
+
+.. math::
+
+    \log w_{ij} = f(A_i \cdot B_j) \quad (\text{up to a constant per row}), \qquad
+    A_{ij} = \frac{w_{ij}}{\sum_l w_{il}},
+
+with :math:`f` the identity (softmax kinds; the distance clamped at 0) or :math:`\log` (feature kinds).
+:class:`Operands` holds one map's ``A``, ``B`` and the per-row rounding bound of its log-weights;
+:class:`SharedLogits` holds two ``"bilinear"`` kinds from one product (the second a rank-one update of
+the first).  The kernels (:data:`KERNELS`, by the name a :class:`hypviz.base.kinds.Kind` gives) build
+them and compute the dense maps of :func:`hypviz.attention.attention_map`.  Everything here is
+unchecked: the public functions check their arguments once (:mod:`hypviz.attention.checks`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+from hypviz.attention.random_features import distance_rf_map, feature_operands, random_directions
+from hypviz.attention.checks import check_norm_scale, check_power
+from hypviz.base import kinds, validate
+from hypviz.base.kinds import Kind
+from hypviz.lorentz import distance_operands
+
+__all__ = ["FEATURE_EPS", "Operands", "SharedLogits", "Kernel", "KERNELS", "register_kernel", "kernel_for",
+           "operands", "dense_map", "raw_scores", "check_logit_range", "softmax_rows_", "logit_error", "rows_for",
+           "feature_map", "norm_scale_eps", "options"]
+
+FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_scale| + 1e-6)
+
+
+def softmax_rows_(x: torch.Tensor) -> torch.Tensor:
+    """Row softmax of a contiguous tensor, in place: no new ``N x M`` allocation.
+
+    On the CPU this is torch's fused last-dimension softmax kernel (max, exp and sum while the row
+    is in cache, one parallel loop) writing over its input, which that kernel supports (it reads a
+    row's maximum before writing and then works element by element).  Elsewhere, or should a
+    future torch refuse the aliasing, the max-shifted formula runs as in-place passes.
+    """
+    if x.device.type == "cpu" and x.is_contiguous():
+        try:
+            return torch.ops.aten._softmax.out(x, -1, False, out=x)
+        except RuntimeError:  # pragma: no cover - depends on the torch build
+            pass
+    x.sub_(x.amax(dim=-1, keepdim=True)).exp_()
+    return x.div_(x.sum(dim=-1, keepdim=True))
+
+
+
+def rows_for(nbytes: int, m: int, itemsize: int) -> int:
+    return max(1, nbytes // max(1, m * itemsize))
+
+
+def logit_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-row rounding bound of ``A @ B^T``: ``gamma_c * sum_c |A_ic| max_j |B_jc|`` (any summation order)."""
+    c = a.shape[-1]
+    gamma = (c + 3) * torch.finfo(a.dtype).eps
+    col_max = torch.maximum(b.amax(dim=-2, keepdim=True), -b.amin(dim=-2, keepdim=True))  # (..., 1, c), no copy of b
+    return gamma * (a.abs() * col_max).sum(dim=-1)
+
+
+
+def feature_map(xs: torch.Tensor, power: float) -> torch.Tensor:
+    """``fp(relu(x) + 1e-6, p)`` with ``fp(y, p) = |y| y^p / |y^p|``: Hypformer's ``phi`` times ``|norm_scale| + 1e-6``.
+
+    Hypformer's ``phi(x) = fp((relu(x) + 1e-6) / (|norm_scale| + 1e-6), p)``; ``fp`` is positively
+    homogeneous (``fp(c y) = c fp(y)``), so ``phi = c fp(relu(x) + 1e-6)`` with
+    ``c = 1 / (|norm_scale| + 1e-6)``, and ``c`` is applied by the callers where it does not cancel
+    (:func:`norm_scale_eps`): no ``norm_scale`` can make the features overflow or underflow.
+    ``fp`` is evaluated as ``|y| z / |z|`` with ``z = (y / max(y))^p``: the same value, but ``y^p``
+    can no longer overflow or underflow either.
+    """
+    y = torch.relu(xs) + FEATURE_EPS
+    if power == 1.0:
+        return y
+    z = y / y.amax(dim=-1, keepdim=True)
+    if torch.is_grad_enabled() and z.requires_grad:  # out of place, so autograd can follow
+        z = z.pow(power)
+        return z * (torch.linalg.vector_norm(y, dim=-1, keepdim=True) / torch.linalg.vector_norm(z, dim=-1, keepdim=True))
+    z.pow_(power)  # in place: no second (N, d) buffer
+    ratio = torch.linalg.vector_norm(y, dim=-1, keepdim=True) / torch.linalg.vector_norm(z, dim=-1, keepdim=True)
+    return z.mul_(ratio)
+
+
+def norm_scale_eps(eps: float, norm_scale: float) -> float:
+    """``eps / c^2 = eps (|norm_scale| + 1e-6)^2``: the normaliser's ``eps`` on the scale of ``fp`` features.
+
+    ``phi(q) . phi(kappa) = c^2 fp(q) . fp(kappa)``, so ``c^2 a / (c^2 sum a + eps) = a / (sum a + eps / c^2)``;
+    an overflow to ``inf`` gives the correct limit 0.
+    """
+    if eps == 0.0:
+        return 0.0
+    scale = abs(norm_scale) + FEATURE_EPS
+    return eps * scale * scale if scale < 1e150 else math.inf
+
+
+
+
+def options(kind: Kind, power: Any = 2.0, norm_scale: Any = 1.0, features: Any = 256, seed: Any = 0,
+            bias: Any = 0.0) -> dict[str, Any]:
+    """The checked parameters ``kind`` reads (its :attr:`~hypviz.base.kinds.Kind.options`), by name."""
+    checkers: dict[str, Callable[[], Any]] = {
+        "power": lambda: check_power(power),
+        "norm_scale": lambda: check_norm_scale(norm_scale),
+        "features": lambda: validate.integer(features, "features", 1, " (the number of random features)"),
+        "seed": lambda: validate.integer(seed, "seed"),
+        "bias": lambda: validate.number(bias, "bias"),
+    }
+    return {name: checkers[name]() for name in kind.options}
+
+
+class Operands:
+    """One map's operands: ``log-weights = finish(A @ B^T)`` (up to a row constant), ``err`` bounds each row's rounding."""
+
+    def __init__(self, kind: str, a: torch.Tensor, b: torch.Tensor, err: torch.Tensor, log: bool, clamp: bool):
+        self.kind, self.A, self.B, self.err, self.log, self.clamp = kind, a, b, err, log, clamp
+
+    def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Rows ``a_rows`` of the log-weights, written into ``out`` (``b_t`` is ``B`` transposed)."""
+        torch.mm(a_rows, b_t, out=out)
+        return self.finish_(out)
+
+    def finish_(self, out: torch.Tensor) -> torch.Tensor:
+        """In place: the log of positive feature products, or the distance logits clamped at 0 (``|q - k|^2_L >= 0``)."""
+        if self.log:
+            return out.clamp_min_(torch.finfo(out.dtype).tiny).log_()
+        return out.clamp_max_(0.0) if self.clamp else out
+
+    def largest(self) -> float:
+        """A bound on ``|log-weight|`` over all rows: ``sum_c |A_ic| max_j |B_jc|`` (read without copying ``B``)."""
+        col = torch.maximum(self.B.amax(dim=-2), -self.B.amin(dim=-2)).double().unsqueeze(-2)  # (..., 1, c)
+        return float((self.A.abs().double() * col).sum(dim=-1).max()) if self.A.numel() else 0.0
+
+
+class Kernel:
+    """How a family of kinds is computed: :meth:`operands` for compare's row blocks, :meth:`dense` for the map."""
+
+    def operands(self, kind: Kind, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]) -> Operands:
+        raise ValueError(f"kind {kind.name!r} is not compared row by row (its rows are not log-linear in one product)")
+
+    def dense(self, kind: Kind, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]) -> torch.Tensor:
+        raise NotImplementedError(f"kind {kind.name!r}: kernel {type(self).__name__} has no dense map")
+
+    def scores(self, kind: Kind, q: torch.Tensor, kk: torch.Tensor, kf: float) -> torch.Tensor:
+        raise ValueError(f"kind {kind.name!r} has no scores (it is not a softmax of scores); "
+                         f"scores exist for {', '.join(map(repr, kinds.softmax_names()))}")
+
+
+def _softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Row softmax in place on the CPU without gradient (no second ``N x M`` array), else ``torch.softmax``."""
+    if logits.device.type != "cpu" or logits.requires_grad:  # the in-place kernel is not differentiable
+        return torch.softmax(logits, dim=-1)
+    return softmax_rows_(logits)
+
+
+class Bilinear(Kernel):
+    r"""Softmax kinds with logits :math:`-\frac12\|q - \kappa\|_L^2 + c\, q_t \kappa_t` (``c`` the kind's ``bias``).
+
+    ``c = 1`` is computed as :math:`q_s \cdot \kappa_s` (one product of the spatial parts); ``c = 0`` by
+    the ``d + 3`` stable operands of :func:`hypviz.lorentz.distance_operands`; any other ``c`` by those
+    operands plus the column :math:`c\, q_t / \tau` against :math:`\kappa_t`.
+    """
+
+    def _ab(self, kind: Kind, q: torch.Tensor, kk: torch.Tensor, kf: float, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        if kind.bias == 1.0:
+            return q[..., 1:] * scale, kk[..., 1:]
+        a, b = distance_operands(q, kk, kf, scale)
+        if kind.bias == 0.0:
+            return a, b
+        return torch.cat([a, q[..., :1] * (kind.bias * scale)], dim=-1), torch.cat([b, kk[..., :1]], dim=-1)
+
+    def operands(self, kind, q, kk, kf, tau, opts):
+        a, b = self._ab(kind, q, kk, kf, 1.0 / tau)
+        return Operands(kind.name, a, b, logit_error(a, b), log=False, clamp=kind.bias == 0.0 and kind.constant == 0.0)
+
+    def dense(self, kind, q, kk, kf, tau, opts):
+        ops = self.operands(kind, q, kk, kf, tau, opts)
+        return _softmax(ops.finish_(ops.A @ ops.B.transpose(-1, -2)))  # (..., N, M): the only N x M allocation
+
+    def scores(self, kind, q, kk, kf):
+        r"""Raw scores :math:`-\frac12\|q - \kappa\|_L^2 + c\, q_t \kappa_t - o k`, by the direct product where one exists."""
+        if kind.bias == 1.0 and kind.constant == 1.0:  # q_s . kappa_s
+            return q[..., 1:] @ kk[..., 1:].transpose(-1, -2)
+        if kind.bias == 0.0 and kind.constant == 1.0:  # <q, kappa>_L
+            return torch.cat([-q[..., :1], q[..., 1:]], dim=-1) @ kk.transpose(-1, -2)
+        a, b = self._ab(kind, q, kk, kf, 1.0)
+        s = a @ b.transpose(-1, -2)
+        if kind.bias == 0.0 and kind.constant == 0.0:
+            return s.clamp_max_(0.0)  # -1/2 |q - kappa|^2_L <= 0
+        return s.sub_(kind.constant * kf)
+
+
+class Focused(Kernel):
+    """Hypformer's focused map: ``log-weights = log(fp(q_s) . fp(kappa_s))`` (``norm_scale`` cancels; :func:`feature_map`)."""
+
+    def operands(self, kind, q, kk, kf, tau, opts):
+        a, b = feature_map(q[..., 1:], opts["power"]), feature_map(kk[..., 1:], opts["power"])
+        # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c
+        gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
+        return Operands(kind.name, a, b, torch.full(a.shape[:-1], gamma, dtype=q.dtype, device=q.device), log=True, clamp=False)
+
+    def dense(self, kind, q, kk, kf, tau, opts, eps: float = 0.0):
+        fq, fk = feature_map(q[..., 1:], opts["power"]), feature_map(kk[..., 1:], opts["power"])
+        a = fq @ fk.transpose(-1, -2)
+        return a.div_(a.sum(dim=-1, keepdim=True).add_(norm_scale_eps(eps, opts["norm_scale"])))
+
+
+class RandomFeatures(Kernel):
+    """The distance map by positive random features (:mod:`hypviz.attention.random_features`): ``log(A @ B^T)``."""
+
+    def operands(self, kind, q, kk, kf, tau, opts):
+        omega = random_directions(opts["features"], q.shape[-1], seed=opts["seed"], dtype=q.dtype).to(q.device)
+        a, b = feature_operands(q, kk, kf, tau, omega)
+        # the log of A @ B^T: on rows of positive terms (no control variate) off by <= gamma_c; on rows with
+        # the control variate (terms of both signs) gamma_c sum_c |A_ic| max_j |B_jc|, relative to the row's mean weight
+        gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
+        col_max = torch.maximum(b.amax(dim=-2, keepdim=True), -b.amin(dim=-2, keepdim=True))
+        size = (a.abs() * col_max).sum(dim=-1)
+        mean = (a * b.mean(dim=-2, keepdim=True)).sum(dim=-1).abs().clamp_min(torch.finfo(q.dtype).tiny)
+        mixed = (a < 0).any(dim=-1)
+        err = torch.where(mixed, gamma * size / mean, torch.full_like(size, gamma))
+        return Operands(kind.name, a, b, err, log=True, clamp=False)
+
+    def dense(self, kind, q, kk, kf, tau, opts):
+        return distance_rf_map(q, kk, k=kf, temperature=tau, features=opts["features"], seed=opts["seed"])
+
+
+def _sqdist(q: torch.Tensor, kk: torch.Tensor, kf: float) -> torch.Tensor:
+    """``|q - kappa|^2_L = -2k - 2 <q, kappa>_L >= 0`` by one product (clamped: rounding can make it negative)."""
+    inner_ = q[..., 1:] @ kk[..., 1:].transpose(-1, -2) - q[..., :1] @ kk[..., :1].transpose(-1, -2)
+    return (-2.0 * kf - 2.0 * inner_).clamp_min(0.0)
+
+
+class Gate(Kernel):
+    r"""The Lorentz GCN's gate :math:`\sigma(-\frac12\|q - \kappa\|_L^2/\tau + b)`: rows not normalised."""
+
+    def dense(self, kind, q, kk, kf, tau, opts):
+        return torch.sigmoid(-0.5 * _sqdist(q, kk, kf) / tau + opts["bias"])
+
+
+class Geodesic(Kernel):
+    r"""The softmax of the hyperbolic distance itself, :math:`-d(q, \kappa)/\tau`, :math:`d = \sqrt k \operatorname{arcosh}(1 + \|q-\kappa\|_L^2/2k)`."""
+
+    def dense(self, kind, q, kk, kf, tau, opts):
+        u = _sqdist(q, kk, kf) / (2.0 * kf)  # arcosh(1 + u) = log1p(u + sqrt(u (u + 2))), accurate for small u
+        dist = math.sqrt(kf) * torch.log1p(u + torch.sqrt(u * (u + 2.0)))
+        return torch.softmax(-dist / tau, dim=-1)
+
+
+#: The kernels, by the name a :class:`~hypviz.base.kinds.Kind` gives (:data:`hypviz.base.kinds.KERNELS`).
+KERNELS: dict[str, Kernel] = {"bilinear": Bilinear(), "focused": Focused(), "random_features": RandomFeatures(),
+                              "gate": Gate(), "geodesic": Geodesic()}
+
+
+def register_kernel(name: str, kernel: Kernel) -> Kernel:
+    """Add a kernel for kinds whose computation is new (a name already taken is refused)."""
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"register_kernel takes a Kernel, got {type(kernel).__name__}")
+    if name in KERNELS:
+        raise ValueError(f"a kernel named {name!r} is already registered")
+    KERNELS[name] = kernel
+    return kernel
+
+
+def kernel_for(kind: Kind) -> Kernel:
+    """The kernel of ``kind`` (a one-line error naming the kind when none is registered)."""
+    try:
+        return KERNELS[kind.kernel]
+    except KeyError:
+        raise ValueError(f"kind {kind.name!r} names the kernel {kind.kernel!r}, which is not registered "
+                         f"(registered: {', '.join(KERNELS)})") from None
+
+
+def operands(name: str, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]) -> Operands:
+    """:class:`Operands` of the kind ``name`` (flattened ``(H, n, d + 1)`` checked points)."""
+    kind = kinds.get(name)
+    return kernel_for(kind).operands(kind, q, kk, kf, tau, opts)
+
+
+def dense_map(name: str, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]) -> torch.Tensor:
+    """The map of the kind ``name``, ``(..., N, M)``, from checked points."""
+    kind = kinds.get(name)
+    return kernel_for(kind).dense(kind, q, kk, kf, tau, opts)
+
+
+def raw_scores(name: str, q: torch.Tensor, kk: torch.Tensor, kf: float) -> torch.Tensor:
+    """The scores of the softmax kind ``name``, ``(..., N, M)``, from checked points."""
+    kind = kinds.get(name)
+    return kernel_for(kind).scores(kind, q, kk, kf)
+
+
+class SharedLogits:
+    r"""Two ``"bilinear"`` kinds from ONE product: logits :math:`S - \alpha\, c\, w^\top` with :math:`\alpha = 1 - \mathrm{bias}`.
+
+    ``S = q_s kappa_s^T / tau``, ``c = q_t / tau`` and ``w = kappa_t - sqrt(k) = |kappa_s|^2 / (kappa_t + sqrt(k))``
+    (no cancellation): by identities 1 and 4, :math:`-\frac12\|q - \kappa\|_L^2/\tau + \mathrm{bias}\, q_t\kappa_t/\tau
+    = S - (1 - \mathrm{bias})\, c\, w^\top` plus a row constant, which does not change a softmax.  So two such
+    kinds differ by a rank-one update, exact in every digit that matters to a softmax.  ``err(alpha)``
+    bounds each row's rounding of the logits of the kind with that :math:`\alpha` (any summation order).
+    """
+
+    def __init__(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float):
+        self.A = q[..., 1:] * (1.0 / tau)  # (H, N, d)
+        self.B = kk[..., 1:]  # (H, M, d), a view
+        self.c = q[..., 0] * (1.0 / tau)  # (H, N)
+        self.w = torch.linalg.vector_norm(kk[..., 1:], dim=-1).square_().div_(kk[..., 0] + math.sqrt(kf))  # (H, M)
+        self._err_s = logit_error(self.A, self.B)  # gamma * sum |A| max|B|
+        self._size = self._err_s / ((self.A.shape[-1] + 3) * torch.finfo(q.dtype).eps)  # sum_c |A_ic| max_j |B_jc| >= |S_ij|
+        self._cw = self.c.abs() * self.w.amax(dim=-1, keepdim=True) if self.w.numel() else torch.zeros_like(self.c)
+
+    def largest(self, alpha: float) -> torch.Tensor:
+        """Per row, a bound on ``|logit|`` of the kind with this ``alpha``."""
+        return self._size + abs(alpha) * self._cw
+
+    def err(self, alpha: float) -> torch.Tensor:
+        """Per row, the rounding bound of the logits of the kind with this ``alpha``."""
+        if alpha == 0.0:
+            return self._err_s
+        return self._err_s + 3.0 * torch.finfo(self.A.dtype).eps * self.largest(alpha)
+
+    def rows(self, h: int, idx: torch.Tensor, alpha: float, dev: torch.device) -> torch.Tensor:
+        """Logit rows ``idx`` of head ``h`` for the kind with this ``alpha`` (recomputed, for the few rows that need it)."""
+        s = self.A[h, idx].to(dev) @ self.B[h].to(dev).transpose(0, 1)
+        if alpha != 0.0:
+            s.addr_(self.c[h, idx].to(dev), self.w[h].to(dev), alpha=-alpha)
+        return s
+
+
+def check_logit_range(largest: float, dtype: torch.dtype, tau: float, largest_at_1: Callable[[], float]) -> None:
+    """Refuse a temperature whose logits overflow ``dtype`` (the softmax would be NaN), naming the smallest usable one.
+
+    ``largest``: a bound on ``|logit|`` at ``tau``; ``largest_at_1``: the same at ``tau = 1`` in float64
+    (computed only when refusing).
+    """
+    if largest < torch.finfo(dtype).max / 16:
+        return
+    big1 = largest_at_1()
+    name = str(dtype).replace("torch.", "")
+    raise ValueError(
+        f"temperature {tau:g} makes the logits overflow {name} (largest |s / tau| about {big1 / tau:.3g}, "
+        f"{name} holds {torch.finfo(dtype).max:.3g}); the smallest usable is about {16 * big1 / torch.finfo(dtype).max:.3g}"
+    )

@@ -1,0 +1,243 @@
+r"""The dense attention maps: :func:`scores`, :func:`attention_map` and Hypformer's focused linear attention.
+
+Each kind's map is computed by its kernel (:mod:`hypviz.attention.kernels`), named by its entry in
+:mod:`hypviz.base.kinds`; the arguments are checked once (:mod:`hypviz.attention.checks`).  Pairwise
+arrays come from one matrix product, never from broadcasting ``N x M x d``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hypviz.attention.checks import check_eps, check_kind, check_norm_scale, check_power, check_temperature, checked_inputs
+from hypviz.attention.kernels import KERNELS, dense_map, feature_map, norm_scale_eps, options, raw_scores
+from hypviz.base import kinds
+
+__all__ = ["KINDS", "SOFTMAX_KINDS", "MODEL_KINDS", "scores", "attention_map", "focused_linear_map", "focused_linear_attention"]
+
+ArrayLike = Any
+
+#: The built-in kinds :func:`hypviz.attention.compare` takes (the registry, :func:`hypviz.base.kinds.comparable`, may hold more).
+KINDS: tuple[str, ...] = kinds.comparable()
+#: The built-in kinds whose map is a row softmax of :func:`scores` over a temperature.
+SOFTMAX_KINDS: tuple[str, ...] = tuple(n for n in KINDS if kinds.get(n).kernel == "bilinear")
+#: The built-in kinds of other hyperbolic attention families, computed by :func:`attention_map` (and read by
+#: :mod:`hypviz.capture`) but not compared by :func:`hypviz.attention.compare`: ``"sigmoid"``, the Lorentz GCN gate
+#: :math:`\sigma(-\tfrac12\|q - \kappa\|_L^2/\tau + b)` (rows not normalised), and ``"poincare"``, the
+#: softmax of the hyperbolic distance itself, :math:`\mathrm{softmax}_j(-d(q_i, \kappa_j)/\tau)` (not squared).
+MODEL_KINDS: tuple[str, ...] = tuple(n for n in kinds.names() if n not in KINDS)
+
+
+def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) -> torch.Tensor:
+    r"""Attention scores between every query and every key, shape ``(..., N, M)``, by one matrix product.
+
+    .. math::
+
+        s^{\mathrm{spatial}}_{ij} = q_{s,i} \cdot \kappa_{s,j}, \qquad
+        s^{\mathrm{distance}}_{ij} = -\tfrac12 \|q_i - \kappa_j\|_L^2 \le 0, \qquad
+        s^{\mathrm{lorentz}}_{ij} = \langle q_i, \kappa_j\rangle_L = -\tfrac12 \|q_i - \kappa_j\|_L^2 - k
+
+    Parameters
+    ----------
+    queries : array or tensor, shape (..., N, d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k`, time first (checked).
+    keys : array or tensor, shape (..., M, d + 1)
+        Points; their leading axes broadcast against those of ``queries``.
+    kind : str
+        A ``"bilinear"`` softmax kind of :mod:`hypviz.base.kinds`: ``"spatial"``, ``"distance"`` or ``"lorentz"``
+        (``"focused"`` has no scores).
+    k : float
+        Curvature parameter.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., N, M)``, dtype and device of the inputs.  ``"distance"`` is computed from the
+        ``d + 3`` columns of :func:`hypviz.lorentz.distance_operands` (identity 1 with time measured
+        from the origin's, no cancellation near it) and clamped at 0; ``"lorentz"`` directly as
+        :math:`-q_t \kappa_t + q_s \cdot \kappa_s`.
+
+    Raises
+    ------
+    ValueError
+        For another ``kind``, points off the hyperboloid, ``d`` that differ, leading axes that do not
+        broadcast, inputs on two devices, or :math:`k \le 0`; ``TypeError`` when the dtypes differ.
+    """
+    check_kind(kind, allowed=tuple(n for n in kinds.names() if kinds.get(n).kernel == "bilinear"))
+    q, kk, _, kf, _ = checked_inputs(queries, keys, k)
+    return raw_scores(kind, q, kk, kf)
+
+
+
+
+def attention_map(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    kind: str,
+    *,
+    k: float = 1.0,
+    temperature: float | None = None,
+    power: float = 2.0,
+    norm_scale: float = 1.0,
+    heads_axis: int | None = None,
+    features: int = 256,
+    seed: int = 0,
+    bias: float = 0.0,
+) -> torch.Tensor:
+    r"""Attention map of ``kind``, shape ``(..., N, M)``; every row sums to 1 (except ``"sigmoid"``'s).
+
+    For the softmax kinds, with :math:`s` the :func:`scores` of ``kind``,
+
+    .. math::
+
+        A_{ij} = \frac{\exp(s_{ij} / \tau)}{\sum_l \exp(s_{il} / \tau)} ;
+
+    ``"lorentz"`` is evaluated as ``"distance"``, which has the same softmax (identity 5), because
+    the direct :math:`-q_t \kappa_t + q_s \cdot \kappa_s` loses the differences between keys when
+    :math:`k` is large.  ``"focused"`` is Hypformer's linear map, :func:`focused_linear_map` with
+    ``power`` and ``norm_scale`` (no softmax; ``temperature`` is not used).  ``"distance_rf"`` is the
+    implicit map of the linear-time distance attention, :func:`hypviz.attention.random_features.distance_rf_map`
+    with ``features`` random features drawn from ``seed`` (orthogonal, with the first-order control
+    variate): an estimate of the ``"distance"`` map at ``temperature``.
+
+    Parameters
+    ----------
+    queries, keys : array or tensor, shapes (..., N, d + 1) and (..., M, d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k`, time first (checked); leading axes broadcast.
+    kind : str
+        A registered kind (:func:`hypviz.base.kinds.names`; the built-in ones are :data:`KINDS` and :data:`MODEL_KINDS`).
+    k : float
+        Curvature parameter.
+    temperature : float, optional
+        :math:`\tau`, default :math:`\sqrt{d}` (``d`` the spatial dimension).  Hypformer's full
+        (quadratic) attention is ``"distance"`` at :math:`\tau = k \cdot \mathrm{scale} / 2`, its
+        learned ``scale`` initialised to :math:`\sqrt{d}` (``scale / 2`` in its simplified code,
+        whose ``cinner`` does not divide by ``k``; :mod:`hypviz.capture` measures which).
+    power, norm_scale : float
+        The focused map's ``power_k`` and ``norm_scale`` (``"focused"`` only).
+    heads_axis : int, optional
+        The heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's); the result is then
+        heads-first, ``(H, N, M)``.
+    features, seed : int
+        The number of random features and their seed (``"distance_rf"`` only).
+    bias : float
+        The gate's bias :math:`b` (``"sigmoid"`` only).  The two kinds of :data:`MODEL_KINDS` are
+
+        .. math::
+
+            A^{\mathrm{sigmoid}}_{ij} = \sigma\Bigl(\frac{-\tfrac12\|q_i - \kappa_j\|_L^2}{\tau} + b\Bigr),
+            \qquad
+            A^{\mathrm{poincare}}_{ij} = \mathrm{softmax}_j\Bigl(\frac{-d(q_i, \kappa_j)}{\tau}\Bigr),
+            \quad d = \sqrt{k}\,\operatorname{arcosh}\Bigl(1 + \frac{\|q - \kappa\|_L^2}{2k}\Bigr),
+
+        the Lorentz GCN's gate (HyboNet's ``(2 + 2<q,kappa>_L)/scale + bias`` at :math:`k = 1`,
+        :math:`\tau = \mathrm{scale}/2`) and the Poincare-ball attention of the HNN++ style (the
+        distance of the ball equals the hyperboloid's, so the points are hyperboloid points).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(..., N, M)``, dtype and device of the inputs.  One matrix product writes the logits; on
+        the CPU, without gradient, the softmax then overwrites them in place, so no second
+        ``N x M`` array exists.  On other devices, or when a gradient is needed, it is
+        ``torch.softmax`` (differentiable; ``torch.autograd.gradcheck`` checks it in the tests).
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``kind``, a non-positive ``temperature`` or ``power``, a non-finite
+        ``norm_scale``, a bad ``heads_axis``, or inputs :func:`scores` refuses, and for a scalar
+        parameter given as a tensor that requires grad (like ``k``); ``TypeError`` when the dtypes
+        differ, or for tensors without dense data (meta, sparse, nested).
+    """
+    kd = kinds.get(kind)
+    q, kk, _, kf, _ = checked_inputs(queries, keys, k, heads_axis=heads_axis)
+    tau = check_temperature(temperature, q.shape[-1] - 1) if kd.temperature else 0.0
+    opts = options(kd, power=power, norm_scale=norm_scale, features=features, seed=seed, bias=bias)
+    return dense_map(kind, q, kk, kf, tau, opts)
+
+
+def focused_linear_map(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    *,
+    power: float = 2.0,
+    norm_scale: float = 1.0,
+    k: float = 1.0,
+    eps: float = 0.0,
+) -> torch.Tensor:
+    r"""Hypformer's implicit linear-attention map, shape ``(..., N, M)``: no softmax, all entries positive.
+
+    .. math::
+
+        A_{ij} = \frac{\phi(q_i) \cdot \phi(\kappa_j)}{\sum_l \phi(q_i) \cdot \phi(\kappa_l) + \varepsilon},
+        \qquad
+        \phi(x) = f_p\Bigl(\frac{\mathrm{relu}(x_s) + 10^{-6}}{|\mathrm{norm\_scale}| + 10^{-6}}\Bigr),
+        \qquad
+        f_p(y) = \frac{\|y\|}{\|y^p\|}\, y^p,
+
+    with the power :math:`y^p` taken element-wise (the focusing function, :math:`p` = ``power``), on
+    the spatial parts only and without :math:`1/\sqrt{d}`, as in Hypformer's ``TransConvLayer``.
+    Each row sums to 1 for :math:`\varepsilon = 0` (``eps``, the default; Hypformer adds
+    :math:`10^{-6}` to the normaliser).  :math:`f_p` is positively homogeneous, so ``norm_scale``
+    cancels from the map (exactly when :math:`\varepsilon = 0`; otherwise it only rescales
+    :math:`\varepsilon`), and the features are computed without it: any finite ``norm_scale`` works.
+    Hypformer never forms this map; here it costs :math:`O(N M d)`.
+
+    ``queries (..., N, d + 1)`` and ``keys (..., M, d + 1)`` are checked to lie on
+    :math:`\langle x, x\rangle_L = -k`; only their spatial parts enter.
+
+    Raises
+    ------
+    ValueError
+        For points or shapes :func:`scores` refuses, a non-positive ``power``, a non-finite
+        ``norm_scale`` or a negative or non-finite ``eps``; ``TypeError`` when the dtypes differ.
+    """
+    q, kk, _, kf, _ = checked_inputs(queries, keys, k)
+    opts = dict(power=check_power(power), norm_scale=check_norm_scale(norm_scale))
+    return KERNELS["focused"].dense(kinds.get("focused"), q, kk, kf, 0.0, opts, eps=check_eps(eps))
+
+
+def focused_linear_attention(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    values: ArrayLike,
+    *,
+    power: float = 2.0,
+    norm_scale: float = 1.0,
+    k: float = 1.0,
+    eps: float = 0.0,
+) -> torch.Tensor:
+    r"""Hypformer's aggregated spatial output, computed right to left: no ``N x M`` array.
+
+    With :math:`\phi` as in :func:`focused_linear_map` and :math:`V_s` the values' spatial parts,
+
+    .. math::
+
+        O = \frac{\phi(Q)\,\bigl(\phi(K)^\top V_s\bigr)}{\phi(Q) \sum_j \phi(\kappa_j) + \varepsilon},
+
+    in :math:`O((N + M)\, d\, d_v)` time and :math:`O((N + M)(d + d_v) + d\, d_v)` memory.  By
+    associativity it equals ``focused_linear_map(queries, keys) @ V_s`` up to rounding (the tests
+    hold float32 to a relative :math:`10^{-5}`).  ``values (..., M, d_v + 1)`` are points (checked);
+    the result is the spatial output ``(..., N, d_v)`` (Hypformer then adds a learned map of
+    :math:`V_s`, averages the heads and lifts with ``hypviz.lorentz.lift(out, k)``).
+    ``eps = 1e-6`` reproduces Hypformer's normaliser exactly; the default 0 makes the identity with
+    the map exact.
+
+    Raises
+    ------
+    ValueError
+        As :func:`focused_linear_map`, and when ``values`` has not one row per key.
+    """
+    q, kk, v, _, _ = checked_inputs(queries, keys, k, values)
+    p, s, e = check_power(power), check_norm_scale(norm_scale), check_eps(eps)
+    fq, fk = feature_map(q[..., 1:], p), feature_map(kk[..., 1:], p)
+    kv = fk.transpose(-1, -2) @ v[..., 1:]  # (..., d, d_v)
+    numerator = fq @ kv  # (..., N, d_v)
+    normaliser = fq @ fk.sum(dim=-2).unsqueeze(-1)  # (..., N, 1)
+    return numerator.div_(normaliser.add_(norm_scale_eps(e, s)))
+
+
+

@@ -1,0 +1,211 @@
+"""The statistics of one row block of a comparison, from its two logit blocks.
+
+Private kernels of :func:`hypviz.attention.compare` (:mod:`hypviz.attention.streamed_compare`): each reads a
+``rows x M`` block of logits (and may overwrite it, as documented), and writes per-row results.
+KL and TV use the tilted form (``expm1``/``log1p``: accurate to the rounding of the logits), the
+uniform baselines are computed without cancellation, top-k agreement is tie-aware.
+"""
+
+from __future__ import annotations
+
+import math
+import torch
+
+from hypviz.attention.kernels import Operands, softmax_rows_
+from hypviz.lorentz import dist, lift
+
+_P_ROUTE_EPS = 8.0  # baselines from the softmax weights where the logits' rounding bound (tol / 2) exceeds 4 eps
+_TILT_MAX_GAP = 30.0  # rows with a wider logit gap use the direct log-softmax formulas
+
+
+def _direct_stats(la: torch.Tensor, lb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """KL(P_b || P_a) and TV from log-softmax (used for rows with a very wide logit gap)."""
+    lpa, lpb = torch.log_softmax(la, dim=-1), torch.log_softmax(lb, dim=-1)
+    pb = lpb.exp()
+    kl = (pb * (lpb - lpa)).sum(dim=-1).clamp_min_(0.0)
+    tv = 0.5 * (pb - lpa.exp()).abs().sum(dim=-1)
+    return kl, tv
+
+
+def _topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk(x, k, dim=-1)`` of a contiguous ``(rows, M)`` block, in one cheap pass for large ``M``.
+
+    The row is cut into chunks; the ``k`` largest entries lie in the ``k`` chunks with the largest
+    maxima (each chunk holding one of them has a maximum at least the ``k``-th largest value), so
+    only those chunks (and a short tail) are searched.  The values are exactly torch's; among tied
+    keys the index chosen may differ, which the tie-aware statistics do not see.
+    """
+    r, m = x.shape
+    chunk = max(64, int(math.sqrt(m)))
+    n_chunks = m // chunk
+    if n_chunks < 4 * k or not x.is_contiguous():
+        return torch.topk(x, k, dim=-1)
+    main = n_chunks * chunk
+    _, best = torch.topk(x[:, :main].view(r, n_chunks, chunk).amax(dim=-1), k, dim=-1)  # (rows, k)
+    idx = (best.unsqueeze(-1) * chunk + torch.arange(chunk, device=x.device)).reshape(r, k * chunk)
+    if main < m:
+        idx = torch.cat([idx, torch.arange(main, m, device=x.device).expand(r, m - main)], dim=-1)
+    v, j = torch.topk(torch.gather(x, -1, idx), k, dim=-1)
+    return v, torch.gather(idx, -1, j)
+
+
+def _weighted_sum(p: torch.Tensor, x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+    """``sum_j p_ij x_ij`` per row through a scratch buffer (faster on the CPU than ``vecdot``)."""
+    return torch.mul(p, x, out=tmp).sum(dim=-1)
+
+
+def _tv_uniform_p(p: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``TV(P, U) = 1/2 sum_j |p_j - mean p| / sum_j p_j`` and the peak ``M max_j p_j / sum_j p_j`` per row, from computed softmax weights.
+
+    Normalising by the computed sum cancels the rounding of the softmax's own normaliser (a factor
+    common to the row); what is left is each weight's own rounding, at most ``~2 eps`` on ``TV``
+    (:func:`_baseline` takes the rows where that is more than the logits' own rounding).
+    """
+    total = p.sum(dim=-1)
+    peak = p.amax(dim=-1) * p.shape[-1] / total
+    mean = (total / p.shape[-1]).unsqueeze(-1)
+    return 0.5 * torch.sub(p, mean, out=tmp).abs_().sum(dim=-1) / total, peak
+
+
+def _baseline(l: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """``TV(softmax(l), U)`` and the peak ``M max_j P_j`` per row, and whether ``l`` now holds the softmax (computed in place).
+
+    From the weights (:func:`_tv_uniform_p`), whose rounding moves ``TV`` by up to ``~2 eps``, on
+    the rows where the logits' own rounding (``tol / 2`` per row, about as much on ``TV``) is larger;
+    the other rows (logits near 0: maps near uniform) from the logits by centred ``expm1``
+    (:func:`_tv_uniform`, no cancellation).
+    """
+    small = (tol < _P_ROUTE_EPS * torch.finfo(l.dtype).eps).nonzero().squeeze(-1)
+    if len(small) == l.shape[0]:
+        tv, peak = _tv_uniform(l, tmp)
+        return tv, peak, False
+    exact = _tv_uniform(l.index_select(0, small), tmp[: len(small)]) if len(small) else None
+    tv, peak = _tv_uniform_p(softmax_rows_(l), tmp)
+    if exact is not None:
+        tv[small], peak[small] = exact
+    return tv, peak, True
+
+
+def _rank_stats(
+    la: torch.Tensor,
+    lb: torch.Tensor,
+    tol_a: torch.Tensor,
+    tol_b: torch.Tensor,
+    t_k: int,
+    out: dict[str, torch.Tensor],
+    top1: torch.Tensor,
+    sl: tuple,
+    rank: bool,
+) -> None:
+    """Tie-aware top-1 / top-k agreement (and Spearman) of one row block; reads ``la``, ``lb`` only.
+
+    A key of one map's top-k counts as shared when its log-weight in the other map is at least that
+    map's k-th largest minus ``tol`` (the rounding bound of the difference of two computed logits);
+    the overlap is the larger of the two directions' counts over ``k``.  Keys tied in exact arithmetic
+    (symmetric embeddings) are therefore never told apart by rounding noise, and the work is
+    ``O(rows x k)`` beyond the two ``topk`` calls.
+    """
+    va, ia = _topk_rows(la, t_k)
+    vb, ib = _topk_rows(lb, t_k)
+    ta, tb = tol_a.unsqueeze(-1), tol_b.unsqueeze(-1)
+    b_in_a = torch.gather(la, -1, ib) >= va[:, -1:] - ta  # (rows, k)
+    a_in_b = torch.gather(lb, -1, ia) >= vb[:, -1:] - tb
+    both = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1))
+    out["overlap"][sl] = both.to(la.dtype) / t_k
+    # each map's log-weight on the other's favourite key, below its own largest (0 when tied within rounding)
+    short_a = (va[:, :1] - torch.gather(la, -1, ib[:, :1]) - ta).clamp_min_(0.0).squeeze(-1)
+    short_b = (vb[:, :1] - torch.gather(lb, -1, ia[:, :1]) - tb).clamp_min_(0.0).squeeze(-1)
+    top1[sl] = (short_a == 0) | (short_b == 0)
+    out["fav"][sl] = torch.exp(-torch.maximum(short_a, short_b))
+    if rank:
+        m = la.shape[-1]
+        ra = la.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
+        rb = lb.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
+        ssd = ra.sub_(rb).square_().sum(dim=-1)
+        out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
+
+
+def _tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``TV(softmax(l), U)`` and the peak ``M max_j P_j`` per row without cancellation.
+
+    With ``u = l - mean l``: ``TV = 1/2 mean_j |e^{u_j} - mean e^u| / mean e^u`` and
+    ``M max_j P_j = e^{max u} / mean e^u``.
+    """
+    u = torch.sub(l, l.mean(dim=-1, keepdim=True), out=tmp)
+    u_max = u.amax(dim=-1)
+    wide = (u_max - u.amin(dim=-1)) > _TILT_MAX_GAP
+    any_wide = bool(wide.any())
+    if any_wide:
+        u.masked_fill_(wide.unsqueeze(-1), 0.0)
+        u_max = u_max.masked_fill(wide, 0.0)
+    e = u.expm1_()
+    mean = e.mean(dim=-1)
+    peak = torch.exp(u_max) / (1.0 + mean)
+    tv = 0.5 * e.sub_(mean.unsqueeze(-1)).abs_().mean(dim=-1) / (1.0 + mean)
+    if any_wide:
+        idx = wide.nonzero().squeeze(-1)
+        p = torch.softmax(l[idx], dim=-1)
+        tv[idx] = 0.5 * (p - 1.0 / l.shape[-1]).abs().sum(dim=-1)
+        peak[idx] = p.amax(dim=-1) * l.shape[-1]
+    return tv, peak
+
+
+def _block_stats(
+    la: torch.Tensor,
+    lb: torch.Tensor,
+    out: dict[str, torch.Tensor],
+    sl: tuple,
+    op_a: tuple["Operands", torch.Tensor, torch.Tensor],
+    op_b: tuple["Operands", torch.Tensor, torch.Tensor],
+    tmp: torch.Tensor,
+) -> None:
+    """KL, TV and logit gap of one row block; overwrites the logit buffers ``la``, ``lb`` and ``tmp``."""
+    g = torch.sub(la, lb, out=la)  # g' = (s_a - s_b) / tau = -g
+    gap = g.amax(dim=-1) - g.amin(dim=-1)
+    out["gap"][sl] = gap
+    pb = softmax_rows_(lb)
+    g.sub_(_weighted_sum(pb, g, tmp).unsqueeze(-1))  # -h, centred under P_b
+    s = _weighted_sum(pb, g, tmp)  # E_Pb[-h] (zero up to rounding)
+    wide = gap > _TILT_MAX_GAP
+    any_wide = bool(wide.any())
+    if any_wide:
+        g.masked_fill_(wide.unsqueeze(-1), 0.0)
+    e = g.expm1_()  # e^{-h} - 1
+    m1 = _weighted_sum(pb, e, tmp)  # E_Pb[e^{-h}] - 1
+    out["kl"][sl] = (torch.log1p(m1) - s).clamp_min_(0.0)
+    e.sub_(m1.unsqueeze(-1)).abs_()
+    out["tv"][sl] = 0.5 * _weighted_sum(pb, e, tmp) / (1.0 + m1)
+    if any_wide:  # recompute those rows' logits and use log-softmax directly
+        idx = wide.nonzero().squeeze(-1)
+        (ka, qa, ba_t), (kb, qb, bb_t) = op_a, op_b
+        la_w = ka.logits(qa[idx], ba_t, torch.empty(len(idx), ba_t.shape[1], dtype=la.dtype, device=la.device))
+        lb_w = kb.logits(qb[idx], bb_t, torch.empty(len(idx), bb_t.shape[1], dtype=la.dtype, device=la.device))
+        kl_w, tv_w = _direct_stats(la_w, lb_w)
+        h, rows = sl
+        out["kl"][h, rows.start + idx] = kl_w
+        out["tv"][h, rows.start + idx] = tv_w
+
+
+def _output_stats(
+    pa: torch.Tensor, pb: torch.Tensor, v: torch.Tensor, v_uniform: torch.Tensor, kf: float | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""Distances between the two attention outputs of a row block, and of each from the uniform row's output.
+
+    The outputs are the weighted averages :math:`m = \sum_j P_{ij} v_j` (``pa @ v``, ``pb @ v``;
+    ``v_uniform`` is :math:`\operatorname{mean}_j v_j`).  With ``kf`` (values on the hyperboloid
+    :math:`\langle v, v\rangle_L = -k`) each average is taken to the manifold as the Lorentzian
+    centroid :math:`\sqrt{k}\, m / \sqrt{-\langle m, m\rangle_L}` (the aggregation of Hypformer's
+    full mode) and distances are geodesic; without it they are Euclidean.  Returns ``(gap,
+    from_uniform_a, from_uniform_b)``, one value per row.
+    """
+    oa, ob = pa @ v, pb @ v
+    ou = v_uniform.expand_as(oa)
+    if kf is None:
+        return (oa - ob).norm(dim=-1), (oa - ou).norm(dim=-1), (ob - ou).norm(dim=-1)
+
+    def centroid(m: torch.Tensor) -> torch.Tensor:  # its spatial part, lifted (time recomputed)
+        norm2 = m[..., :1].square() - m[..., 1:].square().sum(dim=-1, keepdim=True)
+        return lift(m[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(torch.finfo(m.dtype).tiny).sqrt()), kf)
+
+    ca, cb, cu = centroid(oa), centroid(ob), centroid(ou)
+    return dist(ca, cb, kf), dist(ca, cu, kf), dist(cb, cu, kf)

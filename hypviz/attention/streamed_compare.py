@@ -1,0 +1,529 @@
+"""``compare()``: two attention maps compared row by row, streaming over row blocks.
+
+Nothing of size ``N x M`` is ever allocated: each block of query rows gets its logits (for a
+softmax kind against one that differs from it by the key-norm bias, from ONE matrix product, the
+second map a rank-one update of the first; otherwise one product per map), and every statistic
+of :class:`hypviz.attention.comparison.Comparison` is taken from the block before the next one is computed.
+Public through :func:`hypviz.attention.compare`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+
+from hypviz.attention.checks import check_kind, check_temperature, checked_inputs, flatten_batch, resolve_device
+from hypviz.attention.comparison import Comparison
+from hypviz.attention.kernels import Operands, SharedLogits, check_logit_range, operands, options, rows_for, softmax_rows_
+from hypviz.attention.row_blocks import (
+    _TILT_MAX_GAP,
+    _baseline,
+    _block_stats,
+    _direct_stats,
+    _output_stats,
+    _rank_stats,
+    _tv_uniform,
+    _weighted_sum,
+)
+from hypviz.base import kinds, validate
+from hypviz.base.bounds import kl_supremum, tv_supremum
+from hypviz.lorentz import lift
+
+__all__ = ["compare"]
+
+ArrayLike = Any
+
+_COMPARE_BLOCK_BYTES = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 4 * 2**20))  # CPU: 4 MiB logit buffers (measured fastest with 32+ rows, 2 cores)
+_DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffers
+_MIN_BLOCK_ROWS = 32  # compare on CPU: rows per block the cache-sized default may not go below (budget permitting)
+_SPEARMAN_MAX_KEYS = 4096  # compare: rank correlations by default only up to this many keys
+
+
+def _block_rows_for(m: int, itemsize: int, budget: int) -> int:
+    # three (rows x M) buffers live across the block (two logit rows and one scratch)
+    return max(1, budget // (3 * m * itemsize))
+
+
+def _two_rows(s: torch.Tensor, c: torch.Tensor, w: torch.Tensor, alpha_a: float, alpha_b: float,
+              spare: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both kinds' logit rows from ``S`` (in ``s``): ``S - alpha c w^T``, the one with ``alpha = 0`` left as ``S``."""
+    if alpha_a == 0.0:
+        return s, torch.addr(s, c, w, alpha=-alpha_b, out=spare)
+    if alpha_b == 0.0:
+        return torch.addr(s, c, w, alpha=-alpha_a, out=spare), s
+    lb = torch.addr(s, c, w, alpha=-alpha_b, out=spare)
+    return s.addr_(c, w, alpha=-alpha_a), lb
+
+
+def _shared_blocks(
+    sh: SharedLogits,
+    alphas: tuple[float, float],
+    n: int,
+    rows: int,
+    t_k: int,
+    rank: bool,
+    tol: tuple[torch.Tensor, torch.Tensor],
+    out: dict[str, torch.Tensor],
+    top1: torch.Tensor,
+    bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    dev: torch.device,
+    bar: Any,
+) -> None:
+    """Every statistic of a comparison of two ``"bilinear"`` kinds, one product per row block.
+
+    Per block: ``S`` by one matrix product, each map by a rank-one update ``S - alpha c w^T`` (none for ``alpha = 0``), top-k of both, both
+    maps by in-place softmaxes and their uniform baselines from the weights (rows near uniform
+    recomputed without cancellation), then the tilted KL and TV from ``x = log P_a - log P_b`` (up to
+    a constant) ``= (alpha_b - alpha_a) c (w - E_{P_b} w)``, another rank-one form.  Three ``rows x M`` buffers;
+    nothing of size ``N x M``.
+    """
+    buf_s, buf_d, tmp = bufs
+    alpha_a, alpha_b = alphas
+    sign = alpha_b - alpha_a  # x = log P_a - log P_b + const = sign * c * w
+    heads = sh.A.shape[0]
+    for h in range(heads):
+        b_t = sh.B[h].to(dev).transpose(0, 1)
+        w = sh.w[h].to(dev)
+        w_span = w.amax() - w.amin()
+        for i in range(0, n, rows):
+            j = min(i + rows, n)
+            r = j - i
+            sl = (h, slice(i, j))
+            c = sh.c[h, i:j].to(dev)
+            s = torch.mm(sh.A[h, i:j].to(dev), b_t, out=buf_s[:r])
+            la, lb = _two_rows(s, c, w, alpha_a, alpha_b, buf_d[:r])
+            ta, tb = tol[0][sl], tol[1][sl]
+            _rank_stats(la, lb, ta, tb, t_k, out, top1, sl, rank)
+            out["gap"][sl] = c * w_span if abs(sign) == 1.0 else abs(sign) * c * w_span  # spread of log P_a - log P_b
+            # the baselines (the other map's logits are consumed here), then P_b in place
+            ua, peak_a, _ = _baseline(la, ta, tmp[:r])
+            ub, peak_b, done = _baseline(lb, tb, tmp[:r])
+            pb = lb if done else softmax_rows_(lb)
+            out["ua"][sl], out["ub"][sl] = ua, ub
+            out["pa"][sl], out["pb"][sl] = peak_a, peak_b
+            wb = pb @ w  # E_{P_b}[w]
+            x = torch.addr((-sign * c * wb).unsqueeze(-1), c, w, alpha=sign, out=tmp[:r])  # centred under P_b
+            scratch = la  # consumed above
+            s1 = _weighted_sum(pb, x, scratch)  # E_{P_b}[x] (zero up to rounding; cancels it below)
+            wide = out["gap"][sl] > _TILT_MAX_GAP
+            any_wide = bool(wide.any())
+            if any_wide:
+                x.masked_fill_(wide.unsqueeze(-1), 0.0)
+            e = x.expm1_()  # e^x - 1
+            m1 = _weighted_sum(pb, e, scratch)  # E_{P_b}[e^x] - 1
+            out["kl"][sl] = (torch.log1p(m1) - s1).clamp_min_(0.0)
+            e.sub_(m1.unsqueeze(-1)).abs_()
+            out["tv"][sl] = 0.5 * _weighted_sum(pb, e, scratch) / (1.0 + m1)
+            if any_wide:
+                idx = wide.nonzero().squeeze(-1)
+                kl_w, tv_w = _direct_stats(sh.rows(h, i + idx, alpha_a, dev), sh.rows(h, i + idx, alpha_b, dev))
+                out["kl"][h, i + idx] = kl_w
+                out["tv"][h, i + idx] = tv_w
+            if bar is not None:
+                bar.update(1)
+
+
+def compare(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    a: str = "spatial",
+    b: str = "distance",
+    *,
+    k: float = 1.0,
+    temperature: float | None = None,
+    power: float = 2.0,
+    norm_scale: float = 1.0,
+    features: int = 256,
+    device: str | torch.device = "auto",
+    block_rows: int | None = None,
+    topk: int = 5,
+    spearman: bool | None = None,
+    heads_axis: int | None = None,
+    rows: int | None = None,
+    seed: int = 0,
+    rf_seed: int | None = None,
+    memory_budget: int | None = None,
+    progress: bool | None = None,
+    values: ArrayLike | None = None,
+) -> Comparison:
+    r"""Compare the attention maps of two kinds row by row, streaming over blocks of query rows.
+
+    :math:`P_a` and :math:`P_b` are the maps of :func:`attention_map` (softmax kinds at temperature
+    :math:`\tau`; ``"focused"`` with ``power`` and ``norm_scale``); ``b`` is the reference.  Each
+    query row gets :math:`\mathrm{KL}(P_b \| P_a)`, the total variation, each map's TV from the
+    uniform row :math:`U` (the baseline every gap must be read against), tie-aware top-1 and top-k
+    agreement, a Spearman rank correlation and, for two softmax kinds, the bound's :math:`\Delta_i`
+    and whether the row met it (see :class:`Comparison`); :attr:`Comparison.verdict` reads the
+    result as ``"close"``, ``"different"`` or ``"uninformative"`` (:func:`verdict`).  For two
+    softmax kinds whose logits carry the key-norm bias :math:`q_t \kappa_t / \tau` with coefficients
+    :math:`c_a, c_b` (spatial 1, distance and lorentz 0),
+
+    .. math::
+
+        \Delta_i = |c_a - c_b|\, \frac{q_{t,i} (\max_j \kappa_{t,j} - \min_j \kappa_{t,j})}{\tau}, \qquad
+        \mathrm{TV}_i \le \tanh\frac{\Delta_i}{4}, \qquad
+        \mathrm{KL}_i(P_b \| P_a) \le \log\frac{e^{\Delta_i} - 1}{\Delta_i} - 1 + \frac{\Delta_i}{e^{\Delta_i} - 1}
+        \le \frac{\Delta_i^2}{8} .
+
+    Parameters
+    ----------
+    queries, keys : array or tensor, shapes (..., N, d + 1) and (..., M, d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k`, time first (checked); leading axes broadcast.
+        Tensors that require grad are detached: the statistics are not differentiable.
+    a, b : str
+        Kinds of :data:`KINDS`; ``b`` is the reference.
+    k : float
+        Curvature parameter.
+    temperature : float, optional
+        :math:`\tau`, default :math:`\sqrt{d}`.  Hypformer's full attention is ``"distance"`` at
+        :math:`\tau = k \cdot \mathrm{scale} / 2` (its learned ``scale``, initialised to
+        :math:`\sqrt{d}`; ``scale / 2`` in its simplified code).
+    power, norm_scale : float
+        The focused map's ``power_k`` and ``norm_scale`` (checked and used only with ``"focused"``).
+    features : int
+        The number of random features of ``"distance_rf"`` (:func:`hypviz.attention.random_features.distance_rf_map`,
+        drawn from ``seed``; used only with that kind, which like ``"focused"`` has no softmax bound).
+    device : str or torch.device
+        ``"auto"`` (CUDA when available, else the CPU), ``"cpu"`` or ``"cuda[:i]"``.  The blocks are
+        computed there; the per-row results come back on the inputs' device; ``result.device`` says
+        where it ran.
+    block_rows : int, optional
+        Query rows per block (capped at :math:`N`); by default from ``memory_budget``, so that the
+        working memory is :math:`O(\mathrm{block\_rows} \times M)` whatever :math:`N`.
+    topk : int
+        The :math:`k` of the top-k agreement (capped at :math:`M`).
+    spearman : bool, optional
+        Compute the per-row Spearman correlation (sorts every row, :math:`O(N M \log M)`); by
+        default when :math:`M \le 4096`.
+    heads_axis : int, optional
+        The heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's), moved to the front.
+    rows : int, optional
+        Compute the statistics on ``rows`` query rows only (an integer :math:`\ge 2`), drawn
+        uniformly without replacement (the same rows for every head), against all :math:`M` keys:
+        for very large :math:`N`.  Every mean then comes with a confidence interval,
+        :meth:`Comparison.ci`.  ``rows >= N`` computes every row.
+    seed : int
+        Seed of ``torch.randperm`` drawing the ``rows``.
+    rf_seed : int, optional
+        Seed of the random features of ``"distance_rf"`` (default: ``seed``).
+    memory_budget : int, optional
+        Bytes for the three ``block_rows x M`` buffers.  Default: on the CPU 256 MiB, with at most
+        about 4 MiB per buffer unless that is under 32 rows (cache-friendlier); on CUDA a quarter
+        of the free device memory, at least 256 MiB and at most 8 GiB.
+    progress : bool, optional
+        Show a tqdm bar on stderr; by default only for long runs (at least 64 blocks and
+        :math:`2^{28}` logits) on a terminal.
+
+    Returns
+    -------
+    Comparison
+        Per-row tensors of shape ``(..., n)`` (``n`` the query rows computed) on the inputs'
+        device, the set-up and the summaries.
+
+    Raises
+    ------
+    ValueError
+        For an unknown kind, points or shapes :func:`scores` refuses, a non-positive
+        ``temperature`` or ``power``, a non-finite ``norm_scale``, a bad ``topk``, ``block_rows``,
+        ``memory_budget``, ``spearman``, ``rows``, ``seed``, ``heads_axis`` or ``device``; a
+        temperature so small that the logits overflow the dtype (the message names the smallest
+        usable one); statistics that come out non-finite.  ``TypeError`` when the dtypes differ.
+
+    Notes
+    -----
+    *One product or two.*  When one kind is ``"spatial"`` and the other ``"distance"`` or
+    ``"lorentz"`` (either way round), both maps come from one matrix product per row block.  With
+    :math:`S_{ij} = q_{s,i} \cdot \kappa_{s,j} / \tau`, :math:`c_i = q_{t,i} / \tau` and
+    :math:`w_j = \kappa_{t,j} - \sqrt{k} = \|\kappa_{s,j}\|^2 / (\kappa_{t,j} + \sqrt{k})`
+    (no cancellation), identities 1 and 4 give
+
+    .. math::
+
+        -\frac{\|q_i - \kappa_j\|_L^2}{2\tau} = S_{ij} - c_i w_j + \Bigl(\frac{k}{\tau} - c_i \sqrt{k}\Bigr),
+
+    and the row constant in brackets does not change a softmax: the distance (and lorentz) map is
+    the softmax of the rank-one update :math:`S - c\, w^\top` of the spatial logits.  So
+    :math:`\log P_a - \log P_b = \pm c_i w_j` up to a row constant, and the logit gap is
+    :math:`c_i (\max_j w_j - \min_j w_j)`, which is :math:`\Delta_i` in exact arithmetic.  Every other
+    pair (distance against lorentz, a kind against itself, anything against ``"focused"``) computes
+    each map's own logits, one product per map and block: the distance and lorentz kinds by the
+    operands of :func:`hypviz.lorentz.distance_operands`, the focused map as the logarithm of its
+    feature products.
+
+    *The statistics.*  With :math:`x_j = \log P_{a,j} - \log P_{b,j}` centred under :math:`P_b`,
+
+    .. math::
+
+        \mathrm{KL}(P_b \| P_a) = \log \mathbb{E}_{P_b}[e^{x}] - \mathbb{E}_{P_b}[x], \qquad
+        \mathrm{TV}(P_a, P_b) = \frac{\mathbb{E}_{P_b}\bigl|e^{x} - \mathbb{E}_{P_b}[e^{x}]\bigr|}{2\,\mathbb{E}_{P_b}[e^{x}]},
+
+    evaluated with ``expm1`` and ``log1p``: accurate to the rounding of the logits, not of the
+    log-probabilities (of size :math:`\log M`).  Rows whose logit gap exceeds 30 use the direct
+    log-softmax formulas instead.  The baselines, with :math:`u = l - \operatorname{mean}_j l_j`
+    centred logits,
+
+    .. math::
+
+        \mathrm{TV}(P, U) = \frac{\operatorname{mean}_j \bigl|e^{u_j} - \operatorname{mean}_l e^{u_l}\bigr|}{2 \operatorname{mean}_l e^{u_l}},
+
+    likewise by ``expm1`` (by the softmax directly for rows whose logits span more than 30).  In
+    the one-product path this holds for rows whose logits' rounding bound is under
+    :math:`4\varepsilon`, the maps near uniform; the other rows' baselines come from the computed
+    softmax weights normalised by their sum, whose rounding (about :math:`2\varepsilon` on TV) is then
+    below the logits' own.
+
+    *Ties and bounds.*  The top-1 and top-k agreements count a key as shared when its logit in the
+    other map is within that map's rounding bound of the cut, so keys tied in exact arithmetic
+    (symmetric embeddings) are never told apart by rounding noise.  :math:`\Delta_i` is computed in
+    float64 from the spatial parts,
+    :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j} = (n_{\max} - n_{\min}) / (\sqrt{n_{\max} + k} + \sqrt{n_{\min} + k})`
+    with :math:`n = \|\kappa_s\|^2`, without the cancellation of two rounded time coordinates.  The
+    working memory is three ``block_rows x M`` buffers (plus temporaries of that size for the
+    Spearman ranks); nothing of size ``N x M`` is allocated.
+    """
+    start = time.perf_counter()
+    kind_a = kinds.get(check_kind(a, "a", kinds.comparable()))
+    kind_b = kinds.get(check_kind(b, "b", kinds.comparable()))
+    q, kk, v, kf, batch = checked_inputs(queries, keys, k, values, heads_axis=heads_axis, detach=True)
+    half = str(q.dtype).replace("torch.", "") if q.dtype in (torch.float16, torch.bfloat16) else None
+    if half is not None:
+        # half precision resolves logits to ~1e-3 and overflows the statistics' sums: compute in float32,
+        # from the spatial parts (time recomputed, so that the points lie on float32's hyperboloid)
+        q, kk = lift(q[..., 1:].float(), kf), lift(kk[..., 1:].float(), kf)
+        v = None if v is None else lift(v[..., 1:].float(), kf)
+    d = q.shape[-1] - 1
+    tau = check_temperature(temperature, d)
+    seed_f = seed if rf_seed is None else rf_seed
+    opts = {**options(kind_a, power, norm_scale, features, seed_f), **options(kind_b, power, norm_scale, features, seed_f)}
+    p_f, s_f = opts.get("power"), opts.get("norm_scale")
+    topk = validate.integer(topk, "topk", 1)
+    block_rows = validate.integer(block_rows, "block_rows", 1, " (None: automatic)", allow_none=True)
+    memory_budget = validate.integer(memory_budget, "memory_budget", 1, " (bytes; None: automatic)", allow_none=True)
+    if spearman is not None and not isinstance(spearman, bool):
+        raise ValueError(f"spearman must be True, False or None (automatic), got {spearman!r}")
+    dev = resolve_device(device)
+
+    n_total, row_index = q.shape[-2], None
+    if rows is not None:
+        rows = validate.integer(rows, "rows", 2, " (query rows to sample; None: all)", allow_none=True)
+        seed = validate.integer(seed, "seed")
+        if rows < n_total:
+            gen = torch.Generator().manual_seed(int(seed))
+            row_index = torch.randperm(n_total, generator=gen)[: int(rows)].sort().values
+            q = q.index_select(-2, row_index.to(q.device))
+    n, m = q.shape[-2], kk.shape[-2]
+    dtype, itemsize = q.dtype, q.element_size()
+    t_k = min(topk, m)
+    rank = m <= _SPEARMAN_MAX_KEYS if spearman is None else spearman
+    if block_rows is None:
+        budget = memory_budget
+        if budget is None:
+            budget = _DEFAULT_BUDGET
+            if dev.type == "cuda":
+                budget = max(budget, min(8 * 2**30, torch.cuda.mem_get_info(dev)[0] // 4))
+            else:
+                # cache-sized blocks, but never fewer than 32 rows while the budget allows: for very many
+                # keys a block of a few rows would re-read the key operands once per handful of queries
+                rows_cap = max(rows_for(_COMPARE_BLOCK_BYTES, m, itemsize), _MIN_BLOCK_ROWS)
+                budget = min(budget, 3 * m * itemsize * rows_cap)
+        block_rows = _block_rows_for(m, itemsize, budget)
+    rows = min(block_rows, n)
+
+    qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
+    heads = qf.shape[0]
+    # two "bilinear" kinds: one product per block, the second map a rank-one update of the first
+    shared = kinds.shares_one_product(a, b)
+    if shared:
+        alphas = (1.0 - kind_a.bias, 1.0 - kind_b.bias)
+        sh = SharedLogits(qf, kfl, kf, tau)
+        big = float(max(sh.largest(alpha).max() for alpha in alphas)) if qf.numel() else 0.0
+        check_logit_range(big, q.dtype, tau, lambda: float(max(
+            SharedLogits(qf.double(), kfl.double(), kf, 1.0).largest(alpha).max() for alpha in alphas)))
+        err_a, err_b = sh.err(alphas[0]), sh.err(alphas[1])
+
+        def largest() -> float:
+            return big
+    else:
+        ka = operands(a, qf, kfl, kf, tau, opts)
+        kb = operands(b, qf, kfl, kf, tau, opts)
+        soft = [name for name, op in ((a, ka), (b, kb)) if not op.log]  # softmax logits can overflow; logs of products cannot
+        check_logit_range(max([op.largest() for op in (ka, kb) if not op.log], default=0.0), q.dtype, tau, lambda: max(
+            operands(name, qf.double(), kfl.double(), kf, 1.0, opts).largest() for name in soft))
+        err_a, err_b = ka.err, kb.err
+
+        def largest() -> float:
+            return max(ka.largest(), kb.largest())
+
+    names = ("kl", "tv", "gap", "overlap", "fav", "ua", "ub", "pa", "pb") + (("rho",) if rank else ())
+    out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
+    top1 = torch.empty(heads, n, dtype=torch.bool, device=dev)
+    buf_a = torch.empty(rows, m, dtype=dtype, device=dev)
+    buf_b = torch.empty(rows, m, dtype=dtype, device=dev)
+    buf_c = torch.empty(rows, m, dtype=dtype, device=dev)
+    tol_a, tol_b = (2.0 * err_a).to(dev), (2.0 * err_b).to(dev)
+
+    n_blocks = heads * math.ceil(n / rows)
+    show = progress
+    if show is None:
+        show = n_blocks >= 64 and n * m * heads >= 2**28 and sys.stderr.isatty()
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=n_blocks, desc=f"compare {a} vs {b}", unit="block", leave=False, file=sys.stderr)
+    try:
+        if shared:
+            _shared_blocks(sh, alphas, n, rows, t_k, rank, (tol_a, tol_b), out, top1, (buf_a, buf_b, buf_c), dev, bar)
+        else:
+            for h in range(heads):
+                ba_t = ka.B[h].to(dev).transpose(0, 1)
+                bb_t = kb.B[h].to(dev).transpose(0, 1)
+                for i in range(0, n, rows):
+                    j = min(i + rows, n)
+                    qa, qb = ka.A[h, i:j].to(dev), kb.A[h, i:j].to(dev)
+                    la = ka.logits(qa, ba_t, buf_a[: j - i])
+                    lb = kb.logits(qb, bb_t, buf_b[: j - i])
+                    sl = (h, slice(i, j))
+                    _rank_stats(la, lb, tol_a[sl], tol_b[sl], t_k, out, top1, sl, rank)
+                    out["ua"][sl], out["pa"][sl] = _tv_uniform(la, buf_c[: j - i])
+                    out["ub"][sl], out["pb"][sl] = _tv_uniform(lb, buf_c[: j - i])
+                    _block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t), buf_c[: j - i])
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    outputs: dict[str, Any] = {}
+    if v is not None:
+        outputs = _compare_outputs(
+            v, batch, n, rows, dev, kf, shared and (sh, alphas), None if shared else (ka, kb)
+        )
+    bad = [name for name, t in (("TV", out["tv"]), ("KL", out["kl"]), ("uniform baselines", out["ua"])) if not bool(torch.isfinite(t).all())]
+    if bad or not bool(torch.isfinite(out["ub"]).all()):
+        raise ValueError(
+            f"compare {a} vs {b}: the {', '.join(bad) or 'uniform baselines'} came out non-finite in {dtype}: the logits "
+            f"(largest |s / tau| about {largest():.3g}) are beyond what {dtype} resolves at k = {kf:g}, "
+            f"tau = {tau:g}; use float64, a larger temperature or a smaller k"
+        )
+    home = q.device
+    shape = (*batch, n)
+    # TV at the rounding level of the logits: identical maps in exact arithmetic give a logit gap of at
+    # most 2 (err_a + err_b), hence TV <= tanh(gap / 4) <= (err_a + err_b) / 2; plus the statistics' own rounding
+    eps_d = torch.finfo(dtype).eps
+    tv_tol = 0.5 * (err_a + err_b).to(dev) + 16.0 * eps_d * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
+
+    def back(t: torch.Tensor) -> torch.Tensor:
+        return t.to(home).reshape(shape)
+
+    bounds: dict[str, torch.Tensor | None] = {}
+    if kinds.bound_applies(a, b):
+        # the bound, per row, and the floating-point allowance on the logit gap
+        # in float64 from the spatial parts: kappa_t,max - kappa_t,min = (n_max - n_min) / (t_max + t_min),
+        # n = |kappa_s|^2, without the cancellation of two rounded time coordinates (large k, float32)
+        nk = torch.cat([c.double().square().sum(dim=-1) for c in kfl[..., 1:].split(65536, dim=-2)], dim=-1)  # no float64 copy of all keys
+        n_max, n_min = nk.amax(dim=-1), nk.amin(dim=-1)
+        spread = ((n_max - n_min) / ((n_max + kf).sqrt() + (n_min + kf).sqrt())).unsqueeze(-1)
+        q_t = (qf[..., 1:].double().square().sum(dim=-1) + kf).sqrt()
+        delta = (abs(kind_a.bias - kind_b.bias) * q_t * spread / tau).to(dtype)
+        eps = torch.finfo(dtype).eps
+        allowance = torch.zeros_like(delta) if a == b else 2.0 * (err_a + err_b) + 4.0 * eps * delta
+        d_eff = (delta + allowance).to(home).reshape(shape)
+        ulps = 8.0 * eps * math.log2(m + 1)
+        kl, tv = back(out["kl"]), back(out["tv"])
+        met = (tv <= torch.tanh(d_eff / 4) * (1 + ulps) + ulps) & (
+            kl <= kl_supremum(d_eff) * (1 + ulps) + ulps * (d_eff + eps)
+        )
+        dl = delta.to(dtype).to(home).reshape(shape)
+        bounds = dict(
+            delta=dl,
+            tv_bound=tv_supremum(dl),
+            kl_bound=kl_supremum(dl),
+            kl_bound_hoeffding=dl.square() / 8,
+            allowance=allowance.to(dtype).to(home).reshape(shape),
+            bound_met=met,
+        )
+    return Comparison(
+        a=a,
+        b=b,
+        k=kf,
+        temperature=tau,
+        topk=t_k,
+        device=str(dev),
+        dtype=str(dtype).replace("torch.", "") + ("" if half is None else f" (from {half} inputs)"),
+        batch_shape=tuple(batch),
+        n_queries=n,
+        n_keys=m,
+        dim=d,
+        block_rows=rows,
+        n_blocks=n_blocks,
+        kl=back(out["kl"]),
+        tv=back(out["tv"]),
+        tv_uniform_a=back(out["ua"]),
+        tv_uniform_b=back(out["ub"]),
+        logit_gap=back(out["gap"]),
+        top1=back(top1),
+        topk_overlap=back(out["overlap"]),
+        top1_weight=back(out["fav"]),
+        peak_a=back(out["pa"]),
+        peak_b=back(out["pb"]),
+        tv_tolerance=back(tv_tol),
+        spearman=back(out["rho"]) if rank else None,
+        power=p_f,
+        norm_scale=s_f,
+        n_queries_total=n_total,
+        row_index=row_index,
+        elapsed_s=time.perf_counter() - start,
+        **{name: None if t is None else back(t) for name, t in outputs.items()},
+        output_metric="geodesic distance between Lorentzian centroids" if v is not None else None,
+        **bounds,
+    )
+
+
+def _compare_outputs(
+    v: torch.Tensor,
+    batch: torch.Size,
+    n: int,
+    rows: int,
+    dev: torch.device,
+    kf: float,
+    shared: Any,
+    pair: tuple[Operands, Operands] | None,
+) -> dict[str, torch.Tensor]:
+    """The outputs' gap and baselines (:func:`hypviz.attention.row_blocks._output_stats`), a second pass over the row blocks.
+
+    Each block's two maps are recomputed from their logits (``shared``: the one-product operands;
+    else the two kinds' own) and both aggregate the same values by the Lorentzian centroid.
+    """
+    vf = flatten_batch(v, batch)
+    heads = vf.shape[0]
+    res = {name: torch.empty(heads, n, dtype=v.dtype, device=dev) for name in ("output_gap", "output_uniform_a", "output_uniform_b")}
+    for h in range(heads):
+        vh = vf[h].to(dev)
+        vu = vh.mean(dim=0)
+        for i in range(0, n, rows):
+            j = min(i + rows, n)
+            if pair is None:
+                sh, (alpha_a, alpha_b) = shared
+                idx = torch.arange(i, j)
+                la, lb = sh.rows(h, idx, alpha_a, dev), sh.rows(h, idx, alpha_b, dev)
+            else:
+                la, lb = (
+                    kd.logits(kd.A[h, i:j].to(dev), kd.B[h].to(dev).transpose(0, 1), torch.empty(j - i, kd.B.shape[-2], dtype=v.dtype, device=dev))
+                    for kd in pair
+                )
+            gap, ua, ub = _output_stats(torch.softmax(la, dim=-1), torch.softmax(lb, dim=-1), vh, vu, kf)
+            res["output_gap"][h, i:j], res["output_uniform_a"][h, i:j], res["output_uniform_b"][h, i:j] = gap, ua, ub
+    return res
+
+
+
+
+
+
+

@@ -1,0 +1,219 @@
+r"""The registry of attention kinds: one entry a kind, read by every part of hypviz (no torch).
+
+A kind is a way to turn queries and keys on the hyperboloid into an attention map.  Its
+:class:`Kind` entry says everything the rest of the package needs to know about it: its family,
+its map in one formula, the kernel that computes it (in :mod:`hypviz.attention.kernels`), which other
+kinds it can share one matrix product with, its key-norm bias coefficient (where the softmax-gap bound
+applies), its rounding bound, its titles and its one-line description.  ``attention_map``,
+``compare``, ``compare_maps``, the command's ``--kinds`` and ``--help``, the plots, the explorables,
+the summaries and the capture readers all read from here.
+
+The families:
+
+``"softmax"``
+    a row softmax of logits over a temperature :math:`\tau`, :math:`A_{ij} = \operatorname{softmax}_j(s_{ij}/\tau)`;
+``"features"``
+    a normalised product of positive features, :math:`A_{ij} = \phi(q_i)\cdot\psi(\kappa_j) / \sum_l \phi(q_i)\cdot\psi(\kappa_l)`;
+``"gate"``
+    an element-wise gate whose rows are not normalised (not compared row by row).
+
+The softmax kinds of kernel ``"bilinear"`` have logits, up to a constant per row,
+
+.. math::
+
+    s_{ij} = -\tfrac12 \|q_i - \kappa_j\|_L^2 + c\, q_{t,i} \kappa_{t,j} \qquad (c = \texttt{bias}),
+
+so two of them differ by the rank-one bias :math:`(c_a - c_b)\, q_t \kappa_t / \tau`: they share one
+matrix product per block of rows, and the bound :math:`\mathrm{TV} \le \tanh(\Delta/4)` with
+:math:`\Delta = |c_a - c_b|\, q_t (\max_j \kappa_t - \min_j \kappa_t) / \tau` holds between them
+(notebook 04 derives it).  ``"spatial"`` is :math:`c = 1` (by identity 4, :math:`q_s \cdot \kappa_s
+= -\frac12\|q - \kappa\|_L^2 + q_t \kappa_t - k`), ``"distance"`` and ``"lorentz"`` are :math:`c = 0`.
+
+Adding a kind is one :func:`register` call (an entry here, for the built-in kinds) plus its tests;
+a kind whose computation is new also registers its kernel (:func:`hypviz.attention.kernels.register_kernel`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["FAMILIES", "KERNELS", "Kind", "register", "unregister", "get", "names", "comparable", "softmax_names",
+           "shares_one_product", "bound_applies", "check"]
+
+#: The families of kinds (see the module's docstring).
+FAMILIES: tuple[str, ...] = ("softmax", "features", "gate")
+#: The kernels of :mod:`hypviz.attention.kernels` that the built-in kinds use.
+KERNELS: tuple[str, ...] = ("bilinear", "focused", "random_features", "gate", "geodesic")
+
+
+@dataclass(frozen=True)
+class Kind:
+    r"""One attention kind.
+
+    ``name``: how every function and the command name it; ``family``: one of :data:`FAMILIES`;
+    ``kernel``: the name of the kernel computing it (:mod:`hypviz.attention.kernels`); ``formula``: its
+    map (or logits) in one LaTeX formula; ``title`` (matplotlib mathtext), ``plain`` (unicode, plotly
+    titles) and ``html`` (plotly hover text): its titles; ``description``: one line for ``--help``
+    and the summaries; ``rounding``: its rounding bound, in words; ``bias``: the key-norm bias
+    coefficient :math:`c` of a ``"bilinear"`` softmax kind (``None``: the softmax-gap bound does not
+    apply); ``constant``: :math:`o` in its raw scores :math:`-\frac12\|q - \kappa\|_L^2 + c\, q_t \kappa_t - o k`
+    (``"bilinear"`` only; scores differ from logits by a row constant); ``options``: the parameters
+    it reads besides ``k`` and ``temperature``; ``temperature``: whether :math:`\tau` enters its map;
+    ``comparable``: whether :func:`hypviz.attention.compare` takes it (rows that sum to one).
+    """
+
+    name: str
+    family: str
+    kernel: str
+    formula: str
+    title: str
+    plain: str
+    html: str
+    description: str
+    rounding: str
+    bias: float | None = None
+    constant: float = 0.0
+    options: tuple[str, ...] = ()
+    temperature: bool = True
+    comparable: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").isalnum():
+            raise ValueError(f"Kind name must be a word of letters, digits and '_', got {self.name!r}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"Kind {self.name!r}: family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
+        if self.bias is not None and (self.family != "softmax" or self.kernel != "bilinear"):
+            raise ValueError(f"Kind {self.name!r}: only a 'bilinear' softmax kind has a key-norm bias, got family "
+                             f"{self.family!r} with kernel {self.kernel!r}")
+        if self.kernel == "bilinear" and self.bias is None:
+            raise ValueError(f"Kind {self.name!r}: a 'bilinear' kind needs its key-norm bias coefficient, got None")
+        if self.family == "gate" and self.comparable:
+            raise ValueError(f"Kind {self.name!r}: a gate's rows are not normalised, so it cannot be comparable")
+
+
+_REGISTRY: dict[str, Kind] = {}
+
+
+def register(kind: Kind) -> Kind:
+    """Add ``kind`` to the registry (a name already taken is refused); returns it."""
+    if not isinstance(kind, Kind):
+        raise TypeError(f"register takes a Kind, got {type(kind).__name__}")
+    if kind.name in _REGISTRY:
+        raise ValueError(f"an attention kind named {kind.name!r} is already registered")
+    _REGISTRY[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    """Remove a kind registered at run time (tests and experiments)."""
+    _REGISTRY.pop(check(name), None)
+
+
+def names() -> tuple[str, ...]:
+    """Every registered kind, in the order of registration."""
+    return tuple(_REGISTRY)
+
+
+def comparable() -> tuple[str, ...]:
+    """The kinds :func:`hypviz.attention.compare` takes (their rows sum to one)."""
+    return tuple(n for n, kd in _REGISTRY.items() if kd.comparable)
+
+
+def softmax_names() -> tuple[str, ...]:
+    """The kinds that are a row softmax of scores over a temperature."""
+    return tuple(n for n, kd in _REGISTRY.items() if kd.family == "softmax")
+
+
+def check(name: object, what: str = "kind", allowed: tuple[str, ...] | None = None) -> str:
+    """``name`` if it is a registered kind (of ``allowed``); else one-line ``ValueError`` naming the choices."""
+    allowed = names() if allowed is None else allowed
+    if not isinstance(name, str) or name not in allowed:
+        raise ValueError(f"{what} must be one of {', '.join(map(repr, allowed))}, got {name!r}")
+    return name
+
+
+def get(name: object, what: str = "kind") -> Kind:
+    """The :class:`Kind` named ``name`` (checked)."""
+    return _REGISTRY[check(name, what)]
+
+
+def shares_one_product(a: str, b: str) -> bool:
+    """Whether two kinds' maps come from ONE product per block: two ``"bilinear"`` kinds whose biases differ."""
+    ka, kb = get(a), get(b)
+    return ka.kernel == kb.kernel == "bilinear" and ka.bias != kb.bias
+
+
+def bound_applies(a: str, b: str) -> bool:
+    """Whether the softmax-gap bound holds between two kinds: both have a key-norm bias coefficient."""
+    return get(a).bias is not None and get(b).bias is not None
+
+
+_PRODUCT = "gamma_c sum_c |A_ic| max_j |B_jc| on the logits A B^T (any summation order), gamma_c = (c + 3) eps"
+
+# --------------------------------------------------------------------------- #
+# the built-in kinds
+# --------------------------------------------------------------------------- #
+register(Kind(
+    name="spatial", family="softmax", kernel="bilinear", bias=1.0, constant=1.0,
+    formula=r"\mathrm{softmax}_j(q_s \cdot \kappa_{s,j} / \tau)",
+    title=r"spatial: $\mathrm{softmax}_j(q_s\cdot \kappa_{s,j}/\tau)$",
+    plain="spatial: softmax_j(q_s·κ_s,j / τ)",
+    html="spatial softmax<sub>j</sub>(q<sub>s</sub>·κ<sub>s,j</sub> / τ)",
+    description="softmax of the spatial dot products q_s . kappa_s / tau (the thread's map)",
+    rounding=_PRODUCT,
+))
+register(Kind(
+    name="distance", family="softmax", kernel="bilinear", bias=0.0, constant=0.0,
+    formula=r"\mathrm{softmax}_j(-\tfrac12\|q - \kappa_j\|_L^2 / \tau)",
+    title=r"distance: $\mathrm{softmax}_j(-\frac{1}{2}\|q-\kappa_j\|_L^2/\tau)$",
+    plain="distance: softmax_j(−½‖q − κ_j‖²_L / τ)",
+    html="distance softmax<sub>j</sub>(−½‖q − κ<sub>j</sub>‖²<sub>L</sub> / τ)",
+    description="softmax of -1/2 |q - kappa|^2_L / tau (Hypformer's full attention)",
+    rounding=_PRODUCT + ", on the d + 3 stable distance operands",
+))
+register(Kind(
+    name="lorentz", family="softmax", kernel="bilinear", bias=0.0, constant=1.0,
+    formula=r"\mathrm{softmax}_j(\langle q, \kappa_j\rangle_L / \tau)",
+    title=r"Lorentz: $\mathrm{softmax}_j(\langle q,\kappa_j\rangle_L/\tau)$",
+    plain="Lorentz: softmax_j(⟨q, κ_j⟩_L / τ)",
+    html="Lorentz softmax<sub>j</sub>(⟨q, κ<sub>j</sub>⟩<sub>L</sub> / τ)",
+    description="softmax of the Lorentzian inner product <q, kappa>_L / tau (equal to distance's, identity 5)",
+    rounding=_PRODUCT + ", on the distance operands (the same softmax, identity 5)",
+))
+register(Kind(
+    name="focused", family="features", kernel="focused", options=("power", "norm_scale"), temperature=False,
+    formula=r"\phi(q)\cdot\phi(\kappa_j) / \sum_l \phi(q)\cdot\phi(\kappa_l)",
+    title=r"focused (Hypformer, linear): $\varphi(q)\cdot\varphi(\kappa_j)/\sum_l\varphi(q)\cdot\varphi(\kappa_l)$",
+    plain="focused (Hypformer, linear): φ(q)·φ(κ_j) / Σ_l φ(q)·φ(κ_l)",
+    html="focused φ(q)·φ(κ<sub>j</sub>) / Σ<sub>l</sub> φ(q)·φ(κ<sub>l</sub>)",
+    description="Hypformer's focused linear attention phi(q) . phi(kappa), normalised (no softmax, no temperature)",
+    rounding="gamma_c on the log of a product of positive terms (relative error gamma_c each)",
+))
+register(Kind(
+    name="distance_rf", family="features", kernel="random_features", options=("features", "seed"),
+    formula=r"\hat w_{ij} / \sum_l \hat w_{il}, \quad \hat w \approx e^{\langle q, \kappa_j\rangle_L / \tau}",
+    title=r"distance, random features (linear): $\hat w_{ij}/\sum_l \hat w_{il}$, $\hat w \approx e^{\langle q,\kappa_j\rangle_L/\tau}$",
+    plain="distance, random features (linear): ŵ_ij / Σ_l ŵ_il, ŵ ≈ exp(⟨q, κ_j⟩_L / τ)",
+    html="distance, random features ŵ<sub>ij</sub> / Σ<sub>l</sub> ŵ<sub>il</sub>, ŵ ≈ exp(⟨q, κ<sub>j</sub>⟩<sub>L</sub> / τ)",
+    description="the distance map estimated in linear time by positive random features",
+    rounding="gamma_c on rows of positive terms; gamma_c sum_c |A_ic| max_j |B_jc| over the row's mean weight "
+             "on rows with the control variate",
+))
+register(Kind(
+    name="sigmoid", family="gate", kernel="gate", options=("bias",), comparable=False,
+    formula=r"\sigma(-\tfrac12\|q - \kappa_j\|_L^2 / \tau + b)",
+    title=r"sigmoid gate (Lorentz GCN): $\sigma(-\frac{1}{2}\|q-\kappa_j\|_L^2/\tau+b)$",
+    plain="sigmoid gate (Lorentz GCN): σ(−½‖q − κ_j‖²_L / τ + b)",
+    html="sigmoid gate σ(−½‖q − κ<sub>j</sub>‖²<sub>L</sub> / τ + b)",
+    description="the Lorentz GCN's gate sigma(-1/2 |q - kappa|^2_L / tau + b) (rows not normalised)",
+    rounding="not used (a gate is not compared row by row)",
+))
+register(Kind(
+    name="poincare", family="softmax", kernel="geodesic", comparable=False,
+    formula=r"\mathrm{softmax}_j(-d(q, \kappa_j) / \tau)",
+    title=r"Poincaré distance: $\mathrm{softmax}_j(-d(q,\kappa_j)/\tau)$",
+    plain="Poincaré distance: softmax_j(−d(q, κ_j) / τ)",
+    html="Poincaré distance softmax<sub>j</sub>(−d(q, κ<sub>j</sub>) / τ)",
+    description="softmax of the hyperbolic distance itself, -d(q, kappa) / tau (HNN++-style attention; d not squared)",
+    rounding="not used (not compared by compare())",
+))

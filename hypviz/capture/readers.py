@@ -1,0 +1,387 @@
+r"""How one call of an attention layer becomes a :class:`hypviz.capture.records.LayerRecord`.
+
+Two readers, used by :mod:`hypviz.capture`'s hooks: a Hypformer-style layer is recognised by its
+structure (``Wq``/``Wk`` lists of per-head maps to hyperboloid points, ``attention_type``,
+``manifold.k``; its temperature measured from the layer's own ``manifold.cinner``), any other
+model's layer by the names of the modules whose outputs are its queries, keys and values.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import math
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from hypviz.capture.records import _HYPFORMER_KIND, _ROLES, LayerRecord
+
+if TYPE_CHECKING:
+    from hypviz.capture.hooks import Capture
+
+
+_STRUCTURE = (
+    "submodules with Wq and Wk (nn.ModuleList of per-head maps to (N, d + 1) hyperboloid points), "
+    "attention_type ('linear_focused' or 'full') and manifold.k, as Hypformer's TransConvLayer"
+)
+
+
+def _is_hypformer_layer(m: nn.Module) -> bool:
+    wq, wk = getattr(m, "Wq", None), getattr(m, "Wk", None)
+    return (
+        isinstance(wq, nn.ModuleList)
+        and isinstance(wk, nn.ModuleList)
+        and len(wq) > 0
+        and hasattr(m, "attention_type")
+        and hasattr(m, "manifold")
+    )
+
+
+def _close(name: str, names: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+    if close:
+        return "close matches: " + ", ".join(map(repr, close))
+    shown = [n for n in names if n][:8]
+    more = ", ..." if len(names) > 9 else ""
+    return "its modules include: " + (", ".join(map(repr, shown)) if shown else "none") + more
+
+
+def _module_k(layer: nn.Module) -> float | None:
+    kk = getattr(getattr(layer, "manifold", None), "k", None)
+    if kk is None:
+        return None
+    try:
+        return float(kk.detach() if isinstance(kk, torch.Tensor) else kk)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _param(layer: nn.Module, attr: str, lname: str) -> float:
+    if not hasattr(layer, attr):
+        raise ValueError(
+            f"layer {lname!r}: attention_type {layer.attention_type!r} needs the attribute {attr}, "
+            "which it lacks"
+        )
+    v = getattr(layer, attr)
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1:
+            raise ValueError(f"layer {lname!r}: {attr} must be a single number, got a tensor of shape {tuple(v.shape)}")
+        v = v.detach()
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"layer {lname!r}: {attr} must be a number, got {v!r}") from None
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """A detached CPU copy; half-precision tensors (float16, bfloat16) become float32."""
+    t = t.detach()
+    return t.to("cpu", torch.float32, copy=True) if t.dtype in _HALF else t.to("cpu", copy=True)
+
+
+def _dtype_name(t: Any) -> str | None:
+    return str(t.dtype).replace("torch.", "") if isinstance(t, torch.Tensor) else None
+
+
+def _points(t: torch.Tensor, k: float, half: bool) -> torch.Tensor:
+    r"""Recorded points; from a half-precision model the time coordinate is recomputed, :math:`\sqrt{|x_s|^2 + k}`,
+    in float32 (rounding to 8 or 11 bits leaves the points off the hyperboloid by up to ~4e-3 relative)."""
+    if not half:
+        return t
+    return torch.cat([torch.sqrt((t[..., 1:] ** 2).sum(dim=-1, keepdim=True) + k), t[..., 1:]], dim=-1)
+
+
+def _dropout_active(layer: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 and m.training for m in layer.modules()) or (
+        layer.training and any(isinstance(getattr(layer, a, None), float) and 0 < getattr(layer, a) < 1
+                               for a in ("dropout", "attn_dropout", "dropout_rate")))
+
+
+def _verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: bool = True) -> LayerRecord:
+    """``rec`` with its verification fields: the rebuilt output against ``seen``; for a distance softmax that
+    does not reproduce it, the temperature measured from the output (:func:`hypviz.capture.verification.fit_temperature`)."""
+    import dataclasses
+    import warnings
+
+    from hypviz.capture.verification import fit_temperature, tolerance, verify
+
+    tol = tolerance(rec.dtype)
+    err, note = verify(rec, seen, aux)
+    if err is None:
+        return dataclasses.replace(rec, verify_tolerance=tol, verify_note=note)
+    if err <= tol:
+        return dataclasses.replace(rec, verify_error=err, verify_tolerance=tol, verify_note=f"verified: {note}")
+    if fit and rec.kind in ("distance", "poincare", "sigmoid") and rec.temperature is not None:
+        try:
+            tau, fitted = fit_temperature(rec, seen, aux)
+        except Exception:  # a fit that cannot run leaves the record not verified, never breaks the forward
+            tau, fitted = rec.temperature, math.inf
+        if fitted <= tol:
+            warnings.warn(
+                f"layer {rec.name!r}: its attributes give tau = {rec.temperature:.4g} (error {err:.2g}), but its output "
+                f"is reproduced at tau = {tau:.4g} (error {fitted:.2g}); the measured tau is recorded",
+                stacklevel=3,
+            )
+            return dataclasses.replace(
+                rec, temperature=tau, temperature_source="measured", verify_error=fitted, verify_tolerance=tol,
+                verify_note=f"verified at the measured tau = {tau:.4g} (the attributes gave {rec.temperature:.4g}, "
+                            f"error {err:.2g}): {note}")
+    err_s = "inf" if not math.isfinite(err) else f"{err:.2g}"
+    return dataclasses.replace(
+        rec, verify_error=err if math.isfinite(err) else None, verify_tolerance=tol,
+        verify_note=f"not verified: the output rebuilt by {rec.aggregation} differs from the layer's by {err_s} "
+                    f"(tolerance {tol:.2g}); the layer does not compute the map recorded")
+
+
+class _HypLayer:
+    """Hooks and per-call buffers of one Hypformer-style layer."""
+
+    def __init__(self, cap: Capture, name: str, layer: nn.Module, k: float | None):
+        self.cap, self.name, self.layer = cap, name, layer
+        self.h = len(layer.Wq)
+        if len(layer.Wk) != self.h:
+            raise ValueError(
+                f"layer {name!r}: Wq has {self.h} heads but Wk has {len(layer.Wk)}; "
+                "expected one map per head in each"
+            )
+        if layer.attention_type not in _HYPFORMER_KIND:
+            raise ValueError(
+                f"layer {name!r} has Hypformer's structure but attention_type {layer.attention_type!r}; capture knows "
+                "'linear_focused' and 'full' (name its projection modules with layers= to capture it generically)"
+            )
+        mk = _module_k(layer)
+        if mk is None and k is None:
+            raise ValueError(
+                f"layer {name!r}: cannot read manifold.k as a number; pass k= (the curvature parameter, "
+                "<x,x>_L = -k)"
+            )
+        if mk is not None and k is not None and abs(mk - k) > 1e-6 * max(abs(mk), abs(k)):
+            raise ValueError(
+                f"layer {name!r}: k={k:g} was given but the layer's manifold.k is {mk:g}; "
+                "drop k= or make them agree"
+            )
+        self.k_given = k
+        wv = getattr(layer, "Wv", None)
+        self.use_wv = isinstance(wv, nn.ModuleList) and bool(getattr(layer, "use_weight", True))
+        if self.use_wv and len(wv) != self.h:
+            raise ValueError(f"layer {name!r}: Wq has {self.h} heads but Wv has {len(wv)}; expected one map per head")
+        self.current: dict[str, Any] | None = None
+        self.calls = 0
+        self.source_index: tuple[str | None, int] | None = None
+
+    def register(self) -> list[Any]:
+        handles = [
+            self.layer.register_forward_pre_hook(self.pre, with_kwargs=True),
+            self.layer.register_forward_hook(self.post),
+        ]
+        heads = [("queries", self.layer.Wq), ("keys", self.layer.Wk)]
+        if self.use_wv:
+            heads.append(("values", self.layer.Wv))
+        for role, mods in heads:
+            for i, m in enumerate(mods):
+                handles.append(m.register_forward_hook(self._head_hook(role, i)))
+        return handles
+
+    def _head_hook(self, role: str, i: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            if self.current is None:
+                return None
+            if not isinstance(output, torch.Tensor):
+                self.cap._fail(
+                    f"layer {self.name!r}: {role} head {i} returned a {type(output).__name__}; "
+                    "expected a tensor of (N, d + 1) points"
+                )
+            else:
+                self.current[role][i].append(_copy(output))
+            return None
+
+        return hook
+
+    def _source(self, args: tuple, kwargs: dict) -> Any:
+        # the layer's source input (Hypformer: forward(query_input, source_input, ...)); the values when there is no Wv
+        if self.source_index is None:
+            try:
+                params = [p for p in inspect.signature(self.layer.forward).parameters.values()
+                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            except (TypeError, ValueError):
+                params = []
+            names = [p.name for p in params]
+            if "source_input" in names:
+                self.source_index = ("source_input", names.index("source_input"))
+            elif len(names) >= 2:
+                self.source_index = (names[1], 1)
+            else:
+                self.source_index = (names[0] if names else None, 0)
+        key, pos = self.source_index
+        if key is not None and key in kwargs:
+            return kwargs[key]
+        if len(args) > pos:
+            return args[pos]
+        return args[0] if args else None
+
+    def pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        src = None
+        if not self.use_wv:
+            s = self._source(args, kwargs)
+            if isinstance(s, torch.Tensor) and s.is_floating_point():
+                src = _copy(s)
+        self.current = {role: [[] for _ in range(self.h)] for role in _ROLES}
+        self.current["source"] = src
+        return None
+
+    def post(self, module: nn.Module, args: Any, output: Any) -> None:
+        cur, self.current = self.current, None
+        if cur is None:
+            return None
+        cur["output"] = _copy(output) if isinstance(output, torch.Tensor) else None
+        cur["dtype"] = _dtype_name(output)
+        cur["training"] = bool(module.training)
+        cur["dropout"] = _dropout_active(module)
+        cur["self_term"] = None
+        vmap = getattr(module, "v_map_mlp", None)
+        if module.attention_type == "linear_focused" and callable(vmap) and cur["values"] and all(cur["values"]):
+            try:  # the focused layer's self term v_map_mlp(V_s), with the layer's own module, per head
+                p = next(module.parameters())
+                with torch.no_grad():
+                    vs = torch.stack([o[0] for o in cur["values"]])[..., 1:].to(p.device, p.dtype)
+                    cur["self_term"] = _copy(vmap(vs))
+            except (StopIteration, RuntimeError, TypeError):
+                cur["self_term"] = None
+        elif module.attention_type == "linear_focused" and vmap is None and cur["values"] and all(cur["values"]):
+            cur["self_term"] = torch.zeros(())  # a layer without v_map_mlp adds no self term
+        call = self.calls
+        self.calls += 1
+        try:
+            self.cap._raw.append(self._build(cur, call))
+        except (TypeError, ValueError) as exc:
+            self.cap._fail(str(exc))
+        return None
+
+    def _stack(self, per_head: list[list[torch.Tensor]], role: str, call: int) -> torch.Tensor:
+        where = f"layer {self.name!r} (call {call})"
+        for i, outs in enumerate(per_head):
+            if len(outs) != 1:
+                raise ValueError(
+                    f"{where}: {role} head {i} ran {len(outs)} times in one call of the layer; "
+                    "expected once"
+                )
+        outs = [o[0] for o in per_head]
+        first = outs[0]
+        if first.dim() != 2 or first.shape[-1] < 2:
+            raise ValueError(f"{where}: {role} heads return {tuple(first.shape)}; expected (N, d + 1) points per head")
+        if any(o.shape != first.shape or o.dtype != first.dtype for o in outs):
+            got = ", ".join(str(tuple(o.shape)) for o in outs)
+            raise ValueError(
+                f"{where}: {role} heads return different shapes or dtypes ({got}); "
+                "expected one (N, d + 1) per head"
+            )
+        return torch.stack(outs, dim=0)
+
+    def _build(self, cur: dict[str, Any], call: int) -> LayerRecord:
+        layer, lname = self.layer, self.name
+        mode = layer.attention_type
+        q = self._stack(cur["queries"], "queries", call)
+        kk = self._stack(cur["keys"], "keys", call)
+        if self.use_wv:
+            v = self._stack(cur["values"], "values", call)
+        else:
+            src = cur["source"]
+            ok = src is not None and src.dim() == 2 and src.shape[0] == kk.shape[1] and src.shape[-1] >= 2
+            v = src.unsqueeze(0).expand(self.h, *src.shape).clone() if ok else None
+        kf = _module_k(layer)
+        kf = self.k_given if kf is None else kf
+        half = cur.get("dtype") in ("float16", "bfloat16")
+        if half and kf is not None:
+            q, kk = _points(q, kf, True), _points(kk, kf, True)
+            v = None if v is None else _points(v, kf, True)
+        extra: dict[str, Any] = {}
+        if mode == "linear_focused":
+            extra = {"power": _param(layer, "power_k", lname), "norm_scale": _param(layer, "norm_scale", lname),
+                     "aggregation": "focused_mean_lift" if cur.get("self_term") is not None else None}
+        else:
+            scale = _param(layer, "scale", lname)
+            if not math.isfinite(scale) or scale == 0:
+                raise ValueError(f"layer {lname!r}: scale must be a non-zero finite number for the full softmax, got {scale:g}")
+            # logits (2 + 2 c <q, kappa>_L) / scale + bias = (-1/2 |q - kappa|^2_L) / (scale / (2 c)) + const,
+            # with c the layer's own cinner scaling: 1/k where cinner divides by k, 1 where it does not;
+            # a negative scale flips the sign of the logits (recorded, with tau = |scale| / (2 c))
+            extra = {"temperature": abs(scale) / (2.0 * _cinner_scaling(layer, q, kk, kf)),
+                     "scale_sign": 1 if scale > 0 else -1, "temperature_source": "attributes",
+                     "aggregation": "centroid_mean_heads"}
+        rec = LayerRecord(name=lname, queries=q, keys=kk, values=v, k=kf, mode=mode, kind=_HYPFORMER_KIND[mode],
+                          call=call, dtype=cur.get("dtype"), training=cur.get("training"), **extra)
+        if cur.get("dropout"):
+            self.cap._dropout.append(lname)
+        seen = cur.get("output")
+        if seen is not None and seen.dim() == 3 and seen.shape[0] == 1:
+            seen = seen[0]
+        return _verified(rec.check(), seen, {"self_term": cur.get("self_term")})
+
+
+def _cinner_scaling(layer: nn.Module, q: torch.Tensor, kk: torch.Tensor, kf: float) -> float:
+    """``c`` with ``layer.manifold.cinner(x, y) = c <x, y>_L``, measured on the layer's own points.
+
+    Hypformer's full logits are ``2 + 2 cinner(q, kappa)``; its ``large/`` and ``medium/`` trees divide
+    the Lorentzian inner product by ``k`` there (``c = 1/k``, so ``tau = k * scale / 2``), its simplified
+    tree does not (``c = 1``, ``tau = scale / 2``).  Without a ``cinner``, ``c = 1/k`` is assumed.
+    """
+    cinner = getattr(getattr(layer, "manifold", None), "cinner", None)
+    if not callable(cinner):
+        return 1.0 / kf
+    x, y = q[0, :1].double(), kk[0, :1].double()
+    with torch.no_grad():
+        try:
+            got = float(torch.as_tensor(cinner(x, y)).double().reshape(-1)[0])
+        except Exception:  # a cinner with another signature: fall back to the documented form
+            return 1.0 / kf
+    ref = float(-x[0, 0] * y[0, 0] + (x[0, 1:] * y[0, 1:]).sum())  # <x, y>_L <= -k < 0
+    c = got / ref
+    for candidate in (1.0 / kf, 1.0):
+        if abs(c - candidate) <= 1e-4 * candidate:
+            return candidate
+    raise ValueError(
+        f"layer {layer.__class__.__name__}: manifold.cinner(x, y) = {got:.6g} is neither <x,y>_L = {ref:.6g} nor "
+        f"<x,y>_L / k; cannot tell the full softmax's temperature"
+    )
+
+
+class _Generic:
+    """Buffers of one layer named with ``layers=``: a record is complete once each role has an output."""
+
+    def __init__(self, cap: Capture, name: str, modules: tuple[str, ...]):
+        self.cap, self.name, self.modules = cap, name, modules
+        self.roles = _ROLES[: len(modules)]
+        self.queue: dict[str, list[torch.Tensor]] = {r: [] for r in self.roles}
+        self.dtypes: list[str | None] = []
+        self.calls = 0
+
+    def push(self, role: str, module_name: str, output: Any) -> None:
+        if not isinstance(output, torch.Tensor) or not output.is_floating_point():
+            what = f"a {type(output).__name__}" if not isinstance(output, torch.Tensor) else f"a {output.dtype} tensor"
+            self.cap._fail(
+                f"layer {self.name!r}: {role} module {module_name!r} returned {what}; "
+                "expected a floating-point tensor of points"
+            )
+            return
+        self.queue[role].append(_copy(output))
+        if role == "queries":
+            self.dtypes.append(_dtype_name(output))
+        if all(self.queue[r] for r in self.roles):
+            outs = {r: self.queue[r].pop(0) for r in self.roles}
+            self.cap._raw.append((self, self.calls, outs))
+            self.calls += 1
+
+    def leftovers(self) -> str | None:
+        counts = {r: len(q) for r, q in self.queue.items()}
+        if not any(counts.values()):
+            return None
+        ran = ", ".join(f"{r} module {m!r} {self.calls + counts[r]} times" for r, m in zip(self.roles, self.modules))
+        return (
+            f"layer {self.name!r}: its modules ran unequal numbers of times ({ran}); "
+            "expected each once per call of the layer"
+        )

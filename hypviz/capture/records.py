@@ -1,0 +1,431 @@
+r"""A captured attention layer and its file: :class:`LayerRecord`, :func:`save`, :func:`load`.
+
+A record holds one call of one attention layer: its queries, keys and values (points of the
+Lorentz model, time coordinate first, heads first) and what the layer computes from them (the
+kind and its parameters), enough to run :func:`hypviz.attention.attention_map` and
+:func:`hypviz.attention.compare` on it.  Records are made by :mod:`hypviz.capture`; a file
+written by :func:`save` is one ``torch.save`` dictionary, read back (validated, with
+``weights_only=True``) by :func:`load`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from hypviz.base.messages import short, torch_load_reason
+from hypviz.base import kinds as registry
+from hypviz.lorentz import as_tensor, check_k, check_points
+
+__all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load", "parse"]
+
+#: The ``"format"`` entry of a file written by :func:`save`.
+FORMAT = "hypviz.capture"
+#: The file format's version; :func:`load` refuses newer ones.
+VERSION = 1
+#: A record's ``mode``: a Hypformer-style layer's ``attention_type``, ``"generic"`` (``layers=``), or the
+#: family of a layer read by :mod:`hypviz.capture.family_readers`.
+MODES: tuple[str, ...] = ("linear_focused", "full", "generic", "hypercore", "helm", "hybonet", "lorentz_gcn", "poincare")
+#: The ``model=`` choices, what named modules output: hyperboloid points or Poincare-ball points.
+MODELS: tuple[str, ...] = ("lorentz", "poincare")
+_HYPFORMER_KIND = {"linear_focused": "focused", "full": "distance"}
+_ROLES = ("queries", "keys", "values")
+# optional fields of a record (file version 1 without them reads as before)
+_EXTRA_FIELDS = ("bias", "scale_sign", "aggregation", "verify_error", "verify_tolerance", "verify_note", "dtype",
+                 "training", "temperature_source")
+#: The file names a capture is saved under: what ``hypviz compare CAPTURE`` reads.
+EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
+
+
+def _opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool = True) -> float | None:
+    what = ("a positive finite number" if positive else "a finite number") + (" or None" if none_ok else "")
+    if value is None and none_ok:
+        return None
+    if value is None or isinstance(value, bool):
+        raise ValueError(f"{name} must be {what}, got {short(value)}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name} must be {what}, got {short(value)}") from None
+    if not math.isfinite(v) or (positive and v <= 0.0):
+        raise ValueError(f"{name} must be {what}, got {short(value)}")
+    return v
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class LayerRecord:
+    r"""The queries, keys and values of one call of one attention layer, and what the layer computes.
+
+    All tensors are detached CPU tensors; :meth:`to_dict` gives tensors and plain Python values
+    only (readable by ``torch.load(weights_only=True)``), :meth:`from_dict` reads them back.
+    Construction validates the fields (shapes, dtypes, a ``kind`` matching the ``mode``, the
+    parameters the kind needs) and raises a one-line ``ValueError`` or ``TypeError``; the points
+    themselves are checked by :meth:`check`.
+
+    Attributes
+    ----------
+    name : str
+        The layer's qualified name in ``model.named_modules()`` (for ``layers=``: the key given).
+    queries : torch.Tensor
+        ``(H, N, d + 1)`` points on :math:`\langle x, x\rangle_L = -k`, time first, heads first
+        (``H = 1`` without a head axis).
+    keys : torch.Tensor
+        ``(H, M, d + 1)`` points.
+    values : torch.Tensor or None
+        ``(H, M, d_v + 1)`` points.
+    k : float
+        Curvature parameter of the points (curvature :math:`-1/k`).
+    mode : str
+        ``"linear_focused"`` or ``"full"`` (a Hypformer-style layer), ``"generic"`` (``layers=``).
+    kind : str
+        The map the layer computes, a kind of :mod:`hypviz.attention`: ``"focused"`` for
+        ``linear_focused``, ``"distance"`` for ``full``.
+    call : int
+        0, 1, ... when the same layer ran several times.
+    power, norm_scale : float or None
+        The focused map's ``power_k`` and ``norm_scale`` (kind ``"focused"`` only, else None).
+    temperature : float or None
+        The softmax temperature :math:`\tau` of a softmax kind (``full``:
+        :math:`k\,\mathrm{scale}/2`, or :math:`\mathrm{scale}/2`, see the module docstring), else None.
+    bias : float or None
+        The gate's bias :math:`b` (kind ``"sigmoid"``).
+    scale_sign : int
+        -1 when the layer's learned ``scale`` is negative: its logits are then
+        :math:`+\tfrac12\|q - \kappa\|_L^2/\tau` (far keys favoured), with ``temperature`` :math:`|\tau|`.
+    aggregation : str or None
+        How the layer combines its values (:data:`hypviz.capture.verification.AGGREGATIONS`), None if unknown.
+    verify_error, verify_tolerance, verify_note : float, float, str or None
+        The relative error of the layer's output rebuilt from the record against the output the hook saw
+        (:mod:`hypviz.capture.verification`), the tolerance it was held to, and what was done (or why not).
+    dtype : str or None
+        The dtype the model computed in (``"bfloat16"``, ``"float16"``: the points are stored in float32).
+    training : bool or None
+        Whether the layer was in training mode when recorded.
+    temperature_source : str or None
+        ``"attributes"``, ``"measured"`` (fitted to the layer's output), ``"given"`` or ``"default"``.
+    """
+
+    name: str
+    queries: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor | None
+    k: float
+    mode: str
+    kind: str
+    call: int = 0
+    power: float | None = None
+    norm_scale: float | None = None
+    temperature: float | None = None
+    bias: float | None = None
+    scale_sign: int = 1
+    aggregation: str | None = None
+    verify_error: float | None = None
+    verify_tolerance: float | None = None
+    verify_note: str | None = None
+    dtype: str | None = None
+    training: bool | None = None
+    temperature_source: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"LayerRecord.name must be a string, got {type(self.name).__name__}")
+        if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
+            raise ValueError(f"LayerRecord {short(self.name)}: call must be an integer >= 0, got {short(self.call)}")
+        self.k = check_k(self.k)
+        if self.mode not in MODES:
+            raise ValueError(
+                f"LayerRecord {short(self.name)}: mode must be one of {', '.join(map(repr, MODES))}, "
+                f"got {short(self.mode)}"
+            )
+        if self.kind not in registry.names():
+            raise ValueError(
+                f"LayerRecord {short(self.name)}: kind must be one of {', '.join(map(repr, registry.names()))}, "
+                f"got {short(self.kind)}"
+            )
+        if self.mode in _HYPFORMER_KIND and self.kind != _HYPFORMER_KIND[self.mode]:
+            raise ValueError(
+                f"LayerRecord {short(self.name)}: mode {short(self.mode)} computes kind {_HYPFORMER_KIND[self.mode]!r}, "
+                f"got {short(self.kind)}"
+            )
+        self.power = _opt_float(self.power, f"LayerRecord {short(self.name)}: power", positive=True)
+        self.norm_scale = _opt_float(self.norm_scale, f"LayerRecord {short(self.name)}: norm_scale")
+        self.temperature = _opt_float(self.temperature, f"LayerRecord {short(self.name)}: temperature", positive=True)
+        if self.kind == "focused" and (self.power is None or self.norm_scale is None):
+            raise ValueError(f"LayerRecord {short(self.name)}: kind 'focused' needs power and norm_scale, got None")
+        self.bias = _opt_float(self.bias, f"LayerRecord {short(self.name)}: bias")
+        if self.scale_sign not in (1, -1):
+            raise ValueError(f"LayerRecord {short(self.name)}: scale_sign must be 1 or -1, got {short(self.scale_sign)}")
+        self.verify_error = _opt_float(self.verify_error, f"LayerRecord {short(self.name)}: verify_error")
+        self.verify_tolerance = _opt_float(self.verify_tolerance, f"LayerRecord {short(self.name)}: verify_tolerance")
+        for field in ("aggregation", "verify_note", "dtype", "temperature_source"):
+            if getattr(self, field) is not None and not isinstance(getattr(self, field), str):
+                raise ValueError(f"LayerRecord {short(self.name)}: {field} must be a string or None, got {short(getattr(self, field))}")
+        if self.training is not None and not isinstance(self.training, bool):
+            raise ValueError(f"LayerRecord {short(self.name)}: training must be True, False or None, got {short(self.training)}")
+        if registry.get(self.kind).family in ("softmax", "gate") and self.temperature is None:
+            raise ValueError(f"LayerRecord {short(self.name)}: kind {short(self.kind)} needs a temperature, got None")
+        where = f"LayerRecord {short(self.name)}"
+        self.queries = _record_tensor(self.queries, f"{where} queries", "N")
+        self.keys = _record_tensor(self.keys, f"{where} keys", "M")
+        if self.values is not None:
+            self.values = _record_tensor(self.values, f"{where} values", "M")
+        q, kk, v = self.queries, self.keys, self.values
+        if kk.shape[0] != q.shape[0] or kk.shape[-1] != q.shape[-1]:
+            raise ValueError(
+                f"{where}: queries (H, N, d + 1) and keys (H, M, d + 1) must share H and d: "
+                f"queries are {tuple(q.shape)}, keys are {tuple(kk.shape)}"
+            )
+        if v is not None and (v.shape[0] != kk.shape[0] or v.shape[1] != kk.shape[1]):
+            raise ValueError(
+                f"{where}: values must be (H, M, d_v + 1) with the keys' H and M: keys are {tuple(kk.shape)}, "
+                f"values are {tuple(v.shape)}"
+            )
+        for t, role in ((kk, "keys"), (v, "values")):
+            if t is not None and t.dtype != q.dtype:
+                raise TypeError(f"{where}: queries are {q.dtype} but {role} are {t.dtype}; expected one dtype")
+
+    # ---- shapes ----
+    @property
+    def n_heads(self) -> int:
+        """:math:`H`, the number of heads."""
+        return int(self.queries.shape[0])
+
+    @property
+    def n_queries(self) -> int:
+        """:math:`N`, the number of queries per head."""
+        return int(self.queries.shape[1])
+
+    @property
+    def n_keys(self) -> int:
+        """:math:`M`, the number of keys per head."""
+        return int(self.keys.shape[1])
+
+    @property
+    def dim(self) -> int:
+        """:math:`d`, the spatial dimension of the queries and keys (they have ``d + 1`` coordinates)."""
+        return int(self.queries.shape[-1]) - 1
+
+    # ---- use ----
+    def attention_map(self) -> torch.Tensor:
+        r"""The layer's attention map ``(H, N, M)``: :func:`hypviz.attention.attention_map` of ``kind``.
+
+        Softmax kinds at ``temperature``, :math:`A_{ij} = \mathrm{softmax}_j(s_{ij}/\tau)`;
+        ``"focused"`` with ``power`` and ``norm_scale``,
+
+        .. math::
+
+            A_{ij} = \frac{\varphi(q_i)\cdot\varphi(\kappa_j)}{\sum_l \varphi(q_i)\cdot\varphi(\kappa_l)}.
+        """
+        from hypviz.attention import attention_map
+
+        extra: dict[str, Any] = {}
+        if self.kind == "focused":
+            extra = {"power": self.power, "norm_scale": self.norm_scale}
+        if self.kind == "sigmoid":
+            extra = {"bias": self.bias or 0.0}
+        return attention_map(self.queries, self.keys, self.kind, k=self.k, temperature=self.temperature, **extra)
+
+    def check(self, where: str | None = None) -> LayerRecord:
+        """Check that queries, keys and values lie on the hyperboloid (in their own dtype); return ``self``.
+
+        Raises
+        ------
+        ValueError
+            One line naming the layer (or ``where``), the call and the tensor.
+        """
+        label = where or f"layer {short(self.name)} (call {self.call})"
+        for role in _ROLES:
+            t = getattr(self, role)
+            if t is not None:
+                check_points(t, self.k, name=f"{label} {role}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Tensors and plain Python values only (``torch.load(weights_only=True)`` reads them back)."""
+        return {
+            "name": self.name,
+            "call": int(self.call),
+            "queries": self.queries,
+            "keys": self.keys,
+            "values": self.values,
+            "k": float(self.k),
+            "mode": self.mode,
+            "kind": self.kind,
+            "power": self.power,
+            "norm_scale": self.norm_scale,
+            "temperature": self.temperature,
+            **{f: getattr(self, f) for f in _EXTRA_FIELDS},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], check: bool = True) -> LayerRecord:
+        """Rebuild a record from :meth:`to_dict`'s dictionary; with ``check`` the points are validated too.
+
+        Raises
+        ------
+        ValueError
+            For a non-dict, missing keys, invalid fields or (with ``check``) points off the hyperboloid.
+        """
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a layer record must be a dict, got {type(d).__name__}")
+        required = ("name", "queries", "keys", "k", "mode", "kind")
+        missing = [key for key in required if key not in d]
+        if missing:
+            raise ValueError(f"a layer record needs the keys {', '.join(required)}; missing {', '.join(missing)}")
+        rec = cls(
+            name=d["name"],
+            queries=d["queries"],
+            keys=d["keys"],
+            values=d.get("values"),
+            k=d["k"],
+            mode=d["mode"],
+            kind=d["kind"],
+            call=d.get("call", 0),
+            power=d.get("power"),
+            norm_scale=d.get("norm_scale"),
+            temperature=d.get("temperature"),
+            **{f: d[f] for f in _EXTRA_FIELDS if d.get(f) is not None},
+        )
+        return rec.check() if check else rec
+
+    def __repr__(self) -> str:
+        v = "None" if self.values is None else f"(H, M, {self.values.shape[-1]})"
+        if self.temperature is not None:
+            extra = f"tau={self.temperature:.4g}" + ("" if self.scale_sign > 0 else " (scale < 0)")
+        else:
+            extra = f"power={self.power:g}, norm_scale={self.norm_scale:.4g}"
+        return (
+            f"LayerRecord({self.name!r}, call={self.call}, mode={self.mode!r}, kind={self.kind!r}, "
+            f"H={self.n_heads}, N={self.n_queries}, M={self.n_keys}, d={self.dim}, values={v}, "
+            f"k={self.k:.6g}, {extra}, {str(self.queries.dtype).replace('torch.', '')})"
+        )
+
+
+def _record_tensor(x: Any, name: str, rows: str) -> torch.Tensor:
+    t = as_tensor(x, name)
+    if t.dim() != 3 or t.shape[-1] < 2 or t.shape[0] < 1 or t.shape[1] < 1:
+        raise ValueError(
+            f"{name}: expected shape (H, {rows}, d + 1) with d >= 1 (heads first, time first), "
+            f"got {tuple(t.shape)}"
+        )
+    return t.detach().cpu()
+
+
+def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
+    """Write ``records`` to ``path`` atomically; return ``path`` as a ``Path``.
+
+    The file is ``torch.save`` of
+    ``{"format": "hypviz.capture", "version": 1, "layers": [rec.to_dict(), ...]}``, written to a
+    temporary file in the same folder and moved over ``path`` with ``os.replace``, so a reader never
+    sees a half-written file.
+
+    Raises
+    ------
+    TypeError
+        When an element of ``records`` is not a :class:`LayerRecord`.
+    ValueError
+        When ``records`` is empty, the folder does not exist, ``path`` is a folder or does not end in
+        ``.pt``/``.pth`` (``~`` is expanded).
+    """
+    recs = list(records)
+    for i, rec in enumerate(recs):
+        if not isinstance(rec, LayerRecord):
+            raise TypeError(f"records[{i}]: expected a LayerRecord, got {type(rec).__name__}")
+    if not recs:
+        raise ValueError("no layer records to save (the capture recorded nothing); run the model inside the with block")
+    target = Path(os.fspath(path)).expanduser()
+    if target.suffix.lower() not in EXTENSIONS:
+        raise ValueError(
+            f"cannot save to {target}: a capture file must end in .pt or .pth (what hypviz compare reads), "
+            f"got {target.suffix or 'no extension'!r}"
+        )
+    folder = target.parent if str(target.parent) else Path(".")
+    if not folder.is_dir():
+        raise ValueError(f"cannot save to {target}: the folder {folder} does not exist")
+    if target.is_dir():
+        raise ValueError(f"cannot save to {target}: it is a folder; expected a file name such as att.pt")
+    payload = {"format": FORMAT, "version": VERSION, "layers": [rec.to_dict() for rec in recs]}
+    tmp = folder / f".{target.name}.{uuid.uuid4().hex}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return target
+
+
+def load(path: str | os.PathLike) -> list[LayerRecord]:
+    r"""Read a file written by :meth:`Capture.save` or :func:`save` (``torch.load(weights_only=True)``), validated.
+
+    Every record is checked (shapes, fields, points on :math:`\langle x, x\rangle_L = -k`) by :func:`parse`.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file and what was wrong: missing, unreadable, not a hypviz.capture file,
+        a newer version, no layer records, or a bad record.  A refused pickle is described, never
+        with torch's advice to load the file with ``weights_only=False``.
+    """
+    p = Path(os.fspath(path)).expanduser()
+    if not p.is_file():
+        raise ValueError(f"{p}: no such file; expected a hypviz.capture file written by Capture.save")
+    try:
+        obj = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as exc:  # unpickling fails in many ways; all mean "not a readable torch.save file"
+        raise ValueError(
+            f"{p}: cannot read it with torch.load(weights_only=True) ({torch_load_reason(exc)}); "
+            "expected a hypviz.capture file written by Capture.save"
+        ) from None
+    return parse(obj, p)
+
+
+def parse(obj: Any, where: Any = "capture") -> list[LayerRecord]:
+    """The validated records of ``obj``, what ``torch.load`` read from a file written by :func:`save`; ``where``
+    (the file) begins every message.
+
+    Raises
+    ------
+    ValueError
+        When ``obj`` is not a hypviz.capture dictionary, its version is newer, its ``layers`` list is empty,
+        or a record is invalid (fields, tensors that are not dense, points off the hyperboloid).
+    """
+    p = where
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        got = f"format {short(obj.get('format'))}" if isinstance(obj, dict) else f"a {type(obj).__name__}"
+        raise ValueError(f"{p}: not a hypviz.capture file (expected a dict with format {FORMAT!r}, got {got})")
+    version = obj.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"{p}: hypviz.capture file without a valid version (expected {VERSION}, got {short(version)})")
+    if version > VERSION:
+        raise ValueError(
+            f"{p}: hypviz.capture version {version} is newer than this hypviz reads ({VERSION}); "
+            "update hypviz"
+        )
+    layers = obj.get("layers")
+    if not isinstance(layers, list):
+        raise ValueError(f"{p}: 'layers' must be a list of layer records, got {type(layers).__name__}")
+    if not layers:
+        raise ValueError(f"{p}: holds no layer records (its 'layers' list is empty); capture at least one layer call")
+    records = []
+    for i, d in enumerate(layers):
+        try:
+            rec = LayerRecord.from_dict(d, check=False)
+            rec.check(f"layer {short(rec.name)} (call {rec.call})")
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{p}: record {i}: {exc}") from None
+        records.append(rec)
+    return records

@@ -1,0 +1,237 @@
+r"""A capture that checks itself: a layer's output rebuilt from its record and compared with what the layer returned.
+
+For every recorded call, :func:`rebuild` recomputes the layer's output, in float64, from the recorded
+queries, keys and values and the map hypviz attributes to the layer (:meth:`hypviz.capture.records.LayerRecord.attention_map`),
+with the layer's own aggregation (:data:`AGGREGATIONS`):
+
+* ``"centroid_mean_heads"`` (Hypformer's and HyperCore's full attention): per head the Lorentzian
+  centroid of :math:`a_h = A_h V_h`, then the centroid of the heads' mean,
+
+  .. math::
+
+      \mathrm{cent}_k(a) = \frac{\sqrt{k}\,a}{\sqrt{|\langle a, a\rangle_L|}}, \qquad
+      o = \mathrm{cent}_k\Bigl(\frac1H \sum_h \mathrm{cent}_k(A_h V_h)\Bigr);
+
+* ``"midpoint_heads"`` (HyboNet): per head :math:`a_h/\sqrt{|\langle a_h, a_h\rangle_L|}` (its
+  ``mid_point``, the centroid at :math:`k = 1`), heads concatenated;
+* ``"focused_mean_lift"`` (Hypformer's ``linear_focused``): the focused formula with Hypformer's
+  :math:`\varepsilon = 10^{-6}` plus its self term :math:`\mathrm{v\_map\_mlp}(V_s)` (recorded at
+  capture time), averaged over heads and lifted,
+  :math:`o = \mathrm{lift}_k\bigl(\frac1H\sum_h (O_h + \mathrm{v\_map\_mlp}(V_{s,h}))\bigr)`;
+* ``"gate_midpoint"`` (the Lorentz GCN gate): :math:`s = (\mathrm{adj} \odot G) X`,
+  :math:`o = s/\sqrt{|\langle s, s\rangle_L|}`, the rows of the gate :math:`G` not normalised;
+* ``"gyromidpoint_heads"`` (Poincare-ball attention): per head the weighted Möbius gyromidpoint of
+  the values in the ball of radius :math:`\sqrt{k}`, with :math:`\lambda_j = 2k/(k - \|v_j\|^2)`,
+
+  .. math::
+
+      m = \tfrac12 \otimes \frac{\sum_j A_{ij} \lambda_j v_j}{\sum_j A_{ij} (\lambda_j - 1)}, \qquad
+      \tfrac12 \otimes y = \sqrt{k}\tanh\Bigl(\tfrac12 \operatorname{artanh}\frac{\|y\|}{\sqrt{k}}\Bigr)\frac{y}{\|y\|}.
+
+:func:`relative_error` is :math:`\max |o_{\mathrm{rebuilt}} - o_{\mathrm{seen}}| / \max(1, \max|o_{\mathrm{seen}}|)`,
+held to :func:`tolerance` (:math:`\sqrt{\varepsilon}` of the dtype the model computed in: 1.5e-8 in
+float64, 3.5e-4 in float32, 0.031 in float16, 0.088 in bfloat16).  :func:`fit_temperature` measures
+:math:`\tau` from the output when the attribute-derived one does not reproduce it (a fork whose
+logits are divided by :math:`2\,\mathrm{scale}` is caught this way).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["AGGREGATIONS", "tolerance", "relative_error", "layer_map", "rebuild", "verify", "fit_temperature",
+           "lorentz_centroid", "gyromidpoint"]
+
+#: The aggregations :func:`rebuild` knows (see the module docstring).
+AGGREGATIONS: tuple[str, ...] = ("centroid_mean_heads", "midpoint_heads", "focused_mean_lift", "gate_midpoint",
+                                 "gyromidpoint_heads")
+_F64 = torch.float64
+_BLOCK_ELEMENTS = 2**23  # float64 map entries rebuilt at a time (64 MiB): rows in blocks, never the whole N x M
+_FIT_ROWS = 256  # query rows the temperature is fitted on (then verified on all rows)
+_ROWWISE = ("centroid_mean_heads", "midpoint_heads", "gate_midpoint", "gyromidpoint_heads")
+
+
+def tolerance(dtype: str | torch.dtype | None) -> float:
+    r"""The verification tolerance, :math:`\sqrt{\varepsilon}` of the dtype the model computed in (float32 if unknown)."""
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, torch.float32)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        dtype = torch.float32
+    return math.sqrt(torch.finfo(dtype).eps)
+
+
+def relative_error(rebuilt: torch.Tensor, seen: torch.Tensor) -> float:
+    r""":math:`\max|r - s| / \max(1, \max|s|)` in float64 (``inf`` for a shape mismatch or a non-finite value)."""
+    r, s = rebuilt.to(_F64), seen.detach().to("cpu", _F64)
+    if r.shape != s.shape:
+        return math.inf
+    err = float((r - s).abs().max()) / max(1.0, float(s.abs().max()))
+    return err if math.isfinite(err) else math.inf
+
+
+def _inner(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return -a[..., :1] * b[..., :1] + (a[..., 1:] * b[..., 1:]).sum(dim=-1, keepdim=True)
+
+
+def lorentz_centroid(a: torch.Tensor, k: float) -> torch.Tensor:
+    r"""``a (..., d + 1)`` rescaled onto :math:`\langle x, x\rangle_L = -k`: :math:`\sqrt{k}\,a/\sqrt{|\langle a, a\rangle_L|}`."""
+    return math.sqrt(k) * a / _inner(a, a).abs().sqrt()
+
+
+def gyromidpoint(values_ball: torch.Tensor, weights: torch.Tensor, k: float) -> torch.Tensor:
+    r"""Weighted Möbius gyromidpoint ``(..., N, d)`` of ball points ``(..., M, d)`` (radius :math:`\sqrt{k}`), weights ``(..., N, M)``.
+
+    .. math::
+
+        m = \tfrac12 \otimes \frac{\sum_j w_j \lambda_j v_j}{\sum_j w_j (\lambda_j - 1)},
+        \qquad \lambda_j = \frac{2k}{k - \|v_j\|^2}
+    """
+    lam = 2.0 * k / (k - (values_ball * values_ball).sum(dim=-1, keepdim=True))  # (..., M, 1)
+    num = weights @ (lam * values_ball)
+    den = weights @ (lam - 1.0)
+    y = num / den
+    ny = y.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    rk = math.sqrt(k)
+    return rk * torch.tanh(0.5 * torch.atanh((ny / rk).clamp(max=1.0 - 1e-16))) * y / ny
+
+
+def layer_map(rec: Any) -> torch.Tensor:
+    r"""The map the layer computes, ``(H, N, M)`` float64: :meth:`LayerRecord.attention_map` on float64 points.
+
+    With a negative ``scale`` (``scale_sign = -1``) the distance logits change sign,
+    :math:`A = \mathrm{softmax}_j(+\tfrac12\|q_i - \kappa_j\|_L^2/|\tau|)`.
+    """
+    from hypviz.attention import attention_map
+
+    q, kk = rec.queries.to(_F64), rec.keys.to(_F64)
+    if rec.scale_sign < 0:
+        if rec.kind != "distance":
+            raise ValueError(f"layer {rec.name!r}: a negative scale is handled for kind 'distance' only, got {rec.kind!r}")
+        inner_ = q[..., 1:] @ kk[..., 1:].transpose(-1, -2) - q[..., :1] @ kk[..., :1].transpose(-1, -2)
+        sq = (-2.0 * rec.k - 2.0 * inner_).clamp_min(0.0)
+        return torch.softmax(0.5 * sq / rec.temperature, dim=-1)
+    extra: dict[str, Any] = {}
+    if rec.kind == "focused":
+        extra = {"power": rec.power, "norm_scale": rec.norm_scale}
+    if rec.kind == "sigmoid":
+        extra = {"bias": rec.bias or 0.0}
+    return attention_map(q, kk, rec.kind, k=rec.k, temperature=rec.temperature, **extra)
+
+
+def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The layer's output rebuilt from the record (float64), by ``rec.aggregation``; ``aux`` holds what the
+    aggregation needs beyond the record (``"self_term"`` ``(H, N, d)`` for the focused layers, ``"adjacency"``
+    ``(N, M)`` for the gate); ``weights`` overrides the map (used by :func:`fit_temperature`).
+
+    Shapes: ``(N, d + 1)`` for ``centroid_mean_heads``, ``focused_mean_lift`` and ``gate_midpoint``;
+    ``(H, N, d + 1)`` for ``midpoint_heads``; ``(H, N, d)`` ball points for ``gyromidpoint_heads``.
+    """
+    from hypviz.attention import focused_linear_attention
+    from hypviz.lorentz import lift
+
+    aux = aux or {}
+    agg, k = rec.aggregation, rec.k
+    if rec.values is None:
+        raise ValueError(f"layer {rec.name!r}: no values recorded; the output cannot be rebuilt")
+    rows = max(1, _BLOCK_ELEMENTS // max(1, rec.n_heads * rec.n_keys))
+    if weights is None and agg in _ROWWISE and rec.n_queries > rows:  # row blocks: every aggregation is row-wise
+        parts = [rebuild(_rows(rec, i, i + rows), _rows_aux(aux, i, i + rows)) for i in range(0, rec.n_queries, rows)]
+        return torch.cat(parts, dim=-2)
+    v = rec.values.to(_F64)
+    if agg == "focused_mean_lift":
+        out = focused_linear_attention(rec.queries.to(_F64), rec.keys.to(_F64), v, power=rec.power,
+                                       norm_scale=rec.norm_scale, k=k, eps=1e-6)
+        return lift((out + aux["self_term"].to(_F64)).mean(dim=0), k)
+    w = layer_map(rec) if weights is None else weights
+    if agg == "centroid_mean_heads":
+        return lorentz_centroid(lorentz_centroid(w @ v, k).mean(dim=0), k)
+    if agg == "midpoint_heads":
+        a = w @ v
+        return a / _inner(a, a).abs().clamp_min(1e-8).sqrt()
+    if agg == "gate_midpoint":
+        adj = aux.get("adjacency")
+        g = w if adj is None else w * adj.to(_F64)
+        s = (g @ v).mean(dim=0)
+        return s / _inner(s, s).abs().clamp_min(1e-8).sqrt()
+    if agg == "gyromidpoint_heads":
+        rk = math.sqrt(k)  # the ball points of the values (to_poincare without its float64 hyperboloid check)
+        return gyromidpoint(rk * v[..., 1:] / (v[..., :1] + rk), w, k)
+    raise ValueError(f"layer {rec.name!r}: aggregation must be one of {', '.join(AGGREGATIONS)}, got {agg!r}")
+
+
+def _rows(rec: Any, i: int, j: int) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(rec, queries=rec.queries[:, i:j])
+
+
+def _rows_aux(aux: dict[str, Any], i: int, j: int) -> dict[str, Any]:
+    adj = aux.get("adjacency")
+    return {**aux, "adjacency": None if adj is None else adj[..., i:j, :]}
+
+
+def _seen_rows(rec: Any, seen: torch.Tensor, j: int) -> torch.Tensor:
+    return seen[:j] if rec.aggregation in ("centroid_mean_heads", "gate_midpoint") else seen[:, :j]
+
+
+def verify(rec: Any, seen: torch.Tensor | None, aux: dict[str, Any] | None = None) -> tuple[float | None, str]:
+    """``(error, note)``: the relative error of :func:`rebuild` against ``seen`` (None when it cannot be rebuilt)."""
+    if seen is None:
+        return None, "not verified: the layer's output was not seen by the hook"
+    if rec.aggregation is None:
+        return None, "not verified: the layer's aggregation is not known to hypviz"
+    if rec.values is None:
+        return None, "not verified: no values recorded"
+    try:
+        err = relative_error(rebuild(rec, aux), seen)
+    except Exception as exc:  # any failure to rebuild is a diagnosis, never an error of the model's forward
+        return None, f"not verified: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return err, f"output rebuilt by {rec.aggregation}"
+
+
+def fit_temperature(rec: Any, seen: torch.Tensor, aux: dict[str, Any] | None = None,
+                    make: Callable[[float], Any] | None = None) -> tuple[float, float]:
+    r"""The :math:`\tau` whose rebuilt output is closest to ``seen``: ``(tau, error)``.
+
+    A grid of 41 values of :math:`\log\tau` over :math:`[\tau_0/100, 100\,\tau_0]` (:math:`\tau_0` =
+    ``rec.temperature``), then 60 golden-section steps around the best one, on the first 256 query
+    rows; the error returned is that of all rows at the fitted :math:`\tau`.  ``make(tau)`` returns the
+    record at ``tau`` (default: ``dataclasses.replace(rec, temperature=tau)``).
+    """
+    import dataclasses
+
+    full, full_aux, full_seen = rec, aux, seen
+    if rec.n_queries > _FIT_ROWS:
+        rec, aux, seen = _rows(rec, 0, _FIT_ROWS), _rows_aux(aux or {}, 0, _FIT_ROWS), _seen_rows(rec, seen, _FIT_ROWS)
+    make = make or (lambda t: dataclasses.replace(rec, temperature=t))
+    tau0 = float(rec.temperature)
+
+    def err(logt: float) -> float:
+        return relative_error(rebuild(make(math.exp(logt)), aux), seen)
+
+    grid = [math.log(tau0) + math.log(100.0) * (i / 20.0 - 1.0) for i in range(41)]
+    errs = [err(g) for g in grid]
+    i = min(range(len(grid)), key=errs.__getitem__)
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    g = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+    fa, fb = err(a), err(b)
+    for _ in range(60):
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = hi - g * (hi - lo)
+            fa = err(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + g * (hi - lo)
+            fb = err(b)
+    best = (a, fa) if fa < fb else (b, fb)
+    if errs[i] < best[1]:
+        best = (grid[i], errs[i])
+    tau = math.exp(best[0])
+    if full is not rec:
+        return tau, relative_error(rebuild(dataclasses.replace(full, temperature=tau), full_aux), full_seen)
+    return tau, best[1]

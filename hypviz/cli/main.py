@@ -1,0 +1,760 @@
+r"""The ``hypviz`` command: compare the attention maps of your own queries and keys, and write a report.
+
+::
+
+    hypviz compare QUERIES KEYS [--spatial | --model lorentz|poincare] [--k K] [--heads-axis AXIS]
+                   [--kinds spatial,focused] [--reference distance] [--temperature TAU]
+                   [--power P] [--norm-scale S] [--features D] [--rf-seed SEED] [--dtype auto|float32|float64]
+                   [--queries-key NAME] [--keys-key NAME] [--device auto|cpu|cuda|cuda:INDEX]
+                   [--sample-rows N] [--rows R] [--seed SEED] [--[no-]progress] [--out DIR] [--force]
+    hypviz compare CAPTURE.pt [--temperature TAU] [--device ...] [--[no-]progress] [--out DIR] [--force]
+    hypviz demo [--device ...] [--sample-rows N] [--rows R] [--seed SEED] [--[no-]progress] [--out DIR] [--force]
+
+The second form reads a file written by :mod:`hypviz.capture` and reports on every attention
+layer of the model (:mod:`hypviz.reports.model_report`); of the options above only those shown apply to it.
+``hypviz demo`` writes the same report as the first form for built-in data.
+
+Inputs are ``.pt``/``.pth`` files (``torch.load(weights_only=True)``: a dense tensor, or a dict of
+tensors), ``.npy`` or ``.npz`` files holding arrays of shape ``(..., N, d + 1)``: full hyperboloid
+points, time coordinate first, on :math:`\langle x, x\rangle_L = -k` (checked).  With ``--spatial``
+they are spatial parts ``(..., N, d)``, lifted with :math:`x_t = \sqrt{\|x_s\|^2 + k}`; with
+``--model poincare`` they are Poincare-ball points ``(..., N, d)``, mapped to the hyperboloid.  A
+file holding several arrays (an ``.npz`` or a dict saved with ``torch.save``) is read by name:
+``--queries-key`` / ``--keys-key``, else its only array, else the array named ``queries``
+(``query``, ``q``, ``Q``) or ``keys`` (``key``, ``k``, ``K``), so one file can hold both:
+``hypviz compare qk.npz qk.npz``.  A scalar ``k`` (or ``curvature``) stored in such a file is the
+default of ``--k`` (else 1).  Leading axes are heads/batch (they broadcast between queries and
+keys); ``--heads-axis`` names the heads axis of a layout such as ``(N, H, d + 1)``.
+
+Points are checked in the dtype they were made in: float32/float64 at that dtype's tolerance
+(arrays of either byte order), float16/bfloat16 at theirs (``rtol = 8 eps`` of that dtype, the
+arithmetic done in float32 on their exact values).  Where the compute dtype (``--dtype``; by
+default the inputs', float32 for half-precision inputs) differs from the dtype they were made in,
+the time coordinate is then recomputed from the spatial parts in the compute dtype.  Inputs must be regular files (a FIFO, device or socket
+is refused, never read).  What a file may make hypviz read is bounded, each limit set by an environment
+variable that its one-line error names: ``HYPVIZ_MAX_INPUT_BYTES`` (default 2 GiB = 2147483648) bounds
+what the arrays take once dense (elements x item size): for ``.npy``/``.npz`` the array read, from its
+``.npy`` header before anything is decompressed or loaded; for ``.pt``/``.pth`` (inputs and capture files)
+the file, what its zip members decompress to (before loading) and every tensor it holds, a broadcast
+(stride-0) one at its full size (before any is made dense).  ``HYPVIZ_MAX_LAYERS`` (default 64) bounds the
+layer records of a capture file (its figure is 3.4 inches a layer), ``HYPVIZ_MAX_NAME_CHARS`` (default
+256) the names and strings read from one.  The norm checks go through the points block by block (no
+float64 copy of the whole input).  hypviz never unpickles anything but tensors, and never relays
+torch's advice to load a refused file with ``weights_only=False``.
+
+Every kind of ``--kinds`` is compared with the ``--reference`` kind by
+:func:`hypviz.attention.compare`, each map read against its distance from the uniform row, with a
+verdict ("close", "different", "uninformative") per comparison and per head.  Kinds: ``spatial``
+(the question-and-answer thread's softmax of :math:`q_s \cdot \kappa_s`), ``distance``
+(Hypformer's full attention at ``--temperature`` :math:`k \cdot \mathrm{scale} / 2`),
+``lorentz``, ``focused`` (Hypformer's linear map, with ``--power`` and ``--norm-scale``), ``distance_rf``
+(the distance map by ``--features`` positive random features drawn from ``--rf-seed``: linear-time
+distance attention, :mod:`hypviz.attention.random_features`).  The
+output folder gets ``report.html`` (self-contained, opens from disk with no network),
+``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures (and, for the demo,
+``inputs.npz``).
+
+Publishing.  ``--out`` is compared on resolved paths (``os.path.realpath`` of its parent, then device
+and inode): ``--force`` refuses to replace a folder that holds an input or the current folder, whatever
+symbolic links, ``..`` or second names lead to them.  The report is written into a temporary folder
+``.NAME.tmp-XXXXXXXX`` beside ``--out`` (NAME cut, ``.NAM~.tmp-XXXXXXXX``, where the whole would exceed the
+file system's limits, so any ``--out`` the file system allows works) and locked (``flock``) while the run
+lasts; such folders of the same ``--out`` that no run holds any more (killed runs') are removed by the next
+run, and said on stderr.  It is then put in place in one step: renamed with ``renameat2(RENAME_NOREPLACE)``, or, replacing an
+existing report with ``--force``, exchanged with it by ``renameat2(RENAME_EXCHANGE)`` (Linux,
+called through ctypes: glibc's ``renameat2`` or the raw system call) and the old folder, now at the
+temporary name, removed.  So at every instant ``--out`` holds the complete old report or the
+complete new one, even under SIGKILL.  Where ``renameat2`` is unavailable (another OS, an old
+kernel, a file system without the flag) the old folder is moved into a new folder
+``.NAME.old-XXXXXXXX`` and the new one renamed in: two renames with signals deferred across them
+(a SIGKILL between them leaves the old report in ``.NAME.old-*``, which later runs report and never
+remove).  An old report that cannot be removed after the swap is said on stderr (the run still
+succeeds).  SIGTERM, SIGHUP and SIGINT (while Python's default SIGINT handler is installed) stop a run
+with one line saying whether the new report was published (and then that it is complete), exit code
+128 + the signal's number, and the temporary folder removed; also after the command has finished, up to
+the process's exit.  After publishing, a stdout that fails (closed by ``| head``, ``>/dev/full``, no
+stdout) does not fail the run: exit code 0 and one line on stderr saying that the report is complete
+and its summary could not be printed.
+(``HYPVIZ_TEST_PAUSE_AT=STAGE[:SIGNAL]``, for the tests only, makes the command send itself
+SIGTERM, or SIGNAL, at one stage: ``tmp``, ``written``, ``swapped``, ``cleaned``, ``finished``.)
+
+Exit codes: 0 success; 2 bad input or usage, or an output the file system refuses (disk full,
+read-only, no permission), or not enough memory: one line on stderr naming the problem, nothing written; 1 unexpected
+internal error (one line; ``HYPVIZ_DEBUG=1`` shows the traceback; after publishing it says the report is
+complete); 128 + N when stopped by signal N.  A report that is complete although its summary could not be
+printed is a success (0): the report is the command's output, the summary a copy of its headline.
+File names, and every string read from a file (array and layer names), are shown with undecodable
+bytes, control characters and lone surrogates escaped (``\xff``, ``\x1b``, ``\ud800``), in messages and
+in the report.  Heavy imports (torch, matplotlib, plotly) happen after the cheap
+checks.
+
+This module holds the argument parser, the commands and :func:`main`; the jobs they call live in
+:mod:`hypviz.reports.input_files` (reading the files), :mod:`hypviz.reports.inputs` (checking the points: the
+:class:`~hypviz.reports.inputs.Inputs` and :class:`~hypviz.reports.inputs.Settings` the reports read),
+:mod:`hypviz.reports.publishing` (the output folder, signals) and :mod:`hypviz.reports.point_report` /
+:mod:`hypviz.reports.model_report` (the reports).  Their public names are importable from here too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+import signal
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+from hypviz.base import validate
+from hypviz.base.messages import UsageError
+from hypviz.base.messages import fs_len as _fs_len
+from hypviz.base.messages import one_line as _one_line
+from hypviz.base.messages import show as _show
+from hypviz.base.messages import size_text as _size
+from hypviz.base.messages import what_is as _what
+from hypviz.reports.input_files import (
+    DEFAULT_MAX_INPUT_BYTES,
+    FORMATS,
+    MAX_INPUT_ENV,
+    MAX_LAYERS_ENV,
+    MAX_NAME_ENV,
+    Unreadable,
+    load_torch_file,
+    max_layers,
+    max_name_chars,
+    ROLE_NAMES,
+    STORED_K,
+    check_file,
+    load_array,
+    max_input_bytes,
+    read_input,
+    resolve_k,
+)
+from hypviz.reports.input_files import too_big as _too_big
+from hypviz.reports.inputs import DEMO_NORMS, HALF, HALF_RTOL_EPS, Inputs, Settings, demo_inputs, prepare
+from hypviz.reports.publishing import (
+    AT_FDCWD,
+    MARKER,
+    PAUSE_ENV,
+    RENAME_EXCHANGE,
+    RENAME_NOREPLACE,
+    RUN as _RUN,
+    STAGES,
+    TMP_EXTRA,
+    check_out,
+    publish,
+)
+from hypviz.reports.publishing import install_handlers as _install_handlers
+from hypviz.reports.publishing import interrupted_message as _interrupted
+from hypviz.reports.publishing import on_signal as _on_signal
+from hypviz.reports.publishing import produce as _produce
+from hypviz.reports.publishing import restore_handlers as _restore_handlers
+from hypviz.reports.publishing import say as _say
+from hypviz.reports.publishing import stage as _stage_hook
+
+__all__ = ["main", "build_parser", "UsageError"]
+
+# The names above stay importable from hypviz.cli, where they were defined before the command was split by job:
+# reading files (hypviz.reports.input_files), checking points (hypviz.reports.inputs), publishing the report (hypviz.reports.publishing).
+_REEXPORTED = (
+    DEFAULT_MAX_INPUT_BYTES, FORMATS, MAX_INPUT_ENV, ROLE_NAMES, STORED_K, check_file, load_array, max_input_bytes,
+    read_input, resolve_k, HALF, HALF_RTOL_EPS, Inputs, Settings, demo_inputs, prepare, AT_FDCWD, MARKER, PAUSE_ENV,
+    RENAME_EXCHANGE, RENAME_NOREPLACE, STAGES, TMP_EXTRA, check_out, publish, _fs_len, _size, _what, _too_big,
+    _on_signal,
+)
+
+KINDS = ("spatial", "distance", "lorentz", "focused", "distance_rf")  # hypviz.attention.KINDS, repeated to keep `--help` free of torch
+
+
+# --------------------------------------------------------------------------- #
+# argument parsing
+# --------------------------------------------------------------------------- #
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit code 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {_show(_one_line(message))} (see '{self.prog} --help')\n")
+
+
+def _positive(name: str):
+    hint = " (<x,x>_L = -k, curvature -1/k)" if name == "--k" else ""
+
+    def parse(text: str) -> float:
+        try:
+            return validate.positive(text, name, hint)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _finite_number(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {text!r}")
+        return value
+
+    return parse
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _rows(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 2 (compare needs two rows to sample), got {text!r}")
+    return value
+
+
+SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0 .. 2**64 - 1
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= SEED_MAX:
+        shown = text if len(text) <= 30 else text[:30] + "..."
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**64 - 1 = {SEED_MAX}, got {shown!r}")
+    return value
+
+
+def _kinds(text: str) -> list[str]:
+    kinds = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in kinds if t not in KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list of {', '.join(KINDS)}, got {text!r}"
+        )
+    return list(dict.fromkeys(kinds))
+
+
+def _common(p: argparse.ArgumentParser, default_out: str) -> None:
+    p.add_argument("--out", type=Path, default=Path(default_out), help=f"output folder (default: {default_out})")
+    p.add_argument("--force", action="store_true", help="replace the output folder if it exists (a hypviz report)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda or cuda:INDEX")
+    p.add_argument(
+        "--sample-rows", type=_count, default=64, metavar="N",
+        help="query rows drawn in the heatmaps (default 64); does not change the statistics (see --rows)",
+    )
+    p.add_argument(
+        "--rows",
+        type=_rows,
+        default=None,
+        metavar="R",
+        help="compute the statistics on R >= 2 query rows per head drawn uniformly (seeded, --seed) against all keys, "
+        "with 95%% confidence intervals on every mean: for very large N (default: every row)",
+    )
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the --rows sample, 0 to 2**64 - 1 (default 0)")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: only for long runs on a terminal)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``hypviz`` command, with its sub-commands ``compare`` and ``demo``.
+
+    Each option's type checks its value (a positive finite ``--k``, ``--temperature`` and
+    ``--power``, a finite ``--norm-scale``, known ``--kinds``) and a usage error is one line with
+    exit code 2.  The site's CLI page is generated from this parser, so it lists exactly what the
+    command accepts.
+    """
+    from hypviz import __version__
+
+    parser = _Parser(
+        prog="hypviz",
+        description="Compare hyperbolic attention maps (spatial dot products vs Lorentzian distance) and write a report.",
+    )
+    parser.add_argument("--version", action="version", version=f"hypviz {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{compare,demo}")
+
+    c = sub.add_parser(
+        "compare",
+        help="compare the attention maps of your own queries and keys",
+        description=(
+            "Compare attention maps of your queries and keys: every kind of --kinds against --reference, "
+            "row by row (TV, KL, each map's TV from the uniform row, rank agreement, a verdict, and the softmax bound), "
+            "and write report.html, metrics.json, rows.npz and PNG figures."
+        ),
+        epilog=(
+            "Files: .pt/.pth (torch.load(weights_only=True); a tensor or a dict of tensors), .npy, .npz. "
+            "Shapes (..., N, d + 1), time coordinate first (or (..., N, d) with --spatial); leading axes are "
+            "heads/batch. A file with several arrays is read by --queries-key/--keys-key, else its only array, "
+            "else the array named queries/keys. Points are checked in the dtype they were made in (float16/bfloat16 "
+            "at rtol = 8 eps of theirs). Inputs must be regular files of at most HYPVIZ_MAX_INPUT_BYTES bytes "
+            "(default 2147483648 = 2 GiB) once dense (elements x item size, before anything is expanded or decompressed); "
+            "HYPVIZ_MAX_LAYERS (default 64) and HYPVIZ_MAX_NAME_CHARS (default 256) bound capture files. "
+            "The report is written beside --out and put in place in one step (--force: swapped with the old one "
+            "by renameat2 RENAME_EXCHANGE where available). Exit codes: 0 ok, 2 bad input (or the disk refuses "
+            "the output), 1 internal error (HYPVIZ_DEBUG=1 shows the traceback), 128+N on signal N; 0 with a line on "
+            "stderr when only the summary could not be printed (the report is complete)."
+        ),
+    )
+    c.add_argument("queries", metavar="QUERIES", help="file of queries: .pt, .pth, .npy or .npz")
+    c.add_argument(
+        "keys",
+        metavar="KEYS",
+        nargs="?",
+        default=None,
+        help="file of keys: .pt, .pth, .npy or .npz (may be the same file); omit it when QUERIES is a file written by "
+        "hypviz.capture (Capture.save): one report for the whole model",
+    )
+    c.add_argument(
+        "--spatial", action="store_true", help="the inputs are spatial parts (..., N, d), lifted with x_t = sqrt(|x_s|^2 + k)"
+    )
+    c.add_argument(
+        "--k",
+        type=_positive("--k"),
+        default=None,
+        help="curvature parameter k > 0: <x,x>_L = -k (default: the 'k' stored in a .pt/.npz input, else 1)",
+    )
+    c.add_argument(
+        "--model",
+        choices=("lorentz", "poincare"),
+        default="lorentz",
+        help="lorentz: hyperboloid points (default); poincare: Poincare-ball points of curvature parameter k "
+        "(..., N, d), mapped to the hyperboloid",
+    )
+    c.add_argument(
+        "--heads-axis", type=int, default=None, metavar="AXIS", help="axis of the inputs holding heads, e.g. 1 for (N, H, d + 1)"
+    )
+    c.add_argument(
+        "--kinds",
+        type=_kinds,
+        default=["spatial", "focused"],
+        help="kinds compared with the reference (default spatial,focused; from spatial, distance, lorentz, focused, distance_rf)",
+    )
+    c.add_argument("--reference", choices=KINDS, default="distance", help="the reference kind (default distance)")
+    c.add_argument(
+        "--temperature",
+        type=_positive("--temperature"),
+        default=None,
+        metavar="TAU",
+        help="softmax temperature (default sqrt(d)); Hypformer's full attention is distance at k*scale/2",
+    )
+    c.add_argument(
+        "--power", type=_positive("--power"), default=2.0, metavar="P", help="the focused map's power_k (default 2)"
+    )
+    c.add_argument(
+        "--norm-scale", type=_finite_number("--norm-scale"), default=1.0, metavar="S", help="the focused map's norm_scale (default 1)"
+    )
+    c.add_argument(
+        "--features", type=_count, default=256, metavar="D", help="random features of distance_rf, linear-time distance attention (default 256)"
+    )
+    c.add_argument("--rf-seed", type=_seed, default=0, help="seed of distance_rf's random features (default 0)")
+    c.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "float64"),
+        default="auto",
+        help="compute in this dtype (default: the inputs'); points are checked in their own dtype, then their time "
+        "coordinate is recomputed from the spatial parts in the new one",
+    )
+    c.add_argument("--queries-key", default=None, metavar="NAME", help="array to read from a multi-array QUERIES file")
+    c.add_argument("--keys-key", default=None, metavar="NAME", help="array to read from a multi-array KEYS file")
+    _common(c, "hypviz-report")
+    c.set_defaults(func=cmd_compare)
+
+    d = sub.add_parser(
+        "demo",
+        help="the same report on built-in data (no files needed)",
+        description=(
+            "Write the compare report for built-in queries and keys: 4 heads of lifted Gaussian points with mean "
+            f"spatial norms {', '.join(f'{r:g}' for r in DEMO_NORMS)} (d = 32, 256 queries and keys, float32), "
+            "from nearly uniform maps (where every comparison is uninformative) to sharp ones."
+        ),
+    )
+    _common(d, "hypviz-demo")
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+# --------------------------------------------------------------------------- #
+# the commands
+# --------------------------------------------------------------------------- #
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]+)?)$")
+
+
+def _check_device(device: str) -> str:
+    if not _DEVICE.match(device):
+        raise UsageError(f"--device must be auto, cpu, cuda or cuda:INDEX, got {device!r}")
+    return device
+
+
+def _resolve_device(device: str):
+    from hypviz.attention import resolve_device
+
+    try:
+        return resolve_device(device)
+    except ValueError as exc:
+        raise UsageError(f"--device: {_one_line(exc)}") from None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    if args.keys is None:
+        return cmd_model(args)
+    if args.reference in args.kinds:
+        args.kinds.remove(args.reference)
+    if not args.kinds:
+        raise UsageError(f"--kinds has nothing to compare with the reference {args.reference!r}; add another kind")
+    qpath, kpath = check_file(args.queries, "QUERIES"), check_file(args.keys, "KEYS")
+    out = check_out(args.out, args.force, (qpath, kpath))
+    _check_device(args.device)
+    try:
+        q, qname, qmade = read_input(qpath, "QUERIES", args.queries_key, "--queries-key")
+        kk, kname, kmade = read_input(kpath, "KEYS", args.keys_key, "--keys-key")
+    except UsageError:
+        for role, pth in (("QUERIES", qpath), ("KEYS", kpath)):
+            if _is_capture_file(pth):
+                raise UsageError(
+                    f"{role}: {_show(pth)} is a capture file (written by hypviz.capture's Capture.save); "
+                    f"pass the capture file alone: hypviz compare {_show(pth)}"
+                ) from None
+        raise
+    described = {  # names as they may be shown: undecodable bytes and control characters escaped
+        "queries": {"path": _show(qpath), "array": _show(qname) if qname is not None else None,
+                    "shape": list(q.shape), "dtype": qmade},
+        "keys": {"path": _show(kpath), "array": _show(kname) if kname is not None else None,
+                 "shape": list(kk.shape), "dtype": kmade},
+    }
+    kf, note = resolve_k(args.k, (qpath, kpath))
+    inputs = prepare(
+        q,
+        kk,
+        k=kf,
+        spatial=args.spatial,
+        heads_axis=args.heads_axis,
+        dtype=args.dtype,
+        described=described,
+        model=args.model,
+        made_in=(qmade, kmade),
+    )
+    if note:
+        print(f"hypviz compare: {note}")
+    device = _resolve_device(args.device)
+    inputs.title = f"{_show(qpath.name)} vs {_show(kpath.name)}" if qpath != kpath else _show(qpath.name)
+    settings = Settings(
+        kinds=args.kinds,
+        reference=args.reference,
+        temperature=args.temperature,
+        device=str(device),
+        sample_rows=args.sample_rows,
+        rows=args.rows,
+        seed=args.seed,
+        power=args.power,
+        norm_scale=args.norm_scale,
+        features=args.features,
+        rf_seed=args.rf_seed,
+        progress=args.progress,
+        command="compare",
+    )
+    return _run(
+        inputs, settings, out, args.force, extra_options={"heads_axis": args.heads_axis, "dtype": args.dtype, "model": args.model}
+    )
+
+
+# options of `hypviz compare QUERIES KEYS` that a capture file does not take: (option, attribute, default)
+_NOT_FOR_CAPTURES = (("--k", "k", None), ("--kinds", "kinds", ["spatial", "focused"]), ("--reference", "reference", "distance"),
+                     ("--power", "power", 2.0), ("--norm-scale", "norm_scale", 1.0), ("--spatial", "spatial", False),
+                     ("--model", "model", "lorentz"), ("--heads-axis", "heads_axis", None), ("--dtype", "dtype", "auto"),
+                     ("--queries-key", "queries_key", None), ("--keys-key", "keys_key", None),
+                     ("--features", "features", 256), ("--rf-seed", "rf_seed", 0))
+
+
+def _is_capture_file(path: Path) -> bool:
+    """Whether ``path`` is a ``.pt``/``.pth`` file written by :mod:`hypviz.capture` (read within the input limit)."""
+    if path.suffix.lower() not in (".pt", ".pth"):
+        return False
+    try:
+        obj = load_torch_file(path, "QUERIES", max_input_bytes())
+    except Exception:  # unreadable in any way: not a capture file
+        return False
+    return isinstance(obj, dict) and obj.get("format") == "hypviz.capture"
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    """``hypviz compare CAPTURE.pt``: one report for every attention layer a :mod:`hypviz.capture` file holds."""
+    given = [opt for opt, attr, default in _NOT_FOR_CAPTURES if getattr(args, attr, default) != default]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: not for a capture file, whose layers record their own k, kind, temperature, power "
+            f"and norm_scale; drop {'it' if len(given) == 1 else 'them'} (a capture file takes --temperature, "
+            "--device, --progress, --out, --force)"
+        )
+    path = check_file(args.queries, "CAPTURE")
+    if path.suffix.lower() not in (".pt", ".pth"):
+        raise UsageError(
+            f"KEYS is missing: pass a KEYS file, or a capture file (.pt written by hypviz.capture's Capture.save) "
+            f"as the only argument; {_show(path.name)} is not one"
+        )
+    out = check_out(args.out, args.force, (path,))
+    _check_device(args.device)
+    records = _read_capture(path)
+    if args.temperature is not None and all(rec.temperature is not None for rec in records):
+        raise UsageError(
+            f"--temperature: every layer of {_show(path.name)} records its own temperature (it applies only to layers "
+            "without one, such as focused layers, as their distance reference's tau); drop it"
+        )
+    from hypviz.reports import model_report
+
+    device = _resolve_device(args.device)
+    results = []
+    for rec in records:  # one layer at a time, so that a refusal names the layer
+        try:
+            results += model_report.analyse([rec], temperature=args.temperature, device=str(device), progress=args.progress)
+        except ValueError as exc:
+            if not _OVERFLOW.search(str(exc)):
+                raise
+            where = "--temperature" if rec.temperature is None else f"the temperature {rec.temperature:g} it stores"
+            raise UsageError(f"CAPTURE: layer {rec.name} (call {rec.call}), {where}: {_one_line(exc)}") from None
+    files = _produce(out, args.force, lambda tmp: model_report.write(results, tmp, {"path": _show(path), "layers": len(records)}))
+    _say(model_report.summary(results, Path(_show(out)), files))
+    return 0
+
+
+_OVERFLOW = re.compile(r"^temperature \S+ makes the logits overflow")
+
+
+def _read_capture(path: Path) -> list[Any]:
+    """The records of a capture file, within the limits: its tensors' bytes (``HYPVIZ_MAX_INPUT_BYTES``), its
+    number of layers (``HYPVIZ_MAX_LAYERS``), its names' lengths (``HYPVIZ_MAX_NAME_CHARS``), all checked before a
+    record is built; names escaped for display; half-precision points (checked in their own dtype) in float32."""
+    from hypviz.capture import records as records_mod
+
+    try:
+        obj = load_torch_file(path, "CAPTURE", max_input_bytes())
+    except Unreadable as exc:
+        raise UsageError(
+            f"KEYS is missing and {_show(path)} is not a readable capture file ({exc.reason}); pass a KEYS file"
+        ) from None
+    layers = obj.get("layers") if isinstance(obj, dict) else None
+    if isinstance(layers, list):
+        limit = max_layers()
+        if len(layers) > limit:
+            raise UsageError(
+                f"CAPTURE: {_show(path)} holds {len(layers)} layer records, above the limit of {limit}; "
+                f"set {MAX_LAYERS_ENV} to a larger number to analyse them all (the report draws 3.4 inches a layer)"
+            )
+        chars = max_name_chars()
+        for i, d in enumerate(layers):
+            for key in ("name", "kind", "mode"):
+                value = d.get(key) if isinstance(d, dict) else None
+                if isinstance(value, str) and len(value) > chars:
+                    raise UsageError(
+                        f"CAPTURE: {_show(path)} record {i}: its {key} is {len(value)} characters long, above the limit "
+                        f"of {chars}; set {MAX_NAME_ENV} to a larger number to read it"
+                    )
+    try:
+        records = records_mod.parse(obj, _show(path))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(
+            f"KEYS is missing and {_show(path)} is not a readable capture file ({_one_line(exc)}); pass a KEYS file"
+        ) from None
+    return [_for_display(rec) for rec in records]
+
+
+def _for_display(rec: Any) -> Any:
+    """A record as the report uses it: its name escaped (control characters, lone surrogates), float16/bfloat16
+    points re-lifted in float32 (they were checked in their own dtype by the record's check)."""
+    import torch
+
+    from hypviz.lorentz import lift
+
+    rec.name = _show(rec.name)
+    if rec.queries.dtype in (torch.float16, torch.bfloat16):
+        for role in ("queries", "keys", "values"):
+            t = getattr(rec, role)
+            if t is not None:
+                setattr(rec, role, lift(t[..., 1:].float(), rec.k))
+    return rec
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    out = check_out(args.out, args.force)
+    _check_device(args.device)
+    inputs = demo_inputs()
+    device = _resolve_device(args.device)
+    settings = Settings(
+        kinds=["spatial", "focused", "lorentz"],
+        reference="distance",
+        temperature=None,
+        device=str(device),
+        sample_rows=args.sample_rows,
+        rows=args.rows,
+        seed=args.seed,
+        progress=args.progress,
+        command="demo",
+    )
+    return _run(inputs, settings, out, args.force, save_inputs=True)
+
+
+def _run(
+    inputs: Inputs,
+    settings: Settings,
+    out: Path,
+    force: bool,
+    *,
+    save_inputs: bool = False,
+    extra_options: dict[str, Any] | None = None,
+) -> int:
+    from hypviz.reports import point_report as report
+
+    try:
+        result = report.analyse(inputs, settings)
+    except ValueError as exc:
+        if not _OVERFLOW.search(str(exc)):
+            raise
+        raise UsageError(f"--temperature: {_one_line(exc)}") from None
+
+    def write(tmp: Path) -> list[str]:
+        if save_inputs:
+            import numpy as np
+
+            np.savez(
+                tmp / "inputs.npz",
+                queries=inputs.queries.detach().cpu().numpy(),
+                keys=inputs.keys.detach().cpu().numpy(),
+            )
+        return report.write(result, tmp, options=extra_options or {})
+
+    files = _produce(out, force, write)
+    _say(report.summary(result, Path(_show(out)), files, show_inputs=save_inputs))
+    return 0
+
+
+# --------------------------------------------------------------------------- #
+# entry point
+# --------------------------------------------------------------------------- #
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``hypviz`` command on ``argv`` (default ``sys.argv[1:]``) and return its exit code.
+
+    The exit code is 0 on success (also for ``--help`` and ``--version``), 2 for bad input or usage
+    (one line on stderr), 1 for an internal error (one line; with ``HYPVIZ_DEBUG=1`` the exception
+    propagates instead, with its traceback), 128 + N when stopped by signal N.  Called as the program (``argv`` None:
+    the console script, ``python -m hypviz.cli``), an interrupted run ends the process with
+    ``os._exit`` right after its one line (streams flushed), so that no atexit handler (torch's
+    among them) can print a traceback on the way out.
+    """
+    debug = os.environ.get("HYPVIZ_DEBUG", "") not in ("", "0")
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (2), --help and --version (0): a code, also when called in process
+        return exc.code if isinstance(exc.code, int) else 2
+    prog = f"hypviz {args.command}"
+    _RUN.reset()
+    _RUN.prog = prog
+    previous: dict[int, Any] = {}
+    try:
+        code, interrupted = _call(args, prog, debug, previous)
+        if not interrupted:
+            _stage_hook("finished")
+        if argv is None and not interrupted:
+            # the exit handlers (atexit) run now, ours still installed: a signal meanwhile is noted, then acted on
+            import atexit
+
+            run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)
+            if run_exitfuncs is not None:
+                run_exitfuncs()
+        if argv is None:
+            _block_signals()  # from here to os._exit a signal stays pending, never acted on half-way
+        if _RUN.late is not None and not interrupted:  # a signal after the command had finished (e.g. just after
+            print(_interrupted(prog, _RUN.late), file=sys.stderr)  # publishing): its exit code, and what is on disk
+            code, interrupted = 128 + _RUN.late, True
+    finally:
+        if argv is not None:
+            _restore_handlers(previous)
+    if argv is None:
+        # the program ends here, streams flushed, with os._exit: no exit handler runs after an interruption (torch's
+        # could print a traceback), and no signal can end the process on the way out without its line and code
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+    return code
+
+
+def _block_signals() -> None:
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
+    except (AttributeError, ValueError, OSError):
+        pass
+
+
+def _call(args: argparse.Namespace, prog: str, debug: bool, previous: dict[int, Any]) -> tuple[int, bool]:
+    """``args.func(args)`` with our signal handlers: ``(exit code, interrupted)``, one line on stderr on failure.
+
+    An interruption wins over whatever exception it turned into on the way (an import interrupted
+    by a signal raises ``ImportError``, a library may wrap it) and over a normal return.
+    """
+    try:
+        try:
+            _install_handlers(previous)
+            with warnings.catch_warnings():
+                if not debug:
+                    warnings.simplefilter("ignore")
+                code = args.func(args)
+        finally:
+            _RUN.done = True  # from here on signals are only counted: what is reported below is what is on disk
+    except BaseException as exc:
+        signum = getattr(exc, "signum", None) or _RUN.signal
+        if signum is None and isinstance(exc, KeyboardInterrupt):
+            signum = signal.SIGINT
+        if signum is not None:
+            print(_interrupted(prog, int(signum)), file=sys.stderr)
+            return 128 + int(signum), True
+        if isinstance(exc, UsageError):
+            print(f"{prog}: error: {_show(_one_line(exc))}", file=sys.stderr)
+            return 2, False
+        out_of_memory = isinstance(exc, MemoryError) or (
+            isinstance(exc, RuntimeError) and re.search(r"can't allocate memory|out of memory", str(exc), re.I)
+        )  # torch's allocators raise RuntimeError ("DefaultCPUAllocator: can't allocate memory", "CUDA out of memory")
+        if out_of_memory and not debug and _RUN.published is None:
+            # the machine's limit, not hypviz's (those are checked first): say so in one line, like a full disk
+            detail = _show(_one_line(exc)[:200]) or "no detail"
+            print(
+                f"{prog}: error: not enough memory ({detail}); nothing written; use --rows R for fewer query rows, "
+                f"smaller inputs, or a machine (or ulimit) with more memory",
+                file=sys.stderr,
+            )
+            return 2, False
+        if not isinstance(exc, Exception) or debug:
+            raise
+        # an internal error: one line unless HYPVIZ_DEBUG is set
+        done = "nothing written" if _RUN.published is None else f"the report in {_show(_RUN.published)} is complete"
+        print(
+            f"{prog}: internal error: {type(exc).__name__}: {_show(_one_line(exc)[:500])} "
+            f"({done}; set HYPVIZ_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1, False
+    if _RUN.signal is not None:  # interrupted, the exception swallowed on the way: still say so
+        print(_interrupted(prog, _RUN.signal), file=sys.stderr)
+        return 128 + _RUN.signal, True
+    return code, False
+
+
+if __name__ == "__main__":
+    sys.exit(main())

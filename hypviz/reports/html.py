@@ -1,0 +1,219 @@
+"""The HTML pages of the two reports, filled into the templates ``hypviz/templates/*.html``.
+
+:func:`page` is ``report.html`` of ``hypviz compare`` / ``hypviz demo`` (:mod:`hypviz.reports.point_report`),
+:func:`model_page` that of ``hypviz compare CAPTURE.pt`` (:mod:`hypviz.reports.model_report`).  The
+templates hold the page, its style and every fixed sentence; this module computes what fills their
+``$name`` fields (:class:`string.Template`): the tables, the numbers (3 significant digits), the
+figures as base64 PNG.  Every name from the inputs is HTML-escaped here; the pages are
+self-contained (no network).  The templates are package data, read with :mod:`importlib.resources`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import string
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Sequence
+
+from hypviz import attention
+from hypviz.attention.comparison import describe_fractions, verdict_rule
+from hypviz.reports.model_report import LayerResult, worst_queries
+from hypviz.reports.point_report import ROW_FIELDS, Result, fmt, per_head
+from hypviz.reports.figures import MAX_SCATTER
+
+__all__ = ["template", "page", "model_page", "table", "verdict_html"]
+
+
+@lru_cache(maxsize=None)
+def template(name: str) -> string.Template:
+    """The page template ``hypviz/templates/<name>`` (package data)."""
+    return string.Template(resources.files("hypviz").joinpath("templates", name).read_text(encoding="utf-8"))
+
+
+def table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
+    """An HTML table: ``header`` escaped, the cells as given (already HTML); the first ``left`` columns left-aligned."""
+    th = "".join(f'<th class="{"l" if i < left else ""}">{html.escape(h)}</th>' for i, h in enumerate(header))
+    body = []
+    for r in rows:
+        body.append("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r)) + "</tr>")
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def verdict_html(v: str, fractions: dict[str, float] | None = None) -> str:
+    """A verdict in its colour: identical and close (green), different (red), uninformative (grey), mixed (amber);
+    with ``fractions``, the rows' verdicts beside it when they are not all one."""
+    cls = {"identical": "ok", "close": "ok", "different": "bad", "uninformative": "note", "mixed": "warn"}[v]
+    rows = "" if fractions is None or max(fractions.values()) == 1.0 else f' <small>({html.escape(describe_fractions(fractions))})</small>'
+    return f'<span class="{cls}">{v}</span>{rows}'
+
+
+def _rule_html() -> str:
+    """The verdict rule (:func:`hypviz.attention.comparison.verdict_rule`) as one HTML sentence."""
+    rule = verdict_rule()
+    return "; ".join(f"<i>{html.escape(name)}</i>: {html.escape(text)}" for name, text in rule.items()) + "."
+
+
+def _bound_html(comp: attention.Comparison) -> str:
+    if not comp.bound_applies:
+        return "not applicable"
+    met = int(comp.bound_met.sum())
+    text = f"{met} / {comp.n_rows} met"
+    return text if met == comp.n_rows else f'<span class="bad">{text}</span>'
+
+
+def _b64(png: bytes) -> str:
+    return base64.b64encode(png).decode("ascii")
+
+
+# --------------------------------------------------------------------------- #
+# hypviz compare / hypviz demo
+# --------------------------------------------------------------------------- #
+def _facts(result: Result) -> str:
+    comp0 = result.comparisons[0]
+    heads_txt = " x ".join(str(s) for s in result.lead) if result.lead else "1"
+    return (
+        f"{heads_txt} head(s) x {comp0.n_queries} queries x {comp0.n_keys} keys, d = {comp0.dim}, "
+        f"k = {fmt(comp0.k)}, temperature tau = {fmt(comp0.temperature)}, {comp0.dtype}, computed on {comp0.device}; "
+        + ("inputs were spatial parts, lifted with x_t = sqrt(|x_s|^2 + k)." if result.inputs.spatial
+           else "inputs are hyperboloid points, time first, checked on <x,x>_L = -k.")
+        + (f" SAMPLED: the statistics are exact on {comp0.n_queries} of {comp0.n_queries_total} query rows per head, "
+           "drawn uniformly (seed " + str(result.settings.seed) + "); metrics.json gives every mean a 95% "
+           "confidence interval (normal approximation, stratified by head, finite-population corrected)."
+           if comp0.sampled else "")
+    )
+
+
+def _verdict_table(result: Result) -> str:
+    rows = [
+        [
+            html.escape(f"{comp.a} vs {comp.b}"),
+            verdict_html(comp.verdict, comp.row_verdicts),
+            fmt(comp.mean_tv),
+            fmt(comp.mean_tv_uniform_a),
+            fmt(comp.mean_tv_uniform_b),
+            fmt(comp.gap_ratio),
+            fmt(comp.top1_agreement),
+            fmt(comp.topk_agreement),
+            fmt(comp.rank_correlation),
+            _bound_html(comp),
+        ]
+        for comp in result.comparisons
+    ]
+    header = ["comparison", "verdict", "mean TV", "TV(P_a, U)", "TV(P_b, U)", "gap / baseline", "top-1 agreement",
+              f"top-{result.comparisons[0].topk} overlap", "Spearman", "theory check (rows)"]
+    return table(header, rows)
+
+
+def _head_tables(result: Result) -> str:
+    e = html.escape
+    out = []
+    for comp in result.comparisons:
+        rows = [
+            [e(label), verdict_html(h["verdict"], h["row_verdicts"]), fmt(h["mean_tv"]), fmt(h["max_tv"]), fmt(h["mean_tv_uniform_a"]),
+             fmt(h["mean_tv_uniform_b"]), fmt(h["gap_ratio"]), fmt(h["top1_agreement"]), fmt(h["rank_correlation"]),
+             fmt(h["bound_met_fraction"])]
+            for label, h in zip(result.inputs.head_labels, per_head(comp))
+        ]
+        out.append(
+            f"<h3>{e(comp.a)} vs {e(comp.b)}</h3>"
+            + table(["head", "verdict", "mean TV", "max TV", "TV(P_a, U)", "TV(P_b, U)", "gap / baseline",
+                     "top-1", "Spearman", "bound met"], rows)
+        )
+    return "".join(out)
+
+
+def _inputs_table(result: Result) -> str:
+    e = html.escape
+    rows = []
+    for role in ("queries", "keys"):
+        d = result.inputs.described[role]
+        rows.append([role, e(f"{d['path']}" + (f" [{d['array']}]" if d.get("array") else "")),
+                     e(str(tuple(d["shape"]))), e(d["dtype"])])
+    return table(["", "file [array]", "shape", "dtype"], rows, left=2)
+
+
+def page(result: Result, images: dict[str, bytes], plotly_div: str, plotly_js: str, meta: dict[str, Any]) -> str:
+    """``report.html`` of the compare report: the verdicts, the figures (``images``: PNG bytes of ``heatmaps``,
+    ``difference``, ``rows``), the interactive row figure (``plotly_div``, with ``plotly_js`` inlined once),
+    the per-head tables and the inputs.  ``meta``: ``version``, ``created`` and ``inputs_file`` (whether the
+    folder holds the demo's ``inputs.npz``)."""
+    e = html.escape
+    comp0 = result.comparisons[0]
+    inputs_file = (", <code>inputs.npz</code> (the demo queries and keys: try <code>hypviz compare inputs.npz "
+                   "inputs.npz</code>)") if meta.get("inputs_file") else ""
+    return template("report.html").substitute(
+        title=e(result.inputs.title),
+        plotly_js=plotly_js,
+        version=e(meta["version"]),
+        created=e(meta["created"]),
+        facts=e(_facts(result)),
+        verdict_table=_verdict_table(result),
+        reference=e(result.settings.reference),
+        verdict_rule=_rule_html(),
+        close_ratio=attention.CLOSE_RATIO,
+        heatmaps_png=_b64(images["heatmaps"]),
+        difference_png=_b64(images["difference"]),
+        rows_png=_b64(images["rows"]),
+        shown_head=e(result.inputs.head_labels[result.shown_head]),
+        first_kind=e(comp0.a),
+        shown_rows=len(result.shown_rows),
+        n_keys=comp0.n_keys,
+        plotly_div=plotly_div,
+        max_scatter=MAX_SCATTER,
+        head_tables=_head_tables(result),
+        inputs_table=_inputs_table(result),
+        row_fields=e(", ".join(ROW_FIELDS)),
+        inputs_file=inputs_file,
+    )
+
+
+# --------------------------------------------------------------------------- #
+# hypviz compare CAPTURE.pt
+# --------------------------------------------------------------------------- #
+def _model_heads_table(results: Sequence[LayerResult]) -> str:
+    e = html.escape
+    rows = []
+    for lr in results:
+        own_heads = per_head(lr.own) if lr.own is not None else None
+        for h, th in enumerate(per_head(lr.thread)):
+            if not lr.verified:  # hypviz did not reproduce the layer's output: no verdict about its own map
+                own = [e(lr.record.kind), "not verified: no verdict", "", "", "", "", ""]
+            elif own_heads is None:
+                own = ["distance softmax itself (exact)", '<span class="ok">same map</span>', "0", "", "", "", ""]
+            else:
+                oh = own_heads[h]
+                own = [e(lr.record.kind), verdict_html(oh["verdict"], oh["row_verdicts"]), fmt(oh["mean_tv"]),
+                       fmt(oh["mean_tv_uniform_a"]), fmt(oh["mean_tv_uniform_b"]), fmt(oh["top1_agreement"]),
+                       fmt(oh["rank_correlation"])]
+            out_ratio = (own_heads[h] if own_heads is not None else th)["output_ratio"]
+            rows.append([e(lr.label), e(lr.verification), str(h), *own, fmt(out_ratio) if lr.record.values is not None else "no values recorded",
+                         verdict_html(th["verdict"], th["row_verdicts"]), fmt(th["mean_tv"]), fmt(th["mean_tv_uniform_a"])])
+    return table(["layer", "verified (error)", "head", "model's map", "verdict", "TV", "TV(model, U)", "TV(dist, U)", "top-1",
+                  "Spearman", "output gap / baseline", "spatial softmax verdict", "its TV", "TV(spatial, U)"], rows, left=4)
+
+
+def model_page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any]) -> str:
+    """``report.html`` of the model report: per layer and head the verdicts, the figure (``png``: ``layers.png``),
+    the worst queries and the layers' set-up.  ``meta``: ``path``, ``version``, ``created``."""
+    e = html.escape
+    worst = [[e(w["layer"]), str(w["head"]), str(w["query"]), fmt(w["query_norm"]), fmt(w["tv"]),
+              fmt(w["tv_uniform_reference"]), e(w["comparison"])] for w in worst_queries(results)]
+    layers = [[e(lr.label), e(lr.record.mode), e(lr.record.kind), fmt(lr.record.k), e(lr.tau_text),
+               fmt(lr.record.power), fmt(lr.record.norm_scale), str(lr.record.n_heads), str(lr.record.n_queries),
+               str(lr.record.n_keys), str(lr.record.dim),
+               {True: "train", False: "eval", None: "not recorded"}[getattr(lr.record, "training", None)],
+               e(getattr(lr.record, "dtype", None) or "not recorded"), e(lr.verification),
+               e(getattr(lr.record, "verify_note", None) or "not verified")] for lr in results]
+    return template("model_report.html").substitute(
+        path=e(meta.get("path", "")),
+        version=e(meta["version"]),
+        created=e(meta["created"]),
+        heads_table=_model_heads_table(results),
+        verdict_rule=_rule_html(),
+        layers_png=_b64(png),
+        worst_table=table(["layer", "head", "query (index)", "|q_s|", "TV", "TV(dist, U)", "comparison"], worst, left=1),
+        layers_table=table(["layer", "mode", "kind", "k", "tau", "power", "norm_scale", "heads", "queries", "keys", "d",
+                            "train/eval", "dtype", "verified (error)", "how"], layers, left=3),
+    )

@@ -1,0 +1,333 @@
+r"""The whole-model report behind ``hypviz compare CAPTURE.pt`` (a file written by :mod:`hypviz.capture`).
+
+For every recorded attention layer and head it compares **the map the model computes**
+(Hypformer's focused linear map for a ``linear_focused`` layer; for a ``full`` layer the
+distance softmax at the layer's recorded temperature, :math:`\tau = k\,\mathrm{scale}/2`, or
+:math:`\mathrm{scale}/2` where its ``cinner`` does not divide by :math:`k`, which *is* the
+reference) with the distance softmax
+
+.. math::
+
+    P^{\mathrm{dist}}_{ij} = \mathrm{softmax}_j\Bigl(\frac{-\tfrac12\|q_i - \kappa_j\|_L^2}{\tau}\Bigr),
+
+and the question-and-answer thread's spatial softmax
+:math:`\mathrm{softmax}_j(q_{s,i}\cdot\kappa_{s,j}/\tau)` with the same reference, each read
+against both maps' distance from the uniform row :math:`U`, with a verdict per head by the same
+rule as everywhere (:func:`hypviz.attention.verdict` row by row, then
+:func:`hypviz.attention.overall_verdict`: the verdict of at least 90 % of the head's rows, else
+*mixed*).  Where the record holds the layer's values, the two attention outputs (Lorentzian
+centroids) are compared too, against the uniform row's output.
+
+Per layer it shows where the differences sit: the per-row gap against the query's norm, the
+per-head gap against the spread :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j}` of the key
+norms, and the worst queries (by index) with their norms.
+
+:func:`write` puts ``report.html`` (self-contained; :func:`hypviz.reports.html.model_page`, from the
+template ``hypviz/templates/model_report.html``), ``metrics.json``, ``rows.npz`` and ``layers.png``
+(:func:`figure`, drawn by :func:`hypviz.reports.figures.layers_figure`) into a folder; :func:`summary`
+is the text the command prints.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from hypviz import attention
+from hypviz.attention.comparison import verdict_rule
+from hypviz.reports.point_report import fmt, json_ready, per_head
+from hypviz.reports.figures import layers_figure, png_bytes
+
+__all__ = ["LayerResult", "analyse", "metrics", "write", "summary"]
+
+_WORST = 10  # worst queries listed per report
+
+
+@dataclass
+class LayerResult:
+    r"""One recorded layer call: the model's own map and the thread's spatial softmax, each against distance.
+
+    Attributes
+    ----------
+    label : str
+        The layer's name, with ``(call c)`` for repeated calls.
+    record : hypviz.capture.LayerRecord
+        The recorded queries, keys and layer parameters.
+    temperature : float
+        The :math:`\tau` of the distance reference (and of the spatial softmax).
+    own : hypviz.attention.Comparison or None
+        The model's map against the distance softmax; ``None`` when the model's map *is* the
+        distance softmax (kind ``"distance"``).
+    thread : hypviz.attention.Comparison
+        The spatial softmax against the distance softmax.
+    """
+
+    label: str
+    record: Any  # hypviz.capture.LayerRecord
+    temperature: float
+    own: attention.Comparison | None  # None when the model's map is the distance softmax itself
+    thread: attention.Comparison
+
+    @property
+    def own_kind(self) -> str:
+        """The kind of the map the layer computes (``record.kind``)."""
+        return self.record.kind
+
+    @property
+    def verified(self) -> bool:
+        """Whether hypviz rebuilt the layer's own output from the record (:mod:`hypviz.capture.verification`)."""
+        return str(getattr(self.record, "verify_note", "") or "").startswith("verified")
+
+    @property
+    def verification(self) -> str:
+        """``"verified (error 1.2e-16)"`` or ``"not verified"``: the report's column."""
+        err = getattr(self.record, "verify_error", None)
+        return f"verified (error {err:.2g})" if self.verified and err is not None else "not verified"
+
+    @property
+    def verification_bound(self) -> str:
+        """The column as a checked bound, for printed text that must not depend on rounding:
+        ``"verified (error <= 1.5e-08, sqrt(eps) of float64)"`` or ``"not verified"``."""
+        tol = getattr(self.record, "verify_tolerance", None)
+        if not self.verified or tol is None:
+            return "not verified"
+        return f"verified (error <= {tol:.2g}, sqrt(eps) of {getattr(self.record, 'dtype', None) or 'float32'})"
+
+    @property
+    def tau_text(self) -> str:
+        r""":math:`\tau` as shown: the layer's, measured from its output, or hypviz's default :math:`\sqrt{d}`."""
+        src = getattr(self.record, "temperature_source", None)
+        if self.record.temperature is None:
+            if abs(self.temperature - math.sqrt(self.record.dim)) <= 1e-12 * self.temperature:
+                return f"{fmt(self.temperature)} (hypviz default sqrt(d), not the layer's)"
+            return f"{fmt(self.temperature)} (--temperature, not the layer's)"
+        sign = " (scale < 0)" if getattr(self.record, "scale_sign", 1) < 0 else ""
+        return fmt(self.temperature) + (f" ({src})" if src in ("measured", "default") else "") + sign
+
+    @property
+    def own_is_reference(self) -> bool:
+        """Whether the layer's own map is the distance softmax itself (then ``own`` is ``None``)."""
+        return self.own is None
+
+
+def analyse(records: Sequence[Any], *, temperature: float | None = None, device: str = "auto",
+            progress: bool | None = None) -> list[LayerResult]:
+    r"""Compare, for every record, the model's map and the spatial softmax with the distance softmax.
+
+    The distance softmax (and the spatial one) is taken at the record's own temperature (a full
+    layer's, see :mod:`hypviz.capture`), else at ``temperature``, else at :math:`\sqrt{d}`.  The
+    model's map is compared unless it is the distance softmax (kind ``"distance"``); a focused
+    record uses its ``power`` and ``norm_scale``.  ``device`` and ``progress`` are passed to
+    :func:`hypviz.attention.compare`.  Returns one :class:`LayerResult` per record, in order.
+    """
+    results = []
+    for rec in records:
+        label = rec.name + (f" (call {rec.call})" if getattr(rec, "call", 0) else "")
+        tau = rec.temperature if rec.temperature is not None else temperature
+        tau = float(math.sqrt(rec.dim) if tau is None else tau)
+        common = dict(k=rec.k, temperature=tau, device=device, progress=progress)
+        own = None
+        if rec.kind in attention.MODEL_KINDS or getattr(rec, "scale_sign", 1) < 0:
+            own = _own_given(rec, tau)
+        elif rec.kind != "distance":  # a distance layer's map is the reference itself
+            own = attention.compare(
+                rec.queries, rec.keys, rec.kind, "distance",
+                power=rec.power if rec.power is not None else 2.0,
+                norm_scale=rec.norm_scale if rec.norm_scale is not None else 1.0,
+                values=rec.values, **common,
+            )
+        thread = attention.compare(rec.queries, rec.keys, "spatial", "distance", values=rec.values, **common)
+        results.append(LayerResult(label, rec, tau, own, thread))
+    return results
+
+
+def _own_given(rec: Any, tau: float) -> attention.Comparison:
+    """A layer's own map that :func:`hypviz.attention.compare` does not build (the gate, the Poincare softmax, a
+    negative scale) against the distance softmax, by :func:`hypviz.attention.compare_maps`; the gate's rows are
+    normalised first (its Lorentzian normalisation of :math:`G X` does not depend on the rows' scale)."""
+    import torch
+
+    from hypviz.capture.verification import layer_map
+
+    p_own = layer_map(rec)
+    p_own = p_own / p_own.sum(dim=-1, keepdim=True)
+    p_ref = attention.attention_map(rec.queries.to(torch.float64), rec.keys.to(torch.float64), "distance", k=rec.k,
+                                    temperature=tau)
+    return attention.compare_maps(p_own, p_ref, a=rec.kind, b="distance", values=rec.values, k=rec.k)
+
+
+def _heads(comp: attention.Comparison) -> list[dict[str, Any]]:
+    return per_head(comp)
+
+
+def _key_spread(rec: Any) -> np.ndarray:
+    """Per head: the spread ``max - min`` of the keys' time coordinates (norms), the bias's driver."""
+    kt = rec.keys[..., 0].double()
+    return (kt.amax(dim=-1) - kt.amin(dim=-1)).numpy()
+
+
+def _query_norms(rec: Any) -> np.ndarray:
+    return rec.queries[..., 1:].double().norm(dim=-1).numpy()  # (H, N)
+
+
+def worst_queries(results: Sequence[LayerResult], count: int = _WORST) -> list[dict[str, Any]]:
+    """The query rows whose model map is farthest from the distance map (by TV), across the model."""
+    rows = []
+    for lr in results:
+        comp = lr.own or lr.thread
+        tv = comp.tv.double().reshape(lr.record.n_heads, -1).numpy()
+        norms = _query_norms(lr.record)
+        for h, i in zip(*np.unravel_index(np.argsort(tv, axis=None)[::-1][:count], tv.shape)):
+            rows.append({"layer": lr.label, "head": int(h), "query": int(i), "query_norm": float(norms[h, i]),
+                         "tv": float(tv[h, i]), "tv_uniform_reference": float(comp.tv_uniform_b.double().reshape(tv.shape)[h, i]),
+                         "comparison": f"{comp.a} vs {comp.b}"})
+    rows.sort(key=lambda r: -r["tv"])
+    return rows[:count]
+
+
+def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, Any]:
+    r"""Everything of the report as a JSON-ready dict (the content of ``metrics.json``).
+
+    Per layer: the set-up (mode, kind, :math:`k`, :math:`\tau`, power, norm_scale, shapes), the
+    per-head key-norm spread :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j}`, and both
+    comparisons (summary and per head); then the worst queries and the verdict rule.  ``meta`` is
+    stored as the ``inputs``; non-finite floats become ``None``.
+    """
+    from hypviz import __version__
+
+    layers = []
+    for lr in results:
+        rec = lr.record
+        entry = {
+            "layer": lr.label,
+            "name": rec.name,
+            "call": getattr(rec, "call", 0),
+            "mode": rec.mode,
+            "kind": rec.kind,
+            "k": rec.k,
+            "temperature": lr.temperature,
+            "power": rec.power,
+            "norm_scale": rec.norm_scale,
+            "heads": rec.n_heads,
+            "n_queries": rec.n_queries,
+            "n_keys": rec.n_keys,
+            "dim": rec.dim,
+            "key_norm_spread": _key_spread(rec).tolist(),
+            "verified": lr.verified,
+            "verification": lr.verification,
+            **{f: getattr(rec, f, None) for f in ("verify_error", "verify_tolerance", "verify_note", "dtype", "training",
+                                                  "scale_sign", "temperature_source", "aggregation", "bias")},
+            "model_vs_distance": None if lr.own is None else {
+                "summary": lr.own.to_dict(), "heads": _heads(lr.own)},
+            "model_map_is_distance": lr.own is None,
+            "thread_spatial_vs_distance": {"summary": lr.thread.to_dict(), "heads": _heads(lr.thread)},
+        }
+        layers.append(entry)
+    return json_ready({
+        "generator": "hypviz",
+        "version": __version__,
+        "command": "compare (model)",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "inputs": meta,
+        "layers": layers,
+        "worst_queries": worst_queries(results),
+        "verdict_rule": verdict_rule(),
+    })
+
+
+def row_arrays(results: Sequence[LayerResult]) -> dict[str, np.ndarray]:
+    out = {}
+    for j, lr in enumerate(results):
+        for tag, comp in (("model", lr.own), ("spatial", lr.thread)):
+            if comp is None:
+                continue
+            for name in ("tv", "kl", "tv_uniform_a", "tv_uniform_b", "top1"):
+                out[f"layer{j}_{tag}_vs_distance_{name}"] = getattr(comp, name).detach().cpu().numpy()
+        out[f"layer{j}_query_norm"] = _query_norms(lr.record)
+    return out
+
+
+def figure(results: Sequence[LayerResult]) -> Any:
+    """Per layer (a row of panels): per-row TV against the query norm; per-head mean TV against key-norm spread
+    (drawn by :func:`hypviz.reports.figures.layers_figure`)."""
+    layers = []
+    for lr in results:
+        comp = lr.own or lr.thread
+        heads = _heads(comp)
+        layers.append({
+            "label": lr.label,
+            "what": "model's map" if lr.own is not None else "spatial softmax",
+            "tv": comp.tv.double().reshape(lr.record.n_heads, -1).numpy(),
+            "query_norms": _query_norms(lr.record),
+            "key_norm_spread": _key_spread(lr.record),
+            "mean_tv": [h["mean_tv"] for h in heads],
+            "baseline": [h["mean_tv_uniform_b"] for h in heads],
+        })
+    return layers_figure(layers)
+
+
+def write(results: Sequence[LayerResult], folder: Path, meta: dict[str, Any]) -> list[str]:
+    """Write ``report.html``, ``metrics.json``, ``rows.npz`` and ``layers.png`` into ``folder`` (which exists).
+
+    Returns the sorted names of the files in ``folder``.
+    """
+    from hypviz.reports.html import model_page
+
+    folder = Path(folder)
+    png = png_bytes(figure(results), dpi=90)
+    (folder / "layers.png").write_bytes(png)
+    data = metrics(results, meta)
+    (folder / "metrics.json").write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    np.savez_compressed(folder / "rows.npz", **row_arrays(results))
+    (folder / "report.html").write_text(model_page(results, png, {**meta, "version": data["version"], "created": data["created"]}),
+                                        encoding="utf-8")
+    return sorted(p.name for p in folder.iterdir())
+
+
+def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_rows: int = 16) -> str:
+    r"""The one-screen text the command prints: one line per layer, one per head (at most ``max_rows`` heads).
+
+    The layer line says whether hypviz reproduced the layer's output, as the bound that was checked
+    (the errors themselves are in ``metrics.json`` and ``report.html``).  Each head line gives the model's map's verdict with its mean TV and baseline
+    :math:`\mathrm{TV}(P^{\mathrm{dist}}, U)`, and the spatial softmax's verdict with its mean TV.
+    """
+    lines = [f"hypviz compare (model): {len(results)} attention layer call(s)"]
+    count = 0
+    for lr in results:
+        rec = lr.record
+        mode = {True: "train", False: "eval", None: "train/eval not recorded"}[getattr(rec, "training", None)]
+        lines.append(f"  {lr.label}: {rec.mode}, kind {rec.kind}, {rec.n_heads} head(s) x {rec.n_queries} queries x "
+                     f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {lr.tau_text}, {mode}, "
+                     f"{lr.verification_bound}")
+        own = _heads(lr.own) if lr.own is not None else None
+        for h, th in enumerate(_heads(lr.thread)):
+            count += 1
+            if count > max_rows:
+                continue
+            model = ("model's map not verified: no verdict" if not lr.verified else
+                     "model's map = distance softmax" if own is None else
+                     f"model's map {own[h]['verdict']:<13} (TV {fmt(own[h]['mean_tv'])}, TV(model, U) "
+                     f"{fmt(own[h]['mean_tv_uniform_a'])}, TV(dist, U) {fmt(own[h]['mean_tv_uniform_b'])})")
+            lines.append(f"    head {h}: {model} | spatial softmax {th['verdict']} (TV {fmt(th['mean_tv'])}, "
+                         f"TV(spatial, U) {fmt(th['mean_tv_uniform_a'])}, TV(dist, U) {fmt(th['mean_tv_uniform_b'])})")
+    if count > max_rows:
+        lines.append(f"    ... {count - max_rows} more heads in metrics.json")
+    lines.append(f"report: {out / 'report.html'}")
+    lines.append(f"  also in {out}: {', '.join(f for f in files if f != 'report.html')}")
+    return "\n".join(lines)
+
+
+def __getattr__(name: str) -> Any:
+    # hypviz.reports.model_report.page, where the page was made before the report was split by job (hypviz.reports.html,
+    # which imports this module, makes it now): imported on first use
+    if name == "page":
+        from hypviz.reports.html import model_page
+
+        return model_page
+    raise AttributeError(f"module 'hypviz.reports.model_report' has no attribute {name!r}")

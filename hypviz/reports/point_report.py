@@ -1,0 +1,375 @@
+r"""The comparison report behind ``hypviz compare`` and ``hypviz demo``: the analysis and its numbers.
+
+:func:`analyse` runs :func:`hypviz.attention.compare` for every kind against the reference and
+the dense :func:`hypviz.attention.attention_map` on a sample of query rows (a :class:`Result`);
+:func:`write` puts into a folder
+
+* ``report.html``: a self-contained page (PNG figures embedded as base64, plotly.js inlined
+  once): it opens from disk and makes no network request (:func:`hypviz.reports.html.page`, from
+  the template ``hypviz/templates/report.html``);
+* ``metrics.json``: the set-up, one summary per comparison and per head (``"generator": "hypviz"``;
+  :func:`metrics`);
+* ``rows.npz``: per-row statistics, ``<a>_vs_<b>_<field>`` of shape ``(*heads, N)`` (:func:`row_arrays`);
+* ``heatmaps.png``, ``difference.png``, ``rows.png``: the figures (:mod:`hypviz.reports.figures`,
+  drawn by :mod:`hypviz.plots`);
+
+and :func:`summary` is the one-screen text printed by the command.  Each comparison is read
+against the reference's distance from the uniform row :math:`U` (the verdict of
+:func:`hypviz.attention.verdict`), and for two softmax kinds every row is checked against its
+bounds (derived in notebook 04)
+
+.. math::
+
+    \mathrm{TV}(P_a, P_b) \le \tanh\frac{\Delta + \epsilon}{4}, \qquad
+    \mathrm{KL}(P_b \,\|\, P_a) \le K(\Delta + \epsilon), \qquad
+    K(\Delta) = \log\frac{e^\Delta - 1}{\Delta} - 1 + \frac{\Delta}{e^\Delta - 1},
+
+with :math:`\Delta` the bias spread of the row and :math:`\epsilon` the rigorous floating-point
+allowance on the logits (:class:`hypviz.attention.Comparison`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hypviz import attention
+from hypviz.attention.comparison import describe_fractions, verdict_rule
+from hypviz.reports.inputs import Inputs, Settings
+from hypviz.reports.figures import figures, plotly_rows, png_bytes
+
+__all__ = ["Result", "analyse", "write", "summary", "per_head"]
+
+ROW_FIELDS = (
+    "tv",
+    "kl",
+    "tv_uniform_a",
+    "tv_uniform_b",
+    "top1",
+    "topk_overlap",
+    "top1_weight",
+    "peak_a",
+    "peak_b",
+    "tv_tolerance",
+    "spearman",
+    "logit_gap",
+    "delta",
+    "tv_bound",
+    "kl_bound",
+    "kl_bound_hoeffding",
+    "allowance",
+    "bound_met",
+)  # the bound fields exist only for two softmax kinds, spearman only when computed
+_ROW_FIELDS = ROW_FIELDS  # (its name before the report was split by job)
+_LAZY = {"page": "hypviz.reports.html"}  # importable from here, imported on first use (see __getattr__)
+
+
+@dataclass
+class Result:
+    """What :func:`analyse` found, as :func:`write` and :func:`summary` read it.
+
+    Attributes
+    ----------
+    inputs : hypviz.reports.inputs.Inputs
+        The command's inputs: queries, keys, ``k``, head labels and their description.
+    settings : hypviz.reports.inputs.Settings
+        The command's settings: kinds, reference, temperature, device, ...
+    comparisons : list of hypviz.attention.Comparison
+        One per kind, each against the reference.
+    maps : dict
+        Kind -> ``(rows, M)`` attention map of the shown head, on the sampled rows.
+    shown_head : int
+        The flat index of the head shown (the one whose first comparison has the largest mean TV).
+    shown_rows : list of int
+        The sampled query rows, evenly spaced.
+    lead : tuple of int
+        The broadcast leading (head) shape.
+    """
+
+    inputs: Inputs
+    settings: Settings
+    comparisons: list[attention.Comparison]  # one per kind
+    maps: dict[str, torch.Tensor]  # kind -> (rows, M) attention map of the shown head
+    shown_head: int
+    shown_rows: list[int]
+    lead: tuple[int, ...]
+
+
+def fmt(x: float | None) -> str:
+    """A number as the reports print it: 3 significant digits, ``"n/a"`` for None."""
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def _flat(t: torch.Tensor, n: int) -> torch.Tensor:
+    return t.detach().reshape(-1, n).cpu()
+
+
+def per_head(comp: attention.Comparison) -> list[dict[str, Any]]:
+    r"""Per head (flat leading index), the summary statistics of a :class:`hypviz.attention.Comparison` as a dict.
+
+    Keys: ``verdict`` and ``row_verdicts`` (the head's rows read by :func:`hypviz.attention.verdict`
+    and :func:`hypviz.attention.overall_verdict`: the verdict of at least 90 % of its rows, else
+    ``"mixed"``), ``mean_tv``, ``max_tv``, ``mean_tv_uniform_a``, ``mean_tv_uniform_b``,
+    ``gap_ratio``, ``mean_kl``, ``max_kl``, ``top1_agreement``, ``topk_agreement``,
+    ``rank_correlation``, ``mean_delta``, ``bound_met_fraction``, ``output_ratio`` (``None`` where
+    the comparison does not have the field), with the means taken over the head's query rows and
+
+    .. math::
+
+        \mathrm{gap\_ratio} = \frac{\operatorname{mean} \mathrm{TV}(P_a, P_b)}{\operatorname{mean} \mathrm{TV}(P_b, U)}
+
+    (``None`` when the denominator is 0).
+    """
+    n = comp.n_queries
+
+    def flat(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else _flat(t, n).double()
+
+    tv, kl, ua, ub = flat(comp.tv), flat(comp.kl), flat(comp.tv_uniform_a), flat(comp.tv_uniform_b)
+    top1, topk, rho = flat(comp.top1), flat(comp.topk_overlap), flat(comp.spearman)
+    delta, met = flat(comp.delta), flat(comp.bound_met)
+    og, oub = flat(comp.output_gap), flat(comp.output_uniform_b)
+    rows = []
+    for h, (head_verdict, fractions) in enumerate(comp.head_verdicts()):
+        mean_tv, base_a, base_b = float(tv[h].mean()), float(ua[h].mean()), float(ub[h].mean())
+        out_base = None if oub is None else float(oub[h].mean())
+        rows.append(
+            {
+                "verdict": head_verdict,
+                "row_verdicts": fractions,
+                "mean_tv": mean_tv,
+                "max_tv": float(tv[h].max()),
+                "mean_tv_uniform_a": base_a,
+                "mean_tv_uniform_b": base_b,
+                "gap_ratio": None if base_b == 0.0 else mean_tv / base_b,
+                "mean_kl": float(kl[h].mean()),
+                "max_kl": float(kl[h].max()),
+                "top1_agreement": float(top1[h].mean()),
+                "topk_agreement": float(topk[h].mean()),
+                "rank_correlation": None if rho is None else float(rho[h].mean()),
+                "mean_delta": None if delta is None else float(delta[h].mean()),
+                "bound_met_fraction": None if met is None else float(met[h].mean()),
+                "output_ratio": None if not out_base else float(og[h].mean()) / out_base,
+            }
+        )
+    return rows
+
+
+def analyse(inputs: Inputs, settings: Settings) -> Result:
+    """Compare every kind with the reference; dense attention maps of a sample of rows of the worst head.
+
+    Each of ``settings.kinds`` is compared with ``settings.reference`` by
+    :func:`hypviz.attention.compare` (with the settings' temperature, power, norm_scale, row sample,
+    seed, device).  The shown head is the one whose first comparison has the largest mean TV; on it,
+    ``settings.sample_rows`` evenly spaced query rows get the dense map of the reference and of
+    every kind.
+    """
+    q, kk = inputs.queries, inputs.keys
+    comps = [
+        attention.compare(
+            q,
+            kk,
+            kind,
+            settings.reference,
+            k=inputs.k,
+            temperature=settings.temperature,
+            power=settings.power,
+            norm_scale=settings.norm_scale,
+            rows=settings.rows,
+            seed=settings.seed,
+            features=settings.features,
+            rf_seed=settings.rf_seed,
+            device=settings.device,
+            progress=settings.progress,
+        )
+        for kind in settings.kinds
+    ]
+    lead = tuple(comps[0].batch_shape)
+    heads = per_head(comps[0])
+    shown = max(range(len(heads)), key=lambda h: heads[h]["mean_tv"])
+    n, m = q.shape[-2], kk.shape[-2]
+    qf = q.expand(*lead, n, q.shape[-1]).reshape(-1, n, q.shape[-1])[shown]
+    kf = kk.expand(*lead, m, kk.shape[-1]).reshape(-1, m, kk.shape[-1])[shown]
+    count = min(settings.sample_rows, n)
+    rows = sorted({int(round(i)) for i in np.linspace(0, n - 1, count)})
+    dev = torch.device(settings.device)
+    qs, ks = qf[rows].to(dev), kf.to(dev)
+    maps = {
+        kind: attention.attention_map(
+            qs, ks, kind, k=inputs.k, temperature=comps[0].temperature, power=settings.power, norm_scale=settings.norm_scale,
+            features=settings.features, seed=settings.rf_seed,
+        ).cpu()
+        for kind in [settings.reference, *settings.kinds]
+    }
+    return Result(inputs, settings, comps, maps, shown, rows, lead)
+
+
+# --------------------------------------------------------------------------- #
+# numbers: JSON and per-row arrays
+# --------------------------------------------------------------------------- #
+def json_ready(x: Any) -> Any:
+    """``x`` (dicts, lists, numbers) with every non-finite float made ``None`` and every key a string."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): json_ready(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_ready(v) for v in x]
+    return x
+
+
+def metrics(result: Result, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The content of ``metrics.json``: the set-up, per comparison its summary and per-head statistics
+    (:func:`per_head`), the row fields and the verdict rule; ``options`` are stored with the inputs."""
+    from hypviz import __version__
+
+    comp0 = result.comparisons[0]
+    heads_out = []
+    for comp in result.comparisons:
+        summary = comp.to_dict()
+        heads = per_head(comp)
+        for label, h in zip(result.inputs.head_labels, heads):
+            h["head"] = label
+        heads_out.append({"a": comp.a, "b": comp.b, "summary": summary, "heads": heads})
+    return json_ready(
+        {
+            "generator": "hypviz",
+            "version": __version__,
+            "command": result.settings.command,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "inputs": {**result.inputs.described, "spatial": result.inputs.spatial, **(options or {})},
+            "setup": {
+                "k": comp0.k,
+                "temperature": comp0.temperature,
+                "power": result.settings.power,
+                "norm_scale": result.settings.norm_scale,
+                "features": result.settings.features,
+                "rf_seed": result.settings.rf_seed,
+                "device": comp0.device,
+                "dtype": comp0.dtype,
+                "heads_shape": list(result.lead),
+                "n_queries": comp0.n_queries,
+                "n_queries_total": comp0.n_queries_total,
+                "sampled_rows": comp0.n_queries if comp0.sampled else None,
+                "sample_seed": result.settings.seed if comp0.sampled else None,
+                "n_keys": comp0.n_keys,
+                "dim": comp0.dim,
+                "reference": result.settings.reference,
+                "kinds": list(result.settings.kinds),
+                "shown_head": result.inputs.head_labels[result.shown_head],
+                "shown_rows": result.shown_rows,
+            },
+            "comparisons": heads_out,
+            "rows_file": "rows.npz",
+            "row_fields": list(ROW_FIELDS),
+            "verdict_rule": verdict_rule(),
+        }
+    )
+
+
+def row_arrays(result: Result) -> dict[str, np.ndarray]:
+    """The content of ``rows.npz``: ``<a>_vs_<b>_<field>`` -> the per-row array ``(*heads, N)`` of every
+    field of :data:`ROW_FIELDS` the comparison has."""
+    out = {}
+    for comp in result.comparisons:
+        for name in ROW_FIELDS:
+            value = getattr(comp, name)
+            if value is not None:
+                out[f"{comp.a}_vs_{comp.b}_{name}"] = value.detach().cpu().numpy()
+    return out
+
+
+def write(result: Result, folder: Path, options: dict[str, Any] | None = None) -> list[str]:
+    """Write the report files (see the module docstring) into ``folder``, which exists.
+
+    ``options`` are stored with the inputs in ``metrics.json``.  Returns the sorted names of the
+    files in ``folder``.
+    """
+    import plotly.io as pio
+    import plotly.offline
+
+    from hypviz.reports.html import page
+
+    folder = Path(folder)
+    images = {name: png_bytes(fig) for name, fig in figures(result).items()}
+    for name, data in images.items():
+        (folder / f"{name}.png").write_bytes(data)
+    meta = metrics(result, options)
+    (folder / "metrics.json").write_text(json.dumps(meta, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    np.savez_compressed(folder / "rows.npz", **row_arrays(result))
+    div = pio.to_html(
+        plotly_rows(result),
+        include_plotlyjs=False,
+        include_mathjax=False,
+        full_html=False,
+        div_id="hypviz-rows",
+        config={"displaylogo": False, "responsive": True},
+    )
+    meta["inputs_file"] = (folder / "inputs.npz").exists()
+    text = page(result, images, div, plotly.offline.get_plotlyjs(), meta)
+    (folder / "report.html").write_text(text, encoding="utf-8")
+    return sorted(p.name for p in folder.iterdir())
+
+
+def summary(result: Result, out: Path, files: list[str], show_inputs: bool = False, max_heads: int = 8) -> str:
+    r"""The one-screen text the command prints.
+
+    One line per comparison (verdict, mean TV, baseline :math:`\mathrm{TV}(P_b, U)`, gap / baseline,
+    top-1 agreement, how many rows meet the bound), then up to ``max_heads`` per-head lines of the
+    first comparison, and where the files are.
+    """
+    comp0 = result.comparisons[0]
+    inp = result.inputs.described
+    heads_txt = " x ".join(str(s) for s in result.lead) + " heads x " if result.lead else ""
+    lines = [
+        f"hypviz {result.settings.command}: {result.inputs.title}",
+        f"  queries {tuple(inp['queries']['shape'])} {inp['queries']['dtype']}, keys {tuple(inp['keys']['shape'])} "
+        f"{inp['keys']['dtype']}" + (" (spatial parts, lifted)" if result.inputs.spatial else ""),
+        f"  {heads_txt}{comp0.n_queries} queries x {comp0.n_keys} keys, d = {comp0.dim}, k = {fmt(comp0.k)}, "
+        f"tau = {fmt(comp0.temperature)}, {comp0.dtype} on {comp0.device}",
+    ]
+    width = max(len(f"{c.a} vs {c.b}") for c in result.comparisons)
+    for comp in result.comparisons:
+        if comp.bound_applies:
+            met = int(comp.bound_met.sum())
+            check = f"theory check {met}/{comp.n_rows}" + ("" if met == comp.n_rows else "  <-- bound NOT met on some rows")
+        else:
+            check = "theory check n/a"
+        lines.append(
+            f"  {f'{comp.a} vs {comp.b}':<{width}}  {comp.verdict:<13} TV mean {fmt(comp.mean_tv):>8} | "
+            f"TV(P_a, U) {fmt(comp.mean_tv_uniform_a):>8}  TV(P_b, U) {fmt(comp.mean_tv_uniform_b):>8} | "
+            f"gap/baseline {fmt(comp.gap_ratio):>6} | top-1 {fmt(comp.top1_agreement)} | {check}"
+        )
+        lines.append(f"  {'':<{width}}  rows: {describe_fractions(comp.row_verdicts)}")
+    if len(result.inputs.head_labels) > 1:
+        lines.append(f"  per head ({comp0.a} vs {comp0.b}):")
+        heads = per_head(comp0)
+        for label, h in list(zip(result.inputs.head_labels, heads))[:max_heads]:
+            lines.append(
+                f"    head {label:<14} {h['verdict']:<13} TV mean {fmt(h['mean_tv']):>8}  "
+                f"baseline {fmt(h['mean_tv_uniform_b']):>8}  top-1 {fmt(h['top1_agreement'])}"
+            )
+        if len(heads) > max_heads:
+            lines.append(f"    ... {len(heads) - max_heads} more heads in metrics.json")
+    lines.append(f"report: {out / 'report.html'}")
+    lines.append(f"  also in {out}: {', '.join(f for f in files if f != 'report.html')}")
+    if show_inputs:
+        lines.append(f"  your own tensors: hypviz compare QUERIES.npy KEYS.npy  (this demo's: {out / 'inputs.npz'} for both)")
+    return "\n".join(lines)
+
+
+def __getattr__(name: str) -> Any:
+    # hypviz.reports.point_report.page, where it was defined before the report was split by job; hypviz.reports.html imports
+    # this module, so it is imported on first use
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'hypviz.reports.point_report' has no attribute {name!r}")
