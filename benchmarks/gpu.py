@@ -31,7 +31,9 @@ from pathlib import Path
 import torch
 
 import report  # benchmarks/report.py: the script's own directory is on sys.path
-from hypviz import attention, data, lorentz
+from hypviz import attention
+from hypviz import data
+from hypviz import lorentz
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL = {"check_n": 257, "kernel_n": 8192, "maps_n": 16384, "compare_n": 65536, "big_n": 1_000_000, "rows": 4096,

@@ -11,7 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hypviz import data, lorentz
+from hypviz import data
+
+from hypviz import lorentz
 
 
 def lifted_points(n: int, d: int, r: float, *, k: float = 1.0, seed: int = 0, lead: tuple[int, ...] = (), dtype=torch.float64):

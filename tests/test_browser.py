@@ -801,7 +801,11 @@ def test_a_click_enlarges_a_figure_at_full_resolution(browser, real_site):
 def test_reports_do_not_scroll_sideways_at_800_px(browser, tmp_path, capsys):
     import torch
 
-    from hypviz import capture, cli, toymodel
+    from hypviz import capture
+
+    from hypviz import cli
+
+    from hypviz import toymodel
 
     assert cli.main(["demo", "--out", str(tmp_path / "demo"), "--no-progress"]) == 0
     model = toymodel.ToyHypformer(8, 4, 2, heads=2, k=1.0, attention_type="linear_focused", seed=0)

@@ -488,7 +488,7 @@ def test_a_fork_with_logits_over_twice_the_scale_is_caught():
 
 
 def test_bfloat16_capture_stored_float32_with_its_dtype_and_analysed():
-    from hypviz import model_report
+    from hypviz.reports import model_report
 
     model = make("full", 2, 1.0, dtype=torch.bfloat16)
     _, (rec,) = capture_one(model, lifted_input(10, 4, 1.0, dtype=torch.bfloat16))
@@ -503,7 +503,7 @@ def test_bfloat16_capture_stored_float32_with_its_dtype_and_analysed():
 
 
 def test_negative_scale_recorded_and_reported_not_a_blocker(tmp_path):
-    from hypviz import model_report
+    from hypviz.reports import model_report
 
     model = make("full", 2, 1.0)
     with torch.no_grad():

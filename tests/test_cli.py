@@ -28,7 +28,15 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import attention, cli as hypviz_cli, data, lorentz, report
+from hypviz import attention
+
+from hypviz import cli as hypviz_cli
+
+from hypviz import data
+
+from hypviz import lorentz
+
+from hypviz.reports import point_report as report
 
 ROOT = Path(__file__).resolve().parent.parent
 H, N, M, D = 2, 24, 20, 4
@@ -450,7 +458,7 @@ def test_internal_errors_are_one_line_exit_1_and_write_nothing(files, tmp_path, 
 def test_hypviz_debug_lets_the_traceback_out_of_the_process(files, tmp_path):
     # a subprocess: what is tested is the interpreter printing the traceback and exiting with 1
     inject = (
-        "import sys, hypviz.report as r\n"
+        "import sys, hypviz.reports.point_report as r\n"
         "def boom(*a, **k):\n    raise RuntimeError('injected failure')\n"
         "r.figures = boom\n"
         "import hypviz.cli as c\n"
@@ -482,7 +490,11 @@ def test_console_script_help_and_version(tmp_path):
 # the command split by job: names where they were, typed results, pages from templates, figures from plots
 # --------------------------------------------------------------------------- #
 def test_names_stay_importable_where_they_were():
-    from hypviz import input_files, inputs, model_report, publishing, report_html
+    from hypviz.reports import input_files
+    from hypviz.reports import inputs
+    from hypviz.reports import model_report
+    from hypviz.reports import publishing
+    from hypviz.reports import html as report_html
 
     assert hypviz_cli.Inputs is inputs.Inputs and hypviz_cli.Settings is inputs.Settings
     assert hypviz_cli.prepare is inputs.prepare and hypviz_cli.demo_inputs is inputs.demo_inputs
@@ -500,7 +512,7 @@ def test_the_pages_come_from_templates_installed_with_the_package():
     import string
 
     tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11+")
-    from hypviz import report_html
+    from hypviz.reports import html as report_html
 
     for name in ("report.html", "model_report.html"):
         assert importlib.resources.files("hypviz").joinpath("templates", name).is_file()
@@ -513,7 +525,7 @@ def test_the_pages_come_from_templates_installed_with_the_package():
 
 def test_the_rows_figure_draws_the_bound_with_plots(files, monkeypatch):
     import hypviz.plots.curves as curves
-    from hypviz import report_figures
+    from hypviz.reports import figures as report_figures
 
     q, k = np.load(files / "q.npy"), np.load(files / "k.npy")
     inputs = hypviz_cli.prepare(q, k, k=1.0, spatial=False, heads_axis=None, dtype="auto", described={})

@@ -30,7 +30,15 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import attention, cli, data, lorentz, publishing
+from hypviz import attention
+
+from hypviz import cli
+
+from hypviz import data
+
+from hypviz import lorentz
+
+from hypviz.reports import publishing
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("HYPVIZ_DEBUG", cli.PAUSE_ENV, cli.MAX_INPUT_ENV)}
 ENV.update(MPLBACKEND="Agg", PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
@@ -161,7 +169,7 @@ def _old_report(folder: Path, tag: str = "old") -> None:
 
 @pytest.mark.parametrize("existing", [False, True])
 def test_a_full_disk_is_a_clear_error_and_removes_the_temporary_folder(existing, work, capsys, monkeypatch):
-    import hypviz.report as report
+    import hypviz.reports.point_report as report
 
     def full(result, folder, options=None):
         (Path(folder) / "metrics.json").write_text("{half")
@@ -372,7 +380,7 @@ def test_signal_handlers_are_restored_after_a_run(work, capsys):
 @pytest.mark.parametrize("swallowed", [False, True])
 def test_an_interruption_wins_over_what_a_library_made_of_it(swallowed, work, capsys, monkeypatch):
     # a signal during an import surfaces as ImportError ("initialization failed"); a library may even swallow it
-    import hypviz.report as report
+    import hypviz.reports.point_report as report
 
     def write(result, folder, options=None):
         try:
@@ -464,7 +472,7 @@ def test_a_signal_at_any_stage_leaves_the_old_or_the_new_report(case, killed):
 @pytest.mark.parametrize("stage", cli.STAGES)
 def test_both_publishing_methods_at_every_stage_in_process(stage, method, work, capsys, monkeypatch):
     # the same promise for the two-rename fallback (and, cheaply, for renameat2 again): a fast stand-in writer
-    import hypviz.report as report
+    import hypviz.reports.point_report as report
 
     def write(result, folder, options=None):
         (Path(folder) / "metrics.json").write_text(json.dumps({"generator": "hypviz", "tag": "new"}))

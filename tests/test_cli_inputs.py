@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import attention, cli, data, lorentz
+from hypviz import attention
+
+from hypviz import cli
+
+from hypviz import data
+
+from hypviz import lorentz
 
 
 def run(capsys, *args) -> tuple[int, str, str]:

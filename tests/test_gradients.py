@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hypviz import attention, lorentz
+from hypviz import attention
+
+from hypviz import lorentz
 
 
 def spatial(n: int, d: int, seed: int) -> torch.Tensor:

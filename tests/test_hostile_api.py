@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hypviz import attention, data
+from hypviz import attention
+
+from hypviz import data
 
 
 def _bad(kind: str, x: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,13 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import cli, data, publishing, records
+from hypviz import cli
+
+from hypviz import data
+
+from hypviz.reports import publishing
+
+from hypviz.capture import records
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("HYPVIZ_DEBUG", cli.PAUSE_ENV, cli.MAX_INPUT_ENV)}
 ENV.update(MPLBACKEND="Agg", PYTHONHASHSEED="0", OMP_NUM_THREADS="1")

@@ -25,7 +25,17 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import cli, data, inputs, lorentz, points, records
+from hypviz import cli
+
+from hypviz import data
+
+from hypviz.reports import inputs
+
+from hypviz import lorentz
+
+from hypviz.lorentz import points
+
+from hypviz.capture import records
 
 FAST = ("--kinds", "spatial", "--sample-rows", "4", "--device", "cpu")
 LIMIT_ENVS = (cli.MAX_INPUT_ENV, cli.MAX_LAYERS_ENV, cli.MAX_NAME_ENV)
@@ -271,7 +281,7 @@ def test_layer_names_are_escaped_everywhere(work, capsys):
                  "allocate 36000000000 bytes. Error code 12 (Cannot allocate memory)"),
 ])
 def test_running_out_of_memory_is_one_line(error, work, capsys, monkeypatch):
-    import hypviz.report as report
+    import hypviz.reports.point_report as report
 
     def greedy(*args, **kwargs):
         raise error

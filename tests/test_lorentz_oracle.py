@@ -1,6 +1,6 @@
 """Oracle tests: hypviz.lorentz against mpmath (ground truth) and geoopt (an independent implementation).
 
-mpmath reference (hypviz.oracle, shared with notebook 02's accuracy study): the exact
+mpmath reference (hypviz.base.oracle, shared with notebook 02's accuracy study): the exact
 floating-point spatial parts handed to hypviz, the time coordinate recomputed as
 sqrt(|x_s|^2 + k) at 100 significant digits, and the textbook formulas (identity 1:
 -2k - 2<x,y>_L, identity 2: sqrt(k) arcosh(-<x,y>_L / k)) evaluated at that precision
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from hypviz import lorentz as L
-from hypviz import oracle
+from hypviz.base import oracle
 
 DIGITS = 100  # >= 50 significant digits; the textbook formula loses < 20 of them here
 

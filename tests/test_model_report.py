@@ -12,7 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import attention, capture, cli
+from hypviz import attention
+
+from hypviz import capture
+
+from hypviz import cli
 
 from _standin import Encoder, StandInAttention, lifted_input
 

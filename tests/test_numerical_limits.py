@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
-from hypviz import attention, lorentz
+from hypviz import attention
+
+from hypviz import lorentz
 
 
 def pts(n: int, d: int, k: float, dtype, seed: int) -> torch.Tensor:

@@ -1,7 +1,7 @@
-"""The family readers (hypviz.family_readers) and the self-verification (hypviz.verification).
+"""The family readers (hypviz.capture.family_readers) and the self-verification (hypviz.capture.verification).
 
 Each family is a small layer written here from that family's maths (attribute names and call structure
-as in its public code, see hypviz.family_readers), independent of hypviz: Möbius addition for the
+as in its public code, see hypviz.capture.family_readers), independent of hypviz: Möbius addition for the
 Poincare distance, the Einstein midpoint in the Klein model for the gyromidpoint.  Every reader must
 recognise its layer, record the temperature of its convention, and rebuild the layer's output to
 rounding (float64); a modified layer must be caught.
@@ -16,7 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from hypviz import capture, verification
+from hypviz import capture
+
+from hypviz.capture import verification
 from hypviz.attention import attention_map
 from hypviz.lorentz import from_poincare
 
@@ -364,8 +366,8 @@ def test_tolerance_is_sqrt_eps_of_the_model_dtype():
 
 
 def test_model_report_shows_verification_and_no_verdict_for_unverified(tmp_path):
-    from hypviz import model_report
-    from hypviz.report_html import model_page
+    from hypviz.reports import model_report
+    from hypviz.reports.html import model_page
 
     torch.manual_seed(7)
     good = LorentzMultiHeadedAttention(2, 8).double()

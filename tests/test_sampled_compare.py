@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from hypviz import attention, data
+from hypviz import attention
+
+from hypviz import data
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ LONG_LINE = " ".join(f"column{i:02d}=0.{i:03d}" for i in range(40))  # ~ 600 cha
 API_MODULES = (
     "hypviz.lorentz", "hypviz.attention", "hypviz.symbolic", "hypviz.data", "hypviz.plots",
     "hypviz.plots.manifold", "hypviz.plots.curves", "hypviz.plots.attention", "hypviz.capture",
-    "hypviz.model_report", "hypviz.toymodel",
+    "hypviz.reports.model_report", "hypviz.toymodel",
 )
 
 

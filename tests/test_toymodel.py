@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 
-from hypviz import attention, capture, lorentz, toymodel
+from hypviz import attention
+
+from hypviz import capture
+
+from hypviz import lorentz
+
+from hypviz import toymodel
 
 
 def _points(n: int, d: int, k: float, seed: int) -> torch.Tensor:
