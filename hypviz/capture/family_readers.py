@@ -52,17 +52,14 @@ capture it (``layers=`` or :func:`register`).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from hypviz.capture.readers import _copy, _dropout_active, _dtype_name, _points, _verified
-from hypviz.lorentz import from_poincare
+from hypviz.capture.readers import Recorder, copy_tensor, dropout_active, dtype_name, read_points, verified
 from hypviz.capture.records import LayerRecord
-
-if TYPE_CHECKING:
-    from hypviz.capture.hooks import Capture
+from hypviz.lorentz import from_poincare
 
 __all__ = ["READERS", "reader_for", "register", "unrecognised"]
 
@@ -102,7 +99,7 @@ class _Reader:
     family = ""
     structure = ""
 
-    def __init__(self, cap: Capture, name: str, layer: nn.Module):
+    def __init__(self, cap: Recorder, name: str, layer: nn.Module):
         self.cap, self.name, self.layer = cap, name, layer
         self.calls = 0
         self.cur: dict[str, Any] = {}
@@ -129,24 +126,24 @@ class _Reader:
         k = fields["k"]
         for b in range(q.shape[0]):
             try:
-                qb, kb = _points(q[b], k, half), _points(kk[b], k, half)
-                vb = None if v is None else _points(v[b], k, half)
+                qb, kb = read_points(q[b], k, half), read_points(kk[b], k, half)
+                vb = None if v is None else read_points(v[b], k, half)
                 rec = LayerRecord(name=self.name, queries=qb, keys=kb, values=vb, call=self.calls, dtype=dtype,
                                   training=bool(self.layer.training), **fields).check()
                 if note is not None or seen is None:
-                    rec = _verified(rec, None, None)
+                    rec = verified(rec, None, None)
                     if note is not None:
                         import dataclasses
                         rec = dataclasses.replace(rec, verify_note=f"not verified: {note}")
                 else:
-                    rec = _verified(rec, seen[b], aux(b) if aux else None)
+                    rec = verified(rec, seen[b], aux(b) if aux else None)
             except (TypeError, ValueError) as exc:
-                self.cap._fail(f"layer {self.name!r} (call {self.calls}): {exc}")
+                self.cap.fail(f"layer {self.name!r} (call {self.calls}): {exc}")
                 return
-            self.cap._raw.append(rec)
+            self.cap.raw.append(rec)
             self.calls += 1
-        if _dropout_active(self.layer):
-            self.cap._dropout.append(self.name)
+        if dropout_active(self.layer):
+            self.cap.dropout.append(self.name)
 
 
 def _scale(layer: nn.Module, name: str) -> tuple[float, int]:
@@ -177,7 +174,7 @@ class HyperCoreReader(_Reader):
             try:
                 self._record(qs, ks, vs, out, args, kwargs)
             except (TypeError, ValueError) as exc:
-                self.cap._fail(str(exc))
+                self.cap.fail(str(exc))
             return out
 
         layer.full_attention = full_attention
@@ -188,7 +185,7 @@ class HyperCoreReader(_Reader):
                 try:
                     self._record_linear(qs, ks, vs)
                 except (TypeError, ValueError) as exc:
-                    self.cap._fail(str(exc))
+                    self.cap.fail(str(exc))
                 return out
 
             layer.linear_focus_attention = linear_focus_attention
@@ -210,10 +207,10 @@ class HyperCoreReader(_Reader):
         layer = self.layer
         k = _manifold_k(layer, "c", "k")
         tau, sign = _scale(layer, self.name)
-        dtype = _dtype_name(qs)
+        dtype = dtype_name(qs)
         seen = out[0] if isinstance(out, tuple) else out
         dt = torch.float64 if qs.dtype == torch.float64 else torch.float32
-        q, kk, v = (_lift(_copy(t).permute(0, 2, 1, 3).double(), k).to(dt) for t in (qs, ks, vs))
+        q, kk, v = (_lift(copy_tensor(t).permute(0, 2, 1, 3).double(), k).to(dt) for t in (qs, ks, vs))
         note = None
         if getattr(layer, "trans_heads_concat", False):
             note = "trans_heads_concat mixes the heads by a learned linear map after the centroid"
@@ -221,7 +218,7 @@ class HyperCoreReader(_Reader):
             note = "an attention mask was passed (the record holds the unmasked points)"
         elif getattr(layer, "normalize", False):
             note = "normalize=True rescales the queries and keys inside full_attention"
-        seen_t = _copy(seen).double() if isinstance(seen, torch.Tensor) else None
+        seen_t = copy_tensor(seen).double() if isinstance(seen, torch.Tensor) else None
         if seen_t is not None and seen_t.dim() == 2:
             seen_t = seen_t.unsqueeze(0)
         self._emit(q, kk, v, seen_t, dtype=dtype, note=note, k=k, mode="helm" if self.cur.get("rotary") else "hypercore",
@@ -234,8 +231,8 @@ class HyperCoreReader(_Reader):
         layer = self.layer
         k = _manifold_k(layer, "c", "k")
         dt = torch.float64 if qs.dtype == torch.float64 else torch.float32
-        q, kk, v = (_lift(_copy(t)[..., 1:].permute(0, 2, 1, 3).double(), k).to(dt) for t in (qs, ks, vs))
-        self._emit(q, kk, v, None, dtype=_dtype_name(qs), k=k, mode="hypercore", kind="focused",
+        q, kk, v = (_lift(copy_tensor(t)[..., 1:].permute(0, 2, 1, 3).double(), k).to(dt) for t in (qs, ks, vs))
+        self._emit(q, kk, v, None, dtype=dtype_name(qs), k=k, mode="hypercore", kind="focused",
                    power=float(getattr(layer, "power_k", 2.0)), norm_scale=_num(getattr(layer, "norm_scale", 1.0)) or 1.0,
                    note="HyperCore's linear_focus_attention (its mean over axis 1 of (B, N, H, D) and v_map_mlp) "
                         "is not rebuilt by hypviz")
@@ -266,19 +263,19 @@ class HyboNetReader(_Reader):
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         cur, self.cur = self.cur, {}
         if not all(r in cur for r in ("queries", "keys", "values")) or not isinstance(output, torch.Tensor):
-            self.cap._fail(f"layer {self.name!r}: linear_query, linear_key and linear_value did not all run in its forward")
+            self.cap.fail(f"layer {self.name!r}: linear_query, linear_key and linear_value did not all run in its forward")
             return None
         h = int(self.layer.head_count)
         k = _manifold_k(self.layer, "k", "c")
         try:
             tau, sign = _scale(self.layer, self.name)
         except ValueError as exc:
-            self.cap._fail(str(exc))
+            self.cap.fail(str(exc))
             return None
-        q, kk, v = (_heads(_copy(cur[r]), h) for r in ("queries", "keys", "values"))
-        seen = _heads(_copy(output), h)
+        q, kk, v = (_heads(copy_tensor(cur[r]), h) for r in ("queries", "keys", "values"))
+        seen = _heads(copy_tensor(output), h)
         note = "an attention mask was passed" if cur.get("mask") is not None else None
-        self._emit(q, kk, v, seen, dtype=_dtype_name(output), note=note, k=k, mode="hybonet", kind="distance",
+        self._emit(q, kk, v, seen, dtype=dtype_name(output), note=note, k=k, mode="hybonet", kind="distance",
                    temperature=tau / 2.0, scale_sign=sign, temperature_source="attributes", aggregation="midpoint_heads")
         return None
 
@@ -312,22 +309,22 @@ class LorentzGateReader(_Reader):
     def _post(self, module: nn.Module, args: Any, output: Any) -> None:
         cur, self.cur = self.cur, {}
         if "queries" not in cur or "keys" not in cur or not isinstance(cur.get("values"), torch.Tensor):
-            self.cap._fail(f"layer {self.name!r}: query_linear and key_linear did not both run in its forward")
+            self.cap.fail(f"layer {self.name!r}: query_linear and key_linear did not both run in its forward")
             return None
         k = _manifold_k(self.layer, "k", "c")
         try:
             tau, sign = _scale(self.layer, self.name)
         except ValueError as exc:
-            self.cap._fail(str(exc))
+            self.cap.fail(str(exc))
             return None
         scale = sign * tau
         bias = _num(self.layer.bias)
-        q, kk, v = (_copy(cur[r]).reshape(1, 1, -1, cur[r].shape[-1]) for r in ("queries", "keys", "values"))
+        q, kk, v = (copy_tensor(cur[r]).reshape(1, 1, -1, cur[r].shape[-1]) for r in ("queries", "keys", "values"))
         adj = cur.get("adjacency")
-        adj = None if adj is None else _copy(adj).double()
-        seen = _copy(output).reshape(1, -1, output.shape[-1]) if isinstance(output, torch.Tensor) else None
+        adj = None if adj is None else copy_tensor(adj).double()
+        seen = copy_tensor(output).reshape(1, -1, output.shape[-1]) if isinstance(output, torch.Tensor) else None
         # (2 + 2 <q, kappa>_L) / scale + bias = (-1/2 |q - kappa|^2_L) / (scale / 2) + bias + (2 - 2k) / scale
-        self._emit(q, kk, v, seen, dtype=_dtype_name(output), k=k, mode="lorentz_gcn", kind="sigmoid",
+        self._emit(q, kk, v, seen, dtype=dtype_name(output), k=k, mode="lorentz_gcn", kind="sigmoid",
                    temperature=tau / 2.0, scale_sign=sign, bias=(bias or 0.0) + (2.0 - 2.0 * k) / scale,
                    temperature_source="attributes", aggregation="gate_midpoint",
                    aux=lambda b: {"adjacency": adj})
@@ -363,7 +360,7 @@ class PoincareReader(_Reader):
         cur, self.cur = self.cur, {}
         out = output[0] if isinstance(output, tuple) else output
         if not all(r in cur for r in ("queries", "keys", "values")) or not isinstance(out, torch.Tensor):
-            self.cap._fail(f"layer {self.name!r}: query, key and value did not all run in its forward")
+            self.cap.fail(f"layer {self.name!r}: query, key and value did not all run in its forward")
             return None
         h = int(self.layer.num_attention_heads)
         c = _num(getattr(self.layer.manifold, "c", None)) or 1.0
@@ -371,15 +368,15 @@ class PoincareReader(_Reader):
         s = _num(getattr(self.layer, "scale", None))
         tau, sign = (1.0, 1) if s is None else (abs(s), 1 if s > 0 else -1)
         try:
-            q, kk, v = (from_poincare(_heads(_copy(cur[r]), h).double(), k) for r in ("queries", "keys", "values"))
+            q, kk, v = (from_poincare(_heads(copy_tensor(cur[r]), h).double(), k) for r in ("queries", "keys", "values"))
         except ValueError as exc:
-            self.cap._fail(f"layer {self.name!r}: {exc}")
+            self.cap.fail(f"layer {self.name!r}: {exc}")
             return None
         if cur["queries"].dtype != torch.float64:
             q, kk, v = q.float(), kk.float(), v.float()
-        seen = _heads(_copy(out), h)
+        seen = _heads(copy_tensor(out), h)
         note = "an attention mask was passed" if cur.get("mask") is not None else None
-        self._emit(q, kk, v, seen, dtype=_dtype_name(out), note=note, k=k, mode="poincare", kind="poincare",
+        self._emit(q, kk, v, seen, dtype=dtype_name(out), note=note, k=k, mode="poincare", kind="poincare",
                    temperature=tau, scale_sign=sign,
                    temperature_source="attributes" if s is not None else "default",
                    aggregation="gyromidpoint_heads")

@@ -13,8 +13,9 @@ from torch import nn
 from hypviz.base import kinds as registry
 from hypviz.lorentz import check_k, check_points, from_poincare
 from hypviz.capture.family_readers import READERS, reader_for, unrecognised
-from hypviz.capture.readers import _STRUCTURE, _close, _dropout_active, _Generic, _HypLayer, _is_hypformer_layer, _points
-from hypviz.capture.records import MODELS, LayerRecord, _opt_float, save
+from hypviz.capture.readers import (STRUCTURE, GenericReader, HypformerReader, Recorder, closest, dropout_active,
+                                    is_hypformer_layer, read_points)
+from hypviz.capture.records import MODELS, RECORD_OPTIONS, LayerRecord, opt_float, save
 
 __all__ = ["Capture", "attention"]
 
@@ -30,7 +31,7 @@ __all__ = ["Capture", "attention"]
 def _display(name: str) -> str:
     """A module's name without torch.compile's ``_orig_mod.`` wrapper."""
     return name.replace("_orig_mod.", "").replace("_orig_mod", "") or name
-class Capture:
+class Capture(Recorder):
     """A recording of attention layers: use it as a context manager (see :func:`attention`, which builds it).
 
     ``layers`` is filled when the ``with`` block exits without an exception: one
@@ -66,20 +67,18 @@ class Capture:
         self.model = model
         self.heads_axis = heads_axis
         self.kind = kind
-        self.temperature = _opt_float(temperature, "temperature", positive=True)
-        self.power = _opt_float(power, "power (the focused map's power_k)", positive=True, none_ok=False)
-        self.norm_scale = _opt_float(norm_scale, "norm_scale (the focused map's norm_scale)", none_ok=False)
+        self.temperature = opt_float(temperature, "temperature", positive=True)
+        self.power = opt_float(power, "power (the focused map's power_k)", positive=True, none_ok=False)
+        self.norm_scale = opt_float(norm_scale, "norm_scale (the focused map's norm_scale)", none_ok=False)
         self.layers: list[LayerRecord] = []
-        self._raw: list[Any] = []
-        self._errors: list[str] = []
+        Recorder.__init__(self)
         self._handles: list[Any] = []
         self._used = False
         self._names = [n for n, _ in module.named_modules()]
         self._by_name = dict(module.named_modules())
-        self._generic: list[_Generic] = []
+        self._generic: list[GenericReader] = []
         self._hyp: list[Any] = []
         self._auto_only: list[str] | None = None
-        self._dropout: list[str] = []
         self._stance: Any = None
         self._known: set[str] | None = None  # the modules read by structure (None: layers= names the modules)
 
@@ -95,7 +94,7 @@ class Capture:
                     "expected {'layer': ('queries module', 'keys module'[, 'values module'])}"
                 )
             for lname, mods in layers.items():
-                self._generic.append(_Generic(self, str(lname), self._check_roles(lname, mods)))
+                self._generic.append(GenericReader(self, str(lname), self._check_roles(lname, mods)))
         else:
             if model != "lorentz" or heads_axis is not None or temperature is not None:
                 given = [f"{n}={v!r}" for n, v, d in (("model", model, "lorentz"), ("heads_axis", heads_axis, None),
@@ -111,11 +110,11 @@ class Capture:
                     if not isinstance(n, str):
                         raise TypeError(f"layers: expected module names (strings) or a dict, got {type(n).__name__}")
                     if n not in self._by_name:
-                        raise ValueError(f"layers: no module named {n!r} in the model; {_close(n, self._names)}")
-                    if not _is_hypformer_layer(self._by_name[n]) and reader_for(self._by_name[n]) is None:
+                        raise ValueError(f"layers: no module named {n!r} in the model; {closest(n, self._names)}")
+                    if not is_hypformer_layer(self._by_name[n]) and reader_for(self._by_name[n]) is None:
                         raise ValueError(
                             f"layers: module {n!r} ({type(self._by_name[n]).__name__}) is not a Hypformer-style "
-                            f"layer (looked for {_STRUCTURE}); "
+                            f"layer (looked for {STRUCTURE}); "
                             f"name its projections with layers={{{n!r}: ('q module', 'k module')}}"
                         )
                 self._auto_only = names
@@ -133,20 +132,17 @@ class Capture:
             if not isinstance(m, str):
                 raise ValueError(f"layers[{lname!r}]: module names must be strings, got {m!r}")
             if m not in self._by_name:
-                raise ValueError(f"layers[{lname!r}]: no module named {m!r} in the model; {_close(m, self._names)}")
+                raise ValueError(f"layers[{lname!r}]: no module named {m!r} in the model; {closest(m, self._names)}")
         return mods
 
     # ---- hooks ----
-    def _fail(self, message: str) -> None:
-        self._errors.append(message)
-
     def __enter__(self) -> Capture:
         if self._used:
             raise ValueError("this Capture has already recorded; start a new one with capture.attention(model)")
         self._used = True
         try:
             if self._generic:
-                listeners: dict[str, list[tuple[_Generic, str]]] = {}
+                listeners: dict[str, list[tuple[GenericReader, str]]] = {}
                 for g in self._generic:
                     for role, m in zip(g.roles, g.modules):
                         listeners.setdefault(m, []).append((g, role))
@@ -154,12 +150,12 @@ class Capture:
                     self._handles.append(self._by_name[m].register_forward_hook(self._generic_hook(m, targets)))
             else:
                 names = self._auto_only or [n for n, m in self._by_name.items()
-                                            if _is_hypformer_layer(m) or reader_for(m) is not None]
+                                            if is_hypformer_layer(m) or reader_for(m) is not None]
                 self._known = set(names)
                 for n in names:
                     m = self._by_name[n]
-                    if _is_hypformer_layer(m):
-                        self._hyp.append(_HypLayer(self, _display(n), m, self.k))
+                    if is_hypformer_layer(m):
+                        self._hyp.append(HypformerReader(self, _display(n), m, self.k))
                     else:
                         self._hyp.append(reader_for(m)(self, _display(n), m))  # type: ignore[misc]
                 for h in self._hyp:
@@ -179,7 +175,7 @@ class Capture:
             raise
         return self
 
-    def _generic_hook(self, module_name: str, targets: list[tuple[_Generic, str]]) -> Callable[..., None]:
+    def _generic_hook(self, module_name: str, targets: list[tuple[GenericReader, str]]) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             for g, role in targets:
                 g.push(role, module_name, output)
@@ -204,17 +200,17 @@ class Capture:
                 raise ValueError(f"capture.attention: {hints[0]}")
             raise ValueError(
                 f"capture.attention: no attention layer recognised in the {type(self.module).__name__} "
-                f"(looked for {_STRUCTURE}, or {'; or '.join(r.structure for r in READERS)}); for other models "
+                f"(looked for {STRUCTURE}, or {'; or '.join(r.structure for r in READERS)}); for other models "
                 "name the modules: capture.attention(model, layers={'enc.0': ('enc.0.q', 'enc.0.k')}, k=1.0)"
             )
-        if self._errors:
-            raise ValueError(self._errors[0])
+        if self.errors:
+            raise ValueError(self.errors[0])
         for g in self._generic:
             msg = g.leftovers()
             if msg:
                 raise ValueError(msg)
-        self.layers = [self._finish(raw) for raw in self._raw]
-        self._raw = []
+        self.layers = [self._finish(raw) for raw in self.raw]
+        self.raw = []
         if not self.layers:
             ran = ", ".join(repr(h.name) for h in (self._hyp or self._generic)[:3])
             raise ValueError(
@@ -226,13 +222,13 @@ class Capture:
 
             for hint in unrecognised(self._by_name, self._known)[:3]:
                 warnings.warn(f"capture.attention: not recorded: {hint}", stacklevel=2)
-        if any(r.training for r in self.layers) and _dropout_active(self.module):
-            self._dropout.append(type(self.module).__name__)
-        if self._dropout:
+        if any(r.training for r in self.layers) and dropout_active(self.module):
+            self.dropout.append(type(self.module).__name__)
+        if self.dropout:
             import warnings
 
             warnings.warn(
-                f"capture.attention: {', '.join(sorted(set(self._dropout))[:3])} recorded in train mode with dropout "
+                f"capture.attention: {', '.join(sorted(set(self.dropout))[:3])} recorded in train mode with dropout "
                 "active: the maps differ from eval mode; call model.eval() before capturing",
                 stacklevel=2,
             )
@@ -254,11 +250,12 @@ class Capture:
             v = v.expand(kk.shape[0], *v.shape[1:]).clone()
         dtype = g.dtypes.pop(0) if g.dtypes else None
         if dtype in ("float16", "bfloat16") and self.model == "lorentz":  # time recomputed from the rounded spatial part
-            q, kk = _points(q, self.k, True), _points(kk, self.k, True)
-            v = None if v is None else _points(v, self.k, True)
+            q, kk = read_points(q, self.k, True), read_points(kk, self.k, True)
+            v = None if v is None else read_points(v, self.k, True)
         extra: dict[str, Any] = {}
-        if self.kind == "focused":
-            extra = {"power": self.power, "norm_scale": self.norm_scale}
+        kd = registry.get(self.kind)
+        if not kd.temperature:
+            extra = {o: getattr(self, o) for o in kd.options if o in RECORD_OPTIONS}
         else:
             extra = {"temperature": self.temperature if self.temperature is not None else math.sqrt(q.shape[-1] - 1),
                      "temperature_source": "given" if self.temperature is not None else "default"}

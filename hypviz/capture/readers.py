@@ -8,27 +8,43 @@ model's layer by the names of the modules whose outputs are its queries, keys an
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import math
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+import warnings
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
-from hypviz.capture.records import _HYPFORMER_KIND, _ROLES, LayerRecord
+from hypviz.base import kinds as registry
+from hypviz.capture.records import HYPFORMER_KIND, ROLES, LayerRecord
+from hypviz.capture.verification import fit_temperature, tolerance, verify
 
-if TYPE_CHECKING:
-    from hypviz.capture.hooks import Capture
+
+class Recorder:
+    """What a reader writes to (:class:`hypviz.capture.Capture` is one): ``raw``, the calls read, finished into
+    records when the recording ends; ``errors``, the first of which is raised then; ``dropout``, the layers read
+    in train mode with dropout active."""
+
+    def __init__(self) -> None:
+        self.raw: list[Any] = []
+        self.errors: list[str] = []
+        self.dropout: list[str] = []
+
+    def fail(self, message: str) -> None:
+        """Note an error of a reader (raised when the recording ends, never inside the model's forward)."""
+        self.errors.append(message)
 
 
-_STRUCTURE = (
+STRUCTURE = (
     "submodules with Wq and Wk (nn.ModuleList of per-head maps to (N, d + 1) hyperboloid points), "
     "attention_type ('linear_focused' or 'full') and manifold.k, as Hypformer's TransConvLayer"
 )
 
 
-def _is_hypformer_layer(m: nn.Module) -> bool:
+def is_hypformer_layer(m: nn.Module) -> bool:
     wq, wk = getattr(m, "Wq", None), getattr(m, "Wk", None)
     return (
         isinstance(wq, nn.ModuleList)
@@ -39,7 +55,7 @@ def _is_hypformer_layer(m: nn.Module) -> bool:
     )
 
 
-def _close(name: str, names: Sequence[str]) -> str:
+def closest(name: str, names: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
     if close:
         return "close matches: " + ", ".join(map(repr, close))
@@ -78,17 +94,17 @@ def _param(layer: nn.Module, attr: str, lname: str) -> float:
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def _copy(t: torch.Tensor) -> torch.Tensor:
+def copy_tensor(t: torch.Tensor) -> torch.Tensor:
     """A detached CPU copy; half-precision tensors (float16, bfloat16) become float32."""
     t = t.detach()
     return t.to("cpu", torch.float32, copy=True) if t.dtype in _HALF else t.to("cpu", copy=True)
 
 
-def _dtype_name(t: Any) -> str | None:
+def dtype_name(t: Any) -> str | None:
     return str(t.dtype).replace("torch.", "") if isinstance(t, torch.Tensor) else None
 
 
-def _points(t: torch.Tensor, k: float, half: bool) -> torch.Tensor:
+def read_points(t: torch.Tensor, k: float, half: bool) -> torch.Tensor:
     r"""Recorded points; from a half-precision model the time coordinate is recomputed, :math:`\sqrt{|x_s|^2 + k}`,
     in float32 (rounding to 8 or 11 bits leaves the points off the hyperboloid by up to ~4e-3 relative)."""
     if not half:
@@ -96,27 +112,29 @@ def _points(t: torch.Tensor, k: float, half: bool) -> torch.Tensor:
     return torch.cat([torch.sqrt((t[..., 1:] ** 2).sum(dim=-1, keepdim=True) + k), t[..., 1:]], dim=-1)
 
 
-def _dropout_active(layer: nn.Module) -> bool:
+def dropout_active(layer: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 and m.training for m in layer.modules()) or (
         layer.training and any(isinstance(getattr(layer, a, None), float) and 0 < getattr(layer, a) < 1
                                for a in ("dropout", "attn_dropout", "dropout_rate")))
 
 
-def _verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: bool = True) -> LayerRecord:
+def fits_temperature(kind: str) -> bool:
+    """Whether a record of ``kind`` whose output is not reproduced at the temperature of its attributes may have its
+    temperature measured from the output: a softmax or a gate whose map reads :math:`\\tau` (the registry's entry)."""
+    kd = registry.get(kind)
+    return kd.temperature and kd.family in ("softmax", "gate")
+
+
+def verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: bool = True) -> LayerRecord:
     """``rec`` with its verification fields: the rebuilt output against ``seen``; for a distance softmax that
     does not reproduce it, the temperature measured from the output (:func:`hypviz.capture.verification.fit_temperature`)."""
-    import dataclasses
-    import warnings
-
-    from hypviz.capture.verification import fit_temperature, tolerance, verify
-
     tol = tolerance(rec.dtype)
     err, note = verify(rec, seen, aux)
     if err is None:
         return dataclasses.replace(rec, verify_tolerance=tol, verify_note=note)
     if err <= tol:
         return dataclasses.replace(rec, verify_error=err, verify_tolerance=tol, verify_note=f"verified: {note}")
-    if fit and rec.kind in ("distance", "poincare", "sigmoid") and rec.temperature is not None:
+    if fit and fits_temperature(rec.kind) and rec.temperature is not None:
         try:
             tau, fitted = fit_temperature(rec, seen, aux)
         except Exception:  # a fit that cannot run leaves the record not verified, never breaks the forward
@@ -138,10 +156,10 @@ def _verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: b
                     f"(tolerance {tol:.2g}); the layer does not compute the map recorded")
 
 
-class _HypLayer:
+class HypformerReader:
     """Hooks and per-call buffers of one Hypformer-style layer."""
 
-    def __init__(self, cap: Capture, name: str, layer: nn.Module, k: float | None):
+    def __init__(self, cap: Recorder, name: str, layer: nn.Module, k: float | None):
         self.cap, self.name, self.layer = cap, name, layer
         self.h = len(layer.Wq)
         if len(layer.Wk) != self.h:
@@ -149,7 +167,7 @@ class _HypLayer:
                 f"layer {name!r}: Wq has {self.h} heads but Wk has {len(layer.Wk)}; "
                 "expected one map per head in each"
             )
-        if layer.attention_type not in _HYPFORMER_KIND:
+        if layer.attention_type not in HYPFORMER_KIND:
             raise ValueError(
                 f"layer {name!r} has Hypformer's structure but attention_type {layer.attention_type!r}; capture knows "
                 "'linear_focused' and 'full' (name its projection modules with layers= to capture it generically)"
@@ -192,12 +210,12 @@ class _HypLayer:
             if self.current is None:
                 return None
             if not isinstance(output, torch.Tensor):
-                self.cap._fail(
+                self.cap.fail(
                     f"layer {self.name!r}: {role} head {i} returned a {type(output).__name__}; "
                     "expected a tensor of (N, d + 1) points"
                 )
             else:
-                self.current[role][i].append(_copy(output))
+                self.current[role][i].append(copy_tensor(output))
             return None
 
         return hook
@@ -229,8 +247,8 @@ class _HypLayer:
         if not self.use_wv:
             s = self._source(args, kwargs)
             if isinstance(s, torch.Tensor) and s.is_floating_point():
-                src = _copy(s)
-        self.current = {role: [[] for _ in range(self.h)] for role in _ROLES}
+                src = copy_tensor(s)
+        self.current = {role: [[] for _ in range(self.h)] for role in ROLES}
         self.current["source"] = src
         return None
 
@@ -238,10 +256,10 @@ class _HypLayer:
         cur, self.current = self.current, None
         if cur is None:
             return None
-        cur["output"] = _copy(output) if isinstance(output, torch.Tensor) else None
-        cur["dtype"] = _dtype_name(output)
+        cur["output"] = copy_tensor(output) if isinstance(output, torch.Tensor) else None
+        cur["dtype"] = dtype_name(output)
         cur["training"] = bool(module.training)
-        cur["dropout"] = _dropout_active(module)
+        cur["dropout"] = dropout_active(module)
         cur["self_term"] = None
         vmap = getattr(module, "v_map_mlp", None)
         if module.attention_type == "linear_focused" and callable(vmap) and cur["values"] and all(cur["values"]):
@@ -249,7 +267,7 @@ class _HypLayer:
                 p = next(module.parameters())
                 with torch.no_grad():
                     vs = torch.stack([o[0] for o in cur["values"]])[..., 1:].to(p.device, p.dtype)
-                    cur["self_term"] = _copy(vmap(vs))
+                    cur["self_term"] = copy_tensor(vmap(vs))
             except (StopIteration, RuntimeError, TypeError):
                 cur["self_term"] = None
         elif module.attention_type == "linear_focused" and vmap is None and cur["values"] and all(cur["values"]):
@@ -257,9 +275,9 @@ class _HypLayer:
         call = self.calls
         self.calls += 1
         try:
-            self.cap._raw.append(self._build(cur, call))
+            self.cap.raw.append(self._build(cur, call))
         except (TypeError, ValueError) as exc:
-            self.cap._fail(str(exc))
+            self.cap.fail(str(exc))
         return None
 
     def _stack(self, per_head: list[list[torch.Tensor]], role: str, call: int) -> torch.Tensor:
@@ -297,8 +315,8 @@ class _HypLayer:
         kf = self.k_given if kf is None else kf
         half = cur.get("dtype") in ("float16", "bfloat16")
         if half and kf is not None:
-            q, kk = _points(q, kf, True), _points(kk, kf, True)
-            v = None if v is None else _points(v, kf, True)
+            q, kk = read_points(q, kf, True), read_points(kk, kf, True)
+            v = None if v is None else read_points(v, kf, True)
         extra: dict[str, Any] = {}
         if mode == "linear_focused":
             extra = {"power": _param(layer, "power_k", lname), "norm_scale": _param(layer, "norm_scale", lname),
@@ -313,14 +331,14 @@ class _HypLayer:
             extra = {"temperature": abs(scale) / (2.0 * _cinner_scaling(layer, q, kk, kf)),
                      "scale_sign": 1 if scale > 0 else -1, "temperature_source": "attributes",
                      "aggregation": "centroid_mean_heads"}
-        rec = LayerRecord(name=lname, queries=q, keys=kk, values=v, k=kf, mode=mode, kind=_HYPFORMER_KIND[mode],
+        rec = LayerRecord(name=lname, queries=q, keys=kk, values=v, k=kf, mode=mode, kind=HYPFORMER_KIND[mode],
                           call=call, dtype=cur.get("dtype"), training=cur.get("training"), **extra)
         if cur.get("dropout"):
-            self.cap._dropout.append(lname)
+            self.cap.dropout.append(lname)
         seen = cur.get("output")
         if seen is not None and seen.dim() == 3 and seen.shape[0] == 1:
             seen = seen[0]
-        return _verified(rec.check(), seen, {"self_term": cur.get("self_term")})
+        return verified(rec.check(), seen, {"self_term": cur.get("self_term")})
 
 
 def _cinner_scaling(layer: nn.Module, q: torch.Tensor, kk: torch.Tensor, kf: float) -> float:
@@ -350,12 +368,12 @@ def _cinner_scaling(layer: nn.Module, q: torch.Tensor, kk: torch.Tensor, kf: flo
     )
 
 
-class _Generic:
+class GenericReader:
     """Buffers of one layer named with ``layers=``: a record is complete once each role has an output."""
 
-    def __init__(self, cap: Capture, name: str, modules: tuple[str, ...]):
+    def __init__(self, cap: Recorder, name: str, modules: tuple[str, ...]):
         self.cap, self.name, self.modules = cap, name, modules
-        self.roles = _ROLES[: len(modules)]
+        self.roles = ROLES[: len(modules)]
         self.queue: dict[str, list[torch.Tensor]] = {r: [] for r in self.roles}
         self.dtypes: list[str | None] = []
         self.calls = 0
@@ -363,17 +381,17 @@ class _Generic:
     def push(self, role: str, module_name: str, output: Any) -> None:
         if not isinstance(output, torch.Tensor) or not output.is_floating_point():
             what = f"a {type(output).__name__}" if not isinstance(output, torch.Tensor) else f"a {output.dtype} tensor"
-            self.cap._fail(
+            self.cap.fail(
                 f"layer {self.name!r}: {role} module {module_name!r} returned {what}; "
                 "expected a floating-point tensor of points"
             )
             return
-        self.queue[role].append(_copy(output))
+        self.queue[role].append(copy_tensor(output))
         if role == "queries":
-            self.dtypes.append(_dtype_name(output))
+            self.dtypes.append(dtype_name(output))
         if all(self.queue[r] for r in self.roles):
             outs = {r: self.queue[r].pop(0) for r in self.roles}
-            self.cap._raw.append((self, self.calls, outs))
+            self.cap.raw.append((self, self.calls, outs))
             self.calls += 1
 
     def leftovers(self) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from hypviz.base.messages import short, torch_load_reason
+from hypviz.attention import attention_map
 from hypviz.base import kinds as registry
 from hypviz.lorentz import as_tensor, check_k, check_points
 
@@ -34,8 +35,11 @@ VERSION = 1
 MODES: tuple[str, ...] = ("linear_focused", "full", "generic", "hypercore", "helm", "hybonet", "lorentz_gcn", "poincare")
 #: The ``model=`` choices, what named modules output: hyperboloid points or Poincare-ball points.
 MODELS: tuple[str, ...] = ("lorentz", "poincare")
-_HYPFORMER_KIND = {"linear_focused": "focused", "full": "distance"}
-_ROLES = ("queries", "keys", "values")
+HYPFORMER_KIND = {"linear_focused": "focused", "full": "distance"}
+ROLES = ("queries", "keys", "values")
+#: The options of a kind (:attr:`hypviz.base.kinds.Kind.options`) a record holds as fields, and whether a record
+#: of a kind that reads it must give it (``bias`` is optional: None reads as 0).
+RECORD_OPTIONS: dict[str, bool] = {"power": True, "norm_scale": True, "bias": False}
 # optional fields of a record (file version 1 without them reads as before)
 _EXTRA_FIELDS = ("bias", "scale_sign", "aggregation", "verify_error", "verify_tolerance", "verify_note", "dtype",
                  "training", "temperature_source")
@@ -43,7 +47,7 @@ _EXTRA_FIELDS = ("bias", "scale_sign", "aggregation", "verify_error", "verify_to
 EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
 
 
-def _opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool = True) -> float | None:
+def opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool = True) -> float | None:
     what = ("a positive finite number" if positive else "a finite number") + (" or None" if none_ok else "")
     if value is None and none_ok:
         return None
@@ -148,27 +152,28 @@ class LayerRecord:
                 f"LayerRecord {short(self.name)}: kind must be one of {', '.join(map(repr, registry.names()))}, "
                 f"got {short(self.kind)}"
             )
-        if self.mode in _HYPFORMER_KIND and self.kind != _HYPFORMER_KIND[self.mode]:
+        if self.mode in HYPFORMER_KIND and self.kind != HYPFORMER_KIND[self.mode]:
             raise ValueError(
-                f"LayerRecord {short(self.name)}: mode {short(self.mode)} computes kind {_HYPFORMER_KIND[self.mode]!r}, "
+                f"LayerRecord {short(self.name)}: mode {short(self.mode)} computes kind {HYPFORMER_KIND[self.mode]!r}, "
                 f"got {short(self.kind)}"
             )
-        self.power = _opt_float(self.power, f"LayerRecord {short(self.name)}: power", positive=True)
-        self.norm_scale = _opt_float(self.norm_scale, f"LayerRecord {short(self.name)}: norm_scale")
-        self.temperature = _opt_float(self.temperature, f"LayerRecord {short(self.name)}: temperature", positive=True)
-        if self.kind == "focused" and (self.power is None or self.norm_scale is None):
-            raise ValueError(f"LayerRecord {short(self.name)}: kind 'focused' needs power and norm_scale, got None")
-        self.bias = _opt_float(self.bias, f"LayerRecord {short(self.name)}: bias")
+        self.power = opt_float(self.power, f"LayerRecord {short(self.name)}: power", positive=True)
+        self.norm_scale = opt_float(self.norm_scale, f"LayerRecord {short(self.name)}: norm_scale")
+        self.temperature = opt_float(self.temperature, f"LayerRecord {short(self.name)}: temperature", positive=True)
+        needs = [o for o in registry.get(self.kind).options if o in RECORD_OPTIONS and RECORD_OPTIONS[o]]
+        if any(getattr(self, o) is None for o in needs):
+            raise ValueError(f"LayerRecord {short(self.name)}: kind {self.kind!r} needs {' and '.join(needs)}, got None")
+        self.bias = opt_float(self.bias, f"LayerRecord {short(self.name)}: bias")
         if self.scale_sign not in (1, -1):
             raise ValueError(f"LayerRecord {short(self.name)}: scale_sign must be 1 or -1, got {short(self.scale_sign)}")
-        self.verify_error = _opt_float(self.verify_error, f"LayerRecord {short(self.name)}: verify_error")
-        self.verify_tolerance = _opt_float(self.verify_tolerance, f"LayerRecord {short(self.name)}: verify_tolerance")
+        self.verify_error = opt_float(self.verify_error, f"LayerRecord {short(self.name)}: verify_error")
+        self.verify_tolerance = opt_float(self.verify_tolerance, f"LayerRecord {short(self.name)}: verify_tolerance")
         for field in ("aggregation", "verify_note", "dtype", "temperature_source"):
             if getattr(self, field) is not None and not isinstance(getattr(self, field), str):
                 raise ValueError(f"LayerRecord {short(self.name)}: {field} must be a string or None, got {short(getattr(self, field))}")
         if self.training is not None and not isinstance(self.training, bool):
             raise ValueError(f"LayerRecord {short(self.name)}: training must be True, False or None, got {short(self.training)}")
-        if registry.get(self.kind).family in ("softmax", "gate") and self.temperature is None:
+        if registry.get(self.kind).temperature and self.temperature is None:
             raise ValueError(f"LayerRecord {short(self.name)}: kind {short(self.kind)} needs a temperature, got None")
         where = f"LayerRecord {short(self.name)}"
         self.queries = _record_tensor(self.queries, f"{where} queries", "N")
@@ -222,14 +227,14 @@ class LayerRecord:
 
             A_{ij} = \frac{\varphi(q_i)\cdot\varphi(\kappa_j)}{\sum_l \varphi(q_i)\cdot\varphi(\kappa_l)}.
         """
-        from hypviz.attention import attention_map
+        return attention_map(self.queries, self.keys, self.kind, k=self.k, temperature=self.temperature,
+                             **self.map_options())
 
-        extra: dict[str, Any] = {}
-        if self.kind == "focused":
-            extra = {"power": self.power, "norm_scale": self.norm_scale}
-        if self.kind == "sigmoid":
-            extra = {"bias": self.bias or 0.0}
-        return attention_map(self.queries, self.keys, self.kind, k=self.k, temperature=self.temperature, **extra)
+    def map_options(self) -> dict[str, Any]:
+        """The parameters the kind's map reads besides ``k`` and ``temperature`` (its registry entry's ``options``),
+        from this record's fields: ``power`` and ``norm_scale`` (focused), ``bias`` (the gate; None reads as 0)."""
+        return {o: (getattr(self, o) if o != "bias" else self.bias or 0.0)
+                for o in registry.get(self.kind).options if o in RECORD_OPTIONS}
 
     def check(self, where: str | None = None) -> LayerRecord:
         """Check that queries, keys and values lie on the hyperboloid (in their own dtype); return ``self``.
@@ -240,7 +245,7 @@ class LayerRecord:
             One line naming the layer (or ``where``), the call and the tensor.
         """
         label = where or f"layer {short(self.name)} (call {self.call})"
-        for role in _ROLES:
+        for role in ROLES:
             t = getattr(self, role)
             if t is not None:
                 check_points(t, self.k, name=f"{label} {role}")

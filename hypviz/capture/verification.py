@@ -37,10 +37,14 @@ logits are divided by :math:`2\,\mathrm{scale}` is caught this way).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable
 
 import torch
+
+from hypviz.attention import attention_map, focused_linear_attention
+from hypviz.lorentz import lift
 
 __all__ = ["AGGREGATIONS", "tolerance", "relative_error", "layer_map", "rebuild", "verify", "fit_temperature",
            "lorentz_centroid", "gyromidpoint"]
@@ -104,8 +108,6 @@ def layer_map(rec: Any) -> torch.Tensor:
     With a negative ``scale`` (``scale_sign = -1``) the distance logits change sign,
     :math:`A = \mathrm{softmax}_j(+\tfrac12\|q_i - \kappa_j\|_L^2/|\tau|)`.
     """
-    from hypviz.attention import attention_map
-
     q, kk = rec.queries.to(_F64), rec.keys.to(_F64)
     if rec.scale_sign < 0:
         if rec.kind != "distance":
@@ -113,12 +115,7 @@ def layer_map(rec: Any) -> torch.Tensor:
         inner_ = q[..., 1:] @ kk[..., 1:].transpose(-1, -2) - q[..., :1] @ kk[..., :1].transpose(-1, -2)
         sq = (-2.0 * rec.k - 2.0 * inner_).clamp_min(0.0)
         return torch.softmax(0.5 * sq / rec.temperature, dim=-1)
-    extra: dict[str, Any] = {}
-    if rec.kind == "focused":
-        extra = {"power": rec.power, "norm_scale": rec.norm_scale}
-    if rec.kind == "sigmoid":
-        extra = {"bias": rec.bias or 0.0}
-    return attention_map(q, kk, rec.kind, k=rec.k, temperature=rec.temperature, **extra)
+    return attention_map(q, kk, rec.kind, k=rec.k, temperature=rec.temperature, **rec.map_options())
 
 
 def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -129,9 +126,6 @@ def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tenso
     Shapes: ``(N, d + 1)`` for ``centroid_mean_heads``, ``focused_mean_lift`` and ``gate_midpoint``;
     ``(H, N, d + 1)`` for ``midpoint_heads``; ``(H, N, d)`` ball points for ``gyromidpoint_heads``.
     """
-    from hypviz.attention import focused_linear_attention
-    from hypviz.lorentz import lift
-
     aux = aux or {}
     agg, k = rec.aggregation, rec.k
     if rec.values is None:
@@ -163,8 +157,6 @@ def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tenso
 
 
 def _rows(rec: Any, i: int, j: int) -> Any:
-    import dataclasses
-
     return dataclasses.replace(rec, queries=rec.queries[:, i:j])
 
 
@@ -201,8 +193,6 @@ def fit_temperature(rec: Any, seen: torch.Tensor, aux: dict[str, Any] | None = N
     rows; the error returned is that of all rows at the fitted :math:`\tau`.  ``make(tau)`` returns the
     record at ``tau`` (default: ``dataclasses.replace(rec, temperature=tau)``).
     """
-    import dataclasses
-
     full, full_aux, full_seen = rec, aux, seen
     if rec.n_queries > _FIT_ROWS:
         rec, aux, seen = _rows(rec, 0, _FIT_ROWS), _rows_aux(aux or {}, 0, _FIT_ROWS), _seen_rows(rec, seen, _FIT_ROWS)
