@@ -91,7 +91,7 @@ def test_difference_maps_share_a_zero_centred_scale(maps):
 def test_bound_sweep_overlays_the_bound(points):
     scales = [0.1, 1.0, 3.0]
     results = [att.compare(points(20, 8, r, seed=2), points(25, 8, r, seed=3)) for r in scales]
-    fig = pa.bound_sweep_mpl(scales, results)
+    fig = sweeps.bound_sweep_mpl(scales, results)
     ax_tv, ax_kl = [a for a in fig.axes if a.lines]
     labels = [line.get_label() for line in ax_tv.lines]
     assert any("bound" in lab and "tanh" in lab for lab in labels)
@@ -110,10 +110,10 @@ def test_bound_sweep_overlays_the_bound(points):
     assert "Delta^2/8" in ax_kl.get_title() and r"\sup" in ax_kl.get_title()
     assert_not_blank(fig)
     with pytest.raises(ValueError, match="sweep values"):
-        pa.bound_sweep_mpl([1.0], results)
+        sweeps.bound_sweep_mpl([1.0], results)
     focused = att.compare(points(6, 8, 1.0, seed=2), points(7, 8, 1.0, seed=3), "focused", "distance")
     with pytest.raises(ValueError, match="two softmax kinds"):
-        pa.bound_sweep_mpl([1.0], [focused])
+        sweeps.bound_sweep_mpl([1.0], [focused])
 
 
 def test_comparison_sweep_draws_the_gap_next_to_its_baseline(points):
@@ -122,7 +122,7 @@ def test_comparison_sweep_draws_the_gap_next_to_its_baseline(points):
     for tau in (2.0, 8.0):
         res = [att.compare(points(16, 8, r, seed=4), points(20, 8, r, seed=5), temperature=tau) for r in radii]
         series[rf"$\tau = {tau:g}$"] = ([r * r / tau for r in radii], res)
-    fig = pa.comparison_sweep_mpl(series)
+    fig = sweeps.comparison_sweep_mpl(series)
     ax_tv, ax_ratio, ax_rank = fig.axes
     assert all(ax.get_xscale() == "log" for ax in fig.axes) and ax_tv.get_yscale() == "log"
     assert all("tau" in ax.get_xlabel() for ax in fig.axes)
@@ -147,12 +147,12 @@ def test_comparison_sweep_draws_the_gap_next_to_its_baseline(points):
     assert [t.get_text() for t in ax_rank.get_legend().get_texts()] == ["top-1", "top-5", "Spearman"]
     assert_not_blank(fig)
     with pytest.raises(ValueError, match="nothing to draw"):
-        pa.comparison_sweep_mpl({})
+        sweeps.comparison_sweep_mpl({})
     with pytest.raises(ValueError, match="sweep values"):
-        pa.comparison_sweep_mpl({"a": ([1.0], res)})
+        sweeps.comparison_sweep_mpl({"a": ([1.0], res)})
     with pytest.raises(ValueError, match="non-positive"):
-        pa.comparison_sweep_mpl({"a": ([0.0, 1.0, 2.0], res)})
-    lin = pa.comparison_sweep_mpl({"a": ([0.0, 1.0, 2.0], res)}, xscale="linear", close_ratio=0.5)
+        sweeps.comparison_sweep_mpl({"a": ([0.0, 1.0, 2.0], res)})
+    lin = sweeps.comparison_sweep_mpl({"a": ([0.0, 1.0, 2.0], res)}, xscale="linear", close_ratio=0.5)
     assert lin.axes[0].get_xscale() == "linear"
     assert any(np.allclose(line.get_ydata(), 0.5) for line in lin.axes[1].lines if "close" in line.get_label())
 
@@ -242,18 +242,18 @@ def test_disk_level_sets_into_given_axes_and_bad_input(points):
 
 def test_crossover():
     n = np.array([8, 16, 32, 64, 128])
-    assert pa.crossover(n, n**2, 32 * n) == pytest.approx(32.0)
-    assert pa.crossover(n, n**2, 40 * n) == pytest.approx(40.0, rel=1e-12)
-    assert pa.crossover(n, n, 2 * n) is None
+    assert sweeps.crossover(n, n**2, 32 * n) == pytest.approx(32.0)
+    assert sweeps.crossover(n, n**2, 40 * n) == pytest.approx(40.0, rel=1e-12)
+    assert sweeps.crossover(n, n, 2 * n) is None
     with pytest.raises(ValueError, match="positive"):
-        pa.crossover(n, n - 8, n)
+        sweeps.crossover(n, n - 8, n)
 
 
 def test_cost_curves_mark_the_crossover():
     n = np.array([8, 16, 32, 64, 128, 256])
     times = {"(QK^T)V": 1e-6 * n**2.0, "Q(K^T V)": 4e-5 * n}
     memory = {"(QK^T)V": 4.0 * n**2, "Q(K^T V)": np.array([2e3, 4e3, 8e3, 16e3, 32e3, np.nan])}
-    fig = pa.cost_curves_mpl(n, times, memory)
+    fig = sweeps.cost_curves_mpl(n, times, memory)
     ax_t, ax_m = [a for a in fig.axes if a.lines]
     assert ax_t.get_ylabel() == "time (s)" and "MiB" in ax_m.get_ylabel() and "N" in ax_t.get_xlabel()
     cross = [line for line in ax_t.lines if "crossover" in line.get_label()]
@@ -264,7 +264,7 @@ def test_cost_curves_mark_the_crossover():
 
 def test_row_distribution():
     rng = np.random.default_rng(0)
-    fig = pa.row_distribution_mpl({"power 1": rng.random(50), "power 2": torch.rand(50, dtype=torch.float64)})
+    fig = sweeps.row_distribution_mpl({"power 1": rng.random(50), "power 2": torch.rand(50, dtype=torch.float64)})
     (ax,) = fig.axes
     assert ax.get_xlabel() and ax.get_ylabel() == "number of query rows" and ax.get_title()
     assert len(ax.patches) == 2
@@ -273,7 +273,7 @@ def test_row_distribution():
 
     host = Figure()
     target = host.subplots()
-    assert pa.row_distribution_mpl({"a": rng.random(20)}, ax=target) is host and len(target.patches) == 1
+    assert sweeps.row_distribution_mpl({"a": rng.random(20)}, ax=target) is host and len(target.patches) == 1
 
 
 def test_bad_plot_inputs(maps):
@@ -292,13 +292,10 @@ def _defined_in(module) -> set[str]:
 
 def test_all_is_complete():
     assert set(sweeps.__all__) == _defined_in(sweeps)
-    # hypviz.plots.attention: its own figures, and the sweep curves that used to live there
-    assert set(pa.__all__) == _defined_in(pa) | set(sweeps.__all__)
-    for name in sweeps.__all__:
-        assert getattr(pa, name) is getattr(sweeps, name)
-    import hypviz.plots as plots
-
-    assert plots.comparison_sweep_mpl is sweeps.comparison_sweep_mpl and plots.heatmaps_mpl is pa.heatmaps_mpl
+    # hypviz.plots.attention exports its own figures only (the sweep curves live in hypviz.plots.sweeps)
+    assert set(pa.__all__) == _defined_in(pa)
+    assert not set(pa.__all__) & set(sweeps.__all__)
+    assert not [n for n in sweeps.__all__ if hasattr(pa, n)]
 
 
 # --------------------------------------------------------------------------- #
@@ -317,10 +314,10 @@ def test_multi_panel_figures_compose_into_subfigures(maps, points):
     assert [ax.get_title() for ax in diffs] == ["x", "y"]
     results = [att.compare(points(10, 8, r, seed=2), points(12, 8, r, seed=3)) for r in (0.3, 1.0)]
     bound = rows[2].subplots(1, 2)
-    assert pa.bound_sweep_mpl([0.3, 1.0], results, axes=bound) is fig
+    assert sweeps.bound_sweep_mpl([0.3, 1.0], results, axes=bound) is fig
     assert bound[0].get_yscale() == "log" and len(bound[1].lines) == 5
     sweep = rows[3].subplots(1, 3)
-    assert pa.comparison_sweep_mpl({"a": ([0.1, 1.0], results)}, axes=sweep) is fig
+    assert sweeps.comparison_sweep_mpl({"a": ([0.1, 1.0], results)}, axes=sweep) is fig
     assert np.allclose(sweep[1].lines[0].get_ydata(), [r.gap_ratio for r in results])
     # each figure's own colourbar and title stay on its own row
     assert len(colourbars(fig)) == 2 and not fig.get_suptitle()
@@ -332,9 +329,9 @@ def test_multi_panel_figures_compose_into_subfigures(maps, points):
     with pytest.raises(ValueError, match="axes must be 3 Axes"):
         pa.heatmaps_mpl(maps, ["a", "b", "c"], axes=heat[:2])
     with pytest.raises(ValueError, match="axes must be 2 Axes"):
-        pa.cost_curves_mpl([8, 16], {"a": [1.0, 2.0]}, {"a": [1.0, 2.0]}, axes=sweep)
+        sweeps.cost_curves_mpl([8, 16], {"a": [1.0, 2.0]}, {"a": [1.0, 2.0]}, axes=sweep)
     with pytest.raises(TypeError, match=r"axes\[1\] must be a matplotlib Axes"):
-        pa.bound_sweep_mpl([0.3, 1.0], results, axes=[bound[0], "right"])
+        sweeps.bound_sweep_mpl([0.3, 1.0], results, axes=[bound[0], "right"])
 
 
 def test_single_panel_figures_compose_into_one_figure(maps):
@@ -345,11 +342,11 @@ def test_single_panel_figures_compose_into_one_figure(maps):
     assert pa.difference_map_mpl(maps[1], maps[0], ax=left, title="one") is fig
     assert pa.difference_map_mpl(maps[2], maps[0], ax=mid, title="two") is fig
     n = np.array([8, 16, 32, 64])
-    assert pa.row_distribution_mpl({"a": np.linspace(0, 1, 20)}, ax=right) is fig
+    assert sweeps.row_distribution_mpl({"a": np.linspace(0, 1, 20)}, ax=right) is fig
     assert left.get_title() == "one" and mid.get_title() == "two" and len(right.patches) == 1
     assert len(colourbars(fig)) == 2
     cost = Figure().subplots(1, 2)
-    out = pa.cost_curves_mpl(n, {"a": 1e-6 * n**2.0, "b": 4e-5 * n}, {"a": 4.0 * n**2}, axes=cost)
+    out = sweeps.cost_curves_mpl(n, {"a": 1e-6 * n**2.0, "b": 4e-5 * n}, {"a": 4.0 * n**2}, axes=cost)
     assert out is cost[0].figure and len(cost[0].lines) == 3  # two curves and the crossover
     with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
         pa.difference_map_mpl(maps[1], maps[0], ax=fig)

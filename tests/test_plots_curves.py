@@ -28,18 +28,13 @@ def _non_blank(fig: Figure) -> None:
 
 def test_public_names():
     assert set(curves.__all__) >= {"error_curves_mpl", "bound_scatter_mpl", "error_curves", "bound_scatter"}
-    import hypviz.plots as plots
-
-    assert plots.curves is curves
-    assert plots.error_curves_mpl is curves.error_curves_mpl
-    # the earlier names are aliases: the same functions, still importable from where they were
-    assert curves.error_curves is curves.error_curves_mpl and plots.error_curves is curves.error_curves_mpl
-    assert curves.bound_scatter is curves.bound_scatter_mpl and plots.bound_scatter is curves.bound_scatter_mpl
-    from hypviz.plots.curves import bound_scatter, error_curves  # noqa: F401
+    # the earlier names are aliases: the same functions (hypviz.reports.figures and notebooks 02 and 04 call them)
+    assert curves.error_curves is curves.error_curves_mpl
+    assert curves.bound_scatter is curves.bound_scatter_mpl
 
 
 # the modules of hypviz.plots whose figures follow one naming scheme (explorables: tests/test_plots_explorables.py)
-FIGURE_MODULES = ("curves", "attention", "sweeps", "manifold", "manifold_mpl", "manifold_plotly", "scenes")
+FIGURE_MODULES = ("curves", "attention", "sweeps", "manifold_mpl", "manifold_plotly", "scenes")
 
 
 def test_every_public_function_is_named_one_way_typed_and_composable():

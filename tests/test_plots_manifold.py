@@ -1,4 +1,4 @@
-"""Tests of hypviz.plots.manifold and the modules behind it (scenes, manifold_mpl, manifold_plotly):
+"""Tests of the manifold figures (hypviz.plots.scenes and its two renderers, manifold_mpl and manifold_plotly):
 geometry of what is drawn, one scene drawn alike by both renderers, composition with ax=/axes=,
 figure structure, images, JSON; and that the plots compute no geometry themselves."""
 
@@ -12,7 +12,10 @@ import pytest
 import torch
 
 from hypviz import lorentz as L
-from hypviz.plots import manifold as M
+from hypviz import attention as A
+from hypviz.lorentz import projections as D
+from hypviz.plots import manifold_mpl as Mm
+from hypviz.plots import manifold_plotly as Mp
 from hypviz.plots import scenes as S
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -84,8 +87,8 @@ def test_drawn_disk_geodesics_and_grid_have_the_right_shape():
     k = 2.0
     x = wrapped_normal(12, 2, k, seed=7)
     edges = [(0, 1), (2, 3), (4, 5), (6, 7)]
-    poincare = M.poincare_figure_plotly(x, k, edges=edges, grid=True)
-    klein = M.klein_figure_plotly(x, k, edges=edges, grid=True)
+    poincare = Mp.poincare_figure_plotly(x, k, edges=edges, grid=True)
+    klein = Mp.klein_figure_plotly(x, k, edges=edges, grid=True)
     for name in ("geodesics", "geodesic grid"):
         arcs = split_polylines(trace(poincare, name).x, trace(poincare, name).y)
         assert len(arcs) >= (len(edges) if name == "geodesics" else 4)
@@ -115,10 +118,10 @@ def test_hyperboloid_plotly_structure_labels_and_round_trip():
     k = 1.5
     x = wrapped_normal(20, 2, k, seed=8)
     values = L.inner(x, L.origin(2, k))
-    fig = M.hyperboloid_figure_plotly(x, k, values=values, value_label="<x, o>_L", edges=[(0, 1), (2, 3)], grid=True)
+    fig = Mp.hyperboloid_figure_plotly(x, k, values=values, value_label="<x, o>_L", edges=[(0, 1), (2, 3)], grid=True)
     assert [t.type for t in fig.data] == ["surface", "scatter3d", "scatter3d", "scatter3d", "scatter3d"]
     assert [t.name for t in fig.data][1:] == ["geodesic grid", "geodesics", "points", "origin (√k, 0, 0)"]
-    plain = M.hyperboloid_figure_plotly(x, k, show_origin=False)
+    plain = Mp.hyperboloid_figure_plotly(x, k, show_origin=False)
     assert [t.type for t in plain.data] == ["surface", "scatter3d"]
     assert plain.layout.coloraxis.colorbar.title.text is None
     scene = fig.layout.scene
@@ -143,14 +146,14 @@ def test_hyperboloid_plotly_structure_labels_and_round_trip():
     sx, sy, sz = (np.array(v, dtype=float) for v in (s.x, s.y, s.z))
     assert np.abs(sx**2 + sy**2 - sz**2 + k).max() < 1e-3
     # deterministic
-    fig2 = M.hyperboloid_figure_plotly(x, k, values=values, value_label="<x, o>_L", edges=[(0, 1), (2, 3)], grid=True)
+    fig2 = Mp.hyperboloid_figure_plotly(x, k, values=values, value_label="<x, o>_L", edges=[(0, 1), (2, 3)], grid=True)
     assert fig2.to_json() == text
 
 
 def test_disk_and_three_panel_plotly_structure():
     k = 1.0
     x = wrapped_normal(15, 2, k, seed=9)
-    fig = M.disk_figure_plotly(x, k, model="klein", values=np.arange(15.0), value_label="index", edges=[(0, 1)])
+    fig = Mp.disk_figure_plotly(x, k, model="klein", values=np.arange(15.0), value_label="index", edges=[(0, 1)])
     assert [t.name for t in fig.data] == [
         "boundary |K| = √k (ideal points)", "geodesic grid", "geodesics", "points", "origin"]
     assert fig.layout.xaxis.title.text == "K₁" and fig.layout.yaxis.title.text == "K₂"
@@ -158,7 +161,7 @@ def test_disk_and_three_panel_plotly_structure():
     assert "Klein" in fig.layout.title.text
     boundary = fig.data[0]
     np.testing.assert_allclose(np.hypot(boundary.x, boundary.y), 1.0, atol=1e-6)
-    three = M.three_models_figure_plotly(x, k, values=np.arange(15.0), value_label="index", edges=[(0, 1)])
+    three = Mp.three_models_figure_plotly(x, k, values=np.arange(15.0), value_label="index", edges=[(0, 1)])
     kinds = [t.type for t in three.data]
     assert kinds.count("surface") == 1 and kinds.count("scatter3d") == 4 and kinds.count("scatter") == 10
     poincare_panel, klein_panel = three.get_subplot(1, 2), three.get_subplot(1, 3)
@@ -173,39 +176,39 @@ def test_disk_and_three_panel_plotly_structure():
 def test_higher_dimension_is_projected_and_says_so():
     k = 1.0
     x = wrapped_normal(25, 6, k, seed=10)
-    proj = M.project_for_display(x, k)
+    proj = D.project_for_display(x, k)
     assert proj.points.shape == (25, 3) and proj.basis.shape == (6, 2)
     L.check_points(proj.points, k)
     assert 0.0 < proj.kept <= 1.0 and "PCA of logmap0" in proj.note and "d=6" in proj.note
     torch.testing.assert_close(proj.basis.T @ proj.basis, torch.eye(2, dtype=torch.float64))
-    fig = M.hyperboloid_figure_plotly(x, k, edges=[(0, 1)])
+    fig = Mp.hyperboloid_figure_plotly(x, k, edges=[(0, 1)])
     assert "display projection" in fig.layout.title.text
-    fig_mpl = M.poincare_figure_mpl(x, k)
+    fig_mpl = Mm.poincare_figure_mpl(x, k)
     assert "display projection" in fig_mpl.axes[0].get_title()
     # points that already lie in a coordinate plane keep their distances exactly
     flat = wrapped_normal(10, 2, k, seed=11)
     embedded = torch.cat([flat, torch.zeros(10, 3, dtype=torch.float64)], dim=1)
-    p = M.project_for_display(embedded, k)
+    p = D.project_for_display(embedded, k)
     assert p.kept == pytest.approx(1.0)
     torch.testing.assert_close(L.pairwise_sqdist(p.points, p.points, k), L.pairwise_sqdist(flat, flat, k))
-    two = M.project_for_display(flat, k)
+    two = D.project_for_display(flat, k)
     assert two.basis is None and two.note == "" and torch.equal(two.points, flat)
     with pytest.raises(ValueError, match="d >= 2"):
-        M.project_for_display(L.lift(torch.ones(4, 1, dtype=torch.float64)), k)
+        D.project_for_display(L.lift(torch.ones(4, 1, dtype=torch.float64)), k)
 
 
 def test_bad_input_is_refused_with_a_clear_message():
     x = wrapped_normal(5, 2, 1.0)
     with pytest.raises(ValueError, match="one value per point"):
-        M.hyperboloid_figure_plotly(x, values=np.zeros(4))
+        Mp.hyperboloid_figure_plotly(x, values=np.zeros(4))
     with pytest.raises(ValueError, match=r"indices must lie in 0\.\.4"):
-        M.poincare_figure_plotly(x, edges=[(0, 5)])
+        Mp.poincare_figure_plotly(x, edges=[(0, 5)])
     with pytest.raises(ValueError, match=r"\(E, 2\)"):
-        M.poincare_figure_mpl(x, edges=[0, 1, 2])
+        Mm.poincare_figure_mpl(x, edges=[0, 1, 2])
     with pytest.raises(ValueError, match="model"):
-        M.disk_figure_plotly(x, model="halfplane")
+        Mp.disk_figure_plotly(x, model="halfplane")
     with pytest.raises(ValueError, match="off the hyperboloid"):
-        M.hyperboloid_figure_mpl(x, k=2.0)
+        Mm.hyperboloid_figure_mpl(x, k=2.0)
 
 
 # --------------------------------------------------------------------------- #
@@ -224,19 +227,19 @@ def test_matplotlib_figures_are_labelled_and_not_blank():
     x = wrapped_normal(20, 2, k, seed=12)
     values = L.inner(x, L.origin(2, k))
     label = r"$\langle x,o\rangle_L$"
-    hyp = M.hyperboloid_figure_mpl(x, k, values=values, value_label=label, edges=[(0, 1)], grid=True)
+    hyp = Mm.hyperboloid_figure_mpl(x, k, values=values, value_label=label, edges=[(0, 1)], grid=True)
     ax = hyp.axes[0]
     assert ax.name == "3d"
     assert "x_1" in ax.get_xlabel() and "x_2" in ax.get_ylabel() and "x_t" in ax.get_zlabel()
     assert r"\langle x,x\rangle_L=-k" in ax.get_title()
     assert hyp.axes[1].get_ylabel() == label  # the colourbar says what it measures
-    disk = M.poincare_figure_mpl(x, k, values=values, value_label=label, edges=[(0, 1), (2, 3)])
+    disk = Mm.poincare_figure_mpl(x, k, values=values, value_label=label, edges=[(0, 1), (2, 3)])
     ax = disk.axes[0]
     assert ax.get_xlabel() == "$p_1$" and ax.get_ylabel() == "$p_2$" and "Poincaré" in ax.get_title()
     assert disk.axes[1].get_ylabel() == label
     assert [c.get_label() for c in ax.collections] == ["geodesic grid", "geodesics", "points", "origin"]
     assert len(ax.collections[1].get_segments()) == 2  # one exact geodesic per edge
-    klein = M.klein_figure_mpl(x, k)
+    klein = Mm.klein_figure_mpl(x, k)
     assert klein.axes[0].get_xlabel() == "$K_1$" and len(klein.axes) == 1  # no values: no colourbar
     for fig in (hyp, disk, klein):
         img = rendered(fig)
@@ -247,7 +250,7 @@ def test_matplotlib_figures_are_labelled_and_not_blank():
 def test_three_panel_matplotlib_figure():
     k = 0.5
     x = wrapped_normal(15, 2, k, seed=13)
-    fig = M.three_models_figure_mpl(x, k, values=np.linspace(0, 1, 15), value_label="t", edges=[(0, 1)])
+    fig = Mm.three_models_figure_mpl(x, k, values=np.linspace(0, 1, 15), value_label="t", edges=[(0, 1)])
     axes = fig.axes
     assert len(axes) == 4 and axes[0].name == "3d" and axes[3].get_ylabel() == "t"
     assert "Poincaré" in axes[1].get_title() and "Klein" in axes[2].get_title()
@@ -273,7 +276,7 @@ def test_top_attention_is_the_attention_row_and_its_largest_weights():
     k = 1.5
     q = wrapped_normal(7, 3, k, scale=1.2, seed=20)
     keys = wrapped_normal(30, 3, k, scale=1.2, seed=21)
-    tops = M.top_attention(q, keys, k, query=4, kinds=("spatial", "distance", "lorentz", "focused"), top=6,
+    tops = A.top_attention(q, keys, k, query=4, kinds=("spatial", "distance", "lorentz", "focused"), top=6,
                            temperature=0.7)
     assert list(tops) == ["spatial", "distance", "lorentz", "focused"]
     for kind, t in tops.items():
@@ -289,8 +292,8 @@ def test_top_attention_is_the_attention_row_and_its_largest_weights():
         assert float(t.weights.min()) >= float(t.row[np.setdiff1d(np.arange(30), t.indices.numpy())].max())
         assert set(t.indices.tolist()) == set(torch.topk(row, 6).indices.tolist())  # no ties here
     torch.testing.assert_close(tops["lorentz"].row, tops["distance"].row)  # identity 5: same map
-    assert M.top_attention(q, keys, k, top=100)["spatial"].indices.shape == (30,)  # capped at M
-    assert M.top_attention(q, keys, k)["distance"].temperature == pytest.approx(math.sqrt(3))
+    assert A.top_attention(q, keys, k, top=100)["spatial"].indices.shape == (30,)  # capped at M
+    assert A.top_attention(q, keys, k)["distance"].temperature == pytest.approx(math.sqrt(3))
 
 
 def test_top_attention_keeps_exact_ties_together_whatever_the_rounding():
@@ -308,7 +311,7 @@ def test_top_attention_keeps_exact_ties_together_whatever_the_rounding():
         row = A.attention_map(q, keys, kind, k=k)[0]
         spread = float(row[:12].max() / row[:12].min() - 1)
         assert spread < 1e-12                                          # tied to rounding
-    tops = M.top_attention(q, keys, k, query=0, kinds=("distance", "spatial"), top=4)
+    tops = A.top_attention(q, keys, k, query=0, kinds=("distance", "spatial"), top=4)
     d = tops["distance"]
     assert d.indices.tolist() == [12, 13] + list(range(12))          # the two near keys, then the whole tied ring
     assert torch.equal(d.weights, d.row[d.indices])
@@ -316,27 +319,35 @@ def test_top_attention_keeps_exact_ties_together_whatever_the_rounding():
     assert tops["spatial"].indices.tolist() == list(range(14))
     # the reordering of tied keys is by index, for any permutation of the keys
     perm = torch.randperm(14, generator=torch.Generator().manual_seed(1))
-    again = M.top_attention(q, keys[perm], k, kinds=("distance",), top=4)["distance"]
+    again = A.top_attention(q, keys[perm], k, kinds=("distance",), top=4)["distance"]
     assert sorted(perm[again.indices].tolist()) == sorted(d.indices.tolist())
     tied = again.indices[2:]
     assert tied.tolist() == sorted(tied.tolist())
     # without a tie at the cut: exactly top keys
-    assert len(M.top_attention(q, keys, k, kinds=("distance",), top=2)["distance"].indices) == 2
-    fig = M.attention_on_manifold_mpl(q, keys, k, top=4, grid=False)
+    assert len(A.top_attention(q, keys, k, kinds=("distance",), top=2)["distance"].indices) == 2
+    fig = Mm.attention_on_manifold_mpl(q, keys, k, top=4, grid=False)
     assert len(edge_collection(fig.axes[1]).get_segments()) == 14   # distance panel: the tied ring is drawn
     assert "tied" in fig.legends[0].get_title().get_text()
     with pytest.raises(ValueError, match="tie_rtol"):
-        M.top_attention(q, keys, k, tie_rtol=1.5)
+        A.top_attention(q, keys, k, tie_rtol=1.5)
 
 
-def test_attention_titles_write_keys_kappa_and_cover_every_kind():
-    from hypviz import attention as A
+def test_attention_titles_come_from_the_registry_write_keys_kappa_and_cover_every_kind():
+    from hypviz.base import kinds
 
-    assert set(S.ATTENTION_TEXT) == set(A.KINDS) == set(S.ATTENTION_TEXT_PLAIN)
-    for text in S.ATTENTION_TEXT.values():
-        assert r"\kappa" in text and "k_" not in text and "(k" not in text
-    for text in S.ATTENTION_TEXT_PLAIN.values():
-        assert "κ" in text and "k_" not in text and "(k" not in text
+    for kind in A.KINDS:
+        entry = kinds.get(kind)
+        assert r"\kappa" in entry.title and "k_" not in entry.title and "(k" not in entry.title
+        assert "κ" in entry.plain and "k_" not in entry.plain and "(k" not in entry.plain
+    # the renderers print the registry's titles, not a table of their own
+    x = wrapped_normal(12, 2, 1.0, seed=5)
+    for kind in A.KINDS:
+        fig = Mm.attention_on_manifold_mpl(x, x, 1.0, query=0, kinds=(kind,), top=3, grid=False)
+        assert fig.axes[0].get_title().startswith(kinds.get(kind).title)
+        fig = Mp.attention_on_manifold_plotly(x, x, 1.0, query=0, kinds=(kind,), top=3, grid=False)
+        assert fig.layout.annotations[0].text.startswith(kinds.get(kind).plain)
+    for module in (Mm, Mp, S):
+        assert not [n for n in vars(module) if n.lstrip("_").startswith(("ATTENTION_TEXT", "KIND_TEXT"))], module.__name__
 
 
 def test_attention_on_manifold_draws_the_strongest_keys_along_geodesics():
@@ -345,7 +356,7 @@ def test_attention_on_manifold_draws_the_strongest_keys_along_geodesics():
     k = 1.0
     x = wrapped_normal(40, 2, k, scale=0.9, seed=22)
     top, query, lw = 7, 5, 6.0
-    fig = M.attention_on_manifold_mpl(x, x, k, query=query, top=top, max_linewidth=lw)
+    fig = Mm.attention_on_manifold_mpl(x, x, k, query=query, top=top, max_linewidth=lw)
     axes = fig.axes
     assert len(axes) == 3  # two disks and the colourbar
     assert "attention weight" in axes[2].get_ylabel()
@@ -399,7 +410,7 @@ def test_attention_on_manifold_draws_the_strongest_keys_along_geodesics():
 def test_attention_on_manifold_klein_projection_and_three_kinds():
     k = 2.0
     x = wrapped_normal(25, 2, k, scale=0.7, seed=25)
-    fig = M.attention_on_manifold_mpl(x, x, k, query=2, kinds=("spatial", "distance", "focused"), top=4,
+    fig = Mm.attention_on_manifold_mpl(x, x, k, query=2, kinds=("spatial", "distance", "focused"), top=4,
                                       model="klein", grid=False)
     assert len(fig.axes) == 4 and "Klein" in fig._suptitle.get_text()
     for ax in fig.axes[:3]:
@@ -412,9 +423,9 @@ def test_attention_on_manifold_klein_projection_and_three_kinds():
     # d > 2: one display projection for the query and all keys, stated on the figure
     q = wrapped_normal(6, 5, k, scale=0.7, seed=23)
     keys = wrapped_normal(25, 5, k, scale=0.7, seed=24)
-    fig = M.attention_on_manifold_mpl(q, keys, k, query=2, top=4)
+    fig = Mm.attention_on_manifold_mpl(q, keys, k, query=2, top=4)
     assert "display projection" in fig._suptitle.get_text()
-    proj = M.project_for_display(torch.cat([q[2:3], keys]), k)
+    proj = D.project_for_display(torch.cat([q[2:3], keys]), k)
     shown = L.to_poincare(proj.points, k).numpy()
     for ax in fig.axes[:2]:
         segs = edge_collection(ax).get_segments()
@@ -427,23 +438,23 @@ def test_attention_on_manifold_klein_projection_and_three_kinds():
 def test_attention_on_manifold_bad_input():
     x = wrapped_normal(5, 2, 1.0)
     with pytest.raises(ValueError, match=r"query must be an integer query index in 0\.\.4, got 5"):
-        M.attention_on_manifold_mpl(x, x, query=5)
+        Mm.attention_on_manifold_mpl(x, x, query=5)
     with pytest.raises(ValueError, match="top must be a positive integer"):
-        M.top_attention(x, x, top=0)
+        A.top_attention(x, x, top=0)
     with pytest.raises(ValueError, match="kinds must be one of 'spatial', 'distance', 'lorentz', 'focused'"):
-        M.attention_on_manifold_mpl(x, x, kinds=("spatial", "cosine"))
+        Mm.attention_on_manifold_mpl(x, x, kinds=("spatial", "cosine"))
     with pytest.raises(ValueError, match="kinds must be at least one of"):
-        M.top_attention(x, x, kinds=())
+        A.top_attention(x, x, kinds=())
     with pytest.raises(ValueError, match="temperature must be a positive"):
-        M.top_attention(x, x, temperature=0.0)
+        A.top_attention(x, x, temperature=0.0)
     with pytest.raises(ValueError, match="different numbers of coordinates"):
-        M.top_attention(x, wrapped_normal(5, 3, 1.0))
+        A.top_attention(x, wrapped_normal(5, 3, 1.0))
     with pytest.raises(ValueError, match=r"one set of points"):
-        M.top_attention(x[None], x)
+        A.top_attention(x[None], x)
     with pytest.raises(ValueError, match="off the hyperboloid"):
-        M.attention_on_manifold_mpl(x, x, 2.0)
+        Mm.attention_on_manifold_mpl(x, x, 2.0)
     with pytest.raises(ValueError, match="model"):
-        M.attention_on_manifold_mpl(x, x, model="halfplane")
+        Mm.attention_on_manifold_mpl(x, x, model="halfplane")
 
 
 def test_far_points_draw_with_a_grid():
@@ -452,51 +463,29 @@ def test_far_points_draw_with_a_grid():
     ang = torch.linspace(0, 2 * math.pi, 7, dtype=torch.float64)[:-1]
     u = torch.stack([torch.zeros(6, dtype=torch.float64), 27 * ang.cos(), 27 * ang.sin()], dim=-1)
     far = torch.cat([L.origin(2, k)[None], L.expmap0(u, k)])
-    fig = M.poincare_figure_mpl(far, k, edges=[(0, 1), (1, 2)], grid=True)
+    fig = Mm.poincare_figure_mpl(far, k, edges=[(0, 1), (1, 2)], grid=True)
     grid = [c for c in fig.axes[0].collections if c.get_label() == "geodesic grid"][0]
     segs = grid.get_segments()
     assert len(segs) >= 4
     assert all(np.isfinite(s).all() and (np.linalg.norm(s, axis=1) < 1.0 + 1e-12).all() for s in segs)
-    klein = M.klein_figure_plotly(far, k, edges=[(0, 1)], grid=True)
+    klein = Mp.klein_figure_plotly(far, k, edges=[(0, 1)], grid=True)
     assert len(split_polylines(trace(klein, "geodesic grid").x, trace(klein, "geodesic grid").y)) >= 4
 
 
 # --------------------------------------------------------------------------- #
 # where the names live: geometry in hypviz.lorentz.projections, attention rows in hypviz.attention
 # --------------------------------------------------------------------------- #
-# hypviz.plots.manifold's public names before the split into scenes and renderers: all must still import
-OLD_PUBLIC = (
-    "DisplayProjection", "project_for_display", "hyperboloid_figure_plotly", "hyperboloid_figure_mpl",
-    "disk_figure_mpl", "poincare_figure_mpl", "klein_figure_mpl", "disk_figure_plotly", "poincare_figure_plotly",
-    "klein_figure_plotly", "three_models_figure_mpl", "three_models_figure_plotly", "TopKeys", "top_attention",
-    "attention_on_manifold_mpl",
-)
-
-
-def test_every_earlier_name_still_imports_from_manifold_and_from_plots():
-    import importlib
-
-    import hypviz.plots as plots
-
-    for name in OLD_PUBLIC:
-        assert name in M.__all__
-        obj = getattr(importlib.import_module("hypviz.plots.manifold"), name)
-        assert getattr(plots, name) is obj
-    from hypviz.plots.manifold import _rounded  # hypviz.plots.explorables imports it from here
-
-    assert _rounded(np.array([-0.0, 1.23456789, np.nan]), 3) == [0.0, 1.235, None]
-
-
-def test_moved_functions_live_in_display_and_attention_and_import_from_both_places():
+def test_the_geometry_lives_in_lorentz_projections_and_the_attention_rows_in_attention():
     from hypviz import attention as A
-    from hypviz.lorentz import projections as D
     from hypviz.attention import top_keys
+    from hypviz.lorentz import projections as D
 
-    assert M.project_for_display is D.project_for_display and M.DisplayProjection is D.DisplayProjection
     assert D.project_for_display.__module__ == "hypviz.lorentz.projections"
-    assert M.top_attention is A.top_attention is top_keys.top_attention
-    assert M.TopKeys is A.TopKeys is top_keys.TopKeys and A.TopKeys.__module__ == "hypviz.attention"
+    assert A.top_attention is top_keys.top_attention
+    assert A.TopKeys is top_keys.TopKeys and A.TopKeys.__module__ == "hypviz.attention.top_keys"
     assert {"top_attention", "TopKeys"} <= set(A.__all__)
+    for module in (Mm, Mp, S):  # the renderers and the scenes re-export neither
+        assert not {"top_attention", "TopKeys", "project_for_display", "DisplayProjection"} & set(getattr(module, "__all__", ()))
     # top_attention uses attention's own kinds and default temperature (no list or formula of its own)
     x = wrapped_normal(9, 4, 2.0, seed=30)
     for kind in A.KINDS:
@@ -531,7 +520,7 @@ def test_the_plots_compute_no_geometry():
     geometry = {"logmap0", "expmap0", "svd", "sinh", "cosh", "asinh", "acosh", "tanh", "atanh", "meshgrid",
                 "from_klein", "from_poincare", "softmax", "attention_map", "focused_linear_map", "scores"}
     samples = {"linspace", "cos", "sin", "arange"}  # grids and circles: hypviz.lorentz.projections's job
-    for name in ("manifold.py", "manifold_mpl.py", "manifold_plotly.py", "scenes.py", "curves.py", "sweeps.py"):
+    for name in ("manifold_mpl.py", "manifold_plotly.py", "scenes.py", "curves.py", "sweeps.py"):
         called = {c.split(".")[-1] for c in _calls(root / name)}
         assert not called & geometry, (name, called & geometry)
         if name != "curves.py" and name != "sweeps.py":  # (histogram bins are not geometry)
@@ -547,10 +536,14 @@ def test_the_plots_compute_no_geometry():
             elif isinstance(node, ast.ImportFrom):
                 imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
         assert not {m for m in imported if m.startswith(("torch", "hypviz.lorentz", "hypviz.lorentz.projections", "hypviz.attention"))}, name
-    # manifold.py only re-exports
-
-    tree = ast.parse((root / "manifold.py").read_text())
-    assert not [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    # no module of hypviz.plots is a re-export layer: each defines what it exports
+    assert not (root / "manifold.py").exists()
+    for path in sorted(root.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        if path.name != "__init__.py":
+            assert [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))], path.name
+    assert not [n for n in ast.parse((root / "__init__.py").read_text()).body
+                if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))], "hypviz/plots/__init__.py is its docstring"
     # and what the scenes hold comes from hypviz.lorentz.projections: the same numbers
     from hypviz.lorentz import projections as D
 
@@ -599,7 +592,7 @@ def test_both_renderers_draw_the_same_disk_scene(model):
     np.testing.assert_array_equal(pts.get_array(), scene.values)
     assert pts.get_clim() == scene.value_range == (plotly_fig.layout.coloraxis.cmin, plotly_fig.layout.coloraxis.cmax)
     # the figure functions are exactly "build the scene, draw it"
-    again = M.disk_figure_plotly(x, k, model=model, values=np.arange(14.0), edges=edges, n_geodesic=30)
+    again = Mp.disk_figure_plotly(x, k, model=model, values=np.arange(14.0), edges=edges, n_geodesic=30)
     assert again.to_json() == plotly_fig.to_json()
 
 
@@ -669,7 +662,7 @@ def test_both_renderers_draw_the_same_attention_scene():
     titles = [a.text for a in pfig.layout.annotations]
     assert len(titles) == 3 and all("κ" in t for t in titles) and "focused" in titles[2]
     assert "Attention of query 4" in pfig.layout.title.text and "τ = 1.41" in pfig.layout.title.text
-    fig2 = M.attention_on_manifold_plotly(x, x, k, query=4, top=5, kinds=("spatial", "distance", "focused"), grid=False)
+    fig2 = Mp.attention_on_manifold_plotly(x, x, k, query=4, top=5, kinds=("spatial", "distance", "focused"), grid=False)
     assert fig2.to_json() == text  # deterministic, and the figure function is "scene, then draw"
 
 
@@ -683,8 +676,8 @@ def test_two_disks_compose_into_one_figure():
     x = wrapped_normal(12, 2, k, seed=35)
     fig = Figure(figsize=(9, 4), layout="constrained")
     left, right = fig.subplots(1, 2)
-    assert M.poincare_figure_mpl(x, k, edges=[(0, 1)], ax=left, legend=False) is fig
-    assert M.klein_figure_mpl(x, k, values=np.arange(12.0), edges=[(0, 1)], ax=right) is fig
+    assert Mm.poincare_figure_mpl(x, k, edges=[(0, 1)], ax=left, legend=False) is fig
+    assert Mm.klein_figure_mpl(x, k, values=np.arange(12.0), edges=[(0, 1)], ax=right) is fig
     assert left.get_xlabel() == "$p_1$" and right.get_xlabel() == "$K_1$"
     assert len(mpl_collection(left, "geodesics").get_segments()) == 1
     assert len(fig.axes) == 3  # two disks and the right one's colourbar
@@ -692,13 +685,13 @@ def test_two_disks_compose_into_one_figure():
     w = img.shape[1]
     assert img[:, : w // 2].std() > 10.0 and img[:, w // 2 :].std() > 10.0
     with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
-        M.disk_figure_mpl(x, k, ax="left")
+        Mm.disk_figure_mpl(x, k, ax="left")
     # the hyperboloid needs a 3-D Axes
     host = Figure()
     with pytest.raises(TypeError, match="projection='3d'"):
-        M.hyperboloid_figure_mpl(x, k, ax=host.add_subplot())
+        Mm.hyperboloid_figure_mpl(x, k, ax=host.add_subplot())
     ax3 = host.add_subplot(projection="3d")
-    assert M.hyperboloid_figure_mpl(x, k, ax=ax3) is host and ax3.get_zlabel().startswith("$x_t$")
+    assert Mm.hyperboloid_figure_mpl(x, k, ax=ax3) is host and ax3.get_zlabel().startswith("$x_t$")
 
 
 def test_multi_panel_figures_compose_through_subfigures():
@@ -709,10 +702,10 @@ def test_multi_panel_figures_compose_through_subfigures():
     fig = Figure(figsize=(12, 10), layout="constrained")
     top, bottom = fig.subfigures(2, 1)
     att_axes = top.subplots(1, 2)
-    out = M.attention_on_manifold_mpl(x, x, k, query=1, top=3, grid=False, axes=att_axes)
+    out = Mm.attention_on_manifold_mpl(x, x, k, query=1, top=3, grid=False, axes=att_axes)
     assert out is fig
     three_axes = [bottom.add_subplot(1, 3, 1, projection="3d"), bottom.add_subplot(1, 3, 2), bottom.add_subplot(1, 3, 3)]
-    assert M.three_models_figure_mpl(x, k, edges=[(0, 1)], axes=three_axes) is fig
+    assert Mm.three_models_figure_mpl(x, k, edges=[(0, 1)], axes=three_axes) is fig
     # each multi-panel figure keeps its own overall title and legend, on its own subfigure
     assert "Attention of query 1" in top.get_suptitle() and "three models" in bottom.get_suptitle()
     assert len(top.legends) == 1 and not bottom.legends and not fig.legends
@@ -721,12 +714,12 @@ def test_multi_panel_figures_compose_through_subfigures():
     h = img.shape[0]
     assert img[: h // 2].std() > 10.0 and img[h // 2 :].std() > 10.0
     with pytest.raises(ValueError, match="axes must be 2 Axes"):
-        M.attention_on_manifold_mpl(x, x, k, axes=att_axes[:1])
+        Mm.attention_on_manifold_mpl(x, x, k, axes=att_axes[:1])
     with pytest.raises(TypeError, match=r"axes\[0\] must be a matplotlib Axes with projection='3d'"):
-        M.three_models_figure_mpl(x, k, axes=list(Figure().subplots(1, 3)))
+        Mm.three_models_figure_mpl(x, k, axes=list(Figure().subplots(1, 3)))
     other = Figure().subplots()
     with pytest.raises(ValueError, match="one figure"):
-        M.attention_on_manifold_mpl(x, x, k, axes=[att_axes[0], other])
+        Mm.attention_on_manifold_mpl(x, x, k, axes=[att_axes[0], other])
 
 
 def test_display_geometry_grids_sheet_and_boundary():
@@ -757,3 +750,8 @@ def test_display_geometry_grids_sheet_and_boundary():
     assert circle.shape == (13, 2)
     np.testing.assert_allclose(np.hypot(circle[:, 0], circle[:, 1]), math.sqrt(k))
     np.testing.assert_allclose(circle[0], circle[-1], atol=1e-15)
+
+
+def test_rounded_stores_minus_zero_as_zero_and_nan_as_none():
+    # the plotly renderer's (and the explorables') rounding of stored figure data
+    assert Mp.rounded(np.array([-0.0, 1.23456789, np.nan]), 3) == [0.0, 1.235, None]

@@ -1,26 +1,16 @@
 """Figures (matplotlib and plotly): they take tensors or arrays and return figures.
 
-``hypviz.plots`` never computes geometry itself; it calls :mod:`hypviz.lorentz`
-and :mod:`hypviz.attention`.  Submodules, one per kind of picture:
+``hypviz.plots`` never computes geometry itself; it calls :mod:`hypviz.lorentz` and :mod:`hypviz.attention`
+(which kinds exist, and their titles, come from :mod:`hypviz.base.kinds`).  The package's face is this
+docstring: import the submodule that draws the picture you want, one per kind of picture:
 
-``manifold``     the hyperboloid sheet, Poincare and Klein disks, geodesics
-``curves``       numerical-error and bound curves for the derivation notebooks
-``attention``    attention heatmaps, difference maps and comparison curves
-``explorables``  interactive plotly figures with sliders that need no kernel, a PNG still beside each
+``manifold_mpl``     the hyperboloid sheet, Poincare and Klein disks, geodesics, attention on the manifold (matplotlib)
+``manifold_plotly``  the same figures in plotly (both draw the scenes of ``scenes``, built once from the inputs)
+``curves``           numerical-error and bound curves for the derivation notebooks
+``attention``        attention heatmaps, difference maps and comparison curves (``sweeps``: the sweep curves)
+``explorables``      interactive plotly figures with sliders that need no kernel, a PNG still beside each (``stills``)
+``style``            the shared colours and sizes
+
+The import order, one way: ``style`` -> ``_common`` -> ``sweeps`` -> ``curves``, ``attention``; ``scenes`` ->
+``manifold_mpl``, ``manifold_plotly`` -> ``_explorable_parts`` (with ``stills``) -> ``explorables``.
 """
-
-from __future__ import annotations
-
-import importlib
-
-_SUBMODULES = ("manifold", "curves", "attention", "explorables")
-
-
-def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    for sub in _SUBMODULES:
-        module = importlib.import_module(f"{__name__}.{sub}")
-        if name in getattr(module, "__all__", ()):
-            return getattr(module, name)
-    raise AttributeError(f"module 'hypviz.plots' has no attribute {name!r}")

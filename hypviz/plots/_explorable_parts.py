@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 import hypviz.plots.style as style
-from hypviz.base import validate
+from hypviz.base import kinds, validate
 from hypviz import attention as att
 from hypviz import lorentz as L
-from hypviz.plots.manifold import _rounded
+from hypviz.plots.manifold_plotly import rounded
 
 ArrayLike = Any
 
@@ -64,14 +64,14 @@ def _decimals(scale: float, digits: int) -> int:
 
 
 def _fixed(values: ArrayLike, decimals: int) -> list:
-    """Fixed decimals (for linear axes) with :func:`hypviz.plots.manifold._rounded` (``-0.0`` stored as ``0.0``).
+    """Fixed decimals (for linear axes) with :func:`hypviz.plots.manifold_plotly.rounded` (``-0.0`` stored as ``0.0``).
 
     A value within ``_MARGIN`` (relative to the largest magnitude) of a rounding boundary gets one
     more decimal, up to three more, so that no stored digit depends on the last bit of a float.
     """
     arr = np.asarray(values, dtype=np.float64)
     if arr.size == 0:
-        return _rounded(arr, decimals)
+        return rounded(arr, decimals)
     eps = _MARGIN * max(float(np.nanmax(np.abs(arr))), 1e-300)
 
     def unsure(dec: int) -> np.ndarray:
@@ -84,7 +84,7 @@ def _fixed(values: ArrayLike, decimals: int) -> list:
             break
         out = np.where(pending, np.round(arr, decimals + extra), out)
         pending &= unsure(decimals + extra)
-    return _rounded(out, decimals + 3)
+    return rounded(out, decimals + 3)
 
 
 def _label(x: float, digits: int = 3) -> str:
@@ -157,7 +157,7 @@ def _positive(value: Any, name: str) -> float:
 
 
 def _kind(kind: Any, name: str) -> str:
-    return validate.choice(kind, name, att.KINDS)
+    return validate.choice(kind, name, kinds.comparable())
 
 
 def _check_digits(digits: Any) -> int:

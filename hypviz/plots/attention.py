@@ -15,7 +15,7 @@ differences.
 The curves of comparison results (:func:`~hypviz.plots.sweeps.bound_sweep_mpl`,
 :func:`~hypviz.plots.sweeps.comparison_sweep_mpl`, :func:`~hypviz.plots.sweeps.cost_curves_mpl`,
 :func:`~hypviz.plots.sweeps.row_distribution_mpl`, :func:`~hypviz.plots.sweeps.crossover`) live in
-:mod:`hypviz.plots.sweeps` and are importable from here too.
+:mod:`hypviz.plots.sweeps`.
 """
 
 from __future__ import annotations
@@ -29,13 +29,6 @@ import hypviz.plots._common as common
 import hypviz.plots.style as style
 from hypviz.plots._common import as_1d as _as_1d
 from hypviz.plots._common import as_2d as _as_2d
-from hypviz.plots.sweeps import (
-    bound_sweep_mpl,
-    comparison_sweep_mpl,
-    cost_curves_mpl,
-    crossover,
-    row_distribution_mpl,
-)
 
 if TYPE_CHECKING:  # matplotlib is imported lazily, inside the functions
     from matplotlib.axes import Axes
@@ -46,12 +39,6 @@ __all__ = [
     "difference_map_mpl",
     "difference_maps_mpl",
     "disk_level_sets_mpl",
-    # from hypviz.plots.sweeps
-    "bound_sweep_mpl",
-    "comparison_sweep_mpl",
-    "cost_curves_mpl",
-    "row_distribution_mpl",
-    "crossover",
 ]
 
 ArrayLike = Any

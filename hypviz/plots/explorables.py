@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from hypviz import attention as att
+from hypviz.base import kinds
 from hypviz import lorentz as L
 import hypviz.plots.style as style
 from hypviz.plots._explorable_parts import (  # noqa: F401  (the explorers' shared pieces)
@@ -513,12 +514,6 @@ def disk_query_explorer(
 # --------------------------------------------------------------------------- #
 # (d) heatmaps with a hover that tells everything
 # --------------------------------------------------------------------------- #
-_KIND_TEXT = {
-    "spatial": "spatial softmax<sub>j</sub>(q<sub>s</sub>·κ<sub>s,j</sub> / τ)",
-    "distance": "distance softmax<sub>j</sub>(−½‖q − κ<sub>j</sub>‖²<sub>L</sub> / τ)",
-    "lorentz": "Lorentz softmax<sub>j</sub>(⟨q, κ<sub>j</sub>⟩<sub>L</sub> / τ)",
-    "focused": "focused φ(q)·φ(κ<sub>j</sub>) / Σ<sub>l</sub> φ(q)·φ(κ<sub>l</sub>)",
-}
 
 
 def attention_heatmap_explorer(
@@ -587,7 +582,7 @@ def attention_heatmap_explorer(
     from plotly.subplots import make_subplots
 
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.12, subplot_titles=(
-        f"{names['a']}: {_KIND_TEXT[a]}", f"{names['b']}: {_KIND_TEXT[b]}", f"difference {names['a']} − {names['b']}"))
+        f"{names['a']}: {kinds.get(a).html}", f"{names['b']}: {kinds.get(b).html}", f"difference {names['a']} − {names['b']}"))
     edge = fig.layout.xaxis2.domain[1]
     weights_bar = dict(title=dict(text="attention weight A<sub>ij</sub>", side="right"), x=round(edge + 0.008, 4),
                        xanchor="left", len=0.9, thickness=12)
@@ -602,7 +597,7 @@ def attention_heatmap_explorer(
         fig.update_xaxes(title_text=key_label, row=1, col=col)
         fig.update_yaxes(autorange="reversed", title_text="query i" if col == 1 else None, row=1, col=col)
     note = (f"N = {q.shape[0]} queries, M = {kk.shape[0]} keys, d = {q.shape[1] - 1}, k = {_label(kf)}"
-            + (f", τ = {_label(tau)}" if "focused" not in (a, b) or a in att.SOFTMAX_KINDS or b in att.SOFTMAX_KINDS else "")
+            + (f", τ = {_label(tau)}" if kinds.get(a).temperature or kinds.get(b).temperature else "")
             + f"; weights to {dec} decimals")
     fig.update_layout(template=_TEMPLATE, **_frame(height, 0, sliders=False),
                       title=_title(f"Attention maps {na} and {nb}: hover any cell for both weights and their difference", note))

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 
 import hypviz.plots.style as style
+from hypviz.base import kinds
 import hypviz.plots._common as common
 from hypviz.plots.scenes import (
-    ATTENTION_TEXT,
     MODEL_TEXT,
     AttentionScene,
     DiskScene,
@@ -285,7 +285,7 @@ def draw_attention_mpl(
                        edgecolors=[colormap(norm(weight))], alpha=alpha, linewidths=width, zorder=5,
                        label=f"key at the query's position, A = {weight:.3g}")
         _disk_frame(ax, disk)
-        ax.set_title(f"{ATTENTION_TEXT[panel.kind]}\ntop-{len(panel.keys)} keys carry {panel.share:.3f} of the weight",
+        ax.set_title(f"{kinds.get(panel.kind).title}\ntop-{len(panel.keys)} keys carry {panel.share:.3f} of the weight",
                      fontsize=10)
     sm = mpl.cm.ScalarMappable(norm=norm, cmap=colormap)
     fig.colorbar(sm, ax=list(axes), label=r"attention weight $A_{ij}$ (colour of keys and edges)", shrink=0.8)

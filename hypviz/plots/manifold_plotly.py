@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 import hypviz.plots.style as style
+from hypviz.base import kinds
 from hypviz.plots.scenes import (
-    ATTENTION_TEXT_PLAIN,
     MODEL_TEXT,
     AttentionScene,
     DiskScene,
@@ -52,7 +52,7 @@ _PLOTLY_SCALES = {"viridis": "Viridis", "cividis": "Cividis", "plasma": "Plasma"
                   "magma": "Magma", "rdbu_r": "RdBu_r"}
 
 
-def _rounded(a: np.ndarray, decimals: int) -> list:
+def rounded(a: np.ndarray, decimals: int) -> list:
     """Round for stable stored JSON (``-0.0`` becomes ``0.0``); NaN becomes ``None`` (a line break)."""
     out = np.round(np.asarray(a, dtype=np.float64), decimals) + 0.0
     lst = out.tolist()
@@ -88,14 +88,14 @@ def _title(base: str, note: str) -> dict:
 
 
 def _coloraxis(value_range: tuple[float, float], value_label: str, cmap: str, decimals: int) -> dict:
-    lo, hi = _rounded(np.array(value_range), decimals)
+    lo, hi = rounded(np.array(value_range), decimals)
     return dict(colorscale=_plotly_scale(cmap), cmin=lo, cmax=hi, colorbar=dict(title=dict(text=value_label)))
 
 
 def _marker(values: np.ndarray | None, decimals: int) -> dict:
     if values is None:
         return dict(size=4, color=style.POINT, line=dict(width=0.5, color="black"))
-    return dict(size=4, color=_rounded(values, decimals), coloraxis="coloraxis", line=dict(width=0.5, color="black"))
+    return dict(size=4, color=rounded(values, decimals), coloraxis="coloraxis", line=dict(width=0.5, color="black"))
 
 
 def _hover(labels: Sequence[str], values: np.ndarray | None, decimals: int) -> list[str]:
@@ -108,7 +108,7 @@ def _lines3d(lines: np.ndarray, decimals: int, **kwargs: Any) -> Any:
     import plotly.graph_objects as go
 
     x, y, z = _polylines(lines, (0, 1, 2))
-    return go.Scatter3d(x=_rounded(x, decimals), y=_rounded(y, decimals), z=_rounded(z, decimals), mode="lines",
+    return go.Scatter3d(x=rounded(x, decimals), y=rounded(y, decimals), z=rounded(z, decimals), mode="lines",
                         hoverinfo="skip", **kwargs)
 
 
@@ -116,7 +116,7 @@ def _lines2d(lines: np.ndarray, decimals: int, **kwargs: Any) -> Any:
     import plotly.graph_objects as go
 
     x, y = _polylines(lines, (0, 1))
-    return go.Scatter(x=_rounded(x, decimals), y=_rounded(y, decimals), mode="lines", hoverinfo="skip", **kwargs)
+    return go.Scatter(x=rounded(x, decimals), y=rounded(y, decimals), mode="lines", hoverinfo="skip", **kwargs)
 
 
 # --------------------------------------------------------------------------- #
@@ -128,7 +128,7 @@ def _hyperboloid_traces(scene: HyperboloidScene, decimals: int) -> list:
     s = scene.sheet
     traces = [
         go.Surface(
-            x=_rounded(s[..., 0], decimals), y=_rounded(s[..., 1], decimals), z=_rounded(s[..., 2], decimals),
+            x=rounded(s[..., 0], decimals), y=rounded(s[..., 1], decimals), z=rounded(s[..., 2], decimals),
             name="sheet ⟨x,x⟩_L = −k", colorscale=[[0.0, SHEET_COLOUR], [1.0, SHEET_COLOUR]], showscale=False,
             opacity=0.35, hoverinfo="skip", showlegend=True,
         )
@@ -138,12 +138,12 @@ def _hyperboloid_traces(scene: HyperboloidScene, decimals: int) -> list:
     if scene.edges.shape[0]:
         traces.append(_lines3d(scene.edges, decimals, line=dict(color=style.EDGE, width=4), name="geodesics"))
     x = scene.points
-    traces.append(go.Scatter3d(x=_rounded(x[:, 0], decimals), y=_rounded(x[:, 1], decimals),
-                               z=_rounded(x[:, 2], decimals), mode="markers", marker=_marker(scene.values, decimals),
+    traces.append(go.Scatter3d(x=rounded(x[:, 0], decimals), y=rounded(x[:, 1], decimals),
+                               z=rounded(x[:, 2], decimals), mode="markers", marker=_marker(scene.values, decimals),
                                name="points", text=_hover(scene.labels, scene.values, decimals), hoverinfo="text"))
     if scene.origin is not None:
         o = scene.origin
-        traces.append(go.Scatter3d(x=[float(o[0])], y=[float(o[1])], z=_rounded(o[2:], decimals), mode="markers",
+        traces.append(go.Scatter3d(x=[float(o[0])], y=[float(o[1])], z=rounded(o[2:], decimals), mode="markers",
                                    marker=dict(symbol="x", size=4, color=ORIGIN_COLOUR), name="origin (√k, 0, 0)"))
     return traces
 
@@ -162,7 +162,7 @@ def _scene_layout() -> dict:
 def _boundary_trace(scene: DiskScene, decimals: int, legend: bool) -> Any:
     import plotly.graph_objects as go
 
-    return go.Scatter(x=_rounded(scene.boundary[:, 0], decimals), y=_rounded(scene.boundary[:, 1], decimals),
+    return go.Scatter(x=rounded(scene.boundary[:, 0], decimals), y=rounded(scene.boundary[:, 1], decimals),
                       mode="lines", line=dict(color="black", width=1.5),
                       name=f"boundary |{scene.coord}| = √k (ideal points)", hoverinfo="skip", showlegend=legend)
 
@@ -178,7 +178,7 @@ def _disk_traces(scene: DiskScene, decimals: int, legend: bool = True) -> list:
         traces.append(_lines2d(scene.edges, decimals, line=dict(color=style.EDGE, width=2.5), name="geodesics",
                                showlegend=legend))
     p = scene.points
-    traces.append(go.Scatter(x=_rounded(p[:, 0], decimals), y=_rounded(p[:, 1], decimals), mode="markers",
+    traces.append(go.Scatter(x=rounded(p[:, 0], decimals), y=rounded(p[:, 1], decimals), mode="markers",
                              marker=_marker(scene.values, decimals) | dict(size=7), name="points",
                              text=_hover(scene.labels, scene.values, decimals), hoverinfo="text", showlegend=legend))
     if scene.origin is not None:
@@ -313,7 +313,7 @@ def draw_attention_plotly(
     disk = scene.disk
     n = len(scene.panels)
     fig = make_subplots(rows=1, cols=n, horizontal_spacing=0.05,
-                        subplot_titles=[f"{ATTENTION_TEXT_PLAIN[p.kind]}<br>top-{len(p.keys)} keys carry {p.share:.3f}"
+                        subplot_titles=[f"{kinds.get(p.kind).plain}<br>top-{len(p.keys)} keys carry {p.share:.3f}"
                                         for p in scene.panels])
     scale = _plotly_scale(cmap)
     p_query, p_keys = disk.points[0], disk.points[1:]
@@ -323,27 +323,27 @@ def draw_attention_plotly(
         if disk.grid.shape[0]:
             fig.add_trace(_lines2d(disk.grid, decimals, line=dict(color=GRID_COLOUR, width=0.6), name="geodesic grid",
                                    legendgroup="grid", showlegend=first), row=1, col=col)
-        rel = _rounded(panel.edge_weights / scene.w_max, decimals)
+        rel = rounded(panel.edge_weights / scene.w_max, decimals)
         for e, (line, r, w, lw, a) in enumerate(zip(panel.edges, rel, panel.edge_weights.tolist(),
                                                     panel.edge_widths.tolist(), panel.edge_alphas.tolist())):
             fig.add_trace(_lines2d(line[None], decimals, line=dict(color=sample_colorscale(scale, [r])[0],
                                                                    width=round(lw, 3)),
                                    opacity=round(a, 3), name=f"edge, A = {w:.3g}", legendgroup="edges",
                                    showlegend=False), row=1, col=col)
-        fig.add_trace(go.Scatter(x=_rounded(p_keys[:, 0], decimals), y=_rounded(p_keys[:, 1], decimals),
+        fig.add_trace(go.Scatter(x=rounded(p_keys[:, 0], decimals), y=rounded(p_keys[:, 1], decimals),
                                  mode="markers", name="keys", legendgroup="keys", showlegend=first,
-                                 marker=dict(color=_rounded(panel.row, decimals), coloraxis="coloraxis",
-                                             size=_rounded(np.sqrt(panel.key_sizes), 3),
+                                 marker=dict(color=rounded(panel.row, decimals), coloraxis="coloraxis",
+                                             size=rounded(np.sqrt(panel.key_sizes), 3),
                                              line=dict(width=0.5, color="black")),
                                  text=[f"key {j}: A = {v:.3g}" for j, v in enumerate(panel.row.tolist())],
                                  hoverinfo="text"), row=1, col=col)
-        fig.add_trace(go.Scatter(x=_rounded(p_query[:1], decimals), y=_rounded(p_query[1:], decimals), mode="markers",
+        fig.add_trace(go.Scatter(x=rounded(p_query[:1], decimals), y=rounded(p_query[1:], decimals), mode="markers",
                                  marker=dict(symbol="star", size=15, color=style.QUERY, line=dict(width=1, color="black")),
                                  name=f"query {scene.query}", legendgroup="query", showlegend=first), row=1, col=col)
         if panel.ring is not None:
             weight, width, alpha = panel.ring
-            colour = sample_colorscale(scale, [_rounded(np.array(weight / scene.w_max), decimals)])[0]
-            fig.add_trace(go.Scatter(x=_rounded(p_query[:1], decimals), y=_rounded(p_query[1:], decimals),
+            colour = sample_colorscale(scale, [rounded(np.array(weight / scene.w_max), decimals)])[0]
+            fig.add_trace(go.Scatter(x=rounded(p_query[:1], decimals), y=rounded(p_query[1:], decimals),
                                      mode="markers", opacity=round(alpha, 3),
                                      marker=dict(symbol="circle-open", size=23, color=colour,
                                                  line=dict(width=round(width, 3), color=colour)),
@@ -358,7 +358,7 @@ def draw_attention_plotly(
                      f"k = {_k_text(scene.k)}{tau_text}")
     fig.update_layout(title=_title(base, scene.note), height=panel_height, plot_bgcolor="white",
                       margin=dict(l=10, r=10, t=110, b=10), legend=dict(orientation="h", x=0.0, y=-0.08),
-                      coloraxis=dict(colorscale=scale, cmin=0.0, cmax=_rounded(np.array(scene.w_max), decimals),
+                      coloraxis=dict(colorscale=scale, cmin=0.0, cmax=rounded(np.array(scene.w_max), decimals),
                                      colorbar=dict(title=dict(text="attention weight A_ij"))))
     return fig
 

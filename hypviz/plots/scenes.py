@@ -72,22 +72,6 @@ MODEL_TEXT = {
     ),
 }
 
-# keys are written kappa (k is the curvature parameter); one title per kind of hypviz.attention.KINDS
-ATTENTION_TEXT = {
-    "spatial": r"spatial: $\mathrm{softmax}_j(q_s\cdot \kappa_{s,j}/\tau)$",
-    "distance": r"distance: $\mathrm{softmax}_j(-\frac{1}{2}\|q-\kappa_j\|_L^2/\tau)$",
-    "lorentz": r"Lorentz: $\mathrm{softmax}_j(\langle q,\kappa_j\rangle_L/\tau)$",
-    "focused": r"focused (Hypformer, linear): $\varphi(q)\cdot\varphi(\kappa_j)/\sum_l\varphi(q)\cdot\varphi(\kappa_l)$",
-    "distance_rf": r"distance, random features (linear): $\hat w_{ij}/\sum_l \hat w_{il}$, $\hat w \approx e^{\langle q,\kappa_j\rangle_L/\tau}$",
-}
-ATTENTION_TEXT_PLAIN = {
-    "spatial": "spatial: softmax_j(q_s·κ_s,j / τ)",
-    "distance": "distance: softmax_j(−½‖q − κ_j‖²_L / τ)",
-    "lorentz": "Lorentz: softmax_j(⟨q, κ_j⟩_L / τ)",
-    "focused": "focused (Hypformer, linear): φ(q)·φ(κ_j) / Σ_l φ(q)·φ(κ_l)",
-    "distance_rf": "distance, random features (linear): ŵ_ij / Σ_l ŵ_il, ŵ ≈ exp(⟨q, κ_j⟩_L / τ)",
-}
-
 
 # --------------------------------------------------------------------------- #
 # the scenes
