@@ -31,6 +31,8 @@ import torch
 from hypviz import attention
 
 from hypviz import cli as hypviz_cli
+from hypviz.reports import input_files, publishing
+from hypviz.reports import inputs as report_inputs
 
 from hypviz import data
 
@@ -40,7 +42,7 @@ from hypviz.reports import point_report as report
 
 ROOT = Path(__file__).resolve().parent.parent
 H, N, M, D = 2, 24, 20, 4
-UNSET = ("HYPVIZ_DEBUG", hypviz_cli.PAUSE_ENV, hypviz_cli.MAX_INPUT_ENV)  # test hooks and switches: off in every run
+UNSET = ("HYPVIZ_DEBUG", publishing.PAUSE_ENV, input_files.MAX_INPUT_ENV)  # test hooks and switches: off in every run
 ENV = {k: v for k, v in os.environ.items() if k not in UNSET}
 ENV.update(MPLBACKEND="Agg", PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
 
@@ -86,11 +88,11 @@ def cli(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> Run:
         os.dup2(fd_err.fileno(), 2)
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                hypviz_cli.STORED_K.clear()
+                input_files.STORED_K.clear()
                 try:
                     code = hypviz_cli.main(argv)
                 finally:
-                    hypviz_cli.STORED_K.clear()
+                    input_files.STORED_K.clear()
         finally:
             _flush()
             os.dup2(saved[0], 1)
@@ -446,8 +448,10 @@ def test_internal_errors_are_one_line_exit_1_and_write_nothing(files, tmp_path, 
         raise RuntimeError("injected failure")
 
     args = ("compare", files / "q.npy", files / "k.npy", "--out", tmp_path / "out")
+    from hypviz.reports import figures as report_figures
+
     with monkeypatch.context() as mp:
-        mp.setattr(report, "figures", boom)
+        mp.setattr(report_figures, "figures", boom)  # the figures the report's files are drawn from
         proc = cli(*args, cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and "internal error" in proc.stderr and "injected failure" in proc.stderr
@@ -458,7 +462,7 @@ def test_internal_errors_are_one_line_exit_1_and_write_nothing(files, tmp_path, 
 def test_hypviz_debug_lets_the_traceback_out_of_the_process(files, tmp_path):
     # a subprocess: what is tested is the interpreter printing the traceback and exiting with 1
     inject = (
-        "import sys, hypviz.reports.point_report as r\n"
+        "import sys, hypviz.reports.figures as r\n"
         "def boom(*a, **k):\n    raise RuntimeError('injected failure')\n"
         "r.figures = boom\n"
         "import hypviz.cli as c\n"
@@ -489,22 +493,40 @@ def test_console_script_help_and_version(tmp_path):
 # --------------------------------------------------------------------------- #
 # the command split by job: names where they were, typed results, pages from templates, figures from plots
 # --------------------------------------------------------------------------- #
-def test_names_stay_importable_where_they_were():
-    from hypviz.reports import input_files
-    from hypviz.reports import inputs
-    from hypviz.reports import model_report
-    from hypviz.reports import publishing
+def test_each_name_has_one_home_and_no_old_path_remains():
+    import hypviz.cli.command as command
     from hypviz.reports import html as report_html
+    from hypviz.reports import model_report
 
-    assert hypviz_cli.Inputs is inputs.Inputs and hypviz_cli.Settings is inputs.Settings
-    assert hypviz_cli.prepare is inputs.prepare and hypviz_cli.demo_inputs is inputs.demo_inputs
-    assert hypviz_cli.read_input is input_files.read_input and hypviz_cli.STORED_K is input_files.STORED_K
-    assert hypviz_cli.MAX_INPUT_ENV == input_files.MAX_INPUT_ENV == "HYPVIZ_MAX_INPUT_BYTES"
-    assert hypviz_cli.publish is publishing.publish and hypviz_cli.check_out is publishing.check_out
-    assert hypviz_cli._on_signal is publishing.on_signal and hypviz_cli.STAGES is publishing.STAGES
-    assert report.page is report_html.page and model_report.page is report_html.model_page
+    # the command's package exports the command and nothing re-exported for an older layout
+    assert hypviz_cli.__all__ == ["main", "build_parser"] and command.__all__ == ["main", "build_parser"]
+    public = {n for n in vars(hypviz_cli) if not n.startswith("_")}
+    assert public == {"main", "build_parser", "command"}, public
+    for old in ("Inputs", "Settings", "prepare", "read_input", "STORED_K", "publish", "check_out", "STAGES", "KINDS"):
+        assert not hasattr(hypviz_cli, old), old
+    for old in ("STORED_K", "publish", "STAGES", "PAUSE_ENV", "MAX_INPUT_ENV", "DEFAULT_MAX_INPUT_BYTES", "HALF", "KINDS"):
+        assert not hasattr(command, old), old  # names the command does not use: they live in their own homes only
+    assert not hasattr(command, "_REEXPORTED") and not hasattr(command, "_on_signal")
+    # the reports: the pages live in html only, the files are written by writing only
+    for module, old in ((report, "page"), (report, "_ROW_FIELDS"), (report, "write"), (model_report, "page"),
+                        (model_report, "write"), (model_report, "figure")):
+        assert not hasattr(module, old), f"{module.__name__}.{old}"
+    assert report_html.page.__module__ == report_html.model_page.__module__ == "hypviz.reports.html"
     hints = typing.get_type_hints(report.Result)  # real types, importable by the report (no import of the CLI)
-    assert hints["inputs"] is inputs.Inputs and hints["settings"] is inputs.Settings
+    assert hints["inputs"] is report_inputs.Inputs and hints["settings"] is report_inputs.Settings
+
+
+def test_the_cli_kinds_come_from_the_registry():
+    from hypviz.base import kinds
+
+    parser = hypviz_cli.build_parser()
+    compare = next(a for a in parser._subparsers._group_actions[0].choices["compare"]._actions if a.dest == "reference")
+    assert tuple(compare.choices) == kinds.comparable()
+    text = parser._subparsers._group_actions[0].choices["compare"].format_help()
+    for name in kinds.comparable():
+        assert kinds.get(name).description.split()[0] in text, name
+    for name in set(kinds.names()) - set(kinds.comparable()):  # a kind compare does not take is not offered
+        assert name not in compare.choices
 
 
 def test_the_pages_come_from_templates_installed_with_the_package():
@@ -515,10 +537,10 @@ def test_the_pages_come_from_templates_installed_with_the_package():
     from hypviz.reports import html as report_html
 
     for name in ("report.html", "model_report.html"):
-        assert importlib.resources.files("hypviz").joinpath("templates", name).is_file()
+        assert importlib.resources.files("hypviz.reports").joinpath("templates", name).is_file()
         assert isinstance(report_html.template(name), string.Template)
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "templates/*.html" in setup["package-data"]["hypviz"]
+    assert "templates/*.html" in setup["package-data"]["hypviz.reports"]
     packages = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "hypviz").rglob("__init__.py")}
     assert set(setup["packages"]) == packages, "pyproject.toml [tool.setuptools] packages must list every package"
 
@@ -528,8 +550,8 @@ def test_the_rows_figure_draws_the_bound_with_plots(files, monkeypatch):
     from hypviz.reports import figures as report_figures
 
     q, k = np.load(files / "q.npy"), np.load(files / "k.npy")
-    inputs = hypviz_cli.prepare(q, k, k=1.0, spatial=False, heads_axis=None, dtype="auto", described={})
-    settings = hypviz_cli.Settings(kinds=["distance", "lorentz", "focused"], reference="spatial", temperature=None,
+    inputs = report_inputs.prepare(q, k, k=1.0, spatial=False, heads_axis=None, dtype="auto", described={})
+    settings = report_inputs.Settings(kinds=["distance", "lorentz", "focused"], reference="spatial", temperature=None,
                                    device="cpu", sample_rows=4, progress=False, command="compare")
     result = report.analyse(inputs, settings)
     calls, original = [], curves.bound_scatter

@@ -33,20 +33,24 @@ import torch
 from hypviz import attention
 
 from hypviz import cli
+from hypviz.cli import command
+from hypviz.reports import input_files
+from hypviz.base import messages
+from hypviz.reports import inputs as report_inputs
 
 from hypviz import data
 
 from hypviz import lorentz
 
-from hypviz.reports import publishing
+from hypviz.reports import point_report, publishing
 
-ENV = {k: v for k, v in os.environ.items() if k not in ("HYPVIZ_DEBUG", cli.PAUSE_ENV, cli.MAX_INPUT_ENV)}
+ENV = {k: v for k, v in os.environ.items() if k not in ("HYPVIZ_DEBUG", publishing.PAUSE_ENV, input_files.MAX_INPUT_ENV)}
 ENV.update(MPLBACKEND="Agg", PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
 FAST = ("--kinds", "spatial", "--sample-rows", "4", "--device", "cpu")  # one comparison, small figures
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
-    cli.STORED_K.clear()
+    input_files.STORED_K.clear()
     code = cli.main([os.fspath(a) if isinstance(a, Path) else str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
@@ -145,7 +149,7 @@ def test_every_out_name_the_file_system_allows_is_accepted_and_longer_ones_refus
     assert "a" * 40 not in line  # the name is shortened in the message
     untouched(work, before)
     # 250 characters and the longest the file system allows: the temporary folder beside it is cut to fit
-    for n in (name_max - cli.TMP_EXTRA + 1, 250, name_max):
+    for n in (name_max - publishing.TMP_EXTRA + 1, 250, name_max):
         out = work / ("a" * n)
         assert len(publishing.tmp_prefix(out)) + 8 <= name_max
         code, stdout, err = run(capsys, "compare", work / "q.npy", work / "k.npy", *FAST, "--out", out)
@@ -155,9 +159,9 @@ def test_every_out_name_the_file_system_allows_is_accepted_and_longer_ones_refus
         assert leftovers(work) == []
     # a multi-byte name is measured in bytes: 2 bytes a character
     out = work / ("é" * (name_max // 2))
-    assert cli.check_out(out, force=False) == out
-    with pytest.raises(cli.UsageError, match="too long"):
-        cli.check_out(work / ("é" * (name_max // 2 + 1)), force=False)
+    assert publishing.check_out(out, force=False) == out
+    with pytest.raises(messages.UsageError, match="too long"):
+        publishing.check_out(work / ("é" * (name_max // 2 + 1)), force=False)
     assert publishing.tmp_prefix(out).startswith(".é") and len(os.fsencode(publishing.tmp_prefix(out))) + 8 <= name_max
 
 
@@ -169,13 +173,13 @@ def _old_report(folder: Path, tag: str = "old") -> None:
 
 @pytest.mark.parametrize("existing", [False, True])
 def test_a_full_disk_is_a_clear_error_and_removes_the_temporary_folder(existing, work, capsys, monkeypatch):
-    import hypviz.reports.point_report as report
+    from hypviz.reports import writing
 
     def full(result, folder, options=None):
         (Path(folder) / "metrics.json").write_text("{half")
         raise OSError(errno.ENOSPC, "No space left on device", str(Path(folder) / "rows.npz"))
 
-    monkeypatch.setattr(report, "write", full)
+    monkeypatch.setattr(writing, "write_point_report", full)
     out = work / "r"
     if existing:
         _old_report(out)
@@ -220,11 +224,11 @@ def test_float16_and_bfloat16_points_are_checked_at_their_precision(work, capsys
     big = lorentz.lift(xs * 300).half().numpy()
     with np.errstate(over="ignore"):
         assert np.isinf(big**2).any()
-    arr, _, made = cli.read_input(_save(work / "big16.npy", big), "QUERIES", None, "--queries-key")
-    inputs = cli.prepare(arr, arr, k=1.0, spatial=False, heads_axis=None, dtype="auto", described={}, made_in=(made, made))
+    arr, _, made = input_files.read_input(_save(work / "big16.npy", big), "QUERIES", None, "--queries-key")
+    inputs = report_inputs.prepare(arr, arr, k=1.0, spatial=False, heads_axis=None, dtype="auto", described={}, made_in=(made, made))
     assert inputs.queries.dtype == torch.float32 and made == "float16"
     # API: a float16 numpy array passed to prepare is checked as float16 too; --dtype float64 re-lifts there
-    inputs = cli.prepare(q16.numpy(), q16.numpy(), k=1.0, spatial=False, heads_axis=None, dtype="float64", described={})
+    inputs = report_inputs.prepare(q16.numpy(), q16.numpy(), k=1.0, spatial=False, heads_axis=None, dtype="float64", described={})
     assert inputs.queries.dtype == torch.float64
     torch.testing.assert_close(inputs.queries, lorentz.lift(q16[..., 1:].double()), rtol=0, atol=0)
 
@@ -277,24 +281,24 @@ def test_inputs_above_the_limit_are_refused_from_their_headers(work, capsys, mon
         m.setattr(np.lib.format, "read_array", read_array)
         for path, shown in ((work / "bomb.npz", "bomb.npz [queries]"), (work / "bomb.npy", "bomb.npy")):
             refused(*run(capsys, "compare", path, work / "k.npy", "--out", work / "r"),
-                    "QUERIES", shown, "8 GiB", "above the input limit of 2 GiB", cli.MAX_INPUT_ENV)
+                    "QUERIES", shown, "8 GiB", "above the input limit of 2 GiB", input_files.MAX_INPUT_ENV)
     untouched(work, before)
     # the limit is the environment's; .pt files are held to it by their size
-    monkeypatch.setenv(cli.MAX_INPUT_ENV, "1000")
+    monkeypatch.setenv(input_files.MAX_INPUT_ENV, "1000")
     np.savez_compressed(work / "zeros.npz", queries=np.zeros((50, 5)))  # 2000 bytes of data, compressed to less
     torch.save(torch.zeros(50, 5), work / "zeros.pt")
     assert (work / "zeros.npz").stat().st_size < 1000
     refused(*run(capsys, "compare", work / "zeros.npz", work / "k.npy"), "QUERIES", "2000 bytes", "1000 bytes")
     refused(*run(capsys, "compare", work / "q.npy", work / "zeros.pt"), "KEYS", "the file", "zeros.pt", "1000 bytes")
-    monkeypatch.setenv(cli.MAX_INPUT_ENV, "2000")
-    assert cli.read_input(work / "zeros.npz", "QUERIES", None, "--queries-key")[0].shape == (50, 5)
-    monkeypatch.setenv(cli.MAX_INPUT_ENV, "lots")
-    refused(*run(capsys, "compare", work / "q.npy", work / "k.npy"), cli.MAX_INPUT_ENV, "positive whole number of bytes")
+    monkeypatch.setenv(input_files.MAX_INPUT_ENV, "2000")
+    assert input_files.read_input(work / "zeros.npz", "QUERIES", None, "--queries-key")[0].shape == (50, 5)
+    monkeypatch.setenv(input_files.MAX_INPUT_ENV, "lots")
+    refused(*run(capsys, "compare", work / "q.npy", work / "k.npy"), input_files.MAX_INPUT_ENV, "positive whole number of bytes")
     # documented
-    assert cli.MAX_INPUT_ENV in (cli.__doc__ or "")
-    monkeypatch.delenv(cli.MAX_INPUT_ENV)
+    assert input_files.MAX_INPUT_ENV in (command.__doc__ or "")
+    monkeypatch.delenv(input_files.MAX_INPUT_ENV)
     code = cli.main(["compare", "--help"])
-    assert code == 0 and cli.MAX_INPUT_ENV in capsys.readouterr().out
+    assert code == 0 and input_files.MAX_INPUT_ENV in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------- #
@@ -334,7 +338,7 @@ def test_messages_say_what_is_wrong(work, capsys):
     np.save(work / "ints\x1b.npy", np.ones((3, 4), dtype=np.int32))
     refused(*run(capsys, "compare", work / "ints\x1b.npy", work / "k.npy"), "ints\\x1b.npy", "integers")
     refused(*run(capsys, "compare", work / "q.npy", work / "k.npy", "--colour\x1b[2J"), "--colour\\x1b[2J")
-    assert cli._show(evil) == "q\\x1b[31m\\x07\\u202e.npy" and cli._show(os.fsdecode(b"a\xff")) == "a\\xff"
+    assert messages.show(evil) == "q\\x1b[31m\\x07\\u202e.npy" and messages.show(os.fsdecode(b"a\xff")) == "a\\xff"
     for name in ("scalar.npy", "scalar.pt", "afile", "random.npy", "objects.npy", "objects.npz", "pickle.npy",
                  "custom.pt", evil, "ints\x1b.npy"):
         before.add(name)
@@ -362,10 +366,10 @@ def test_publish_swaps_a_report_in_one_step(method, tmp_path, monkeypatch):
     elif not sys.platform.startswith("linux"):
         pytest.skip("renameat2 is Linux's")
     out = tmp_path / "r"
-    assert cli.publish(_new_report(tmp_path / ".r.tmp-a", "first"), out, force=False) == "renamed"
-    with pytest.raises(cli.UsageError, match="already exists"):
-        cli.publish(_new_report(tmp_path / ".r.tmp-b", "second"), out, force=False)
-    how = cli.publish(tmp_path / ".r.tmp-b", out, force=True)
+    assert publishing.publish(_new_report(tmp_path / ".r.tmp-a", "first"), out, force=False) == "renamed"
+    with pytest.raises(messages.UsageError, match="already exists"):
+        publishing.publish(_new_report(tmp_path / ".r.tmp-b", "second"), out, force=False)
+    how = publishing.publish(tmp_path / ".r.tmp-b", out, force=True)
     assert how == ("exchanged" if method == "renameat2" else "two renames")
     assert json.loads((out / "metrics.json").read_text())["tag"] == "second"
     assert leftovers(tmp_path) == []
@@ -380,7 +384,7 @@ def test_signal_handlers_are_restored_after_a_run(work, capsys):
 @pytest.mark.parametrize("swallowed", [False, True])
 def test_an_interruption_wins_over_what_a_library_made_of_it(swallowed, work, capsys, monkeypatch):
     # a signal during an import surfaces as ImportError ("initialization failed"); a library may even swallow it
-    import hypviz.reports.point_report as report
+    from hypviz.reports import writing
 
     def write(result, folder, options=None):
         try:
@@ -394,12 +398,12 @@ def test_an_interruption_wins_over_what_a_library_made_of_it(swallowed, work, ca
         (Path(folder) / "report.html").write_text("new")
         return ["metrics.json", "report.html"]
 
-    monkeypatch.setattr(report, "write", write)
-    monkeypatch.setattr(report, "summary", lambda *a, **k: "summary")
+    monkeypatch.setattr(writing, "write_point_report", write)
+    monkeypatch.setattr(point_report, "summary", lambda *a, **k: "summary")
     guard = signal.signal(signal.SIGTERM, lambda *a: None)  # should main not install its handler: no kill of pytest
     try:
         code, out, err = run(capsys, "compare", work / "q.npy", work / "k.npy", "--out", work / "r", *FAST)
-        assert signal.getsignal(signal.SIGTERM) is not cli._on_signal
+        assert signal.getsignal(signal.SIGTERM) is not publishing.on_signal
     finally:
         signal.signal(signal.SIGTERM, guard)
     assert code == 143 and len(err.strip().splitlines()) == 1, err
@@ -434,7 +438,7 @@ def killed(tmp_path_factory, pts):
         if old:
             _old_report(d / "r")
         jobs[name] = (d, [sys.executable, "-m", "hypviz.cli", "compare", "q.npy", "k.npy", "--out", "r", "--force", *FAST],
-                      {**ENV, cli.PAUSE_ENV: stage})
+                      {**ENV, publishing.PAUSE_ENV: stage})
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {name: pool.submit(subprocess.run, cmd, cwd=d, env=env, capture_output=True, text=True, timeout=120)
                    for name, (d, cmd, env) in jobs.items()}
@@ -469,10 +473,10 @@ def test_a_signal_at_any_stage_leaves_the_old_or_the_new_report(case, killed):
 
 
 @pytest.mark.parametrize("method", ["renameat2", "fallback"])
-@pytest.mark.parametrize("stage", cli.STAGES)
+@pytest.mark.parametrize("stage", publishing.STAGES)
 def test_both_publishing_methods_at_every_stage_in_process(stage, method, work, capsys, monkeypatch):
     # the same promise for the two-rename fallback (and, cheaply, for renameat2 again): a fast stand-in writer
-    import hypviz.reports.point_report as report
+    from hypviz.reports import writing
 
     def write(result, folder, options=None):
         (Path(folder) / "metrics.json").write_text(json.dumps({"generator": "hypviz", "tag": "new"}))
@@ -481,8 +485,8 @@ def test_both_publishing_methods_at_every_stage_in_process(stage, method, work, 
 
     if method == "fallback":
         monkeypatch.setattr(publishing, "_RENAMEAT2", False)  # where publish looks it up
-    monkeypatch.setattr(report, "write", write)
-    monkeypatch.setenv(cli.PAUSE_ENV, stage)
+    monkeypatch.setattr(writing, "write_point_report", write)
+    monkeypatch.setenv(publishing.PAUSE_ENV, stage)
     _old_report(work / "r")
     guard = signal.signal(signal.SIGTERM, lambda *a: None)  # should main not install its handler: no kill of pytest
     try:

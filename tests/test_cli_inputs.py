@@ -16,6 +16,7 @@ import torch
 from hypviz import attention
 
 from hypviz import cli
+from hypviz.reports import input_files
 
 from hypviz import data
 
@@ -23,7 +24,7 @@ from hypviz import lorentz
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
-    cli.STORED_K.clear()
+    input_files.STORED_K.clear()
     code = cli.main([str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err

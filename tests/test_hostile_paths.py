@@ -27,6 +27,8 @@ import pytest
 import torch
 
 from hypviz import cli
+from hypviz.reports import input_files
+from hypviz.base import messages
 
 from hypviz import data
 
@@ -34,13 +36,13 @@ from hypviz.reports import publishing
 
 from hypviz.capture import records
 
-ENV = {k: v for k, v in os.environ.items() if k not in ("HYPVIZ_DEBUG", cli.PAUSE_ENV, cli.MAX_INPUT_ENV)}
+ENV = {k: v for k, v in os.environ.items() if k not in ("HYPVIZ_DEBUG", publishing.PAUSE_ENV, input_files.MAX_INPUT_ENV)}
 ENV.update(MPLBACKEND="Agg", PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
 FAST = ("--kinds", "spatial", "--sample-rows", "4", "--device", "cpu")
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
-    cli.STORED_K.clear()
+    input_files.STORED_K.clear()
     code = cli.main([os.fspath(a) if isinstance(a, Path) else str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
@@ -142,8 +144,8 @@ def test_check_out_resolves_the_parent_but_refuses_a_link_as_out(tree):
     assert publishing.resolved_out(tree / "link" / "rep") == tree / "a" / "real" / "rep"
     assert publishing.resolved_out(tree / "link" / ".." / "rep") == tree / "a" / "rep"  # as the kernel resolves ..
     (tree / "replink").symlink_to(tree / "a" / "real" / "rep")
-    with pytest.raises(cli.UsageError, match="a symbolic link, not a folder; not replacing it"):
-        cli.check_out(tree / "replink", force=True)
+    with pytest.raises(messages.UsageError, match="a symbolic link, not a folder; not replacing it"):
+        publishing.check_out(tree / "replink", force=True)
     assert (tree / "a" / "real" / "rep" / "myqueries.npy").exists()
 
 
@@ -264,7 +266,7 @@ def test_a_sigkilled_runs_temporary_folder_is_removed_by_the_next_run(tmp_path, 
     np.save(tmp_path / "q.npy", q.numpy())
     np.save(tmp_path / "k.npy", k.numpy())
     proc = subprocess.run([sys.executable, "-m", "hypviz.cli", "compare", "q.npy", "k.npy", "--out", "r", *FAST],
-                          cwd=tmp_path, env={**ENV, cli.PAUSE_ENV: "written:KILL"}, capture_output=True, text=True,
+                          cwd=tmp_path, env={**ENV, publishing.PAUSE_ENV: "written:KILL"}, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == -9 and not (tmp_path / "r").exists()
     left = leftovers(tmp_path)

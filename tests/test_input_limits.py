@@ -26,6 +26,9 @@ import pytest
 import torch
 
 from hypviz import cli
+from hypviz.reports import input_files
+from hypviz.base import messages
+from hypviz.reports import publishing
 
 from hypviz import data
 
@@ -38,17 +41,17 @@ from hypviz.lorentz import points
 from hypviz.capture import records
 
 FAST = ("--kinds", "spatial", "--sample-rows", "4", "--device", "cpu")
-LIMIT_ENVS = (cli.MAX_INPUT_ENV, cli.MAX_LAYERS_ENV, cli.MAX_NAME_ENV)
+LIMIT_ENVS = (input_files.MAX_INPUT_ENV, input_files.MAX_LAYERS_ENV, input_files.MAX_NAME_ENV)
 
 
 @pytest.fixture(autouse=True)
 def _no_limits_from_outside(monkeypatch):
-    for name in LIMIT_ENVS + ("HYPVIZ_DEBUG", cli.PAUSE_ENV):
+    for name in LIMIT_ENVS + ("HYPVIZ_DEBUG", publishing.PAUSE_ENV):
         monkeypatch.delenv(name, raising=False)
 
 
 def run(capsys, *args) -> tuple[int, str, str]:
-    cli.STORED_K.clear()
+    input_files.STORED_K.clear()
     code = cli.main([os.fspath(a) if isinstance(a, Path) else str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
@@ -93,7 +96,7 @@ def test_a_stride_0_tensor_is_measured_by_what_it_expands_to(work, capsys):
     assert (work / "wide.pt").stat().st_size < 4000
     refused(*run(capsys, "compare", work / "wide.pt", work / "k.npy", "--spatial", *FAST, "--out", work / "r"),
             "QUERIES: what the tensors in", "take once made dense is 33.5 GiB (36000000000 bytes)",
-            "above the input limit of 2 GiB", f"set {cli.MAX_INPUT_ENV}")
+            "above the input limit of 2 GiB", f"set {input_files.MAX_INPUT_ENV}")
     assert not (work / "r").exists()
 
 
@@ -104,35 +107,35 @@ def test_a_compressed_pt_is_measured_by_what_it_decompresses_to(work, capsys, mo
             dst.writestr(info.filename, src.read(info), compress_type=zipfile.ZIP_DEFLATED)
     size = (work / "deflated.pt").stat().st_size
     assert size < 100_000 and torch.load(work / "deflated.pt", weights_only=True).shape == (1, 100_000, 9)
-    monkeypatch.setenv(cli.MAX_INPUT_ENV, "1000000")
+    monkeypatch.setenv(input_files.MAX_INPUT_ENV, "1000000")
     refused(*run(capsys, "compare", work / "deflated.pt", work / "k.npy", "--spatial", *FAST, "--out", work / "r"),
-            "QUERIES: what the file", "decompresses to is 3.43 MiB", "above the input limit of 977 KiB", cli.MAX_INPUT_ENV)
+            "QUERIES: what the file", "decompresses to is 3.43 MiB", "above the input limit of 977 KiB", input_files.MAX_INPUT_ENV)
 
 
 def test_a_capture_is_measured_by_what_its_tensors_expand_to(work, capsys, monkeypatch):
     rec = _record().to_dict()
     rec["queries"] = rec["queries"][:, :1].expand(1, 100_000, 4)  # 3.2 MB once dense, a few bytes on disk
     path = _capture(work / "cap.pt", [rec])
-    monkeypatch.setenv(cli.MAX_INPUT_ENV, "1000000")
+    monkeypatch.setenv(input_files.MAX_INPUT_ENV, "1000000")
     refused(*run(capsys, "compare", path, *FAST[2:], "--out", work / "r"),
-            "CAPTURE: what the tensors in", "take once made dense", "above the input limit", cli.MAX_INPUT_ENV)
+            "CAPTURE: what the tensors in", "take once made dense", "above the input limit", input_files.MAX_INPUT_ENV)
 
 
 def test_layer_count_and_name_lengths_are_limited(work, capsys, monkeypatch):
-    monkeypatch.setenv(cli.MAX_LAYERS_ENV, "3")
+    monkeypatch.setenv(input_files.MAX_LAYERS_ENV, "3")
     path = records.save([_record(f"l{i}") for i in range(4)], work / "four.pt")
     refused(*run(capsys, "compare", path, "--device", "cpu", "--out", work / "r"),
-            "holds 4 layer records, above the limit of 3", f"set {cli.MAX_LAYERS_ENV}")
+            "holds 4 layer records, above the limit of 3", f"set {input_files.MAX_LAYERS_ENV}")
     path = records.save([_record(f"l{i}") for i in range(3)], work / "three.pt")
     code, out, err = run(capsys, "compare", path, "--device", "cpu", "--out", work / "r")
     assert code == 0 and err == "", err
     assert len(json.loads((work / "r" / "metrics.json").read_text())["layers"]) == 3
 
-    monkeypatch.setenv(cli.MAX_NAME_ENV, "10")
+    monkeypatch.setenv(input_files.MAX_NAME_ENV, "10")
     path = records.save([_record("x" * 11)], work / "long.pt")
     refused(*run(capsys, "compare", path, "--device", "cpu", "--out", work / "r2"),
-            "record 0: its name is 11 characters long, above the limit of 10", f"set {cli.MAX_NAME_ENV}")
-    monkeypatch.delenv(cli.MAX_NAME_ENV)
+            "record 0: its name is 11 characters long, above the limit of 10", f"set {input_files.MAX_NAME_ENV}")
+    monkeypatch.delenv(input_files.MAX_NAME_ENV)
     for key in ("kind", "mode"):  # a megabyte string from a file is cut in the message (default limit)
         rec = _record().to_dict()
         rec[key] = "y" * 10**6
@@ -176,7 +179,7 @@ def test_the_norm_checks_go_block_by_block(monkeypatch):
     assert inputs._overflow(a, "QUERIES", False, 1.0, np.float32) == full
     b = a.copy()
     b[2, 39_000, 5] = np.nan
-    with pytest.raises(cli.UsageError, match=r"QUERIES holds NaN \(first non-finite value at index \(2, 39000, 5\)\)"):
+    with pytest.raises(messages.UsageError, match=r"QUERIES holds NaN \(first non-finite value at index \(2, 39000, 5\)\)"):
         inputs._finite_parts(b, "QUERIES")
 
 

@@ -17,6 +17,7 @@ from hypviz import attention
 from hypviz import capture
 
 from hypviz import cli
+from hypviz.reports import input_files
 
 from _standin import Encoder, StandInAttention, lifted_input
 
@@ -38,7 +39,7 @@ def captured(tmp_path_factory):
 
 def test_compare_capture_file_writes_one_report_for_the_model(captured, tmp_path, capsys):
     path, records, model = captured
-    cli.STORED_K.clear()
+    input_files.STORED_K.clear()
     code = cli.main(["compare", str(path), "--out", str(tmp_path / "r")])
     out, err = capsys.readouterr()
     assert code == 0, err

@@ -67,10 +67,11 @@ def test_the_cli_option_rows_samples_and_says_so(tmp_path, capsys):
     import numpy as np
 
     from hypviz import cli
+    from hypviz.reports import input_files
 
     q = data.lifted_gaussian((2, 300), 8, 1.5, seed=5)
     np.save(tmp_path / "q.npy", q.numpy())
-    cli.STORED_K.clear()
+    input_files.STORED_K.clear()
     assert cli.main(["compare", str(tmp_path / "q.npy"), str(tmp_path / "q.npy"), "--rows", "40", "--seed", "2",
                      "--out", str(tmp_path / "r")]) == 0
     capsys.readouterr()

@@ -1,7 +1,8 @@
-"""The reports behind ``hypviz compare``: checked inputs, the analyses, their figures and their HTML pages.
+"""The reports behind ``hypviz compare``: checked inputs, the analyses, their figures, their HTML pages, their files.
 
-Data flows one way: :mod:`~hypviz.reports.inputs` and :mod:`~hypviz.reports.input_files` (what the command
-reads) -> :mod:`~hypviz.reports.point_report` and :mod:`~hypviz.reports.model_report` (the analyses) ->
-:mod:`~hypviz.reports.figures` -> :mod:`~hypviz.reports.html` (pages from ``templates/``), published
-atomically by :mod:`~hypviz.reports.publishing`.
+Data flows one way, and no module imports one after it (also inside functions): :mod:`~hypviz.reports.input_files`
+-> :mod:`~hypviz.reports.inputs` (what the command reads, checked) -> :mod:`~hypviz.reports.point_report` ->
+:mod:`~hypviz.reports.model_report` (the analyses and their numbers) -> :mod:`~hypviz.reports.figures` ->
+:mod:`~hypviz.reports.html` (pages from ``templates/``) -> :mod:`~hypviz.reports.writing` (the files of a report);
+:mod:`~hypviz.reports.publishing` puts the folder in place atomically.
 """

@@ -7,27 +7,28 @@ largest weights differ by more than ``SHARED_SCALE_RATIO`` get their own colour 
 against the reference's distance from the uniform row and, for the softmax comparisons, against its
 bound :math:`\tanh((\Delta + \epsilon)/4)` (:func:`hypviz.plots.curves.bound_scatter`);
 :func:`plotly_rows` is the interactive version of its left panel.  For ``hypviz compare
-CAPTURE.pt`` (:mod:`hypviz.reports.model_report`): :func:`layers_figure`.  Nothing here computes a
-statistic: every value drawn was computed by :func:`hypviz.attention.compare` (the figures take a
-:class:`hypviz.reports.point_report.Result`, or the arrays of each layer); matplotlib and plotly are imported
-when a figure is drawn.
+CAPTURE.pt`` (:mod:`hypviz.reports.model_report`): :func:`model_figure` (:func:`layers_figure` of
+:func:`hypviz.reports.model_report.layer_panels`).  Nothing here computes a statistic: every value drawn was
+computed by :func:`hypviz.attention.compare` (the figures take a :class:`hypviz.reports.point_report.Result`,
+or the arrays of each layer); matplotlib and plotly are imported when a figure is drawn.  This module comes
+after the analysis in the reports' one-way chain (``point_report`` -> ``model_report`` -> ``figures`` ->
+``html`` -> ``writing``): it imports the two analysis modules, never the pages.
 """
 
 from __future__ import annotations
 
 import io
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from hypviz import attention
 import hypviz.plots.style as style
+from hypviz.reports import model_report
+from hypviz.reports.point_report import Result
 
-if TYPE_CHECKING:
-    from hypviz.reports.point_report import Result
-
-__all__ = ["MAX_SCATTER", "SHARED_SCALE_RATIO", "heatmap_scales", "figures", "rows_figure", "plotly_rows", "layers_figure", "scatter_rows", "png_bytes"]
+__all__ = ["MAX_SCATTER", "SHARED_SCALE_RATIO", "heatmap_scales", "figures", "rows_figure", "plotly_rows", "layers_figure", "model_figure", "scatter_rows", "png_bytes"]
 
 MAX_SCATTER = 4000  # rows drawn per comparison in the row figures (evenly spaced, plus the worst ones)
 SHARED_SCALE_RATIO = 3.0  # heatmaps share one colour scale only when their largest weights lie within this factor
@@ -286,3 +287,10 @@ def layers_figure(layers: Sequence[Mapping[str, Any]]) -> Any:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     return fig
+
+
+def model_figure(results: Sequence[model_report.LayerResult]) -> Any:
+    """The model report's figure ``layers.png``: :func:`layers_figure` of
+    :func:`hypviz.reports.model_report.layer_panels` (per layer: per-row TV against the query norm, per-head mean TV
+    against the key-norm spread)."""
+    return layers_figure(model_report.layer_panels(results))

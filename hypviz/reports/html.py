@@ -1,4 +1,4 @@
-"""The HTML pages of the two reports, filled into the templates ``hypviz/templates/*.html``.
+"""The HTML pages of the two reports, filled into the templates ``hypviz/reports/templates/*.html``.
 
 :func:`page` is ``report.html`` of ``hypviz compare`` / ``hypviz demo`` (:mod:`hypviz.reports.point_report`),
 :func:`model_page` that of ``hypviz compare CAPTURE.pt`` (:mod:`hypviz.reports.model_report`).  The
@@ -6,6 +6,8 @@ templates hold the page, its style and every fixed sentence; this module compute
 ``$name`` fields (:class:`string.Template`): the tables, the numbers (3 significant digits), the
 figures as base64 PNG.  Every name from the inputs is HTML-escaped here; the pages are
 self-contained (no network).  The templates are package data, read with :mod:`importlib.resources`.
+In the reports' one-way chain (``point_report`` -> ``model_report`` -> ``figures`` -> ``html`` -> ``writing``)
+this module reads the analysis and the figures' constants; it writes no file (:mod:`hypviz.reports.writing` does).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ __all__ = ["template", "page", "model_page", "table", "verdict_html"]
 
 @lru_cache(maxsize=None)
 def template(name: str) -> string.Template:
-    """The page template ``hypviz/templates/<name>`` (package data)."""
-    return string.Template(resources.files("hypviz").joinpath("templates", name).read_text(encoding="utf-8"))
+    """The page template ``hypviz/reports/templates/<name>`` (package data)."""
+    return string.Template(resources.files("hypviz.reports").joinpath("templates", name).read_text(encoding="utf-8"))
 
 
 def table(header: list[str], rows: list[list[str]], left: int = 1) -> str:

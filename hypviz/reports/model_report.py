@@ -22,16 +22,19 @@ Per layer it shows where the differences sit: the per-row gap against the query'
 per-head gap against the spread :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j}` of the key
 norms, and the worst queries (by index) with their norms.
 
-:func:`write` puts ``report.html`` (self-contained; :func:`hypviz.reports.html.model_page`, from the
-template ``hypviz/templates/model_report.html``), ``metrics.json``, ``rows.npz`` and ``layers.png``
-(:func:`figure`, drawn by :func:`hypviz.reports.figures.layers_figure`) into a folder; :func:`summary`
-is the text the command prints.
+:func:`hypviz.reports.writing.write_model_report` puts ``report.html`` (self-contained;
+:func:`hypviz.reports.html.model_page`, from the template ``hypviz/reports/templates/model_report.html``),
+``metrics.json`` (:func:`metrics`), ``rows.npz`` (:func:`row_arrays`) and ``layers.png`` (:func:`layer_panels`,
+drawn by :func:`hypviz.reports.figures.model_figure`) into a folder; :func:`summary` is the text the command
+prints.  This module is the second of the reports' one-way chain (``point_report`` -> ``model_report`` ->
+``figures`` -> ``html`` -> ``writing``): it imports :mod:`hypviz.reports.point_report` only.  Whether a
+layer's map goes through :func:`hypviz.attention.compare` or is rebuilt and compared by
+:func:`hypviz.attention.compare_maps` is read from the kind registry (:attr:`hypviz.base.kinds.Kind.comparable`).
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +43,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from hypviz import attention
+from hypviz.base import kinds
 from hypviz.attention.comparison import verdict_rule
 from hypviz.reports.point_report import fmt, json_ready, per_head
-from hypviz.reports.figures import layers_figure, png_bytes
 
-__all__ = ["LayerResult", "analyse", "metrics", "write", "summary"]
+__all__ = ["REFERENCE", "THREAD", "LayerResult", "analyse", "per_head", "worst_queries", "metrics", "row_arrays",
+           "layer_panels", "summary"]
 
 _WORST = 10  # worst queries listed per report
+REFERENCE = "distance"  # every layer's map is compared with the distance softmax (Hypformer's full attention) ...
+THREAD = "spatial"  # ... and so is the question-and-answer thread's spatial softmax
 
 
 @dataclass
@@ -133,16 +139,16 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
         tau = float(math.sqrt(rec.dim) if tau is None else tau)
         common = dict(k=rec.k, temperature=tau, device=device, progress=progress)
         own = None
-        if rec.kind in attention.MODEL_KINDS or getattr(rec, "scale_sign", 1) < 0:
+        if not kinds.get(rec.kind, "a record's kind").comparable or getattr(rec, "scale_sign", 1) < 0:
             own = _own_given(rec, tau)
-        elif rec.kind != "distance":  # a distance layer's map is the reference itself
+        elif rec.kind != REFERENCE:  # a distance layer's map is the reference itself
             own = attention.compare(
-                rec.queries, rec.keys, rec.kind, "distance",
+                rec.queries, rec.keys, rec.kind, REFERENCE,
                 power=rec.power if rec.power is not None else 2.0,
                 norm_scale=rec.norm_scale if rec.norm_scale is not None else 1.0,
                 values=rec.values, **common,
             )
-        thread = attention.compare(rec.queries, rec.keys, "spatial", "distance", values=rec.values, **common)
+        thread = attention.compare(rec.queries, rec.keys, THREAD, REFERENCE, values=rec.values, **common)
         results.append(LayerResult(label, rec, tau, own, thread))
     return results
 
@@ -157,13 +163,9 @@ def _own_given(rec: Any, tau: float) -> attention.Comparison:
 
     p_own = layer_map(rec)
     p_own = p_own / p_own.sum(dim=-1, keepdim=True)
-    p_ref = attention.attention_map(rec.queries.to(torch.float64), rec.keys.to(torch.float64), "distance", k=rec.k,
+    p_ref = attention.attention_map(rec.queries.to(torch.float64), rec.keys.to(torch.float64), REFERENCE, k=rec.k,
                                     temperature=tau)
-    return attention.compare_maps(p_own, p_ref, a=rec.kind, b="distance", values=rec.values, k=rec.k)
-
-
-def _heads(comp: attention.Comparison) -> list[dict[str, Any]]:
-    return per_head(comp)
+    return attention.compare_maps(p_own, p_ref, a=rec.kind, b=REFERENCE, values=rec.values, k=rec.k)
 
 
 def _key_spread(rec: Any) -> np.ndarray:
@@ -224,9 +226,9 @@ def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, A
             **{f: getattr(rec, f, None) for f in ("verify_error", "verify_tolerance", "verify_note", "dtype", "training",
                                                   "scale_sign", "temperature_source", "aggregation", "bias")},
             "model_vs_distance": None if lr.own is None else {
-                "summary": lr.own.to_dict(), "heads": _heads(lr.own)},
+                "summary": lr.own.to_dict(), "heads": per_head(lr.own)},
             "model_map_is_distance": lr.own is None,
-            "thread_spatial_vs_distance": {"summary": lr.thread.to_dict(), "heads": _heads(lr.thread)},
+            "thread_spatial_vs_distance": {"summary": lr.thread.to_dict(), "heads": per_head(lr.thread)},
         }
         layers.append(entry)
     return json_ready({
@@ -242,6 +244,8 @@ def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, A
 
 
 def row_arrays(results: Sequence[LayerResult]) -> dict[str, np.ndarray]:
+    """The content of ``rows.npz``: per layer ``j``, ``layer<j>_<model|spatial>_vs_distance_<field>`` and
+    ``layer<j>_query_norm``."""
     out = {}
     for j, lr in enumerate(results):
         for tag, comp in (("model", lr.own), ("spatial", lr.thread)):
@@ -253,13 +257,14 @@ def row_arrays(results: Sequence[LayerResult]) -> dict[str, np.ndarray]:
     return out
 
 
-def figure(results: Sequence[LayerResult]) -> Any:
-    """Per layer (a row of panels): per-row TV against the query norm; per-head mean TV against key-norm spread
-    (drawn by :func:`hypviz.reports.figures.layers_figure`)."""
+def layer_panels(results: Sequence[LayerResult]) -> list[dict[str, Any]]:
+    """What the figure ``layers.png`` draws, per layer (a row of panels): the per-row TV of the model's map (else
+    the spatial softmax's) and the query norms, the per-head mean TV, baseline and key-norm spread (the figure is
+    :func:`hypviz.reports.figures.model_figure`)."""
     layers = []
     for lr in results:
         comp = lr.own or lr.thread
-        heads = _heads(comp)
+        heads = per_head(comp)
         layers.append({
             "label": lr.label,
             "what": "model's map" if lr.own is not None else "spatial softmax",
@@ -269,25 +274,7 @@ def figure(results: Sequence[LayerResult]) -> Any:
             "mean_tv": [h["mean_tv"] for h in heads],
             "baseline": [h["mean_tv_uniform_b"] for h in heads],
         })
-    return layers_figure(layers)
-
-
-def write(results: Sequence[LayerResult], folder: Path, meta: dict[str, Any]) -> list[str]:
-    """Write ``report.html``, ``metrics.json``, ``rows.npz`` and ``layers.png`` into ``folder`` (which exists).
-
-    Returns the sorted names of the files in ``folder``.
-    """
-    from hypviz.reports.html import model_page
-
-    folder = Path(folder)
-    png = png_bytes(figure(results), dpi=90)
-    (folder / "layers.png").write_bytes(png)
-    data = metrics(results, meta)
-    (folder / "metrics.json").write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    np.savez_compressed(folder / "rows.npz", **row_arrays(results))
-    (folder / "report.html").write_text(model_page(results, png, {**meta, "version": data["version"], "created": data["created"]}),
-                                        encoding="utf-8")
-    return sorted(p.name for p in folder.iterdir())
+    return layers
 
 
 def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_rows: int = 16) -> str:
@@ -305,8 +292,8 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
         lines.append(f"  {lr.label}: {rec.mode}, kind {rec.kind}, {rec.n_heads} head(s) x {rec.n_queries} queries x "
                      f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {lr.tau_text}, {mode}, "
                      f"{lr.verification_bound}")
-        own = _heads(lr.own) if lr.own is not None else None
-        for h, th in enumerate(_heads(lr.thread)):
+        own = per_head(lr.own) if lr.own is not None else None
+        for h, th in enumerate(per_head(lr.thread)):
             count += 1
             if count > max_rows:
                 continue
@@ -322,12 +309,3 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
     lines.append(f"  also in {out}: {', '.join(f for f in files if f != 'report.html')}")
     return "\n".join(lines)
 
-
-def __getattr__(name: str) -> Any:
-    # hypviz.reports.model_report.page, where the page was made before the report was split by job (hypviz.reports.html,
-    # which imports this module, makes it now): imported on first use
-    if name == "page":
-        from hypviz.reports.html import model_page
-
-        return model_page
-    raise AttributeError(f"module 'hypviz.reports.model_report' has no attribute {name!r}")

@@ -2,18 +2,21 @@ r"""The comparison report behind ``hypviz compare`` and ``hypviz demo``: the ana
 
 :func:`analyse` runs :func:`hypviz.attention.compare` for every kind against the reference and
 the dense :func:`hypviz.attention.attention_map` on a sample of query rows (a :class:`Result`);
-:func:`write` puts into a folder
+:func:`metrics` and :func:`row_arrays` are the numbers of the report's files and :func:`summary` the
+one-screen text printed by the command.  This module is the first of the reports' one-way chain
+(``point_report`` -> ``model_report`` -> ``figures`` -> ``html`` -> ``writing``): it imports none of
+the others; :func:`hypviz.reports.writing.write_point_report` puts into a folder
 
 * ``report.html``: a self-contained page (PNG figures embedded as base64, plotly.js inlined
   once): it opens from disk and makes no network request (:func:`hypviz.reports.html.page`, from
-  the template ``hypviz/templates/report.html``);
+  the template ``hypviz/reports/templates/report.html``);
 * ``metrics.json``: the set-up, one summary per comparison and per head (``"generator": "hypviz"``;
   :func:`metrics`);
 * ``rows.npz``: per-row statistics, ``<a>_vs_<b>_<field>`` of shape ``(*heads, N)`` (:func:`row_arrays`);
 * ``heatmaps.png``, ``difference.png``, ``rows.png``: the figures (:mod:`hypviz.reports.figures`,
-  drawn by :mod:`hypviz.plots`);
+  drawn by :mod:`hypviz.plots`).
 
-and :func:`summary` is the one-screen text printed by the command.  Each comparison is read
+Each comparison is read
 against the reference's distance from the uniform row :math:`U` (the verdict of
 :func:`hypviz.attention.verdict`), and for two softmax kinds every row is checked against its
 bounds (derived in notebook 04)
@@ -31,7 +34,6 @@ allowance on the logits (:class:`hypviz.attention.Comparison`).
 from __future__ import annotations
 
 import datetime
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,9 +45,8 @@ import torch
 from hypviz import attention
 from hypviz.attention.comparison import describe_fractions, verdict_rule
 from hypviz.reports.inputs import Inputs, Settings
-from hypviz.reports.figures import figures, plotly_rows, png_bytes
 
-__all__ = ["Result", "analyse", "write", "summary", "per_head"]
+__all__ = ["ROW_FIELDS", "Result", "fmt", "per_head", "analyse", "json_ready", "metrics", "row_arrays", "summary"]
 
 ROW_FIELDS = (
     "tv",
@@ -67,13 +68,11 @@ ROW_FIELDS = (
     "allowance",
     "bound_met",
 )  # the bound fields exist only for two softmax kinds, spearman only when computed
-_ROW_FIELDS = ROW_FIELDS  # (its name before the report was split by job)
-_LAZY = {"page": "hypviz.reports.html"}  # importable from here, imported on first use (see __getattr__)
 
 
 @dataclass
 class Result:
-    """What :func:`analyse` found, as :func:`write` and :func:`summary` read it.
+    """What :func:`analyse` found, as the report's files (:mod:`hypviz.reports.writing`) and :func:`summary` read it.
 
     Attributes
     ----------
@@ -286,38 +285,6 @@ def row_arrays(result: Result) -> dict[str, np.ndarray]:
     return out
 
 
-def write(result: Result, folder: Path, options: dict[str, Any] | None = None) -> list[str]:
-    """Write the report files (see the module docstring) into ``folder``, which exists.
-
-    ``options`` are stored with the inputs in ``metrics.json``.  Returns the sorted names of the
-    files in ``folder``.
-    """
-    import plotly.io as pio
-    import plotly.offline
-
-    from hypviz.reports.html import page
-
-    folder = Path(folder)
-    images = {name: png_bytes(fig) for name, fig in figures(result).items()}
-    for name, data in images.items():
-        (folder / f"{name}.png").write_bytes(data)
-    meta = metrics(result, options)
-    (folder / "metrics.json").write_text(json.dumps(meta, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    np.savez_compressed(folder / "rows.npz", **row_arrays(result))
-    div = pio.to_html(
-        plotly_rows(result),
-        include_plotlyjs=False,
-        include_mathjax=False,
-        full_html=False,
-        div_id="hypviz-rows",
-        config={"displaylogo": False, "responsive": True},
-    )
-    meta["inputs_file"] = (folder / "inputs.npz").exists()
-    text = page(result, images, div, plotly.offline.get_plotlyjs(), meta)
-    (folder / "report.html").write_text(text, encoding="utf-8")
-    return sorted(p.name for p in folder.iterdir())
-
-
 def summary(result: Result, out: Path, files: list[str], show_inputs: bool = False, max_heads: int = 8) -> str:
     r"""The one-screen text the command prints.
 
@@ -364,12 +331,3 @@ def summary(result: Result, out: Path, files: list[str], show_inputs: bool = Fal
         lines.append(f"  your own tensors: hypviz compare QUERIES.npy KEYS.npy  (this demo's: {out / 'inputs.npz'} for both)")
     return "\n".join(lines)
 
-
-def __getattr__(name: str) -> Any:
-    # hypviz.reports.point_report.page, where it was defined before the report was split by job; hypviz.reports.html imports
-    # this module, so it is imported on first use
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'hypviz.reports.point_report' has no attribute {name!r}")

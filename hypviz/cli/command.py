@@ -91,8 +91,10 @@ checks.
 This module holds the argument parser, the commands and :func:`main`; the jobs they call live in
 :mod:`hypviz.reports.input_files` (reading the files), :mod:`hypviz.reports.inputs` (checking the points: the
 :class:`~hypviz.reports.inputs.Inputs` and :class:`~hypviz.reports.inputs.Settings` the reports read),
-:mod:`hypviz.reports.publishing` (the output folder, signals) and :mod:`hypviz.reports.point_report` /
-:mod:`hypviz.reports.model_report` (the reports).  Their public names are importable from here too.
+:mod:`hypviz.reports.publishing` (the output folder, signals), :mod:`hypviz.reports.point_report` /
+:mod:`hypviz.reports.model_report` (the reports) and :mod:`hypviz.reports.writing` (their files); the kinds
+of ``--kinds`` and ``--reference``, with their one-line descriptions, are read from the registry
+:mod:`hypviz.base.kinds` (free of torch, like ``--help``).
 """
 
 from __future__ import annotations
@@ -107,65 +109,30 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from hypviz.base import validate
-from hypviz.base.messages import UsageError
-from hypviz.base.messages import fs_len as _fs_len
-from hypviz.base.messages import one_line as _one_line
-from hypviz.base.messages import show as _show
-from hypviz.base.messages import size_text as _size
-from hypviz.base.messages import what_is as _what
+from hypviz.base import kinds, validate
+from hypviz.base.messages import UsageError, one_line, show
+from hypviz.reports import publishing
 from hypviz.reports.input_files import (
-    DEFAULT_MAX_INPUT_BYTES,
-    FORMATS,
-    MAX_INPUT_ENV,
     MAX_LAYERS_ENV,
     MAX_NAME_ENV,
     Unreadable,
+    check_file,
     load_torch_file,
+    max_input_bytes,
     max_layers,
     max_name_chars,
-    ROLE_NAMES,
-    STORED_K,
-    check_file,
-    load_array,
-    max_input_bytes,
     read_input,
     resolve_k,
 )
-from hypviz.reports.input_files import too_big as _too_big
-from hypviz.reports.inputs import DEMO_NORMS, HALF, HALF_RTOL_EPS, Inputs, Settings, demo_inputs, prepare
-from hypviz.reports.publishing import (
-    AT_FDCWD,
-    MARKER,
-    PAUSE_ENV,
-    RENAME_EXCHANGE,
-    RENAME_NOREPLACE,
-    RUN as _RUN,
-    STAGES,
-    TMP_EXTRA,
-    check_out,
-    publish,
-)
-from hypviz.reports.publishing import install_handlers as _install_handlers
-from hypviz.reports.publishing import interrupted_message as _interrupted
-from hypviz.reports.publishing import on_signal as _on_signal
-from hypviz.reports.publishing import produce as _produce
-from hypviz.reports.publishing import restore_handlers as _restore_handlers
-from hypviz.reports.publishing import say as _say
-from hypviz.reports.publishing import stage as _stage_hook
+from hypviz.reports.inputs import DEMO_NORMS, Inputs, Settings, demo_inputs, prepare
+from hypviz.reports.publishing import RUN, check_out, interrupted_message, produce, say
 
-__all__ = ["main", "build_parser", "UsageError"]
+__all__ = ["main", "build_parser"]
 
-# The names above stay importable from hypviz.cli, where they were defined before the command was split by job:
-# reading files (hypviz.reports.input_files), checking points (hypviz.reports.inputs), publishing the report (hypviz.reports.publishing).
-_REEXPORTED = (
-    DEFAULT_MAX_INPUT_BYTES, FORMATS, MAX_INPUT_ENV, ROLE_NAMES, STORED_K, check_file, load_array, max_input_bytes,
-    read_input, resolve_k, HALF, HALF_RTOL_EPS, Inputs, Settings, demo_inputs, prepare, AT_FDCWD, MARKER, PAUSE_ENV,
-    RENAME_EXCHANGE, RENAME_NOREPLACE, STAGES, TMP_EXTRA, check_out, publish, _fs_len, _size, _what, _too_big,
-    _on_signal,
-)
-
-KINDS = ("spatial", "distance", "lorentz", "focused", "distance_rf")  # hypviz.attention.KINDS, repeated to keep `--help` free of torch
+#: The kinds the command compares by default (``--kinds``), its default ``--reference``, and the demo's kinds.
+DEFAULT_KINDS = ("spatial", "focused")
+DEFAULT_REFERENCE = "distance"
+DEMO_KINDS = ("spatial", "focused", "lorentz")
 
 
 # --------------------------------------------------------------------------- #
@@ -175,7 +142,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit code 2)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {_show(_one_line(message))} (see '{self.prog} --help')\n")
+        self.exit(2, f"{self.prog}: error: {show(one_line(message))} (see '{self.prog} --help')\n")
 
 
 def _positive(name: str):
@@ -238,13 +205,25 @@ def _seed(text: str) -> int:
 
 
 def _kinds(text: str) -> list[str]:
-    kinds = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in kinds if t not in KINDS]
-    if bad or not kinds:
+    """``--kinds``: a comma-separated list of the kinds :func:`hypviz.attention.compare` takes (the registry's)."""
+    allowed = kinds.comparable()
+    chosen = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in chosen if t not in allowed]
+    if bad or not chosen:
         raise argparse.ArgumentTypeError(
-            f"expected a comma-separated list of {', '.join(KINDS)}, got {text!r}"
+            f"expected a comma-separated list of {', '.join(allowed)}, got {text!r}"
         )
-    return list(dict.fromkeys(kinds))
+    return list(dict.fromkeys(chosen))
+
+
+def _kinds_help() -> str:
+    """The kinds ``--kinds`` and ``--reference`` take, each with its one line (:mod:`hypviz.base.kinds`)."""
+    return "; ".join(f"{name}: {kinds.get(name).description}" for name in kinds.comparable()).replace("%", "%%")
+
+
+def _taken_by(option: str) -> str:
+    """The comparable kinds that read ``option`` (:attr:`hypviz.base.kinds.Kind.options`), for the options' help."""
+    return ", ".join(n for n in kinds.comparable() if option in kinds.get(n).options) or "no kind"
 
 
 def _common(p: argparse.ArgumentParser, default_out: str) -> None:
@@ -342,10 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--kinds",
         type=_kinds,
-        default=["spatial", "focused"],
-        help="kinds compared with the reference (default spatial,focused; from spatial, distance, lorentz, focused, distance_rf)",
+        default=list(DEFAULT_KINDS),
+        help=f"kinds compared with the reference (default {','.join(DEFAULT_KINDS)}), from: {_kinds_help()}",
     )
-    c.add_argument("--reference", choices=KINDS, default="distance", help="the reference kind (default distance)")
+    c.add_argument("--reference", choices=kinds.comparable(), default=DEFAULT_REFERENCE,
+                   help=f"the reference kind (default {DEFAULT_REFERENCE}; one of the kinds of --kinds)")
     c.add_argument(
         "--temperature",
         type=_positive("--temperature"),
@@ -354,15 +334,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="softmax temperature (default sqrt(d)); Hypformer's full attention is distance at k*scale/2",
     )
     c.add_argument(
-        "--power", type=_positive("--power"), default=2.0, metavar="P", help="the focused map's power_k (default 2)"
+        "--power", type=_positive("--power"), default=2.0, metavar="P", help=f"power_k of {_taken_by('power')} (default 2)"
     )
     c.add_argument(
-        "--norm-scale", type=_finite_number("--norm-scale"), default=1.0, metavar="S", help="the focused map's norm_scale (default 1)"
+        "--norm-scale", type=_finite_number("--norm-scale"), default=1.0, metavar="S", help=f"norm_scale of {_taken_by('norm_scale')} (default 1)"
     )
     c.add_argument(
-        "--features", type=_count, default=256, metavar="D", help="random features of distance_rf, linear-time distance attention (default 256)"
+        "--features", type=_count, default=256, metavar="D", help=f"random features of {_taken_by('features')}, linear-time distance attention (default 256)"
     )
-    c.add_argument("--rf-seed", type=_seed, default=0, help="seed of distance_rf's random features (default 0)")
+    c.add_argument("--rf-seed", type=_seed, default=0, help=f"seed of the random features of {_taken_by('seed')} (default 0)")
     c.add_argument(
         "--dtype",
         choices=("auto", "float32", "float64"),
@@ -407,7 +387,7 @@ def _resolve_device(device: str):
     try:
         return resolve_device(device)
     except ValueError as exc:
-        raise UsageError(f"--device: {_one_line(exc)}") from None
+        raise UsageError(f"--device: {one_line(exc)}") from None
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -427,14 +407,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for role, pth in (("QUERIES", qpath), ("KEYS", kpath)):
             if _is_capture_file(pth):
                 raise UsageError(
-                    f"{role}: {_show(pth)} is a capture file (written by hypviz.capture's Capture.save); "
-                    f"pass the capture file alone: hypviz compare {_show(pth)}"
+                    f"{role}: {show(pth)} is a capture file (written by hypviz.capture's Capture.save); "
+                    f"pass the capture file alone: hypviz compare {show(pth)}"
                 ) from None
         raise
     described = {  # names as they may be shown: undecodable bytes and control characters escaped
-        "queries": {"path": _show(qpath), "array": _show(qname) if qname is not None else None,
+        "queries": {"path": show(qpath), "array": show(qname) if qname is not None else None,
                     "shape": list(q.shape), "dtype": qmade},
-        "keys": {"path": _show(kpath), "array": _show(kname) if kname is not None else None,
+        "keys": {"path": show(kpath), "array": show(kname) if kname is not None else None,
                  "shape": list(kk.shape), "dtype": kmade},
     }
     kf, note = resolve_k(args.k, (qpath, kpath))
@@ -452,7 +432,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if note:
         print(f"hypviz compare: {note}")
     device = _resolve_device(args.device)
-    inputs.title = f"{_show(qpath.name)} vs {_show(kpath.name)}" if qpath != kpath else _show(qpath.name)
+    inputs.title = f"{show(qpath.name)} vs {show(kpath.name)}" if qpath != kpath else show(qpath.name)
     settings = Settings(
         kinds=args.kinds,
         reference=args.reference,
@@ -474,7 +454,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 # options of `hypviz compare QUERIES KEYS` that a capture file does not take: (option, attribute, default)
-_NOT_FOR_CAPTURES = (("--k", "k", None), ("--kinds", "kinds", ["spatial", "focused"]), ("--reference", "reference", "distance"),
+_NOT_FOR_CAPTURES = (("--k", "k", None), ("--kinds", "kinds", list(DEFAULT_KINDS)), ("--reference", "reference", DEFAULT_REFERENCE),
                      ("--power", "power", 2.0), ("--norm-scale", "norm_scale", 1.0), ("--spatial", "spatial", False),
                      ("--model", "model", "lorentz"), ("--heads-axis", "heads_axis", None), ("--dtype", "dtype", "auto"),
                      ("--queries-key", "queries_key", None), ("--keys-key", "keys_key", None),
@@ -505,17 +485,17 @@ def cmd_model(args: argparse.Namespace) -> int:
     if path.suffix.lower() not in (".pt", ".pth"):
         raise UsageError(
             f"KEYS is missing: pass a KEYS file, or a capture file (.pt written by hypviz.capture's Capture.save) "
-            f"as the only argument; {_show(path.name)} is not one"
+            f"as the only argument; {show(path.name)} is not one"
         )
     out = check_out(args.out, args.force, (path,))
     _check_device(args.device)
     records = _read_capture(path)
     if args.temperature is not None and all(rec.temperature is not None for rec in records):
         raise UsageError(
-            f"--temperature: every layer of {_show(path.name)} records its own temperature (it applies only to layers "
+            f"--temperature: every layer of {show(path.name)} records its own temperature (it applies only to layers "
             "without one, such as focused layers, as their distance reference's tau); drop it"
         )
-    from hypviz.reports import model_report
+    from hypviz.reports import model_report, writing
 
     device = _resolve_device(args.device)
     results = []
@@ -526,9 +506,9 @@ def cmd_model(args: argparse.Namespace) -> int:
             if not _OVERFLOW.search(str(exc)):
                 raise
             where = "--temperature" if rec.temperature is None else f"the temperature {rec.temperature:g} it stores"
-            raise UsageError(f"CAPTURE: layer {rec.name} (call {rec.call}), {where}: {_one_line(exc)}") from None
-    files = _produce(out, args.force, lambda tmp: model_report.write(results, tmp, {"path": _show(path), "layers": len(records)}))
-    _say(model_report.summary(results, Path(_show(out)), files))
+            raise UsageError(f"CAPTURE: layer {rec.name} (call {rec.call}), {where}: {one_line(exc)}") from None
+    files = produce(out, args.force, lambda tmp: writing.write_model_report(results, tmp, {"path": show(path), "layers": len(records)}))
+    say(model_report.summary(results, Path(show(out)), files))
     return 0
 
 
@@ -545,14 +525,14 @@ def _read_capture(path: Path) -> list[Any]:
         obj = load_torch_file(path, "CAPTURE", max_input_bytes())
     except Unreadable as exc:
         raise UsageError(
-            f"KEYS is missing and {_show(path)} is not a readable capture file ({exc.reason}); pass a KEYS file"
+            f"KEYS is missing and {show(path)} is not a readable capture file ({exc.reason}); pass a KEYS file"
         ) from None
     layers = obj.get("layers") if isinstance(obj, dict) else None
     if isinstance(layers, list):
         limit = max_layers()
         if len(layers) > limit:
             raise UsageError(
-                f"CAPTURE: {_show(path)} holds {len(layers)} layer records, above the limit of {limit}; "
+                f"CAPTURE: {show(path)} holds {len(layers)} layer records, above the limit of {limit}; "
                 f"set {MAX_LAYERS_ENV} to a larger number to analyse them all (the report draws 3.4 inches a layer)"
             )
         chars = max_name_chars()
@@ -561,14 +541,14 @@ def _read_capture(path: Path) -> list[Any]:
                 value = d.get(key) if isinstance(d, dict) else None
                 if isinstance(value, str) and len(value) > chars:
                     raise UsageError(
-                        f"CAPTURE: {_show(path)} record {i}: its {key} is {len(value)} characters long, above the limit "
+                        f"CAPTURE: {show(path)} record {i}: its {key} is {len(value)} characters long, above the limit "
                         f"of {chars}; set {MAX_NAME_ENV} to a larger number to read it"
                     )
     try:
-        records = records_mod.parse(obj, _show(path))
+        records = records_mod.parse(obj, show(path))
     except (TypeError, ValueError) as exc:
         raise UsageError(
-            f"KEYS is missing and {_show(path)} is not a readable capture file ({_one_line(exc)}); pass a KEYS file"
+            f"KEYS is missing and {show(path)} is not a readable capture file ({one_line(exc)}); pass a KEYS file"
         ) from None
     return [_for_display(rec) for rec in records]
 
@@ -580,7 +560,7 @@ def _for_display(rec: Any) -> Any:
 
     from hypviz.lorentz import lift
 
-    rec.name = _show(rec.name)
+    rec.name = show(rec.name)
     if rec.queries.dtype in (torch.float16, torch.bfloat16):
         for role in ("queries", "keys", "values"):
             t = getattr(rec, role)
@@ -595,8 +575,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     inputs = demo_inputs()
     device = _resolve_device(args.device)
     settings = Settings(
-        kinds=["spatial", "focused", "lorentz"],
-        reference="distance",
+        kinds=list(DEMO_KINDS),
+        reference=DEFAULT_REFERENCE,
         temperature=None,
         device=str(device),
         sample_rows=args.sample_rows,
@@ -618,13 +598,14 @@ def _run(
     extra_options: dict[str, Any] | None = None,
 ) -> int:
     from hypviz.reports import point_report as report
+    from hypviz.reports import writing
 
     try:
         result = report.analyse(inputs, settings)
     except ValueError as exc:
         if not _OVERFLOW.search(str(exc)):
             raise
-        raise UsageError(f"--temperature: {_one_line(exc)}") from None
+        raise UsageError(f"--temperature: {one_line(exc)}") from None
 
     def write(tmp: Path) -> list[str]:
         if save_inputs:
@@ -635,10 +616,10 @@ def _run(
                 queries=inputs.queries.detach().cpu().numpy(),
                 keys=inputs.keys.detach().cpu().numpy(),
             )
-        return report.write(result, tmp, options=extra_options or {})
+        return writing.write_point_report(result, tmp, options=extra_options or {})
 
-    files = _produce(out, force, write)
-    _say(report.summary(result, Path(_show(out)), files, show_inputs=save_inputs))
+    files = produce(out, force, write)
+    say(report.summary(result, Path(show(out)), files, show_inputs=save_inputs))
     return 0
 
 
@@ -662,13 +643,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # usage errors (2), --help and --version (0): a code, also when called in process
         return exc.code if isinstance(exc.code, int) else 2
     prog = f"hypviz {args.command}"
-    _RUN.reset()
-    _RUN.prog = prog
+    RUN.reset()
+    RUN.prog = prog
     previous: dict[int, Any] = {}
     try:
         code, interrupted = _call(args, prog, debug, previous)
         if not interrupted:
-            _stage_hook("finished")
+            publishing.stage("finished")
         if argv is None and not interrupted:
             # the exit handlers (atexit) run now, ours still installed: a signal meanwhile is noted, then acted on
             import atexit
@@ -678,12 +659,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_exitfuncs()
         if argv is None:
             _block_signals()  # from here to os._exit a signal stays pending, never acted on half-way
-        if _RUN.late is not None and not interrupted:  # a signal after the command had finished (e.g. just after
-            print(_interrupted(prog, _RUN.late), file=sys.stderr)  # publishing): its exit code, and what is on disk
-            code, interrupted = 128 + _RUN.late, True
+        if RUN.late is not None and not interrupted:  # a signal after the command had finished (e.g. just after
+            print(interrupted_message(prog, RUN.late), file=sys.stderr)  # publishing): its exit code, and what is on disk
+            code, interrupted = 128 + RUN.late, True
     finally:
         if argv is not None:
-            _restore_handlers(previous)
+            publishing.restore_handlers(previous)
     if argv is None:
         # the program ends here, streams flushed, with os._exit: no exit handler runs after an interruption (torch's
         # could print a traceback), and no signal can end the process on the way out without its line and code
@@ -711,29 +692,29 @@ def _call(args: argparse.Namespace, prog: str, debug: bool, previous: dict[int, 
     """
     try:
         try:
-            _install_handlers(previous)
+            publishing.install_handlers(previous)
             with warnings.catch_warnings():
                 if not debug:
                     warnings.simplefilter("ignore")
                 code = args.func(args)
         finally:
-            _RUN.done = True  # from here on signals are only counted: what is reported below is what is on disk
+            RUN.done = True  # from here on signals are only counted: what is reported below is what is on disk
     except BaseException as exc:
-        signum = getattr(exc, "signum", None) or _RUN.signal
+        signum = getattr(exc, "signum", None) or RUN.signal
         if signum is None and isinstance(exc, KeyboardInterrupt):
             signum = signal.SIGINT
         if signum is not None:
-            print(_interrupted(prog, int(signum)), file=sys.stderr)
+            print(interrupted_message(prog, int(signum)), file=sys.stderr)
             return 128 + int(signum), True
         if isinstance(exc, UsageError):
-            print(f"{prog}: error: {_show(_one_line(exc))}", file=sys.stderr)
+            print(f"{prog}: error: {show(one_line(exc))}", file=sys.stderr)
             return 2, False
         out_of_memory = isinstance(exc, MemoryError) or (
             isinstance(exc, RuntimeError) and re.search(r"can't allocate memory|out of memory", str(exc), re.I)
         )  # torch's allocators raise RuntimeError ("DefaultCPUAllocator: can't allocate memory", "CUDA out of memory")
-        if out_of_memory and not debug and _RUN.published is None:
+        if out_of_memory and not debug and RUN.published is None:
             # the machine's limit, not hypviz's (those are checked first): say so in one line, like a full disk
-            detail = _show(_one_line(exc)[:200]) or "no detail"
+            detail = show(one_line(exc)[:200]) or "no detail"
             print(
                 f"{prog}: error: not enough memory ({detail}); nothing written; use --rows R for fewer query rows, "
                 f"smaller inputs, or a machine (or ulimit) with more memory",
@@ -743,16 +724,16 @@ def _call(args: argparse.Namespace, prog: str, debug: bool, previous: dict[int, 
         if not isinstance(exc, Exception) or debug:
             raise
         # an internal error: one line unless HYPVIZ_DEBUG is set
-        done = "nothing written" if _RUN.published is None else f"the report in {_show(_RUN.published)} is complete"
+        done = "nothing written" if RUN.published is None else f"the report in {show(RUN.published)} is complete"
         print(
-            f"{prog}: internal error: {type(exc).__name__}: {_show(_one_line(exc)[:500])} "
+            f"{prog}: internal error: {type(exc).__name__}: {show(one_line(exc)[:500])} "
             f"({done}; set HYPVIZ_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return 1, False
-    if _RUN.signal is not None:  # interrupted, the exception swallowed on the way: still say so
-        print(_interrupted(prog, _RUN.signal), file=sys.stderr)
-        return 128 + _RUN.signal, True
+    if RUN.signal is not None:  # interrupted, the exception swallowed on the way: still say so
+        print(interrupted_message(prog, RUN.signal), file=sys.stderr)
+        return 128 + RUN.signal, True
     return code, False
 
 
