@@ -1,71 +1,29 @@
 """hypviz: executable teaching and verification suite for Lorentz-model geometry.
 
-Submodules (imported on first use, so ``import hypviz`` stays fast), by layer, lowest first
-(data flows one way: geometry -> attention -> plots -> cli):
+Packages, by layer, lowest first (data flows one way; no module imports from a layer above its own):
 
+base
+    ``hypviz.base``: argument checks and messages, the registry of attention kinds (``kinds``), the
+    softmax-gap bounds, memory measurement, mpmath references (no other layer imported)
 geometry
-    ``lorentz``  points, inner products, distances, maps between the models (torch); input checked by ``points``
-    ``display``  projections of point sets for pictures (PCA of the tangent vectors at the origin)
-    ``data``     point sets: near-origin Gaussians, Hypformer-like Q/K; ``trees``: tree embeddings
-    ``symbolic`` the sympy derivations, as functions returning checked equations (no torch), built
-    on ``derivation`` / ``derivation_report`` (the step checker) from ``symbolic_geometry`` and
-    ``symbolic_softmax``; ``oracle``: mpmath references
+    ``hypviz.lorentz``: points, inner products, distances, maps between the models, projections for
+    pictures; ``hypviz.data``: point sets (near-origin Gaussians, tree embeddings, Hypformer-like Q/K)
+symbolic
+    ``hypviz.symbolic``: the sympy derivations, as functions returning checked equations (no torch)
 attention
-    ``attention`` score kinds, softmax / focused-linear maps; ``compare`` (``streaming``) and its
-    result ``Comparison`` (``comparison``), the bounds (``bounds``), importable from here
-    ``top_keys``  each query's strongest keys under one kind
-    ``accuracy``  the derivations' numerical companions: the bounds on real rows, float accuracy
+    ``hypviz.attention``: the kinds' kernels and maps, ``compare`` and its ``Comparison``, ``compare_maps``,
+    the verdict, linear-time distance attention, the derivations' numerical companions
 models
-    ``capture``  forward hooks that record a model's attention layers; ``records``: ``LayerRecord``
-    and its file; ``toymodel``: a small Hypformer-structured model
+    ``hypviz.capture``: forward hooks that record a model's attention layers, the readers of the field's
+    families, the records and their verification; ``hypviz.toymodel``: a small Hypformer-structured model
 plots
-    ``plots``    matplotlib and plotly figures (scenes drawn by two renderers; style in ``plots.style``)
-reports and the command
-    ``report``   the HTML / JSON attention report behind ``hypviz compare``; ``model_report``: the
-    whole-model report behind ``hypviz compare CAPTURE.pt``; ``inputs``: the command's checked points
-    and settings
-    ``cli``      the ``hypviz`` command
+    ``hypviz.plots``: matplotlib and plotly figures (scenes drawn by two renderers)
+reports
+    ``hypviz.reports``: the HTML / JSON reports behind ``hypviz compare``
+cli
+    ``hypviz.cli``: the ``hypviz`` command
+
+``import hypviz`` imports nothing else; import the package you need (``from hypviz import lorentz``).
 """
 
-from __future__ import annotations
-
-import importlib
-
 __version__ = "0.1.0"
-
-_SUBMODULES = (
-    "lorentz",
-    "display",
-    "data",
-    "trees",
-    "symbolic",
-    "derivation",
-    "derivation_report",
-    "symbolic_geometry",
-    "symbolic_softmax",
-    "oracle",
-    "attention",
-    "comparison",
-    "streaming",
-    "bounds",
-    "top_keys",
-    "accuracy",
-    "records",
-    "capture",
-    "toymodel",
-    "plots",
-    "inputs",
-    "report",
-    "model_report",
-    "cli",
-)
-
-
-def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module 'hypviz' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_SUBMODULES))

@@ -23,21 +23,10 @@ from hypviz import attention
 
 from hypviz import lorentz
 from hypviz import symbolic as hs
+from hypviz.attention import accuracy as acc
 from hypviz.symbolic.geometry import _Pair
 
 NAMES = list(hs.derivations())
-
-# hypviz.symbolic.__all__ before it was split by job (git show 4a5860e:hypviz/symbolic.py): every name
-# must still import from hypviz.symbolic
-NAMES_BEFORE_THE_SPLIT = (
-    "Step", "Definition", "Derivation", "StepResult", "Report", "Reports", "DerivationError", "ROLES", "KINDS",
-    "lifted_norm", "squared_distance", "geodesic_distance", "decomposition", "time_taylor", "thread_approximation",
-    "approximation_error", "query_constant", "euclidean_limit", "softmax_shift", "bias_in_softmax",
-    "lorentz_attention", "kl_identity", "hoeffding_bound", "kl_supremum", "tv_bound", "derivations", "verify_all",
-    "softmax", "BoundCheck", "softmax_gap_bounds", "worst_case_row", "kl_supremum_mpmath", "sqdist_textbook",
-    "sqdist_mpmath", "SqdistAccuracy", "sqdist_accuracy",
-)
-
 
 @pytest.fixture(scope="module")
 def built():
@@ -50,39 +39,25 @@ def reports(built):
 
 
 # --------------------------------------------------------------------------- #
-# the module: light to import, every name where it was
+# the package: light to import, its names where they are documented
 # --------------------------------------------------------------------------- #
 _IMPORT_PROBE = """
 import sys
 import hypviz.symbolic as hs
-heavy = sorted(m for m in ("torch", "hypviz.attention.accuracy", "hypviz.lorentz", "hypviz.attention") if m in sys.modules)
-listed = all(name in dir(hs) for name in hs.__all__)
-from hypviz.symbolic import kl_supremum_mpmath, sqdist_mpmath  # the mpmath references need no torch either
+heavy = sorted(m for m in sys.modules if m == "torch" or (m.startswith("hypviz.") and not m.startswith(("hypviz.symbolic", "hypviz.base"))))
+listed = all(hasattr(hs, name) for name in hs.__all__)
+from hypviz.base.oracle import kl_supremum_mpmath, sqdist_mpmath  # the mpmath references need no torch either
 print(repr((heavy, listed, "torch" in sys.modules)))
 """
 
 
-def test_import_is_light_and_the_numerical_names_are_lazy():
-    """``import hypviz.symbolic`` (a fresh process) imports no torch, no attention and no lorentz (no timing: the suite runs on loaded machines).
-
-    The torch-backed names (``softmax_gap_bounds``, ``sqdist_accuracy``, ...) import on first access:
-    ``test_every_name_imports_from_where_it_was``.
-    """
+def test_import_is_light():
+    """``import hypviz.symbolic`` (a fresh process) imports sympy only: no torch, no other layer of hypviz (no timing)."""
     out = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], capture_output=True, text=True, timeout=120, check=True)
     heavy, listed, torch_after_oracle = ast.literal_eval(out.stdout.strip().splitlines()[-1])
     assert heavy == [], f"import hypviz.symbolic imported {heavy}"
-    assert listed, "dir(hypviz.symbolic) must list every name of __all__ (the lazy ones too)"
+    assert listed, "every name of hypviz.symbolic.__all__ must exist"
     assert not torch_after_oracle
-
-
-@pytest.mark.parametrize("name", NAMES_BEFORE_THE_SPLIT)
-def test_every_name_imports_from_where_it_was(name):
-    assert name in hs.__all__
-    module = importlib.import_module("hypviz.symbolic")
-    assert getattr(module, name) is not None
-    namespace: dict = {}
-    exec(f"from hypviz.symbolic import {name}", namespace)
-    assert namespace[name] is getattr(module, name)
 
 
 def test_unknown_names_are_attribute_errors():
@@ -92,18 +67,12 @@ def test_unknown_names_are_attribute_errors():
         exec("from hypviz.symbolic import nope", {})
 
 
-def test_the_framework_and_the_numerics_live_in_their_own_modules():
-    from hypviz.attention import accuracy
-    from hypviz.symbolic import steps as derivation
-    from hypviz.base import oracle
-    from hypviz.symbolic import geometry as symbolic_geometry
-    from hypviz.symbolic import softmax as symbolic_softmax
+def test_the_framework_and_the_derivations_live_in_their_own_modules():
+    from hypviz.symbolic import geometry, softmax_identities, steps
 
-    assert hs.Derivation is derivation.Derivation and hs.Step is derivation.Step
-    assert hs.squared_distance is symbolic_geometry.squared_distance and hs.tv_bound is symbolic_softmax.tv_bound
-    assert hs.softmax_gap_bounds is accuracy.softmax_gap_bounds and hs.sqdist_accuracy is accuracy.sqdist_accuracy
-    assert hs.sqdist_mpmath is oracle.sqdist_mpmath is accuracy.sqdist_mpmath
-    assert hs.kl_supremum_mpmath is oracle.kl_supremum_mpmath
+    assert hs.Derivation is steps.Derivation and hs.Step is steps.Step
+    assert hs.squared_distance is geometry.squared_distance and hs.tv_bound is softmax_identities.tv_bound
+    assert not hasattr(hs, "sqdist_accuracy") and not hasattr(hs, "softmax_gap_bounds")  # numerics: hypviz.attention.accuracy
 
 
 # --------------------------------------------------------------------------- #
@@ -466,7 +435,7 @@ def test_softmax_identities_with_lorentz(kk):
 
 def test_kl_identity_numerically():
     q, keys = _points(5, 6, 1.5, 1.0, 8), _points(7, 6, 1.5, 1.0, 9)
-    res = hs.softmax_gap_bounds(q, keys, tau=2.0, k=1.0)
+    res = acc.softmax_gap_bounds(q, keys, tau=2.0, k=1.0)
     p = torch.softmax(-0.5 * lorentz.pairwise_sqdist(q, keys) / 2.0, dim=-1)
     b = q[:, :1] * keys[:, 0][None, :] / 2.0
     kl = torch.log((p * b.exp()).sum(-1)) - (p * b).sum(-1)
@@ -478,7 +447,7 @@ def test_kl_and_tv_are_accurate_near_the_origin():
     g = torch.Generator().manual_seed(11)
     q = lorentz.lift(torch.randn(2, 8, generator=g, dtype=torch.float64) * 0.001)
     keys = lorentz.lift(torch.randn(12, 8, generator=g, dtype=torch.float64) * 0.001)
-    res = hs.softmax_gap_bounds(q, keys, tau=2.0)
+    res = acc.softmax_gap_bounds(q, keys, tau=2.0)
     with mpmath.workdps(60):
         for i in range(2):
             qs = [mpmath.mpf(v) for v in q[i, 1:].tolist()]
@@ -503,7 +472,7 @@ def test_kl_and_tv_are_accurate_near_the_origin():
 
 def test_tv_uniform_and_direct_softmax_agree():
     q, keys = _points(4, 6, 2.0, 1.0, 12), _points(10, 6, 2.0, 1.0, 13)
-    res = hs.softmax_gap_bounds(q, keys, tau=1.5)
+    res = acc.softmax_gap_bounds(q, keys, tau=1.5)
     p = torch.softmax(-0.5 * lorentz.pairwise_sqdist(q, keys) / 1.5, dim=-1)
     s = torch.softmax(q[:, 1:] @ keys[:, 1:].T / 1.5, dim=-1)
     assert torch.allclose(res.tv, 0.5 * (p - s).abs().sum(-1), rtol=1e-10, atol=1e-14)
@@ -523,23 +492,23 @@ def _theta_star(delta: float) -> float:
 def test_attention_kl_supremum_matches_the_formula():
     got = attention.kl_supremum(torch.tensor(DELTAS, dtype=torch.float64))
     for dv, g_ in zip(DELTAS, got.tolist()):
-        ref = hs.kl_supremum_mpmath(dv)
+        ref = acc.kl_supremum_mpmath(dv)
         assert abs(g_ / float(ref) - 1) < 1e-13, dv
         assert float(ref) <= dv * dv / 8  # Hoeffding is an upper bound ...
-    assert float(hs.kl_supremum_mpmath(0.0)) == 0.0
+    assert float(acc.kl_supremum_mpmath(0.0)) == 0.0
     with pytest.raises(ValueError, match="Delta"):
-        hs.kl_supremum_mpmath(-1.0)
+        acc.kl_supremum_mpmath(-1.0)
     # ... tight at small Delta, linear at large Delta: K ~ Delta - 1 - log Delta
-    assert abs(float(hs.kl_supremum_mpmath(1e-3)) / (1e-6 / 8) - 1) < 1e-6
+    assert abs(float(acc.kl_supremum_mpmath(1e-3)) / (1e-6 / 8) - 1) < 1e-6
     for dv in (8.0, 20.0, 60.0):
-        assert abs(float(hs.kl_supremum_mpmath(dv)) - (dv - 1 - math.log(dv))) < 3 * dv * math.exp(-dv) + 1e-15
+        assert abs(float(acc.kl_supremum_mpmath(dv)) - (dv - 1 - math.log(dv))) < 3 * dv * math.exp(-dv) + 1e-15
 
 
 def test_kl_supremum_is_the_max_over_theta():
     theta = np.linspace(0.0, 1.0, 200_001)
     for dv in (0.5, 1.0, 2.7, 8.0, 20.0):
         F = np.log1p(theta * np.expm1(dv)) - theta * dv
-        sup = float(hs.kl_supremum_mpmath(dv))
+        sup = float(acc.kl_supremum_mpmath(dv))
         assert F.max() <= sup * (1 + 1e-12)
         assert F.max() >= sup * (1 - 1e-8)
         assert abs(theta[F.argmax()] - _theta_star(dv)) < 1e-4
@@ -550,21 +519,21 @@ def test_kl_supremum_is_the_max_over_theta():
 def test_two_point_rows_attain_the_kl_supremum(qn, kn, d, tau, k):
     kf = k
     delta = math.sqrt(qn**2 + kf) * (math.sqrt(kn**2 + kf) - math.sqrt(kf)) / tau
-    q, keys = hs.worst_case_row(qn, kn, d=d, tau=tau, k=k, p1=_theta_star(delta))
-    res = hs.softmax_gap_bounds(q, keys, tau, k)
+    q, keys = acc.worst_case_row(qn, kn, d=d, tau=tau, k=k, p1=_theta_star(delta))
+    res = acc.softmax_gap_bounds(q, keys, tau, k)
     assert float(res.delta) == pytest.approx(delta, rel=1e-12)
     sup = float(attention.kl_supremum(res.delta))
     assert abs(float(res.kl) / sup - 1) < 1e-9
     # any other weight on the far key gives less
     for factor in (0.8, 1.25):
-        q2, k2 = hs.worst_case_row(qn, kn, d=d, tau=tau, k=k, p1=_theta_star(delta) * factor)
-        assert float(hs.softmax_gap_bounds(q2, k2, tau, k).kl) < sup * (1 - 1e-6)
+        q2, k2 = acc.worst_case_row(qn, kn, d=d, tau=tau, k=k, p1=_theta_star(delta) * factor)
+        assert float(acc.softmax_gap_bounds(q2, k2, tau, k).kl) < sup * (1 - 1e-6)
 
 
 def test_random_rows_stay_below_the_kl_supremum():
     q, keys = _points(64, 8, 3.0, 1.0, 14), _points(32, 8, 3.0, 1.0, 15)
     keys = lorentz.lift(keys[:, 1:] * torch.exp(torch.randn(32, 1, generator=torch.Generator().manual_seed(16), dtype=torch.float64)))
-    res = hs.softmax_gap_bounds(q, keys, tau=2.0)
+    res = acc.softmax_gap_bounds(q, keys, tau=2.0)
     sup = attention.kl_supremum(res.delta)
     assert bool((res.kl <= sup * (1 + 1e-12)).all())
     assert bool((sup <= res.kl_bound * (1 + 1e-15)).all())
@@ -615,7 +584,7 @@ def test_every_derivation_function_is_registered():
 
     from hypviz.symbolic import geometry as symbolic_geometry
 
-    from hypviz.symbolic import softmax as symbolic_softmax
+    from hypviz.symbolic import softmax_identities as symbolic_softmax
 
     registered = set(hs.derivations())
     missing = []

@@ -30,7 +30,7 @@ from hypviz.lorentz import distance_operands
 
 __all__ = ["FEATURE_EPS", "Operands", "SharedLogits", "Kernel", "KERNELS", "register_kernel", "kernel_for",
            "operands", "dense_map", "raw_scores", "check_logit_range", "softmax_rows_", "logit_error", "rows_for",
-           "feature_map", "norm_scale_eps", "options"]
+           "feature_map", "norm_scale_eps", "options", "log_rounding"]
 
 FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_scale| + 1e-6)
 
@@ -138,6 +138,19 @@ class Operands:
         return float((self.A.abs().double() * col).sum(dim=-1).max()) if self.A.numel() else 0.0
 
 
+def log_rounding(a: torch.Tensor, b: torch.Tensor, lowest: torch.Tensor | None = None) -> torch.Tensor:
+    r"""Per row, the rounding of the float log itself: :math:`\varepsilon \max_j |\log(A_i \cdot B_j)|`.
+
+    For positive operands :math:`A_i \cdot \min_j B_j \le A_i \cdot B_j \le A_i \cdot \max_j B_j` (column-wise
+    extremes), so both logs bound :math:`|\log w_{ij}|`; ``lowest`` replaces the lower one where terms of both
+    signs make it useless (the clamp at the smallest normal number then bounds it).
+    """
+    tiny = torch.finfo(a.dtype).tiny
+    hi = (a * b.amax(dim=-2, keepdim=True)).sum(dim=-1).clamp_min(tiny).log().abs()
+    lo = (a * b.amin(dim=-2, keepdim=True)).sum(dim=-1) if lowest is None else lowest
+    return torch.finfo(a.dtype).eps * torch.maximum(hi, lo.clamp_min(tiny).log().abs())
+
+
 class Kernel:
     """How a family of kinds is computed: :meth:`operands` for compare's row blocks, :meth:`dense` for the map."""
 
@@ -201,9 +214,9 @@ class Focused(Kernel):
 
     def operands(self, kind, q, kk, kf, tau, opts):
         a, b = feature_map(q[..., 1:], opts["power"]), feature_map(kk[..., 1:], opts["power"])
-        # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c
+        # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c, plus the log's own rounding
         gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
-        return Operands(kind.name, a, b, torch.full(a.shape[:-1], gamma, dtype=q.dtype, device=q.device), log=True, clamp=False)
+        return Operands(kind.name, a, b, gamma + log_rounding(a, b), log=True, clamp=False)
 
     def dense(self, kind, q, kk, kf, tau, opts, eps: float = 0.0):
         fq, fk = feature_map(q[..., 1:], opts["power"]), feature_map(kk[..., 1:], opts["power"])
@@ -225,7 +238,9 @@ class RandomFeatures(Kernel):
         mean = (a * b.mean(dim=-2, keepdim=True)).sum(dim=-1).abs().clamp_min(torch.finfo(q.dtype).tiny)
         mixed = (a < 0).any(dim=-1)
         err = torch.where(mixed, gamma * size / mean, torch.full_like(size, gamma))
-        return Operands(kind.name, a, b, err, log=True, clamp=False)
+        # plus the log's own rounding; on mixed rows the smallest weight is only known to be >= the clamp
+        lowest = torch.where(mixed, torch.zeros_like(size), (a * b.amin(dim=-2, keepdim=True)).sum(dim=-1))
+        return Operands(kind.name, a, b, err + log_rounding(a, b, lowest), log=True, clamp=False)
 
     def dense(self, kind, q, kk, kf, tau, opts):
         return distance_rf_map(q, kk, k=kf, temperature=tau, features=opts["features"], seed=opts["seed"])

@@ -23,7 +23,7 @@ This module is the one place to import them from; the code lives by job:
   :class:`Reports`, :class:`DerivationError` (sympy only);
 * :mod:`hypviz.symbolic.geometry`: the two-point derivations (identities 1-4 and 6, the thread's
   Taylor argument);
-* :mod:`hypviz.symbolic.softmax`: the softmax derivations (the per-key bias, identity 5, the KL
+* :mod:`hypviz.symbolic.softmax_identities`: the softmax derivations (the per-key bias, identity 5, the KL
   identity and the bounds);
 * the numerical companions, in float64 torch or mpmath, live a layer up, in
   :mod:`hypviz.attention.accuracy` (:func:`~hypviz.attention.accuracy.softmax_gap_bounds`,
@@ -57,7 +57,7 @@ from hypviz.symbolic.geometry import (
     thread_approximation,
     time_taylor,
 )
-from hypviz.symbolic.softmax import (
+from hypviz.symbolic.softmax_identities import (
     bias_in_softmax,
     first_order_gap_ratio,
     hoeffding_bound,
