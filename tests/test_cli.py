@@ -527,6 +527,18 @@ def test_the_cli_kinds_come_from_the_registry():
         assert kinds.get(name).description.split()[0] in text, name
     for name in set(kinds.names()) - set(kinds.comparable()):  # a kind compare does not take is not offered
         assert name not in compare.choices
+    # a kind registered at run time is offered by the next parser, with its one line, and nowhere hand-copied
+    kinds.register(kinds.Kind(name="cli_probe", family="features", kernel="focused", formula="x", title="x", plain="x",
+                              html="x", description="a probe kind of the CLI test (100% made up)", rounding="x"))
+    try:
+        sub = hypviz_cli.build_parser()._subparsers._group_actions[0].choices["compare"]
+        assert "cli_probe" in next(a for a in sub._actions if a.dest == "reference").choices
+        assert "a probe kind of the CLI test (100% made up)" in " ".join(sub.format_help().split())
+        assert next(a for a in sub._actions if a.dest == "kinds").type("cli_probe, spatial") == ["cli_probe", "spatial"]
+    finally:
+        kinds.unregister("cli_probe")
+    assert "cli_probe" not in next(a for a in hypviz_cli.build_parser()._subparsers._group_actions[0].choices["compare"]
+                                   ._actions if a.dest == "reference").choices
 
 
 def test_the_pages_come_from_templates_installed_with_the_package():

@@ -44,12 +44,13 @@ torch's advice to load a refused file with ``weights_only=False``.
 
 Every kind of ``--kinds`` is compared with the ``--reference`` kind by
 :func:`hypviz.attention.compare`, each map read against its distance from the uniform row, with a
-verdict ("close", "different", "uninformative") per comparison and per head.  Kinds: ``spatial``
-(the question-and-answer thread's softmax of :math:`q_s \cdot \kappa_s`), ``distance``
-(Hypformer's full attention at ``--temperature`` :math:`k \cdot \mathrm{scale} / 2`),
-``lorentz``, ``focused`` (Hypformer's linear map, with ``--power`` and ``--norm-scale``), ``distance_rf``
-(the distance map by ``--features`` positive random features drawn from ``--rf-seed``: linear-time
-distance attention, :mod:`hypviz.attention.random_features`).  The
+verdict ("close", "different", "uninformative") per comparison and per head.  The kinds are those
+that :func:`hypviz.attention.compare` takes, read from the registry :mod:`hypviz.base.kinds`
+(:func:`~hypviz.base.kinds.comparable`; ``hypviz compare --help`` lists each with its one-line
+description): among them ``spatial`` (the question-and-answer thread's softmax of
+:math:`q_s \cdot \kappa_s`), ``distance`` (Hypformer's full attention at ``--temperature``
+:math:`k \cdot \mathrm{scale} / 2`), ``focused`` (Hypformer's linear map, with ``--power`` and
+``--norm-scale``) and ``distance_rf`` (``--features`` positive random features drawn from ``--rf-seed``).  The
 output folder gets ``report.html`` (self-contained, opens from disk with no network),
 ``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures (and, for the demo,
 ``inputs.npz``).

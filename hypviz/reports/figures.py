@@ -71,7 +71,8 @@ def png_bytes(fig: Any, dpi: int = 100) -> bytes:
 
 
 def _kind_tex(kind: str) -> str:
-    return r"\mathrm{" + kind + "}"
+    """A kind's name as upright mathtext (its underscores kept as underscores, not subscripts)."""
+    return r"\mathrm{" + kind.replace("_", r"\_") + "}"
 
 
 def _np(t: Any) -> np.ndarray:

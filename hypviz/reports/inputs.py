@@ -68,7 +68,7 @@ class Settings:
     Attributes
     ----------
     kinds : list of str
-        The kinds compared with the reference (from :data:`hypviz.attention.KINDS`).
+        The kinds compared with the reference (from :func:`hypviz.base.kinds.comparable`).
     reference : str
         The reference kind.
     temperature : float or None
