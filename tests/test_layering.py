@@ -82,8 +82,8 @@ def edges() -> dict[str, dict[str, list[int]]]:
                                      [a.name for a in node.names])
             elif isinstance(node, ast.Import):
                 found = {a.name[len("hypviz."):] for a in node.names if a.name.startswith("hypviz.")}
-            elif isinstance(node, ast.Call) and _call_name(node) in ("import_module", "importlib.import_module",
-                                                                      "__import__"):
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in (
+                    "import_module", "__import__"):
                 arg = node.args[0] if node.args else None
                 if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
                     found = {"<a dynamic import the layering test cannot read>"}
@@ -94,16 +94,6 @@ def edges() -> dict[str, dict[str, list[int]]]:
                     deps.setdefault(d, []).append(node.lineno)
         out[m] = deps
     return out
-
-
-def _call_name(node: ast.Call) -> str:
-    parts, f = [], node.func
-    while isinstance(f, ast.Attribute):
-        parts.append(f.attr)
-        f = f.value
-    if isinstance(f, ast.Name):
-        parts.append(f.id)
-    return ".".join(reversed(parts))
 
 
 def rank(m: str) -> int | None:

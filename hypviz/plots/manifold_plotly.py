@@ -196,6 +196,20 @@ def _disk_axes(scene: DiskScene) -> tuple[dict, dict]:
     )
 
 
+def _disk_panel_axes(fig: go.Figure, disk: DiskScene, col: int) -> None:
+    """The disk's axes on panel ``col`` of a one-row figure, with an equal aspect (anchored to its own x axis)."""
+    xa, ya = _disk_axes(disk)
+    anchor = "x" + fig.get_subplot(1, col).xaxis.plotly_name[len("xaxis"):]
+    fig.update_xaxes(xa, row=1, col=col)
+    fig.update_yaxes(ya | dict(scaleanchor=anchor, scaleratio=1), row=1, col=col)
+
+
+def _colour_scale(fig: go.Figure, scene: Any, value_label: str, cmap: str, decimals: int) -> None:
+    """The figure's colour axis for the scene's values (none when the points are not coloured by a value)."""
+    if scene.values is not None:
+        fig.update_layout(coloraxis=_coloraxis(scene.value_range, value_label, cmap, decimals))
+
+
 # --------------------------------------------------------------------------- #
 # renderers: a scene in, a figure out
 # --------------------------------------------------------------------------- #
@@ -220,8 +234,7 @@ def draw_hyperboloid_plotly(
     base = title or f"Hyperboloid ⟨x,x⟩_L = −k, k = {_k_text(scene.k)} (curvature −1/k)"
     fig.update_layout(title=_title(base, scene.note), scene=_scene_layout(), height=height,
                       margin=dict(l=0, r=0, t=60, b=0), legend=dict(x=0.0, y=1.0))
-    if scene.values is not None:
-        fig.update_layout(coloraxis=_coloraxis(scene.value_range, value_label, cmap, decimals))
+    _colour_scale(fig, scene, value_label, cmap, decimals)
     return fig
 
 
@@ -247,8 +260,7 @@ def draw_disk_plotly(
     xa, ya = _disk_axes(scene)
     fig.update_layout(title=_title(base, scene.note), xaxis=xa, yaxis=ya | dict(scaleanchor="x", scaleratio=1),
                       height=height, plot_bgcolor="white")
-    if scene.values is not None:
-        fig.update_layout(coloraxis=_coloraxis(scene.value_range, value_label, cmap, decimals))
+    _colour_scale(fig, scene, value_label, cmap, decimals)
     return fig
 
 
@@ -277,16 +289,12 @@ def draw_three_models_plotly(
         for tr in _disk_traces(disk, decimals, legend=False):
             fig.add_trace(tr, row=1, col=col)
     for col, disk in disks:
-        xa, ya = _disk_axes(disk)
-        anchor = "x" + fig.get_subplot(1, col).xaxis.plotly_name[len("xaxis"):]
-        fig.update_xaxes(xa, row=1, col=col)
-        fig.update_yaxes(ya | dict(scaleanchor=anchor, scaleratio=1), row=1, col=col)
+        _disk_panel_axes(fig, disk, col)
     base = title or f"The same points in three models of hyperbolic space, k = {_k_text(scene.k)}"
     fig.update_layout(title=_title(base, scene.note), scene=_scene_layout(), height=height,
                       plot_bgcolor="white", margin=dict(l=10, r=10, t=90, b=10),
                       legend=dict(orientation="h", x=0.0, y=-0.05))
-    if scene.hyperboloid.values is not None:
-        fig.update_layout(coloraxis=_coloraxis(scene.hyperboloid.value_range, value_label, cmap, decimals))
+    _colour_scale(fig, scene.hyperboloid, value_label, cmap, decimals)
     return fig
 
 
@@ -349,10 +357,7 @@ def draw_attention_plotly(
                                                  line=dict(width=round(width, 3), color=colour)),
                                      name=f"key at the query's position, A = {weight:.3g}", showlegend=False),
                           row=1, col=col)
-        xa, ya = _disk_axes(disk)
-        anchor = "x" + fig.get_subplot(1, col).xaxis.plotly_name[len("xaxis"):]
-        fig.update_xaxes(xa, row=1, col=col)
-        fig.update_yaxes(ya | dict(scaleanchor=anchor, scaleratio=1), row=1, col=col)
+        _disk_panel_axes(fig, disk, col)
     tau_text = "" if scene.temperature is None else f", τ = {scene.temperature:.3g}"
     base = title or (f"Attention of query {scene.query} drawn on the manifold ({MODEL_TEXT[scene.model]['name']}), "
                      f"k = {_k_text(scene.k)}{tau_text}")
