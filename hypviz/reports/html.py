@@ -20,7 +20,6 @@ from importlib import resources
 from typing import Any, Sequence
 
 from hypviz import attention
-from hypviz.attention.comparison import describe_fractions, verdict_rule
 from hypviz.reports.model_report import LayerResult, worst_queries
 from hypviz.reports.point_report import ROW_FIELDS, Result, fmt, per_head
 from hypviz.reports.figures import MAX_SCATTER
@@ -47,13 +46,13 @@ def verdict_html(v: str, fractions: dict[str, float] | None = None) -> str:
     """A verdict in its colour: identical and close (green), different (red), uninformative (grey), mixed (amber);
     with ``fractions``, the rows' verdicts beside it when they are not all one."""
     cls = {"identical": "ok", "close": "ok", "different": "bad", "uninformative": "note", "mixed": "warn"}[v]
-    rows = "" if fractions is None or max(fractions.values()) == 1.0 else f' <small>({html.escape(describe_fractions(fractions))})</small>'
+    rows = "" if fractions is None or max(fractions.values()) == 1.0 else f' <small>({html.escape(attention.describe_fractions(fractions))})</small>'
     return f'<span class="{cls}">{v}</span>{rows}'
 
 
 def _rule_html() -> str:
-    """The verdict rule (:func:`hypviz.attention.comparison.verdict_rule`) as one HTML sentence."""
-    rule = verdict_rule()
+    """The verdict rule (:func:`hypviz.attention.verdict_rule`) as one HTML sentence."""
+    rule = attention.verdict_rule()
     return "; ".join(f"<i>{html.escape(name)}</i>: {html.escape(text)}" for name, text in rule.items()) + "."
 
 

@@ -44,7 +44,6 @@ import numpy as np
 
 from hypviz import attention
 from hypviz.base import kinds
-from hypviz.attention.comparison import verdict_rule
 from hypviz.reports.point_report import fmt, json_ready, per_head
 
 __all__ = ["REFERENCE", "THREAD", "LayerResult", "analyse", "per_head", "worst_queries", "metrics", "row_arrays",
@@ -239,7 +238,7 @@ def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, A
         "inputs": meta,
         "layers": layers,
         "worst_queries": worst_queries(results),
-        "verdict_rule": verdict_rule(),
+        "verdict_rule": attention.verdict_rule(),
     })
 
 

@@ -43,7 +43,6 @@ import numpy as np
 import torch
 
 from hypviz import attention
-from hypviz.attention.comparison import describe_fractions, verdict_rule
 from hypviz.reports.inputs import Inputs, Settings
 
 __all__ = ["ROW_FIELDS", "Result", "fmt", "per_head", "analyse", "json_ready", "metrics", "row_arrays", "summary"]
@@ -268,7 +267,7 @@ def metrics(result: Result, options: dict[str, Any] | None = None) -> dict[str, 
             "comparisons": heads_out,
             "rows_file": "rows.npz",
             "row_fields": list(ROW_FIELDS),
-            "verdict_rule": verdict_rule(),
+            "verdict_rule": attention.verdict_rule(),
         }
     )
 
@@ -314,7 +313,7 @@ def summary(result: Result, out: Path, files: list[str], show_inputs: bool = Fal
             f"TV(P_a, U) {fmt(comp.mean_tv_uniform_a):>8}  TV(P_b, U) {fmt(comp.mean_tv_uniform_b):>8} | "
             f"gap/baseline {fmt(comp.gap_ratio):>6} | top-1 {fmt(comp.top1_agreement)} | {check}"
         )
-        lines.append(f"  {'':<{width}}  rows: {describe_fractions(comp.row_verdicts)}")
+        lines.append(f"  {'':<{width}}  rows: {attention.describe_fractions(comp.row_verdicts)}")
     if len(result.inputs.head_labels) > 1:
         lines.append(f"  per head ({comp0.a} vs {comp0.b}):")
         heads = per_head(comp0)
