@@ -19,6 +19,7 @@ from hypviz import lorentz as L
 go = pytest.importorskip("plotly.graph_objects")
 pio = pytest.importorskip("plotly.io")
 ex = pytest.importorskip("hypviz.plots.explorables")
+parts = pytest.importorskip("hypviz.plots.explorable_parts")
 
 RADII = [0.1, 1.0, 10.0]
 TAUS = [4.0, 40.0]
@@ -266,13 +267,13 @@ def test_json_sizes_at_notebook_scale():
 def test_rounding_never_keeps_a_digit_that_depends_on_the_last_bit():
     # 1.625 and 2.675 sit on 3-digit rounding boundaries (1.625 exactly, 2.675 within one ulp):
     # a neighbouring float would round the other way, so they keep a 4th digit
-    assert ex._sig([1.625, 2.675, 0.031622776601683794, -0.0], 3) == [1.625, 2.675, 0.0316, 0.0]
+    assert parts.sig([1.625, 2.675, 0.031622776601683794, -0.0], 3) == [1.625, 2.675, 0.0316, 0.0]
     for v in (1.625, 2.675, 0.3, 4.5585e-7):
         for u in (np.nextafter(v, 0.0), np.nextafter(v, 1.0)):
-            assert ex._sig([u], 3) == ex._sig([v], 3)
-            assert ex._fixed([u, 1.0], 2) == ex._fixed([v, 1.0], 2)
-    assert ex._fixed([0.12345, 0.1, float("nan")], 4) == [0.12345, 0.1, None]
-    assert ex._label(1.625) == "1.625" and ex._label(0.5) == "0.5" and ex._label(10.0) == "10"
+            assert parts.sig([u], 3) == parts.sig([v], 3)
+            assert parts.fixed([u, 1.0], 2) == parts.fixed([v, 1.0], 2)
+    assert parts.fixed([0.12345, 0.1, float("nan")], 4) == [0.12345, 0.1, None]
+    assert parts.label(1.625) == "1.625" and parts.label(0.5) == "0.5" and parts.label(10.0) == "10"
 
 
 # --------------------------------------------------------------------------- #

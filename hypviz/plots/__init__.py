@@ -12,5 +12,5 @@ docstring: import the submodule that draws the picture you want, one per kind of
 ``style``            the shared colours and sizes
 
 The import order, one way: ``style`` -> ``_common`` -> ``sweeps`` -> ``curves``, ``attention``; ``scenes`` ->
-``manifold_mpl``, ``manifold_plotly`` -> ``_explorable_parts`` (with ``stills``) -> ``explorables``.
+``manifold_mpl``, ``manifold_plotly`` -> ``explorable_parts`` (with ``stills``) -> ``explorables``.
 """

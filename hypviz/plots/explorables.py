@@ -54,32 +54,32 @@ from hypviz import attention as att
 from hypviz.base import kinds
 from hypviz import lorentz as L
 import hypviz.plots.style as style
-from hypviz.plots._explorable_parts import (  # noqa: F401  (the explorers' shared pieces)
-    _COLOURS,
-    _QUERY,
-    _REFERENCE,
-    _TEMPLATE,
-    _check_digits,
-    _decades,
-    _decimals,
-    _diagonal,
-    _fixed,
-    _frame,
-    _grid,
-    _index,
-    _kind,
-    _label,
-    _legend_line,
-    _log_range,
-    _points,
-    _position,
-    _positive,
-    _sig,
-    _slider,
-    _three_panels,
-    _title,
-    _uniform_point,
-    _weights_scatter,
+from hypviz.plots.explorable_parts import (  # noqa: F401  (the explorers' shared pieces)
+    COLOURS,
+    QUERY,
+    REFERENCE,
+    TEMPLATE,
+    check_digits,
+    decades,
+    decimals_for,
+    diagonal,
+    fixed,
+    frame,
+    checked_grid,
+    checked_index,
+    checked_kind,
+    label,
+    legend_line,
+    log_range,
+    checked_points,
+    grid_position,
+    checked_positive,
+    sig,
+    slider_menu,
+    three_panels,
+    title_dict,
+    uniform_point,
+    weights_scatter,
 )
 from hypviz.plots.stills import PLOTLY_MIME, _values, bundle, show, still_png  # noqa: F401  (part of this module's surface)
 
@@ -143,16 +143,16 @@ def norm_temperature_explorer(
     import plotly.graph_objects as go
 
     kf = L.check_k(k)
-    q0 = _points(queries, "queries", kf)
-    k0 = _points(keys, "keys", kf, d=q0.shape[1] - 1)
-    rs = _grid(radii, "radii")
-    taus = _grid(temperatures, "temperatures")
-    qi = _index(query, "query", q0.shape[0], "queries")
-    digits = _check_digits(digits)
+    q0 = checked_points(queries, "queries", kf)
+    k0 = checked_points(keys, "keys", kf, d=q0.shape[1] - 1)
+    rs = checked_grid(radii, "radii")
+    taus = checked_grid(temperatures, "temperatures")
+    qi = checked_index(query, "query", q0.shape[0], "queries")
+    digits = check_digits(digits)
     if start is not None and (not isinstance(start, (tuple, list)) or len(start) != 2):
         raise ValueError(f"start must be a pair (r, tau) of grid values or None, got {start!r}")
-    ir = _position(None if start is None else start[0], rs, "start[0] (r)", len(rs) // 2)
-    it = _position(None if start is None else start[1], taus, "start[1] (tau)", len(taus) // 2)
+    ir = grid_position(None if start is None else start[0], rs, "start[0] (r)", len(rs) // 2)
+    it = grid_position(None if start is None else start[1], taus, "start[1] (tau)", len(taus) // 2)
     lo_w, hi_w = (float(v) for v in weight_range)
     if not 0 < lo_w < 1 < hi_w:
         raise ValueError(f"weight_range must be (low, high) with 0 < low < 1 < high, got {weight_range!r}")
@@ -169,38 +169,38 @@ def norm_temperature_explorer(
             for kind, out in (("spatial", w_s), ("distance", w_d)):
                 out[t, i] = M * att.attention_map(Q[qi:qi + 1], K, kind, k=kf, temperature=tau)[0].numpy()
     key_norm = k0[:, 1:].norm(dim=-1).numpy()
-    rel_norm = _fixed(key_norm / key_norm.mean(), 3)
+    rel_norm = fixed(key_norm / key_norm.mean(), 3)
     x_coll = rs[None, :] ** 2 / taus[:, None]  # r^2 / tau, (T, R)
 
-    fig = _three_panels((
+    fig = three_panels((
         "gap and baseline against r",
         "against r²/τ: the curves coincide",
         f"one query's weights × M (query {qi})",
     ))
     for t, tau in enumerate(taus.tolist()):
-        colour = _COLOURS[t % len(_COLOURS)]
+        colour = COLOURS[t % len(COLOURS)]
         for col, xs in ((1, rs), (2, x_coll[t])):
             for field, dash, what in ((gap, "solid", "gap TV(S, P)"), (base, "dash", "baseline TV(P, U)")):
                 fig.add_trace(go.Scatter(
-                    x=_sig(xs, digits), y=_sig(field[t], digits), customdata=_sig(ratio[t], 3),
+                    x=sig(xs, digits), y=sig(field[t], digits), customdata=sig(ratio[t], 3),
                     mode="lines+markers", line=dict(color=colour, dash=dash, width=2), marker=dict(size=5, color=colour),
-                    name=f"τ = {_label(tau)}: {what}" + ("" if col == 1 else " against r²/τ"), showlegend=False,
-                    hovertemplate=(f"τ = {_label(tau)}, {what}<br>r = %{{x:.3g}}<br>value %{{y:.4g}}"
+                    name=f"τ = {label(tau)}: {what}" + ("" if col == 1 else " against r²/τ"), showlegend=False,
+                    hovertemplate=(f"τ = {label(tau)}, {what}<br>r = %{{x:.3g}}<br>value %{{y:.4g}}"
                                    "<br>gap / baseline %{customdata:.3g}<extra></extra>" if col == 1 else
-                                   f"τ = {_label(tau)}, {what}<br>r²/τ = %{{x:.3g}}<br>value %{{y:.4g}}"
+                                   f"τ = {label(tau)}, {what}<br>r²/τ = %{{x:.3g}}<br>value %{{y:.4g}}"
                                    "<br>gap / baseline %{customdata:.3g}<extra></extra>"),
                 ), row=1, col=col)
     for t, tau in enumerate(taus.tolist()):  # the legend: one entry per colour, one per line style
-        fig.add_trace(_legend_line(go, f"τ = {_label(tau)}", _COLOURS[t % len(_COLOURS)], "solid"))
-    fig.add_trace(_legend_line(go, "solid: gap TV(S, P)", style.BLACK, "solid"))
-    fig.add_trace(_legend_line(go, "dashed: baseline TV(P, U)", style.BLACK, "dash"))
-    fig.add_trace(_diagonal(go, lo_w, hi_w, "x3", "y3"))
-    fig.add_trace(_uniform_point(go, "x3", "y3"))
+        fig.add_trace(legend_line(go, f"τ = {label(tau)}", COLOURS[t % len(COLOURS)], "solid"))
+    fig.add_trace(legend_line(go, "solid: gap TV(S, P)", style.BLACK, "solid"))
+    fig.add_trace(legend_line(go, "dashed: baseline TV(P, U)", style.BLACK, "dash"))
+    fig.add_trace(diagonal(go, lo_w, hi_w, "x3", "y3"))
+    fig.add_trace(uniform_point(go, "x3", "y3"))
     first = len(fig.data)
 
     def marker_xy(i: int, t: int) -> tuple[list, list, list, list]:
-        y = _sig([gap[t, i], base[t, i]], digits)
-        return _sig([rs[i]] * 2, digits), y, _sig([x_coll[t, i]] * 2, digits), y
+        y = sig([gap[t, i], base[t, i]], digits)
+        return sig([rs[i]] * 2, digits), y, sig([x_coll[t, i]] * 2, digits), y
 
     hover = ("key κ<sub>%{pointNumber}</sub> (‖κ<sub>s</sub>‖ / mean %{marker.color:.3g})"
              "<br>M·P<sub>j</sub> (distance) %{x:.3g}<br>M·S<sub>j</sub> (spatial) %{y:.3g}")
@@ -211,8 +211,8 @@ def norm_temperature_explorer(
                                      marker=dict(size=13, color="rgba(0,0,0,0)", line=dict(width=2.5, color=style.BLACK)),
                                      name="current (r, τ)", hoverinfo="skip", xaxis=xaxis, yaxis=yaxis))
     for t in range(T):
-        fig.add_trace(_weights_scatter(go, _sig(w_d[t, ir], 3), _sig(w_s[t, ir], 3), rel_norm, visible=(t == it),
-                                       name=f"keys of query {qi} (τ = {_label(taus[t])})", hover=hover,
+        fig.add_trace(weights_scatter(go, sig(w_d[t, ir], 3), sig(w_s[t, ir], 3), rel_norm, visible=(t == it),
+                                       name=f"keys of query {qi} (τ = {label(taus[t])})", hover=hover,
                                        showlegend=True))
     marker_idx = list(range(first, first + 2 * T))
     weight_idx = list(range(first + 2 * T, first + 3 * T))
@@ -224,30 +224,30 @@ def norm_temperature_explorer(
             x1, y1, x2, y2 = marker_xy(i, t)
             xs += [x1, x2]
             ys += [y1, y2]
-        xs += [_sig(w_d[t, i], 3) for t in range(T)]
-        ys += [_sig(w_s[t, i], 3) for t in range(T)]
+        xs += [sig(w_d[t, i], 3) for t in range(T)]
+        ys += [sig(w_s[t, i], 3) for t in range(T)]
         r_args.append([{"x": xs, "y": ys}, marker_idx + weight_idx])
     tau_args = []
     for t in range(T):
         vis = [u == t for u in range(T) for _ in range(2)] + [u == t for u in range(T)]
         tau_args.append([{"visible": vis}, marker_idx + weight_idx])
 
-    fig.update_xaxes(_decades(title_text="norm scale r (mean ‖q<sub>s</sub>‖, spatial units)"), row=1, col=1)
-    fig.update_xaxes(_decades(title_text="r²/τ (dimensionless)"), row=1, col=2)
-    fig.update_yaxes(_decades(title_text="mean row total variation (probability)"), row=1, col=1)
-    fig.update_yaxes(_decades(), row=1, col=2)
-    fig.update_xaxes(_decades(range=_log_range(lo_w, hi_w), title_text="M·P<sub>j</sub>: distance map × M"), row=1, col=3)
-    fig.update_yaxes(_decades(range=_log_range(lo_w, hi_w), title_text="M·S<sub>j</sub>: spatial map × M"), row=1, col=3)
+    fig.update_xaxes(decades(title_text="norm scale r (mean ‖q<sub>s</sub>‖, spatial units)"), row=1, col=1)
+    fig.update_xaxes(decades(title_text="r²/τ (dimensionless)"), row=1, col=2)
+    fig.update_yaxes(decades(title_text="mean row total variation (probability)"), row=1, col=1)
+    fig.update_yaxes(decades(), row=1, col=2)
+    fig.update_xaxes(decades(range=log_range(lo_w, hi_w), title_text="M·P<sub>j</sub>: distance map × M"), row=1, col=3)
+    fig.update_yaxes(decades(range=log_range(lo_w, hi_w), title_text="M·S<sub>j</sub>: spatial map × M"), row=1, col=3)
     fig.update_layout(
-        template=_TEMPLATE, **_frame(height, 2),
-        title=_title("Spatial S vs distance P softmax: the gap and the baseline depend on r and τ through r²/τ",
-                     f"{q0.shape[0]} queries × {M} keys, d = {q0.shape[1] - 1}, k = {_label(kf)}; "
+        template=TEMPLATE, **frame(height, 2),
+        title=title_dict("Spatial S vs distance P softmax: the gap and the baseline depend on r and τ through r²/τ",
+                     f"{q0.shape[0]} queries × {M} keys, d = {q0.shape[1] - 1}, k = {label(kf)}; "
                      "the r slider moves every temperature's copy, the τ slider shows one"),
         coloraxis=dict(colorscale="Viridis", cmin=min(rel_norm), cmax=max(rel_norm),
                        colorbar=dict(title=dict(text="key norm ‖κ<sub>s</sub>‖ / mean", side="right"), x=1.0, len=0.75)),
         sliders=[
-            _slider("r = ", [_label(r) for r in rs.tolist()], r_args, ir, 0.0, 0.6),
-            _slider("τ = ", [_label(t) for t in taus.tolist()], tau_args, it, 0.66, 0.34),
+            slider_menu("r = ", [label(r) for r in rs.tolist()], r_args, ir, 0.0, 0.6),
+            slider_menu("τ = ", [label(t) for t in taus.tolist()], tau_args, it, 0.66, 0.34),
         ],
     )
     return fig
@@ -295,7 +295,7 @@ def key_spread_explorer(
     import plotly.graph_objects as go
 
     kf = L.check_k(k)
-    q = _points(queries, "queries", kf)
+    q = checked_points(queries, "queries", kf)
     d = q.shape[1] - 1
     u = L.as_tensor(directions, "directions")
     if u.dim() != 2 or u.shape[1] != d or u.shape[0] < 2:
@@ -308,14 +308,14 @@ def key_spread_explorer(
     w = L.as_tensor(offsets, "offsets").detach().cpu().to(torch.float64).reshape(-1)
     if w.numel() != u.shape[0] or not bool(torch.isfinite(w).all()) or float(w.abs().max()) > 1.0:
         raise ValueError(f"offsets: expected {u.shape[0]} finite values in [-1, 1] (one per key), got {w.numel()} values")
-    ss = _grid(spreads, "spreads")
-    m = _positive(mean_norm, "mean_norm")
-    tau = _positive(temperature, "temperature")
-    qi = _index(query, "query", q.shape[0], "queries")
-    digits = _check_digits(digits)
+    ss = checked_grid(spreads, "spreads")
+    m = checked_positive(mean_norm, "mean_norm")
+    tau = checked_positive(temperature, "temperature")
+    qi = checked_index(query, "query", q.shape[0], "queries")
+    digits = check_digits(digits)
     if float(ss.max()) * float(w.abs().max()) >= 1.0:
         raise ValueError(f"spreads: s * max|w| must stay below 1 (key norms m (1 + s w) > 0), got s up to {ss.max():g}")
-    js = _position(start, ss, "start (s)", 0)
+    js = grid_position(start, ss, "start (s)", 0)
     lo_w, hi_w = (float(v) for v in weight_range)
     if not 0 < lo_w < 1 < hi_w:
         raise ValueError(f"weight_range must be (low, high) with 0 < low < 1 < high, got {weight_range!r}")
@@ -331,30 +331,30 @@ def key_spread_explorer(
         w_s[i] = M * att.attention_map(q[qi:qi + 1], K, "spatial", k=kf, temperature=tau)[0].numpy()
         w_d[i] = M * att.attention_map(q[qi:qi + 1], K, "distance", k=kf, temperature=tau)[0].numpy()
 
-    fig = _three_panels(("gap and baseline against the spread s", "gap / baseline",
+    fig = three_panels(("gap and baseline against the spread s", "gap / baseline",
                          f"one query's weights × M (query {qi})"))
-    for field, dash, what, colour in ((gap, "solid", "gap TV(S, P)", _COLOURS[0]),
-                                      (base, "dash", "baseline TV(P, U)", _COLOURS[1])):
-        fig.add_trace(go.Scatter(x=_sig(ss, digits), y=_sig(field, digits), mode="lines+markers",
+    for field, dash, what, colour in ((gap, "solid", "gap TV(S, P)", COLOURS[0]),
+                                      (base, "dash", "baseline TV(P, U)", COLOURS[1])):
+        fig.add_trace(go.Scatter(x=sig(ss, digits), y=sig(field, digits), mode="lines+markers",
                                  line=dict(color=colour, dash=dash, width=2), marker=dict(size=5, color=colour),
                                  name=what, hovertemplate=f"{what}<br>s = %{{x:.3g}}<br>%{{y:.4g}}<extra></extra>"),
                       row=1, col=1)
-    fig.add_trace(go.Scatter(x=_sig(ss, digits), y=_sig(ratio, digits), mode="lines+markers",
-                             line=dict(color=_COLOURS[2], width=2), marker=dict(size=5, color=_COLOURS[2]),
+    fig.add_trace(go.Scatter(x=sig(ss, digits), y=sig(ratio, digits), mode="lines+markers",
+                             line=dict(color=COLOURS[2], width=2), marker=dict(size=5, color=COLOURS[2]),
                              name="gap / baseline", hovertemplate="s = %{x:.3g}<br>gap / baseline %{y:.3g}<extra></extra>"),
                   row=1, col=2)
     close = float(att.CLOSE_RATIO)
-    fig.add_trace(go.Scatter(x=_sig([ss.min(), ss.max()], digits), y=[close, close], mode="lines",
-                             line=dict(color=_REFERENCE, dash="dot", width=1.5), hoverinfo="skip",
+    fig.add_trace(go.Scatter(x=sig([ss.min(), ss.max()], digits), y=[close, close], mode="lines",
+                             line=dict(color=REFERENCE, dash="dot", width=1.5), hoverinfo="skip",
                              name=f"'close' threshold {close:g}"), row=1, col=2)
-    fig.add_trace(_diagonal(go, lo_w, hi_w, "x3", "y3"))
-    fig.add_trace(_uniform_point(go, "x3", "y3"))
+    fig.add_trace(diagonal(go, lo_w, hi_w, "x3", "y3"))
+    fig.add_trace(uniform_point(go, "x3", "y3"))
     first = len(fig.data)
 
     def current(i: int) -> list[tuple[list, list]]:
-        return [(_sig([ss[i]] * 2, digits), _sig([gap[i], base[i]], digits)),
-                (_sig([ss[i]], digits), _sig([ratio[i]], digits)),
-                (_sig(w_d[i], 3), _sig(w_s[i], 3))]
+        return [(sig([ss[i]] * 2, digits), sig([gap[i], base[i]], digits)),
+                (sig([ss[i]], digits), sig([ratio[i]], digits)),
+                (sig(w_d[i], 3), sig(w_s[i], 3))]
 
     (x1, y1), (x2, y2), (x3, y3) = current(js)
     ring = dict(size=13, color="rgba(0,0,0,0)", line=dict(width=2.5, color=style.BLACK))
@@ -364,7 +364,7 @@ def key_spread_explorer(
                              hoverinfo="skip", xaxis="x2", yaxis="y2"))
     hover = ("key κ<sub>%{pointNumber}</sub> (offset w = %{marker.color:.3g})"
              "<br>M·P<sub>j</sub> (distance) %{x:.3g}<br>M·S<sub>j</sub> (spatial) %{y:.3g}")
-    fig.add_trace(_weights_scatter(go, x3, y3, _fixed(w.numpy(), 3), visible=True, name=f"keys of query {qi}",
+    fig.add_trace(weights_scatter(go, x3, y3, fixed(w.numpy(), 3), visible=True, name=f"keys of query {qi}",
                                    hover=hover, showlegend=True))
     idx = [first, first + 1, first + 2]
     args = []
@@ -373,21 +373,21 @@ def key_spread_explorer(
         args.append([{"x": [c[0] for c in cur], "y": [c[1] for c in cur]}, idx])
 
     order = "reversed" if ss[0] > ss[-1] else True  # the axes run the way the slider does
-    fig.update_xaxes(_decades(autorange=order, title_text="relative half-width s of the key norms (dimensionless)"),
+    fig.update_xaxes(decades(autorange=order, title_text="relative half-width s of the key norms (dimensionless)"),
                      row=1, col=1)
-    fig.update_yaxes(_decades(title_text="mean row total variation (probability)"), row=1, col=1)
-    fig.update_xaxes(_decades(autorange=order, title_text="s (dimensionless)"), row=1, col=2)
+    fig.update_yaxes(decades(title_text="mean row total variation (probability)"), row=1, col=1)
+    fig.update_xaxes(decades(autorange=order, title_text="s (dimensionless)"), row=1, col=2)
     fig.update_yaxes(rangemode="tozero", title_text="TV(S, P) / TV(P, U) (ratio of means)", row=1, col=2)
-    fig.update_xaxes(_decades(range=_log_range(lo_w, hi_w), title_text="M·P<sub>j</sub>: distance map × M"), row=1, col=3)
-    fig.update_yaxes(_decades(range=_log_range(lo_w, hi_w), title_text="M·S<sub>j</sub>: spatial map × M"), row=1, col=3)
+    fig.update_xaxes(decades(range=log_range(lo_w, hi_w), title_text="M·P<sub>j</sub>: distance map × M"), row=1, col=3)
+    fig.update_yaxes(decades(range=log_range(lo_w, hi_w), title_text="M·S<sub>j</sub>: spatial map × M"), row=1, col=3)
     fig.update_layout(
-        template=_TEMPLATE, **_frame(height, 2),
-        title=_title("Shrinking the key-norm spread: the spatial map converges to the distance map, not to uniform",
-                     f"keys of norm {_label(m)}·(1 + s·w<sub>j</sub>), {q.shape[0]} queries × {M} keys, "
-                     f"d = {d}, k = {_label(kf)}, τ = {_label(tau)}"),
+        template=TEMPLATE, **frame(height, 2),
+        title=title_dict("Shrinking the key-norm spread: the spatial map converges to the distance map, not to uniform",
+                     f"keys of norm {label(m)}·(1 + s·w<sub>j</sub>), {q.shape[0]} queries × {M} keys, "
+                     f"d = {d}, k = {label(kf)}, τ = {label(tau)}"),
         coloraxis=dict(colorscale="Viridis", cmin=-1.0, cmax=1.0,
                        colorbar=dict(title=dict(text="key offset w (norm)", side="right"), x=1.0, len=0.75)),
-        sliders=[_slider("s = ", [_label(s) for s in ss.tolist()], args, js, 0.0, 1.0)],
+        sliders=[slider_menu("s = ", [label(s) for s in ss.tolist()], args, js, 0.0, 1.0)],
     )
     return fig
 
@@ -424,13 +424,13 @@ def disk_query_explorer(
     import plotly.graph_objects as go
 
     kf = L.check_k(k)
-    qs = _points(queries, "queries", kf, d=2)
-    kk = _points(keys, "keys", kf, d=2)
+    qs = checked_points(queries, "queries", kf, d=2)
+    kk = checked_points(keys, "keys", kf, d=2)
     if qs.shape[0] < 2:
         raise ValueError(f"queries: expected at least 2 positions of the query (one per slider step), got {qs.shape[0]}")
-    tau = _positive(temperature, "temperature")
-    p0 = _index(start, "start", qs.shape[0], "query positions")
-    digits = _check_digits(digits)
+    tau = checked_positive(temperature, "temperature")
+    p0 = checked_index(start, "start", qs.shape[0], "query positions")
+    digits = check_digits(digits)
     P, M = qs.shape[0], kk.shape[0]
     root_k = math.sqrt(kf)
 
@@ -441,15 +441,15 @@ def disk_query_explorer(
     key_norm = kk[:, 1:].norm(dim=-1).numpy()
     q_norm = qs[:, 1:].norm(dim=-1).numpy()
     w_max = max(float(weights["spatial"].max()), float(weights["distance"].max()))
-    dec_w = _decimals(w_max, digits)
-    c_max = _fixed([w_max], dec_w)[0]
+    dec_w = decimals_for(w_max, digits)
+    c_max = fixed([w_max], dec_w)[0]
 
     def keys_state(p: int, kind: str) -> tuple[list, list, list]:
         wk = weights[kind][p]
-        colour = _fixed(wk, dec_w)
-        size = _fixed(5.0 + 17.0 * wk / w_max, 1)
-        cd = [[a, b, c] for a, b, c in zip(_sig(dists[p], 3), _fixed(weights["spatial"][p], dec_w),
-                                            _fixed(weights["distance"][p], dec_w))]
+        colour = fixed(wk, dec_w)
+        size = fixed(5.0 + 17.0 * wk / w_max, 1)
+        cd = [[a, b, c] for a, b, c in zip(sig(dists[p], 3), fixed(weights["spatial"][p], dec_w),
+                                            fixed(weights["distance"][p], dec_w))]
         return colour, size, cd
 
     from plotly.subplots import make_subplots
@@ -458,41 +458,41 @@ def disk_query_explorer(
         "spatial map: softmax<sub>j</sub>(q<sub>s</sub>·κ<sub>s,j</sub> / τ)",
         "distance map: softmax<sub>j</sub>(−½‖q − κ<sub>j</sub>‖²<sub>L</sub> / τ)"))
     angle = np.linspace(0.0, 2.0 * math.pi, 121)
-    path_x, path_y = _fixed(disk_q[:, 0], 4), _fixed(disk_q[:, 1], 4)
+    path_x, path_y = fixed(disk_q[:, 0], 4), fixed(disk_q[:, 1], 4)
     hover = ("key κ<sub>%{pointNumber}</sub>, %{text}<br>d(q, κ) = %{customdata[0]:.3g}"
              "<br>spatial weight %{customdata[1]:.4g}<br>distance weight %{customdata[2]:.4g}<extra></extra>")
     for col, kind in ((1, "spatial"), (2, "distance")):
         legend = col == 1
-        fig.add_trace(go.Scatter(x=_fixed(root_k * np.cos(angle), 4), y=_fixed(root_k * np.sin(angle), 4), mode="lines",
+        fig.add_trace(go.Scatter(x=fixed(root_k * np.cos(angle), 4), y=fixed(root_k * np.sin(angle), 4), mode="lines",
                                  line=dict(color=style.BLACK, width=1.2), name="boundary |p| = √k (ideal points)",
                                  hoverinfo="skip", showlegend=legend), row=1, col=col)
-        fig.add_trace(go.Scatter(x=path_x, y=path_y, mode="lines", line=dict(color=_QUERY, width=1, dash="dot"),
+        fig.add_trace(go.Scatter(x=path_x, y=path_y, mode="lines", line=dict(color=QUERY, width=1, dash="dot"),
                                  name="the query's path", hoverinfo="skip", showlegend=legend), row=1, col=col)
         fig.add_trace(go.Scatter(x=[0.0], y=[0.0], mode="markers", marker=dict(symbol="cross", size=8, color=style.BLACK),
                                  name="origin", hoverinfo="skip", showlegend=legend), row=1, col=col)
     first = len(fig.data)
-    norm_text = [f"‖κ<sub>s</sub>‖ = {v}" for v in (_label(x) for x in key_norm.tolist())]
+    norm_text = [f"‖κ<sub>s</sub>‖ = {v}" for v in (label(x) for x in key_norm.tolist())]
     for col, kind in ((1, "spatial"), (2, "distance")):
         colour, size, cd = keys_state(p0, kind)
-        fig.add_trace(go.Scatter(x=_fixed(disk_k[:, 0], 4), y=_fixed(disk_k[:, 1], 4), mode="markers",
+        fig.add_trace(go.Scatter(x=fixed(disk_k[:, 0], 4), y=fixed(disk_k[:, 1], 4), mode="markers",
                                  marker=dict(color=colour, size=size, coloraxis="coloraxis", line=dict(width=0.6, color="#222222")),
                                  customdata=cd, text=norm_text, hovertemplate=hover, name="keys (colour and size: weight)",
                                  showlegend=(col == 1)), row=1, col=col)
     for col in (1, 2):
-        fig.add_trace(go.Scatter(x=_fixed(disk_q[p0:p0 + 1, 0], 4), y=_fixed(disk_q[p0:p0 + 1, 1], 4), mode="markers",
-                                 marker=dict(symbol="star", size=17, color=_QUERY, line=dict(width=1, color=style.BLACK)),
+        fig.add_trace(go.Scatter(x=fixed(disk_q[p0:p0 + 1, 0], 4), y=fixed(disk_q[p0:p0 + 1, 1], 4), mode="markers",
+                                 marker=dict(symbol="star", size=17, color=QUERY, line=dict(width=1, color=style.BLACK)),
                                  name="query q", showlegend=(col == 1),
                                  hovertemplate="query q, ‖q<sub>s</sub>‖ = " + "%{customdata:.3g}<extra></extra>",
-                                 customdata=_sig(q_norm[p0:p0 + 1], 3)), row=1, col=col)
+                                 customdata=sig(q_norm[p0:p0 + 1], 3)), row=1, col=col)
     idx = list(range(first, first + 4))
-    key_x, key_y = _fixed(disk_k[:, 0], 4), _fixed(disk_k[:, 1], 4)
+    key_x, key_y = fixed(disk_k[:, 0], 4), fixed(disk_k[:, 1], 4)
     args = []
     for p in range(P):
         (c1, s1, d1), (c2, s2, d2) = keys_state(p, "spatial"), keys_state(p, "distance")
-        qx, qy = _fixed(disk_q[p:p + 1, 0], 4), _fixed(disk_q[p:p + 1, 1], 4)
-        qn = _sig(q_norm[p:p + 1], 3)
+        qx, qy = fixed(disk_q[p:p + 1, 0], 4), fixed(disk_q[p:p + 1, 1], 4)
+        qn = sig(q_norm[p:p + 1], 3)
         # one restyle for the four traces: the keys keep their places (x, y repeated), the query moves
-        args.append([{"marker.color": [c1, c2, _QUERY, _QUERY], "marker.size": [s1, s2, 17, 17],
+        args.append([{"marker.color": [c1, c2, QUERY, QUERY], "marker.size": [s1, s2, 17, 17],
                       "customdata": [d1, d2, qn, qn], "x": [key_x, key_x, qx, qx], "y": [key_y, key_y, qy, qy]}, idx])
     lim = round(1.05 * root_k, 4)
     for col in (1, 2):
@@ -501,12 +501,12 @@ def disk_query_explorer(
         fig.update_yaxes(range=[-lim, lim], zeroline=False, scaleanchor=anchor, scaleratio=1, title_text="p₂",
                          row=1, col=col)
     fig.update_layout(
-        template=_TEMPLATE, **_frame(height, 1),
-        title=_title("One query q moving through the Poincaré disk: the keys' weights under both maps",
-                     f"{M} keys κ<sub>j</sub>, d = 2, k = {_label(kf)}, τ = {_label(tau)}; one colour scale for both panels"),
+        template=TEMPLATE, **frame(height, 1),
+        title=title_dict("One query q moving through the Poincaré disk: the keys' weights under both maps",
+                     f"{M} keys κ<sub>j</sub>, d = 2, k = {label(kf)}, τ = {label(tau)}; one colour scale for both panels"),
         coloraxis=dict(colorscale="Viridis", cmin=0.0, cmax=c_max,
                        colorbar=dict(title=dict(text="attention weight of κ<sub>j</sub>", side="right"), x=1.0, len=0.8)),
-        sliders=[_slider("‖q<sub>s</sub>‖ = ", [_label(v) for v in q_norm.tolist()], args, p0, 0.0, 1.0)],
+        sliders=[slider_menu("‖q<sub>s</sub>‖ = ", [label(v) for v in q_norm.tolist()], args, p0, 0.0, 1.0)],
     )
     return fig
 
@@ -548,23 +548,23 @@ def attention_heatmap_explorer(
     """
     import plotly.graph_objects as go
 
-    _kind(a, "a")
-    _kind(b, "b")
+    checked_kind(a, "a")
+    checked_kind(b, "b")
     kf = L.check_k(k)
-    q = _points(queries, "queries", kf)
-    kk = _points(keys, "keys", kf, d=q.shape[1] - 1)
-    digits = _check_digits(digits)
-    tau = math.sqrt(q.shape[1] - 1) if temperature is None else _positive(temperature, "temperature")
+    q = checked_points(queries, "queries", kf)
+    kk = checked_points(keys, "keys", kf, d=q.shape[1] - 1)
+    digits = check_digits(digits)
+    tau = math.sqrt(q.shape[1] - 1) if temperature is None else checked_positive(temperature, "temperature")
     maps = [att.attention_map(q, kk, kind, k=kf, temperature=tau, power=power, norm_scale=norm_scale).numpy()
             for kind in (a, b)]
     diff = maps[0] - maps[1]
     w_max = max(float(maps[0].max()), float(maps[1].max()))
-    dec = _decimals(w_max, digits)
-    za, zb, zd = (np.asarray(_fixed(m, dec), dtype=np.float32) for m in (maps[0], maps[1], diff))
-    lim = _fixed([float(np.abs(diff).max())], dec)[0]
+    dec = decimals_for(w_max, digits)
+    za, zb, zd = (np.asarray(fixed(m, dec), dtype=np.float32) for m in (maps[0], maps[1], diff))
+    lim = fixed([float(np.abs(diff).max())], dec)[0]
     if not lim > 0:
         lim = 10.0 ** -dec
-    top = _fixed([w_max], dec)[0]
+    top = fixed([w_max], dec)[0]
 
     def pairs(u: np.ndarray, v: np.ndarray) -> np.ndarray:
         return np.stack([u, v], axis=-1)
@@ -596,11 +596,11 @@ def attention_heatmap_explorer(
     for col in (1, 2, 3):
         fig.update_xaxes(title_text=key_label, row=1, col=col)
         fig.update_yaxes(autorange="reversed", title_text="query i" if col == 1 else None, row=1, col=col)
-    note = (f"N = {q.shape[0]} queries, M = {kk.shape[0]} keys, d = {q.shape[1] - 1}, k = {_label(kf)}"
-            + (f", τ = {_label(tau)}" if kinds.get(a).temperature or kinds.get(b).temperature else "")
+    note = (f"N = {q.shape[0]} queries, M = {kk.shape[0]} keys, d = {q.shape[1] - 1}, k = {label(kf)}"
+            + (f", τ = {label(tau)}" if kinds.get(a).temperature or kinds.get(b).temperature else "")
             + f"; weights to {dec} decimals")
-    fig.update_layout(template=_TEMPLATE, **_frame(height, 0, sliders=False),
-                      title=_title(f"Attention maps {na} and {nb}: hover any cell for both weights and their difference", note))
+    fig.update_layout(template=TEMPLATE, **frame(height, 0, sliders=False),
+                      title=title_dict(f"Attention maps {na} and {nb}: hover any cell for both weights and their difference", note))
     return fig
 
 

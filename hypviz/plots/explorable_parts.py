@@ -1,8 +1,8 @@
 """The pieces every explorable is built from: rounding that reproduces, argument checks, figure parts.
 
-Private to :mod:`hypviz.plots.explorables`.  What a figure stores is compared exactly by nbval on
-other machines, so every stored number goes through :func:`_sig` (log axes: significant digits) or
-:func:`_fixed` (linear axes: decimals set by the scale), which give one more digit to a value
+Used by :mod:`hypviz.plots.explorables` (and importable for tests).  What a figure stores is compared exactly by nbval on
+other machines, so every stored number goes through :func:`sig` (log axes: significant digits) or
+:func:`fixed` (linear axes: decimals set by the scale), which give one more digit to a value
 within ``_MARGIN`` of a rounding boundary.
 """
 
@@ -22,10 +22,10 @@ from hypviz.plots.manifold_plotly import rounded
 
 ArrayLike = Any
 
-_COLOURS = style.CYCLE  # Okabe-Ito, colour-blind safe (hypviz.plots.style)
-_REFERENCE = "#555555"  # reference lines drawn thin and dotted: y = x, the 'close' threshold
-_QUERY = style.QUERY
-_TEMPLATE = "none"  # plotly.js defaults: a 58-character template instead of plotly's 7 kB default
+COLOURS = style.CYCLE  # Okabe-Ito, colour-blind safe (hypviz.plots.style)
+REFERENCE = "#555555"  # reference lines drawn thin and dotted: y = x, the 'close' threshold
+QUERY = style.QUERY
+TEMPLATE = "none"  # plotly.js defaults: a 58-character template instead of plotly's 7 kB default
 
 
 # --------------------------------------------------------------------------- #
@@ -47,7 +47,7 @@ def _sig_text(v: float, digits: int) -> str:
     return f"{v:.{digits + 4}g}"
 
 
-def _sig(values: ArrayLike, digits: int) -> list:
+def sig(values: ArrayLike, digits: int) -> list:
     """Each value to ``digits`` significant digits (for log axes; see :func:`_sig_text`); NaN becomes ``None``."""
     arr = np.asarray(values, dtype=np.float64)
     flat = [float(_sig_text(v, digits)) + 0.0 if math.isfinite(v) else None for v in arr.ravel().tolist()]
@@ -56,14 +56,14 @@ def _sig(values: ArrayLike, digits: int) -> list:
     return np.array(flat, dtype=object).reshape(arr.shape).tolist()
 
 
-def _decimals(scale: float, digits: int) -> int:
+def decimals_for(scale: float, digits: int) -> int:
     """Decimals that keep ``digits`` significant digits of ``scale`` (the largest magnitude drawn)."""
     if not (math.isfinite(scale) and scale > 0):
         return digits
     return max(0, digits - 1 - math.floor(math.log10(scale)))
 
 
-def _fixed(values: ArrayLike, decimals: int) -> list:
+def fixed(values: ArrayLike, decimals: int) -> list:
     """Fixed decimals (for linear axes) with :func:`hypviz.plots.manifold_plotly.rounded` (``-0.0`` stored as ``0.0``).
 
     A value within ``_MARGIN`` (relative to the largest magnitude) of a rounding boundary gets one
@@ -87,7 +87,7 @@ def _fixed(values: ArrayLike, decimals: int) -> list:
     return rounded(out, decimals + 3)
 
 
-def _label(x: float, digits: int = 3) -> str:
+def label(x: float, digits: int = 3) -> str:
     """A number in text (titles, slider labels): ``digits`` significant digits, more at a rounding boundary."""
     return _sig_text(float(x), digits)
 
@@ -95,7 +95,7 @@ def _label(x: float, digits: int = 3) -> str:
 # --------------------------------------------------------------------------- #
 # input checks: one-line ValueErrors naming the parameter
 # --------------------------------------------------------------------------- #
-def _points(x: ArrayLike, name: str, kf: float, d: int | None = None) -> torch.Tensor:
+def checked_points(x: ArrayLike, name: str, kf: float, d: int | None = None) -> torch.Tensor:
     """``(N, d + 1)`` points on ``<x, x>_L = -k`` as float64 (points made in float32 are checked there and re-lifted)."""
     t = L.as_tensor(x, name)
     if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 2:
@@ -111,7 +111,7 @@ def _points(x: ArrayLike, name: str, kf: float, d: int | None = None) -> torch.T
     return t
 
 
-def _grid(values: ArrayLike, name: str, *, positive: bool = True) -> np.ndarray:
+def checked_grid(values: ArrayLike, name: str, *, positive: bool = True) -> np.ndarray:
     """A strictly monotone 1-D grid of finite (positive) numbers, the positions of a slider."""
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().double().numpy()
@@ -129,7 +129,7 @@ def _grid(values: ArrayLike, name: str, *, positive: bool = True) -> np.ndarray:
     return arr
 
 
-def _index(value: Any, name: str, size: int, what: str) -> int:
+def checked_index(value: Any, name: str, size: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an integer index of the {what}, got {value!r}")
     i = int(value)
@@ -138,7 +138,7 @@ def _index(value: Any, name: str, size: int, what: str) -> int:
     return i
 
 
-def _position(value: Any, grid: np.ndarray, name: str, default: int) -> int:
+def grid_position(value: Any, grid: np.ndarray, name: str, default: int) -> int:
     """The slider index of ``value`` (one of the grid values), or ``default`` when ``value`` is None."""
     if value is None:
         return default
@@ -152,15 +152,15 @@ def _position(value: Any, grid: np.ndarray, name: str, default: int) -> int:
     return hits[0]
 
 
-def _positive(value: Any, name: str) -> float:
+def checked_positive(value: Any, name: str) -> float:
     return validate.positive(value, name)
 
 
-def _kind(kind: Any, name: str) -> str:
+def checked_kind(kind: Any, name: str) -> str:
     return validate.choice(kind, name, kinds.comparable())
 
 
-def _check_digits(digits: Any) -> int:
+def check_digits(digits: Any) -> int:
     return validate.integer(digits, "digits", 2, maximum=6)
 
 
@@ -171,13 +171,13 @@ def _check_digits(digits: Any) -> int:
 _TOP, _AXIS, _SLIDER, _LEGEND_ROW = 95, 58, 110, 21
 
 
-def _slider(prefix: str, labels: Sequence[str], args: Sequence[list], active: int, x: float, length: float) -> dict:
+def slider_menu(prefix: str, labels: Sequence[str], args: Sequence[list], active: int, x: float, length: float) -> dict:
     steps = [dict(method="restyle", label=lab, args=a) for lab, a in zip(labels, args)]
     return dict(active=active, steps=steps, x=x, len=length, y=0.0, yanchor="top", xanchor="left",
                 pad=dict(t=_AXIS, b=10), currentvalue=dict(prefix=prefix, visible=True, xanchor="left"))
 
 
-def _frame(height: int, legend_rows: int, sliders: bool = True) -> dict:
+def frame(height: int, legend_rows: int, sliders: bool = True) -> dict:
     """Margins and the legend's place: the legend sits under the slider(s), which sit under the axis titles."""
     below = _AXIS + (_SLIDER if sliders else 0)
     b = below + legend_rows * _LEGEND_ROW + 12
@@ -189,43 +189,43 @@ def _frame(height: int, legend_rows: int, sliders: bool = True) -> dict:
                             font=dict(size=10)))
 
 
-def _title(text: str, note: str = "") -> dict:
+def title_dict(text: str, note: str = "") -> dict:
     full = text if not note else f"{text}<br><sup>{note}</sup>"
     return dict(text=full, x=0.5, xanchor="center")
 
 
-def _weights_scatter(go, x, y, colour, *, visible, name, hover, coloraxis="coloraxis", showlegend=False, size=6):
+def weights_scatter(go, x, y, colour, *, visible, name, hover, coloraxis="coloraxis", showlegend=False, size=6):
     return go.Scatter(x=x, y=y, mode="markers", visible=visible, name=name, showlegend=showlegend,
                       marker=dict(size=size, color=colour, coloraxis=coloraxis, line=dict(width=0.4, color="#333333")),
                       hovertemplate=hover + "<extra></extra>", xaxis="x3", yaxis="y3")
 
 
-def _diagonal(go, lo: float, hi: float, xaxis: str, yaxis: str) -> Any:
-    return go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color=_REFERENCE, width=1, dash="dot"),
+def diagonal(go, lo: float, hi: float, xaxis: str, yaxis: str) -> Any:
+    return go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color=REFERENCE, width=1, dash="dot"),
                       name="y = x (the two maps agree)", hoverinfo="skip", xaxis=xaxis, yaxis=yaxis, showlegend=True)
 
 
-def _uniform_point(go, xaxis: str, yaxis: str) -> Any:
+def uniform_point(go, xaxis: str, yaxis: str) -> Any:
     return go.Scatter(x=[1.0], y=[1.0], mode="markers", marker=dict(symbol="x", size=11, color=style.BLACK),
                       name="(1, 1): the uniform row U", hoverinfo="skip", xaxis=xaxis, yaxis=yaxis, showlegend=True)
 
 
-def _legend_line(go, name: str, colour: str, dash: str) -> Any:
+def legend_line(go, name: str, colour: str, dash: str) -> Any:
     """A legend entry only (no data): names a colour or a line style used by several traces."""
     return go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=colour, dash=dash, width=2), name=name,
                       hoverinfo="skip", showlegend=True)
 
 
-def _decades(**kwargs: Any) -> dict:
+def decades(**kwargs: Any) -> dict:
     """A log axis labelled at the decades as powers of ten."""
     return dict(type="log", dtick=1, exponentformat="power", **kwargs)
 
 
-def _three_panels(titles: Sequence[str], spacing: float = 0.085):
+def three_panels(titles: Sequence[str], spacing: float = 0.085):
     from plotly.subplots import make_subplots
 
     return make_subplots(rows=1, cols=3, subplot_titles=list(titles), horizontal_spacing=spacing)
 
 
-def _log_range(lo: float, hi: float) -> list[float]:
+def log_range(lo: float, hi: float) -> list[float]:
     return [round(math.log10(lo), 4), round(math.log10(hi), 4)]
