@@ -81,7 +81,7 @@ from hypviz.plots.explorable_parts import (  # noqa: F401  (the explorers' share
     uniform_point,
     weights_scatter,
 )
-from hypviz.plots.stills import PLOTLY_MIME, _values, bundle, show, still_png  # noqa: F401  (part of this module's surface)
+from hypviz.plots.stills import PLOTLY_MIME, trace_array, bundle, show, still_png  # noqa: F401  (part of this module's surface)
 
 if TYPE_CHECKING:  # plotly and matplotlib are imported lazily, inside the functions
     import plotly.graph_objects as go
@@ -624,5 +624,5 @@ def slider_values(fig: go.Figure, name: str, attr: str = "y", *, slider: int = 0
         update, idx = step.args
         if attr not in update or hits[0] not in idx:
             raise ValueError(f"attr: slider {slider} does not set {attr!r} of the trace {name!r}")
-        out.append(_values(update[attr][list(idx).index(hits[0])]))
+        out.append(trace_array(update[attr][list(idx).index(hits[0])]))
     return out

@@ -22,7 +22,7 @@ import hypviz.plots.style as style
 if TYPE_CHECKING:  # plotly and matplotlib are imported lazily, inside the functions
     import plotly.graph_objects as go
 
-__all__ = ["PLOTLY_MIME", "still_png", "bundle", "show"]
+__all__ = ["PLOTLY_MIME", "still_png", "bundle", "show", "trace_array"]
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
@@ -74,7 +74,7 @@ def _colormap(scale: Any):
     return LinearSegmentedColormap.from_list("plotly", stops)
 
 
-def _values(v: Any) -> np.ndarray:
+def trace_array(v: Any) -> np.ndarray:
     """A trace's array as float64 numpy (``None`` is NaN); plotly's typed arrays (``bdata``) decoded."""
     if v is None:
         return np.zeros(0)
@@ -126,7 +126,7 @@ def still_png(fig: go.Figure, *, dpi: int = 72, width_px: int = 1150) -> bytes:
     for t in traces:
         ax = by_name[t.get("xaxis", "x")]
         if t.get("type") == "heatmap":
-            z = _values(t["z"])
+            z = trace_array(t["z"])
             cmap = _colormap(t["colorscale"])
             norm = Normalize(t.get("zmin", np.nanmin(z)), t.get("zmax", np.nanmax(z)))
             image = ax.pcolormesh(np.arange(z.shape[1] + 1) - 0.5, np.arange(z.shape[0] + 1) - 0.5, z, cmap=cmap,
@@ -135,7 +135,7 @@ def still_png(fig: go.Figure, *, dpi: int = 72, width_px: int = 1150) -> bytes:
                 colour_images.append((image, [ax], t.get("colorbar", {})))
             continue
         mode = t.get("mode", "lines")
-        x, y = _values(t.get("x")), _values(t.get("y"))
+        x, y = trace_array(t.get("x")), trace_array(t.get("y"))
         line = t.get("line", {})
         marker = t.get("marker", {})
         label = _mpl_text(t.get("name")) if t.get("showlegend", True) is not False else None
@@ -151,11 +151,11 @@ def still_png(fig: go.Figure, *, dpi: int = 72, width_px: int = 1150) -> bytes:
         size = marker.get("size", 6)
         symbol = _SYMBOLS.get(marker.get("symbol"), "o")
         edge = marker.get("line", {})
-        kwargs: dict[str, Any] = dict(marker=symbol, s=(0.75 * np.asarray(_values(size) if isinstance(size, list) else size)) ** 2,
+        kwargs: dict[str, Any] = dict(marker=symbol, s=(0.75 * np.asarray(trace_array(size) if isinstance(size, list) else size)) ** 2,
                                       linewidths=0.75 * float(edge.get("width", 0.5)), zorder=3)
         if isinstance(colour, list):
             cax = coloraxis if marker.get("coloraxis") else marker
-            kwargs.update(c=_values(colour), cmap=_colormap(cax.get("colorscale", [[0, "#440154"], [1, "#fde725"]])),
+            kwargs.update(c=trace_array(colour), cmap=_colormap(cax.get("colorscale", [[0, "#440154"], [1, "#fde725"]])),
                           norm=Normalize(cax.get("cmin"), cax.get("cmax")), edgecolors=edge.get("color", "#333333"))
         elif str(colour).startswith("rgba(0,0,0,0)"):
             kwargs.update(facecolors="none", edgecolors=edge.get("color", style.BLACK))
