@@ -37,7 +37,7 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA6
 LONG_LINE = " ".join(f"column{i:02d}=0.{i:03d}" for i in range(40))  # ~ 600 characters, no newline
 API_MODULES = (
     "hypviz.lorentz", "hypviz.attention", "hypviz.symbolic", "hypviz.data", "hypviz.plots",
-    "hypviz.plots.manifold", "hypviz.plots.curves", "hypviz.plots.attention", "hypviz.capture",
+    "hypviz.plots.manifold_mpl", "hypviz.plots.manifold_plotly", "hypviz.plots.curves", "hypviz.plots.attention", "hypviz.capture",
     "hypviz.reports.model_report", "hypviz.toymodel",
 )
 

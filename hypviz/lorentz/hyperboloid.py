@@ -97,7 +97,7 @@ def inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
 _NARROW = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _sqdist_checked(a: torch.Tensor, b: torch.Tensor, k: float) -> torch.Tensor:
+def sqdist_unchecked(a: torch.Tensor, b: torch.Tensor, k: float) -> torch.Tensor:
     # identity 3: D = |x - y|^2_L = |x_s - y_s|^2 - (x_t - y_t)^2 with x_t - y_t = (x_s - y_s).(x_s + y_s) / (x_t + y_t).
     # Write e = x_s - y_s, s = x_s + y_s, T = x_t + y_t.  Two exact forms of the same D:
     #   (A) D = |e|^2 - (e.s / T)^2                          cancels when x - y is nearly light-like
@@ -165,9 +165,9 @@ def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
     if a.dtype in _NARROW and a.device.type != "mps":
         # evaluated in float64 from the spatial parts (time recomputed): far from the origin the rounded
         # float32 time coordinate no longer determines the point, and |x_s|^4 overflows float32 from |x_s| ~ 1e9
-        wide = _sqdist_checked(lift(a[..., 1:].double(), kf), lift(b[..., 1:].double(), kf), kf)
+        wide = sqdist_unchecked(lift(a[..., 1:].double(), kf), lift(b[..., 1:].double(), kf), kf)
         return wide.to(a.dtype)
-    return _sqdist_checked(a, b, kf)
+    return sqdist_unchecked(a, b, kf)
 
 
 def dist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
@@ -476,7 +476,7 @@ def geodesic(x: ArrayLike, y: ArrayLike, n: int = 64, k: float = 1.0) -> torch.T
     _check_pair(a, b)
     a, b = torch.broadcast_tensors(a, b)
     m = int(n)
-    sq = _sqdist_checked(a, b, kf)
+    sq = sqdist_unchecked(a, b, kf)
     positive = sq > 0  # no sqrt'(0) = inf in the graph: at x = y the gradient is finite (the ratios are even in theta)
     root = torch.where(positive, torch.sqrt(torch.where(positive, sq, torch.ones_like(sq))), torch.zeros_like(sq))
     theta = (2.0 * torch.asinh(root / (2.0 * math.sqrt(kf))))[..., None, None]
