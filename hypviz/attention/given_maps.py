@@ -15,10 +15,10 @@ from typing import Any
 import torch
 
 from hypviz.base import validate
-from hypviz.attention.row_blocks import _output_stats
+from hypviz.attention.row_blocks import output_stats
 from hypviz.attention.comparison import Comparison
 from hypviz.lorentz import check_points
-from hypviz.lorentz.points import _row_name, as_tensor
+from hypviz.lorentz.points import row_name, as_tensor
 
 __all__ = ["compare_maps"]
 
@@ -38,7 +38,7 @@ def _worst(bad: torch.Tensor, score: torch.Tensor, lead: torch.Size) -> tuple[st
     """The name of the worst offending row (largest ``score`` among ``bad``) and its score."""
     flat = torch.where(bad.reshape(-1), score.reshape(-1), torch.full_like(score.reshape(-1), -math.inf))
     i = int(flat.argmax())
-    return _row_name(i, lead), float(score.reshape(-1)[i])
+    return row_name(i, lead), float(score.reshape(-1)[i])
 
 
 def _check_map(t: torch.Tensor, name: str, atol: float) -> None:
@@ -205,7 +205,7 @@ def compare_maps(
                 out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
             if v is not None:
                 vh = v[h]
-                out["og"][sl], out["oua"][sl], out["oub"][sl] = _output_stats(x, y, vh, vh.mean(dim=0), kf)
+                out["og"][sl], out["oua"][sl], out["oub"][sl] = output_stats(x, y, vh, vh.mean(dim=0), kf)
     shape = (*batch, n)
 
     def back(name: str) -> torch.Tensor:

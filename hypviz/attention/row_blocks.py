@@ -15,10 +15,10 @@ from hypviz.attention.kernels import Operands, softmax_rows_
 from hypviz.lorentz import dist, lift
 
 _P_ROUTE_EPS = 8.0  # baselines from the softmax weights where the logits' rounding bound (tol / 2) exceeds 4 eps
-_TILT_MAX_GAP = 30.0  # rows with a wider logit gap use the direct log-softmax formulas
+TILT_MAX_GAP = 30.0  # rows with a wider logit gap use the direct log-softmax formulas
 
 
-def _direct_stats(la: torch.Tensor, lb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def direct_stats(la: torch.Tensor, lb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """KL(P_b || P_a) and TV from log-softmax (used for rows with a very wide logit gap)."""
     lpa, lpb = torch.log_softmax(la, dim=-1), torch.log_softmax(lb, dim=-1)
     pb = lpb.exp()
@@ -49,7 +49,7 @@ def _topk_rows(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return v, torch.gather(idx, -1, j)
 
 
-def _weighted_sum(p: torch.Tensor, x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+def weighted_sum(p: torch.Tensor, x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
     """``sum_j p_ij x_ij`` per row through a scratch buffer (faster on the CPU than ``vecdot``)."""
     return torch.mul(p, x, out=tmp).sum(dim=-1)
 
@@ -59,7 +59,7 @@ def _tv_uniform_p(p: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, tor
 
     Normalising by the computed sum cancels the rounding of the softmax's own normaliser (a factor
     common to the row); what is left is each weight's own rounding, at most ``~2 eps`` on ``TV``
-    (:func:`_baseline` takes the rows where that is more than the logits' own rounding).
+    (:func:`baseline` takes the rows where that is more than the logits' own rounding).
     """
     total = p.sum(dim=-1)
     peak = p.amax(dim=-1) * p.shape[-1] / total
@@ -67,26 +67,26 @@ def _tv_uniform_p(p: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, tor
     return 0.5 * torch.sub(p, mean, out=tmp).abs_().sum(dim=-1) / total, peak
 
 
-def _baseline(l: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+def baseline(l: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """``TV(softmax(l), U)`` and the peak ``M max_j P_j`` per row, and whether ``l`` now holds the softmax (computed in place).
 
     From the weights (:func:`_tv_uniform_p`), whose rounding moves ``TV`` by up to ``~2 eps``, on
     the rows where the logits' own rounding (``tol / 2`` per row, about as much on ``TV``) is larger;
     the other rows (logits near 0: maps near uniform) from the logits by centred ``expm1``
-    (:func:`_tv_uniform`, no cancellation).
+    (:func:`tv_uniform`, no cancellation).
     """
     small = (tol < _P_ROUTE_EPS * torch.finfo(l.dtype).eps).nonzero().squeeze(-1)
     if len(small) == l.shape[0]:
-        tv, peak = _tv_uniform(l, tmp)
+        tv, peak = tv_uniform(l, tmp)
         return tv, peak, False
-    exact = _tv_uniform(l.index_select(0, small), tmp[: len(small)]) if len(small) else None
+    exact = tv_uniform(l.index_select(0, small), tmp[: len(small)]) if len(small) else None
     tv, peak = _tv_uniform_p(softmax_rows_(l), tmp)
     if exact is not None:
         tv[small], peak[small] = exact
     return tv, peak, True
 
 
-def _rank_stats(
+def rank_stats(
     la: torch.Tensor,
     lb: torch.Tensor,
     tol_a: torch.Tensor,
@@ -125,7 +125,7 @@ def _rank_stats(
         out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
 
 
-def _tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``TV(softmax(l), U)`` and the peak ``M max_j P_j`` per row without cancellation.
 
     With ``u = l - mean l``: ``TV = 1/2 mean_j |e^{u_j} - mean e^u| / mean e^u`` and
@@ -133,7 +133,7 @@ def _tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch
     """
     u = torch.sub(l, l.mean(dim=-1, keepdim=True), out=tmp)
     u_max = u.amax(dim=-1)
-    wide = (u_max - u.amin(dim=-1)) > _TILT_MAX_GAP
+    wide = (u_max - u.amin(dim=-1)) > TILT_MAX_GAP
     any_wide = bool(wide.any())
     if any_wide:
         u.masked_fill_(wide.unsqueeze(-1), 0.0)
@@ -150,7 +150,7 @@ def _tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch
     return tv, peak
 
 
-def _block_stats(
+def block_stats(
     la: torch.Tensor,
     lb: torch.Tensor,
     out: dict[str, torch.Tensor],
@@ -164,29 +164,29 @@ def _block_stats(
     gap = g.amax(dim=-1) - g.amin(dim=-1)
     out["gap"][sl] = gap
     pb = softmax_rows_(lb)
-    g.sub_(_weighted_sum(pb, g, tmp).unsqueeze(-1))  # -h, centred under P_b
-    s = _weighted_sum(pb, g, tmp)  # E_Pb[-h] (zero up to rounding)
-    wide = gap > _TILT_MAX_GAP
+    g.sub_(weighted_sum(pb, g, tmp).unsqueeze(-1))  # -h, centred under P_b
+    s = weighted_sum(pb, g, tmp)  # E_Pb[-h] (zero up to rounding)
+    wide = gap > TILT_MAX_GAP
     any_wide = bool(wide.any())
     if any_wide:
         g.masked_fill_(wide.unsqueeze(-1), 0.0)
     e = g.expm1_()  # e^{-h} - 1
-    m1 = _weighted_sum(pb, e, tmp)  # E_Pb[e^{-h}] - 1
+    m1 = weighted_sum(pb, e, tmp)  # E_Pb[e^{-h}] - 1
     out["kl"][sl] = (torch.log1p(m1) - s).clamp_min_(0.0)
     e.sub_(m1.unsqueeze(-1)).abs_()
-    out["tv"][sl] = 0.5 * _weighted_sum(pb, e, tmp) / (1.0 + m1)
+    out["tv"][sl] = 0.5 * weighted_sum(pb, e, tmp) / (1.0 + m1)
     if any_wide:  # recompute those rows' logits and use log-softmax directly
         idx = wide.nonzero().squeeze(-1)
         (ka, qa, ba_t), (kb, qb, bb_t) = op_a, op_b
         la_w = ka.logits(qa[idx], ba_t, torch.empty(len(idx), ba_t.shape[1], dtype=la.dtype, device=la.device))
         lb_w = kb.logits(qb[idx], bb_t, torch.empty(len(idx), bb_t.shape[1], dtype=la.dtype, device=la.device))
-        kl_w, tv_w = _direct_stats(la_w, lb_w)
+        kl_w, tv_w = direct_stats(la_w, lb_w)
         h, rows = sl
         out["kl"][h, rows.start + idx] = kl_w
         out["tv"][h, rows.start + idx] = tv_w
 
 
-def _output_stats(
+def output_stats(
     pa: torch.Tensor, pb: torch.Tensor, v: torch.Tensor, v_uniform: torch.Tensor, kf: float | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""Distances between the two attention outputs of a row block, and of each from the uniform row's output.

@@ -21,14 +21,14 @@ from hypviz.attention.checks import check_kind, check_temperature, checked_input
 from hypviz.attention.comparison import Comparison
 from hypviz.attention.kernels import Operands, SharedLogits, check_logit_range, operands, options, rows_for, softmax_rows_
 from hypviz.attention.row_blocks import (
-    _TILT_MAX_GAP,
-    _baseline,
-    _block_stats,
-    _direct_stats,
-    _output_stats,
-    _rank_stats,
-    _tv_uniform,
-    _weighted_sum,
+    TILT_MAX_GAP,
+    baseline,
+    block_stats,
+    direct_stats,
+    output_stats,
+    rank_stats,
+    tv_uniform,
+    weighted_sum,
 )
 from hypviz.base import kinds, validate
 from hypviz.base.bounds import kl_supremum, tv_supremum
@@ -98,30 +98,30 @@ def _shared_blocks(
             s = torch.mm(sh.A[h, i:j].to(dev), b_t, out=buf_s[:r])
             la, lb = _two_rows(s, c, w, alpha_a, alpha_b, buf_d[:r])
             ta, tb = tol[0][sl], tol[1][sl]
-            _rank_stats(la, lb, ta, tb, t_k, out, top1, sl, rank)
+            rank_stats(la, lb, ta, tb, t_k, out, top1, sl, rank)
             out["gap"][sl] = c * w_span if abs(sign) == 1.0 else abs(sign) * c * w_span  # spread of log P_a - log P_b
             # the baselines (the other map's logits are consumed here), then P_b in place
-            ua, peak_a, _ = _baseline(la, ta, tmp[:r])
-            ub, peak_b, done = _baseline(lb, tb, tmp[:r])
+            ua, peak_a, _ = baseline(la, ta, tmp[:r])
+            ub, peak_b, done = baseline(lb, tb, tmp[:r])
             pb = lb if done else softmax_rows_(lb)
             out["ua"][sl], out["ub"][sl] = ua, ub
             out["pa"][sl], out["pb"][sl] = peak_a, peak_b
             wb = pb @ w  # E_{P_b}[w]
             x = torch.addr((-sign * c * wb).unsqueeze(-1), c, w, alpha=sign, out=tmp[:r])  # centred under P_b
             scratch = la  # consumed above
-            s1 = _weighted_sum(pb, x, scratch)  # E_{P_b}[x] (zero up to rounding; cancels it below)
-            wide = out["gap"][sl] > _TILT_MAX_GAP
+            s1 = weighted_sum(pb, x, scratch)  # E_{P_b}[x] (zero up to rounding; cancels it below)
+            wide = out["gap"][sl] > TILT_MAX_GAP
             any_wide = bool(wide.any())
             if any_wide:
                 x.masked_fill_(wide.unsqueeze(-1), 0.0)
             e = x.expm1_()  # e^x - 1
-            m1 = _weighted_sum(pb, e, scratch)  # E_{P_b}[e^x] - 1
+            m1 = weighted_sum(pb, e, scratch)  # E_{P_b}[e^x] - 1
             out["kl"][sl] = (torch.log1p(m1) - s1).clamp_min_(0.0)
             e.sub_(m1.unsqueeze(-1)).abs_()
-            out["tv"][sl] = 0.5 * _weighted_sum(pb, e, scratch) / (1.0 + m1)
+            out["tv"][sl] = 0.5 * weighted_sum(pb, e, scratch) / (1.0 + m1)
             if any_wide:
                 idx = wide.nonzero().squeeze(-1)
-                kl_w, tv_w = _direct_stats(sh.rows(h, i + idx, alpha_a, dev), sh.rows(h, i + idx, alpha_b, dev))
+                kl_w, tv_w = direct_stats(sh.rows(h, i + idx, alpha_a, dev), sh.rows(h, i + idx, alpha_b, dev))
                 out["kl"][h, i + idx] = kl_w
                 out["tv"][h, i + idx] = tv_w
             if bar is not None:
@@ -389,10 +389,10 @@ def compare(
                     la = ka.logits(qa, ba_t, buf_a[: j - i])
                     lb = kb.logits(qb, bb_t, buf_b[: j - i])
                     sl = (h, slice(i, j))
-                    _rank_stats(la, lb, tol_a[sl], tol_b[sl], t_k, out, top1, sl, rank)
-                    out["ua"][sl], out["pa"][sl] = _tv_uniform(la, buf_c[: j - i])
-                    out["ub"][sl], out["pb"][sl] = _tv_uniform(lb, buf_c[: j - i])
-                    _block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t), buf_c[: j - i])
+                    rank_stats(la, lb, tol_a[sl], tol_b[sl], t_k, out, top1, sl, rank)
+                    out["ua"][sl], out["pa"][sl] = tv_uniform(la, buf_c[: j - i])
+                    out["ub"][sl], out["pb"][sl] = tv_uniform(lb, buf_c[: j - i])
+                    block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t), buf_c[: j - i])
                     if bar is not None:
                         bar.update(1)
     finally:
@@ -495,7 +495,7 @@ def _compare_outputs(
     shared: Any,
     pair: tuple[Operands, Operands] | None,
 ) -> dict[str, torch.Tensor]:
-    """The outputs' gap and baselines (:func:`hypviz.attention.row_blocks._output_stats`), a second pass over the row blocks.
+    """The outputs' gap and baselines (:func:`hypviz.attention.row_blocks.output_stats`), a second pass over the row blocks.
 
     Each block's two maps are recomputed from their logits (``shared``: the one-product operands;
     else the two kinds' own) and both aggregate the same values by the Lorentzian centroid.
@@ -517,7 +517,7 @@ def _compare_outputs(
                     kd.logits(kd.A[h, i:j].to(dev), kd.B[h].to(dev).transpose(0, 1), torch.empty(j - i, kd.B.shape[-2], dtype=v.dtype, device=dev))
                     for kd in pair
                 )
-            gap, ua, ub = _output_stats(torch.softmax(la, dim=-1), torch.softmax(lb, dim=-1), vh, vu, kf)
+            gap, ua, ub = output_stats(torch.softmax(la, dim=-1), torch.softmax(lb, dim=-1), vh, vu, kf)
             res["output_gap"][h, i:j], res["output_uniform_a"][h, i:j], res["output_uniform_b"][h, i:j] = gap, ua, ub
     return res
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from hypviz.base import validate
-from hypviz.lorentz.points import _check_last_dim, _check_pair, as_tensor, check_k, check_points
+from hypviz.lorentz.points import check_last_dim, check_pair, as_tensor, check_k, check_points
 
 __all__ = [
     "lift",
@@ -73,7 +73,7 @@ def lift(x_s: ArrayLike, k: float = 1.0) -> torch.Tensor:
     """
     kf = check_k(k)
     s = as_tensor(x_s, "x_s")
-    _check_last_dim(s, "x_s", minimum=1)
+    check_last_dim(s, "x_s", minimum=1)
     if s.numel() and not bool(torch.isfinite(s).all()):
         raise ValueError("x_s holds NaN or Inf; expected finite spatial coordinates")
     time = torch.sqrt((s * s).sum(dim=-1, keepdim=True) + kf)
@@ -88,9 +88,9 @@ def inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
         \langle x, y\rangle_L = -x_t y_t + x_s \cdot y_s
     """
     a, b = as_tensor(x, "x"), as_tensor(y, "y")
-    _check_last_dim(a, "x")
-    _check_last_dim(b, "y")
-    _check_pair(a, b)
+    check_last_dim(a, "x")
+    check_last_dim(b, "y")
+    check_pair(a, b)
     return -a[..., 0] * b[..., 0] + (a[..., 1:] * b[..., 1:]).sum(dim=-1)
 
 
@@ -161,7 +161,7 @@ def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
     kf = check_k(k)
     a = check_points(x, kf, name="x")
     b = check_points(y, kf, name="y")
-    _check_pair(a, b)
+    check_pair(a, b)
     if a.dtype in _NARROW and a.device.type != "mps":
         # evaluated in float64 from the spatial parts (time recomputed): far from the origin the rounded
         # float32 time coordinate no longer determines the point, and |x_s|^4 overflows float32 from |x_s| ~ 1e9
@@ -195,8 +195,8 @@ def _pairwise_operands(x: ArrayLike, y: ArrayLike) -> tuple[torch.Tensor, torch.
     for t, name in ((a, "x"), (b, "y")):
         if t.dim() < 2:
             raise ValueError(f"{name}: expected (..., N, d + 1) for a pairwise product, got shape {tuple(t.shape)}")
-        _check_last_dim(t, name)
-    _check_pair(a, b, core=2)
+        check_last_dim(t, name)
+    check_pair(a, b, core=2)
     return a, b
 
 
@@ -294,7 +294,7 @@ def expmap0(u: ArrayLike, k: float = 1.0) -> torch.Tensor:
     """
     kf = check_k(k)
     v = as_tensor(u, "u")
-    _check_last_dim(v, "u")
+    check_last_dim(v, "u")
     if v.numel():
         if not bool(torch.isfinite(v).all()):
             raise ValueError("u holds NaN or Inf; expected a finite tangent vector")
@@ -352,7 +352,7 @@ def to_poincare(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
 
 
 def _check_ball(p: torch.Tensor, kf: float, name: str) -> torch.Tensor:
-    _check_last_dim(p, name, minimum=1)
+    check_last_dim(p, name, minimum=1)
     if p.numel() == 0:
         return (p * p).sum(dim=-1, keepdim=True)
     if not bool(torch.isfinite(p).all()):
@@ -473,7 +473,7 @@ def geodesic(x: ArrayLike, y: ArrayLike, n: int = 64, k: float = 1.0) -> torch.T
         raise ValueError(f"n: expected an integer number of samples >= 2 along a geodesic, got {n!r}")
     a = check_points(x, kf, name="x")
     b = check_points(y, kf, name="y")
-    _check_pair(a, b)
+    check_pair(a, b)
     a, b = torch.broadcast_tensors(a, b)
     m = int(n)
     sq = sqdist_unchecked(a, b, kf)

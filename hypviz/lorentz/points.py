@@ -84,14 +84,14 @@ def check_k(k: float) -> float:
     return validate.positive(k, "k", " (<x,x>_L = -k, curvature -1/k)")
 
 
-def _check_last_dim(x: torch.Tensor, name: str, minimum: int = 2) -> None:
+def check_last_dim(x: torch.Tensor, name: str, minimum: int = 2) -> None:
     if x.dim() == 0 or x.shape[-1] < minimum:
         got = "a scalar" if x.dim() == 0 else f"shape {tuple(x.shape)}"
         what = "(..., d + 1) with d >= 1 (time coordinate first)" if minimum == 2 else "(..., d) with d >= 1"
         raise ValueError(f"{name}: expected {what}, got {got}")
 
 
-def _check_pair(x: torch.Tensor, y: torch.Tensor, names: tuple[str, str] = ("x", "y"), core: int = 1) -> None:
+def check_pair(x: torch.Tensor, y: torch.Tensor, names: tuple[str, str] = ("x", "y"), core: int = 1) -> None:
     # ``core`` trailing axes are the point axes (1: (..., d + 1); 2: (..., N, d + 1)); the rest must broadcast.
     a, b = names
     if x.shape[-1] != y.shape[-1]:
@@ -118,7 +118,7 @@ def _default_rtol(dtype: torch.dtype) -> float:
     return 1e-2  # float16 / bfloat16
 
 
-def _row_name(flat_index: int, batch_shape: torch.Size) -> str:
+def row_name(flat_index: int, batch_shape: torch.Size) -> str:
     if len(batch_shape) == 0:
         return "the point"
     idx = np.unravel_index(flat_index, tuple(batch_shape))
@@ -163,7 +163,7 @@ def check_points(
     """
     kf = check_k(k)
     t = as_tensor(x, name)
-    _check_last_dim(t, name)
+    check_last_dim(t, name)
     batch = t.shape[:-1]
     if t.numel() == 0:
         return t
@@ -178,7 +178,7 @@ def check_points(
         finite = torch.isfinite(block).all(dim=-1)
         if not bool(finite.all()):
             bad = i + int((~finite).nonzero()[0, 0])
-            raise ValueError(f"{name}: {_row_name(bad, batch)} holds NaN or Inf: {flat[bad].tolist()[:6]}")
+            raise ValueError(f"{name}: {row_name(bad, batch)} holds NaN or Inf: {flat[bad].tolist()[:6]}")
         excess, _ = _excess(block, kf, atol_, rtol_)
         j = int(torch.argmax(excess))
         if float(excess[j]) > worst_excess:
@@ -186,7 +186,7 @@ def check_points(
     if worst_excess > 0:
         _, lorentz_norm = _excess(flat[worst : worst + 1], kf, atol_, rtol_)
         raise ValueError(
-            f"{name}: points are off the hyperboloid <x,x>_L = -k (k={kf:g}): worst is {_row_name(worst, batch)} "
+            f"{name}: points are off the hyperboloid <x,x>_L = -k (k={kf:g}): worst is {row_name(worst, batch)} "
             f"with <x,x>_L = {float(lorentz_norm[0]):.10g} (tolerance {atol_:.1e} + {rtol_:.1e}*|x|^2); "
             + _diagnose(flat, rtol_)
         )
@@ -194,7 +194,7 @@ def check_points(
     if not bool((time > 0).all()):
         bad = int((time <= 0).nonzero()[0, 0])
         raise ValueError(
-            f"{name}: {_row_name(bad, batch)} is on the lower sheet (x_t = {float(time[bad]):.6g} <= 0); "
+            f"{name}: {row_name(bad, batch)} is on the lower sheet (x_t = {float(time[bad]):.6g} <= 0); "
             f"expected the upper sheet x_t > 0 (time coordinate first)"
         )
     return t

@@ -22,7 +22,7 @@ from typing import Any
 
 import sympy as sp
 
-from hypviz.symbolic.steps import Definition, Derivation, Step, _is_zero
+from hypviz.symbolic.steps import Definition, Derivation, Step, is_zero
 
 __all__ = [
     "lifted_norm",
@@ -40,7 +40,7 @@ __all__ = [
 # =========================================================================== #
 # symbols
 # =========================================================================== #
-def _curvature(k: Any) -> sp.Expr:
+def curvature(k: Any) -> sp.Expr:
     if k is None:
         return sp.Symbol("k", positive=True)
     kk = sp.sympify(k)
@@ -49,7 +49,7 @@ def _curvature(k: Any) -> sp.Expr:
     return kk
 
 
-def _dot_symbol(name: str) -> sp.Symbol:
+def dot_symbol(name: str) -> sp.Symbol:
     """A dot-product symbol: its name contains ``_dot``, so it scales like ``eps**2`` under :attr:`Step.scale`."""
     return sp.Symbol(name, real=True)
 
@@ -67,7 +67,7 @@ class _Pair:
         self.ta, self.tb = ta, tb
         self.ra = sp.Symbol(f"{a}_norm", nonnegative=True)
         self.rb = sp.Symbol(f"{b}_norm", nonnegative=True)
-        self.c = _dot_symbol(f"{a}{b}_dot")
+        self.c = dot_symbol(f"{a}{b}_dot")
         self.at = sp.Symbol(f"{a}_t", positive=True)
         self.bt = sp.Symbol(f"{b}_t", positive=True)
         self.inner = sp.Symbol(f"{a}{b}_inner")
@@ -154,7 +154,7 @@ def lifted_norm(k: Any = None, d: int = 3) -> Derivation:
     ``k=None`` is a positive symbol; ``d`` the dimension of the explicit-coordinate re-check (so for
     every derivation below).
     """
-    k = _curvature(k)
+    k = curvature(k)
     P = _Pair("x", "y", k)
     steps = [
         Step(P.at**2, P.ra**2 + k, "squaring the lift $x_t = \\sqrt{\\|x_s\\|^2 + k}$",
@@ -176,7 +176,7 @@ def squared_distance(k: Any = None, d: int = 3) -> Derivation:
 
         \|x - y\|_L^2 = \langle x - y, x - y\rangle_L = -2k - 2\langle x, y\rangle_L
     """
-    k = _curvature(k)
+    k = curvature(k)
     P = _Pair("x", "y", k)
     steps = [
         Step(P.sq, P.aa - 2 * P.inner + P.bb,
@@ -203,7 +203,7 @@ def geodesic_distance(k: Any = None, d: int = 3) -> Derivation:
         \|x - y\|_L^2 = 4k\sinh^2\frac{d}{2\sqrt{k}}, \qquad
         d = 2\sqrt{k}\,\operatorname{arsinh}\frac{\|x - y\|_L}{2\sqrt{k}}
     """
-    k = _curvature(k)
+    k = curvature(k)
     P = _Pair("x", "y", k)
     dist = sp.Symbol("geodesic_d", nonnegative=True)
     s = sp.Symbol("S_sq", nonnegative=True)  # a free stand-in for |x - y|^2_L in steps 5-6
@@ -213,7 +213,7 @@ def geodesic_distance(k: Any = None, d: int = 3) -> Derivation:
     def arsinh_inverse() -> tuple[bool, str]:
         w = sp.Symbol("w", real=True)
         claim = 2 * rk * sp.asinh(sp.sqrt(4 * k * sp.sinh(half) ** 2) / (2 * rk))
-        same = _is_zero(sp.sinh(claim / (2 * rk)) - sp.sinh(half))[0]
+        same = is_zero(sp.sinh(claim / (2 * rk)) - sp.sinh(half))[0]
         increasing = sp.diff(sp.sinh(w), w).is_positive
         return bool(same and increasing), "sinh(rhs / (2 sqrt k)) = sinh(d / (2 sqrt k)) and sinh' = cosh > 0"
 
@@ -257,7 +257,7 @@ def decomposition(k: Any = None, d: int = 3) -> Derivation:
 
     with equality when :math:`\|x_s\| = \|y_s\|`.
     """
-    k = _curvature(k)
+    k = curvature(k)
     P = _Pair("x", "y", k)
     stable = P.es - (P.dd / (P.at + P.bt)) ** 2
     steps = [
@@ -294,7 +294,7 @@ def time_taylor(k: Any = None, order: int = 6) -> Derivation:
                        = \sqrt{k} + \frac{r^2}{2\sqrt{k}} - \frac{r^4}{8k^{3/2}} + O(r^6)
                        \le \sqrt{k} + \frac{r^2}{2\sqrt{k}}
     """
-    k = _curvature(k)
+    k = curvature(k)
     r = sp.Symbol("r", nonnegative=True)
     t = sp.sqrt(r**2 + k)
     rk = sp.sqrt(k)
@@ -341,7 +341,7 @@ def thread_approximation(k: Any = None, d: int = 3) -> Derivation:
     :math:`r` the size of both spatial parts.  The thread writes the query and the key as
     :math:`i` and :math:`j`; here they are :math:`q` and :math:`\kappa`.
     """
-    k = _curvature(k)
+    k = curvature(k)
     P = _query_key(k)
     rk = sp.sqrt(k)
     o4 = "O(r^{4})"
@@ -384,7 +384,7 @@ def approximation_error(k: Any = None, d: int = 3) -> Derivation:
     the bound being the leading, exactly fourth-order term near the origin; the error is 0 for
     equal norms.
     """
-    k = _curvature(k)
+    k = curvature(k)
     P = _query_key(k)
     err = (P.at - P.bt) ** 2
     lead = (P.ra**2 - P.rb**2) ** 2 / (4 * k)
@@ -425,7 +425,7 @@ def query_constant(k: Any = None, d: int = 3) -> Derivation:
     so the "constant" :math:`q_t\kappa_t - k` (near the origin
     :math:`\tfrac12(\|q_s\|^2 + \|\kappa_s\|^2) + O(r^4)`) changes with the key.
     """
-    k = _curvature(k)
+    k = curvature(k)
     P = _query_key(k)
     eps = _EPS
     steps = [

@@ -19,8 +19,8 @@ from typing import Any, Sequence
 import mpmath
 import sympy as sp
 
-from hypviz.symbolic.steps import Definition, Derivation, Step, _is_zero
-from hypviz.symbolic.geometry import _curvature, _dot_symbol
+from hypviz.symbolic.steps import Definition, Derivation, Step, is_zero
+from hypviz.symbolic.geometry import curvature, dot_symbol
 
 __all__ = [
     "softmax",
@@ -118,7 +118,7 @@ def softmax_shift(n: int = 3) -> Derivation:
 def _keys(n: int, k: sp.Expr):
     rq = sp.Symbol("q_norm", nonnegative=True)
     rho = sp.symbols(f"kappa_norm1:{n + 1}", nonnegative=True)
-    dots = [_dot_symbol(f"qkappa_dot{j}") for j in range(1, n + 1)]
+    dots = [dot_symbol(f"qkappa_dot{j}") for j in range(1, n + 1)]
     tau = sp.Symbol("tau", positive=True)
     qt = sp.sqrt(rq**2 + k)
     kt = [sp.sqrt(r**2 + k) for r in rho]
@@ -144,7 +144,7 @@ def bias_in_softmax(n: int = 3, k: Any = None) -> Derivation:
     with the bias :math:`b_j = q_t\kappa_{t,j}/\tau`, which changes with the key's norm (so the two
     attentions differ), for ``n`` keys.
     """
-    k = _curvature(k)
+    k = curvature(k)
     rq, rho, dots, tau, qt, kt, sq, inner, names = _keys(n, k)
     s_, ds, ns = _family("s", "s", [c / tau for c in dots], r"s_j = q_s \cdot \kappa_{s,j} / \tau \text{ (spatial logits)}")
     a_, da, na = _family("a", "a", [-x / 2 / tau for x in sq], r"a_j = -\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau \text{ (distance logits)}")
@@ -189,7 +189,7 @@ def lorentz_attention(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
     the row normalisation, and the weights *grow* with distance.  ``n`` keys, ``d`` coordinates for
     the matrix form :math:`q^\top J \kappa`.
     """
-    k = _curvature(k)
+    k = curvature(k)
     rq, rho, dots, tau, qt, kt, sq, inner, names = _keys(n, k)
     l_, dl, nl = _family("l", r"\ell", [v / tau for v in inner], r"\ell_j = \langle q, \kappa_j \rangle_L / \tau \text{ (Lorentzian logits)}")
     a_, da, na = _family("a", "a", [-x / 2 / tau for x in sq], r"a_j = -\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau \text{ (distance logits)}")
@@ -413,14 +413,14 @@ def kl_supremum(n: int = 3) -> Derivation:
     ]
 
     def positive_theta() -> tuple[bool, str]:
-        same = _is_zero(ts_expr - (E - 1 - D) / (D * (E - 1)))[0]
-        series = _is_zero(sp.Sum(D**nn / sp.factorial(nn), (nn, 2, sp.oo)).doit() - (E - 1 - D))[0]
+        same = is_zero(ts_expr - (E - 1 - D) / (D * (E - 1)))[0]
+        series = is_zero(sp.Sum(D**nn / sp.factorial(nn), (nn, 2, sp.oo)).doit() - (E - 1 - D))[0]
         return same and series, "theta* = (e^D - 1 - D) / (D (e^D - 1)), e^D - 1 - D = sum_{n>=2} D^n/n! > 0 (and e^D - 1 > 0)"
 
     def below_half() -> tuple[bool, str]:
         num = D * E - 2 * E + D + 2
-        same = _is_zero(sp.Rational(1, 2) - ts_expr - num / (2 * D * (E - 1)))[0]
-        series = _is_zero(sp.Sum((nn - 2) * D**nn / sp.factorial(nn), (nn, 3, sp.oo)).doit() - num)[0]
+        same = is_zero(sp.Rational(1, 2) - ts_expr - num / (2 * D * (E - 1)))[0]
+        series = is_zero(sp.Sum((nn - 2) * D**nn / sp.factorial(nn), (nn, 3, sp.oo)).doit() - num)[0]
         return same and series, "1/2 - theta* = N / (2 D (e^D - 1)), N = D e^D - 2 e^D + D + 2 = sum_{n>=3} (n - 2) D^n/n! > 0"
 
     def below_hoeffding() -> tuple[bool, str]:
@@ -578,7 +578,7 @@ def first_order_gap_ratio(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
     deviations to standard deviations assumes both deviations Gaussian (many keys, large
     :math:`d`); :func:`hypviz.attention.accuracy.gaussian_gap_study` measures how well the result holds.
     """
-    k = _curvature(k)
+    k = curvature(k)
     eps = sp.Symbol("epsilon", positive=True)
     g = sp.symbols(f"g1:{n + 1}", real=True)
     f = sp.symbols(f"f1:{n + 1}", real=True)

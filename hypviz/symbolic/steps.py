@@ -162,12 +162,12 @@ class Definition:
 
 
 
-def _is_zero(expr: Any) -> tuple[bool, str]:
+def is_zero(expr: Any) -> tuple[bool, str]:
     """Decide ``expr == 0`` by exact transformations; return (ok, which one succeeded)."""
     if isinstance(expr, sp.MatrixBase):
         hows = []
         for entry in expr:
-            ok, how = _is_zero(entry)
+            ok, how = is_zero(entry)
             if not ok:
                 return False, how
             hows.append(how)
@@ -260,7 +260,7 @@ def _limit(expr: Any, var: sp.Symbol, point: Any) -> Any:
         c, m = den.as_coeff_exponent(var)
         if not c.has(var) and m.is_Integer and m >= 0:
             head = sp.expand(_series_head(num, var, 0, int(m) + 1))
-            if all(_is_zero(head.coeff(var, j))[0] for j in range(int(m))):
+            if all(is_zero(head.coeff(var, j))[0] for j in range(int(m))):
                 return head.coeff(var, int(m)) / c
     return sp.limit(e, var, point)
 
@@ -402,21 +402,21 @@ class Derivation:
             lhs, rhs = lhs.xreplace(scaling), rhs.xreplace(scaling)
         kind = step.kind
         if kind == "simplify":
-            ok, how = _is_zero(lhs - rhs)
+            ok, how = is_zero(lhs - rhs)
             return ok, f"lhs - rhs = 0 by {how}" if ok else how
         if kind == "series":
             head = _series_head(lhs - rhs, step.var, step.point, step.order)
-            ok, how = _is_zero(head)
+            ok, how = is_zero(head)
             if ok:
                 return True, f"lhs - rhs = O({step.var}^{step.order}): its series below that order is 0"
             return False, f"the series of lhs - rhs has terms below order {step.order}: {sp.sstr(sp.simplify(head))[:120]}"
         if kind == "limit":
             value = _limit(lhs, step.var, step.point)
-            ok, how = _is_zero(value - rhs)
+            ok, how = is_zero(value - rhs)
             return ok, (f"limit = rhs by {how}" if ok else f"limit is {sp.sstr(value)[:120]}, not rhs")
         if kind == "bound":
             cert = self._expand(sp.sympify(step.certificate), subs)
-            ok, how = _is_zero(rhs - lhs - cert)
+            ok, how = is_zero(rhs - lhs - cert)
             if not ok:
                 return False, "rhs - lhs differs from the certificate"
             if not _nonneg(cert):
