@@ -103,7 +103,7 @@ def test_verify_all_reports_every_derivation(reports):
 
 def test_every_kind_is_used(built):
     kinds = {st.kind for der in built.values() for st in der.steps}
-    assert kinds == set(hs.KINDS)
+    assert kinds == set(hs.STEP_KINDS)
 
 
 # --------------------------------------------------------------------------- #

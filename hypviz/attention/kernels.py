@@ -193,8 +193,11 @@ class Bilinear(Kernel):
         return Operands(kind.name, a, b, logit_error(a, b), log=False, clamp=kind.bias == 0.0 and kind.constant == 0.0)
 
     def dense(self, kind, q, kk, kf, tau, opts):
-        ops = self.operands(kind, q, kk, kf, tau, opts)
-        return _softmax(ops.finish_(ops.A @ ops.B.transpose(-1, -2)))  # (..., N, M): the only N x M allocation
+        a, b = self._ab(kind, q, kk, kf, 1.0 / tau)
+        logits = a @ b.transpose(-1, -2)  # (..., N, M): the only N x M allocation
+        if kind.bias == 0.0 and kind.constant == 0.0:
+            logits.clamp_max_(0.0)  # -1/2 |q - kappa|^2_L <= 0
+        return _softmax(logits)
 
     def scores(self, kind, q, kk, kf):
         r"""Raw scores :math:`-\frac12\|q - \kappa\|_L^2 + c\, q_t \kappa_t - o k`, by the direct product where one exists."""

@@ -4,7 +4,7 @@ Each derivation is a function returning a :class:`Derivation`, a titled list of 
 :class:`Step` objects (tests and notebooks look steps up by name, never by position); its
 :meth:`~Derivation.verify` checks every step and returns a :class:`Report` naming the first step
 that failed, and :func:`verify_all` does that for every derivation of the project
-(:func:`derivations`).  What the step kinds (:data:`KINDS`) and roles (:data:`ROLES`) mean, and
+(:func:`derivations`).  What the step kinds (:data:`STEP_KINDS`) and roles (:data:`ROLES`) mean, and
 why only ``"proof"`` steps count as genuine checks, is in :mod:`hypviz.symbolic.steps`.
 
 The derivations, by the notebook that shows them: notebook 02 (:func:`lifted_norm`,
@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from hypviz.symbolic.steps import (
-    KINDS,
+    STEP_KINDS,
     ROLES,
     Definition,
     Derivation,
@@ -79,7 +79,7 @@ __all__ = [
     "Reports",
     "DerivationError",
     "ROLES",
-    "KINDS",
+    "STEP_KINDS",
     # the derivations (notebooks 02 and 04)
     "lifted_norm",
     "squared_distance",

@@ -2,7 +2,7 @@ r"""Derivations as code: every step an equation, its justification and its check
 
 A :class:`Derivation` is a titled list of :class:`Step` objects.  Each step states
 ``lhs <relation> rhs``, has a ``name`` (tests and notebooks look steps up by it) and says how it
-is verified (``kind``, one of :data:`KINDS`):
+is verified (``kind``, one of :data:`STEP_KINDS`):
 
 * ``"simplify"``: exact identity, :math:`\mathrm{lhs} - \mathrm{rhs}` reduces to 0 (``expand``,
   ``cancel``, ``simplify``, ``simplify`` of the ``exp`` form);
@@ -47,10 +47,10 @@ from sympy.core.function import AppliedUndef
 
 from hypviz.symbolic.step_report import ROLES, DerivationError, Report, Reports, StepResult
 
-__all__ = ["Step", "Definition", "Derivation", "StepResult", "Report", "Reports", "DerivationError", "ROLES", "KINDS"]
+__all__ = ["Step", "Definition", "Derivation", "StepResult", "Report", "Reports", "DerivationError", "ROLES", "STEP_KINDS"]
 
 #: How a :class:`Step` is verified (see the module docstring).
-KINDS = ("simplify", "series", "limit", "bound", "nonzero", "check")
+STEP_KINDS = ("simplify", "series", "limit", "bound", "nonzero", "check")
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,8 +127,8 @@ class Step:
     role: str = "proof"
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"Step kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind not in STEP_KINDS:
+            raise ValueError(f"Step kind must be one of {STEP_KINDS}, got {self.kind!r}")
         if self.role not in ROLES:
             raise ValueError(f"Step role must be one of {ROLES}, got {self.role!r}")
         if self.name is not None and (not isinstance(self.name, str) or not self.name.isidentifier()):
