@@ -14,6 +14,7 @@ import torch
 
 from hypviz import lorentz as L
 from hypviz import attention as A
+from hypviz.base import kinds
 from hypviz.lorentz import projections as D
 from hypviz.plots import manifold_mpl as Mm
 from hypviz.plots import manifold_plotly as Mp
