@@ -255,3 +255,13 @@ def test_a_malformed_entry_is_refused_in_one_line(bad, message):
 def test_a_name_already_taken_is_refused():
     with pytest.raises(ValueError, match="'spatial' is already registered"):
         kinds.register(kinds.get("spatial"))
+
+
+def test_the_registry_imports_no_torch():
+    import subprocess
+    import sys
+
+    probe = "import sys, hypviz.base.kinds as k; print(len(k.names()), 'torch' in sys.modules, 'numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    count, torch_loaded, numpy_loaded = out.stdout.split()
+    assert int(count) == len(kinds.names()) and torch_loaded == "False" and numpy_loaded == "False"
