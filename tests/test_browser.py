@@ -671,7 +671,7 @@ LAYOUT_PROBE = r"""
     const r = i.getBoundingClientRect();
     return {src: (i.getAttribute('src') || '').split('/').pop().slice(0, 16), natural: [i.naturalWidth, i.naturalHeight],
             shown: [Math.round(r.width), Math.round(r.height)], alt: i.alt,
-            declared: i.hasAttribute('width') ? Number(i.getAttribute('width')) : null};
+            exact: [r.width, r.height], declared: i.hasAttribute('width') ? Number(i.getAttribute('width')) : null};
   });
   const code = Array.from(document.querySelectorAll('div.cell_input')).filter(visible)
     .reduce((n, c) => n + c.innerText.split('\n').filter(l => l.trim()).length, 0);
@@ -720,12 +720,12 @@ def test_figures_fit_the_column_and_images_are_sharp(browser, real_site, width):
         if r["overlaps"]:
             issues.append(f"toolbar over the title: {r['overlaps']}")
         for im in r["images"]:
-            (nat_w, nat_h), (shown_w, shown_h) = im["natural"], im["shown"]
-            if nat_w + 0.5 < 2 * shown_w or nat_h + 0.5 < 2 * shown_h:
+            (nat_w, nat_h), (shown_w, shown_h) = im["natural"], im["exact"]  # the layout's own (fractional) size
+            if nat_w + 0.01 < 2 * shown_w or nat_h + 0.01 < 2 * shown_h:
                 issues.append(f"image {im['src']} ({im['alt'][:40]!r}) shown at {im['shown']} px: its {im['natural']} px are not 2x")
             declared = im["declared"] or nat_w / 2
             if shown_w < MIN_SHOWN_FRACTION * declared:
-                issues.append(f"image {im['src']} ({im['alt'][:40]!r}) shrunk to {shown_w} px of its {declared:g} px: fonts too small")
+                issues.append(f"image {im['src']} ({im['alt'][:40]!r}) shrunk to {shown_w:.0f} px of its {declared:g} px: fonts too small")
             if shown_w:
                 ratios.append(nat_w / shown_w)
                 fractions.append(shown_w / declared)
