@@ -147,3 +147,59 @@ def test_curves_compose_into_given_axes():
 def test_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_interval_curves_are_labelled_with_their_intervals_and_references():
+    x = np.array([0.1, 1.0, 10.0])
+    y = np.array([0.58, 0.6, 0.67])
+    fig = curves.interval_curves_mpl(
+        {"20 draws": (x, y, y - 0.01, y + 0.02), "one draw": (torch.tensor(x), torch.tensor([0.6, 0.6, 0.7]))},
+        xlabel="norm $r$ (spatial units)", ylabel="ratio", title=r"the ratio $\rho$", references={"first order": 0.577},
+    )
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "norm $r$ (spatial units)" and ax.get_title() == r"the ratio $\rho$" and ax.get_xscale() == "log"
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == ["20 draws", "first order", "one draw"]
+    bars = [c for c in ax.collections if c.get_segments()]          # the error bars: one segment per point
+    assert len(bars) == 1
+    spans = sorted((seg[0][1], seg[1][1]) for seg in bars[0].get_segments())
+    np.testing.assert_allclose(spans, np.stack([y - 0.01, y + 0.02], axis=1))
+    assert [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"] == [0.577]
+    _non_blank(fig)
+
+
+def test_interval_curves_refuse_bad_series_and_compose():
+    x = np.arange(1.0, 4.0)
+    with pytest.raises(ValueError, match="no series"):
+        curves.interval_curves_mpl({}, xlabel="x", ylabel="y", title="t")
+    with pytest.raises(ValueError, match="one common length"):
+        curves.interval_curves_mpl({"a": (x, x[:2])}, xlabel="x", ylabel="y", title="t")
+    with pytest.raises(ValueError, match=r"\(x, y\) or \(x, y, lo, hi\)"):
+        curves.interval_curves_mpl({"a": (x, x, x)}, xlabel="x", ylabel="y", title="t")
+    with pytest.raises(ValueError, match="hold its value"):
+        curves.interval_curves_mpl({"a": (x, x, x + 1, x + 2)}, xlabel="x", ylabel="y", title="t")
+    host = Figure(figsize=(9, 4), layout="constrained")
+    ax0, ax1 = host.subplots(1, 2)
+    assert curves.interval_curves_mpl({"a": (x, x)}, xlabel="x", ylabel="y", title="t", xscale="linear", ax=ax1) is host
+    assert ax1.get_lines() and not ax0.get_lines()
+    with pytest.raises(TypeError):
+        curves.interval_curves_mpl({"a": (x, x)}, xlabel="x", ylabel="y", title="t", ax="not an axes")
+
+
+def test_notebook_png_stores_twice_the_pixels_in_256_colours():
+    import base64
+    import io
+
+    from PIL import Image
+
+    from hypviz.plots import style
+
+    fig = Figure(figsize=(4.0, 3.0), dpi=80)
+    ax = fig.subplots()
+    ax.plot([0, 1, 2], [1, 0, 1], color=style.BLUE)
+    ax.set_title("a curve")
+    b64, meta = style.notebook_png(fig)
+    with Image.open(io.BytesIO(base64.b64decode(b64))) as im:
+        assert im.mode == "P" and len(im.getcolors(256)) <= 256
+        assert im.size == (2 * meta["width"] + im.size[0] % 2, 2 * meta["height"] + im.size[1] % 2)
+    assert 0.8 * 320 < meta["width"] <= 330 and 0.8 * 240 < meta["height"] <= 250   # 4 x 3 in at 80 dpi, tight box
+    assert style.notebook_png(Figure()) is None                                        # an empty figure shows nothing

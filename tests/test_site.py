@@ -505,6 +505,56 @@ def test_every_notebook_image_has_a_meaningful_alt_text(real):
             assert re.search(r'<script[^>]*src="\.\./_static/hypviz_figures\.js[?"]', html), f"{nb.stem}: no click-to-enlarge"
 
 
+#: the widest a notebook figure may be declared (its 1x size, CSS px): the text column is 721 px wide at an
+#: 800 px window (737 px at 1280, measured by tests/test_browser.py), so a wider figure is shrunk; up to this
+#: width it keeps >= 88 % of its size, and its 10 pt tick labels (11.1 px at the house's 80 dpi) >= 9.7 px
+MAX_DECLARED_WIDTH = 820
+
+
+def house_preamble() -> str:
+    """The house preamble, as CONTRIBUTING.md states it (the block after "The first code cell is exactly ...")."""
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    block = re.search(r"The first code cell is exactly the house preamble:\n\n( *)```python\n(.*?)\n *```", text, re.S)
+    assert block, "CONTRIBUTING.md no longer states the house preamble"
+    return "\n".join(line.removeprefix(block.group(1)) for line in block.group(2).splitlines())
+
+
+@pytest.mark.parametrize("path", real_notebooks(), ids=lambda p: p.stem)
+def test_every_notebook_opens_with_the_house_preamble(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    assert "".join(first["source"]).strip() == house_preamble().strip(), f"{path.name}: the first code cell is not the house preamble"
+
+
+def _png_size(b64: str) -> tuple[int, int]:
+    raw = base64.b64decode(b64)
+    assert raw[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24], "big")
+
+
+@pytest.mark.parametrize("path", real_notebooks(), ids=lambda p: p.stem)
+def test_notebook_figures_are_stored_at_twice_the_size_they_are_shown(path):
+    """Every image a page shows (not the still of a plotly bundle) declares its shown size, at most half its pixels.
+
+    The house preamble's formatter (``hypviz.plots.style.notebook_png``) stores matplotlib figures at 2x with
+    their 1x width and height as metadata; MyST-NB writes them as the ``<img>``'s width and height.
+    """
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    seen = 0
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "image/png" not in data or PLOTLY_MIME in data:
+                continue
+            seen += 1
+            w, h = _png_size(data["image/png"])
+            meta = out.get("metadata", {}).get("image/png", {})
+            assert "width" in meta and "height" in meta, f"{path.name} cell {i}: a {w} x {h} image with no shown size"
+            assert w >= 2 * meta["width"] and h >= 2 * meta["height"], f"{path.name} cell {i}: {w} x {h} px shown at {meta}"
+            assert meta["width"] <= MAX_DECLARED_WIDTH, f"{path.name} cell {i}: {meta['width']} px wide, shrunk on the page"
+    assert seen, f"{path.name}: no figure"
+
+
 def test_alt_text_from_titles_or_prose():
     import sys
 

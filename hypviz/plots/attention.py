@@ -58,7 +58,7 @@ def heatmaps_mpl(
     colorbar_label: str = r"attention weight $A_{ij}$",
     xlabel: str = r"key $j$",
     ylabel: str = r"query $i$",
-    panel_size: float = 3.2,
+    panel_size: float = 2.5,
     axes: Sequence[Axes] | None = None,
 ) -> Figure:
     """Attention maps side by side on one shared colour scale, with one labelled colourbar.
@@ -154,7 +154,7 @@ def difference_maps_mpl(
     cmap: str = "RdBu_r",
     xlabel: str = r"key $j$",
     ylabel: str = r"query $i$",
-    panel_size: float = 3.2,
+    panel_size: float = 2.4,
     axes: Sequence[Axes] | None = None,
 ) -> Figure:
     """Several differences :math:`A^{(b)} - A^{(a)}` side by side on ONE zero-centred diverging scale.
@@ -299,7 +299,7 @@ def disk_level_sets_mpl(
             raise ValueError("disk_level_sets_mpl: levels must be an int or a pair (spatial levels, |q - kappa|^2_L levels)")
         level_sets = [np.sort(_as_1d(lv, "levels")) for lv in levels]
 
-    fig, panels = common.panels(axes, 2, (10.4, 4.9))
+    fig, panels = common.panels(axes, 2, (8.8, 4.4))
     norm = Normalize(vmin=0.0, vmax=max(float(w.max()) for w in w_np))
     titles = (
         r"spatial: level sets of $q_s \cdot \kappa_s$" "\n" r"weights $\mathrm{softmax}_j(q_s \cdot \kappa_{s,j} / \tau)$",
@@ -322,7 +322,7 @@ def disk_level_sets_mpl(
         ax.set_xlabel(r"$p_1$ (Poincaré disk of radius $\sqrt{k}$, spatial units)")
         ax.set_ylabel(r"$p_2$ (Poincaré disk, spatial units)")
         ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7, loc="lower left")
+        ax.legend(fontsize=8, loc="lower left")
     cbar = fig.colorbar(dots, ax=panels, shrink=0.85)
     cbar.set_label(rf"attention weight of key $\kappa_j$ (query $q$, $\tau = {float(temperature):.3g}$)")
     if suptitle:

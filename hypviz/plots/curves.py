@@ -1,6 +1,6 @@
 """Numerical-error and bound curves for the derivation notebooks (matplotlib).
 
-Both functions take arrays (numpy or torch) that were computed elsewhere and return a
+The functions take arrays (numpy or torch) that were computed elsewhere and return a
 :class:`matplotlib.figure.Figure`; nothing here computes geometry.  Figures are built with the
 object-oriented API (not ``pyplot``), so a notebook cell shows a returned figure once; with
 ``ax=`` they are drawn into an Axes made elsewhere (its root ``Figure`` is returned), so figures
@@ -25,7 +25,7 @@ import hypviz.plots._common as common
 import hypviz.plots.style as style
 from hypviz.plots.style import OKABE_ITO
 
-__all__ = ["error_curves_mpl", "bound_scatter_mpl", "error_curves", "bound_scatter", "OKABE_ITO"]
+__all__ = ["error_curves_mpl", "bound_scatter_mpl", "interval_curves_mpl", "error_curves", "bound_scatter", "OKABE_ITO"]
 
 
 def _array(x: Any, name: str) -> np.ndarray:
@@ -185,6 +185,63 @@ def bound_scatter_mpl(
     ax.set_title(title)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
+    return common.root(fig)
+
+
+def interval_curves_mpl(
+    series: Mapping[str, tuple[Any, ...]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    references: Mapping[str, float] | None = None,
+    xscale: str = "log",
+    yscale: str = "linear",
+    figsize: tuple[float, float] = (8.8, 3.8),
+    ax: Axes | None = None,
+) -> Figure:
+    r"""Measured values against a swept parameter, one colour and marker per series, with their intervals.
+
+    ``series`` maps a label to ``(x, y)`` or ``(x, y, lo, hi)``, arrays of one value per point,
+    computed elsewhere (e.g. a mean over seeds and the 95 % confidence interval of that mean); with
+    ``lo`` and ``hi`` each point gets an error bar from ``lo`` to ``hi``.  ``references`` maps a label
+    to a value drawn as a dotted horizontal line (e.g. a first-order prediction).  With ``ax`` the
+    curves are drawn into that Axes (its root figure is returned).
+
+    Raises
+    ------
+    ValueError
+        For no series, a series that is not 2 or 4 arrays of one common length, or an interval with
+        ``lo > y`` or ``y > hi``; ``TypeError`` for an ``ax`` that is not a matplotlib Axes.
+    """
+    if not series:
+        raise ValueError("interval_curves_mpl: got no series to draw")
+    checked = []
+    for label, arrays in series.items():
+        if len(arrays) not in (2, 4):
+            raise ValueError(f"series {label!r}: expected (x, y) or (x, y, lo, hi), got {len(arrays)} arrays")
+        x, y, *band = (_array(a, f"series {label!r}").ravel() for a in arrays)
+        if any(a.shape != x.shape for a in (y, *band)):
+            raise ValueError(f"series {label!r}: x, y (and lo, hi) must have one common length")
+        if band and (np.any(band[0] > y) or np.any(y > band[1])):
+            raise ValueError(f"series {label!r}: every interval must hold its value (lo <= y <= hi)")
+        checked.append((label, x, y, band))
+    fig, ax = common.single(ax, figsize)
+    for i, (label, x, y, band) in enumerate(checked):
+        style_kw = dict(color=style.colour(i), marker=style.marker(i), markersize=5, linewidth=1.4, label=label)
+        if band:
+            ax.errorbar(x, y, yerr=np.stack([y - band[0], band[1] - y]), capsize=3, elinewidth=1.2, **style_kw)
+        else:
+            ax.plot(x, y, **style_kw)
+    for j, (label, value) in enumerate((references or {}).items()):
+        ax.axhline(float(value), color=style.BOUND, linestyle=(":", "--", "-.")[j % 3], linewidth=1.2, label=label)
+    ax.set_xscale(xscale)
+    ax.set_yscale(yscale)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
     return common.root(fig)
 
 

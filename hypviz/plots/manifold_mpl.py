@@ -201,7 +201,7 @@ def draw_three_models_mpl(
     value_label: str = "value",
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
-    figsize: tuple[float, float] = (14.0, 4.6),
+    figsize: tuple[float, float] = (8.8, 3.4),
     axes: Sequence[Axes] | None = None,
 ) -> Figure:
     """Draw a :class:`~hypviz.plots.scenes.ThreeModelsScene`: hyperboloid, Poincare disk, Klein disk, one colourbar.
@@ -241,7 +241,7 @@ def draw_attention_mpl(
     *,
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
-    panel_size: float = 4.4,
+    panel_size: float = 3.7,
     axes: Sequence[Axes] | None = None,
 ) -> Figure:
     """Draw an :class:`~hypviz.plots.scenes.AttentionScene`: one disk per kind, one colourbar, one legend.
@@ -398,7 +398,7 @@ def three_models_figure_mpl(
     value_label: str = "value",
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
-    figsize: tuple[float, float] = (14.0, 4.6),
+    figsize: tuple[float, float] = (8.8, 3.4),
     axes: Sequence[Axes] | None = None,
     **scene_options: Any,
 ) -> Figure:
@@ -422,7 +422,7 @@ def attention_on_manifold_mpl(
     *,
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
-    panel_size: float = 4.4,
+    panel_size: float = 3.7,
     axes: Sequence[Axes] | None = None,
     **scene_options: Any,
 ) -> Figure:

@@ -84,7 +84,7 @@ def bound_sweep_mpl(
             vals.append(float(t.mean() if how == "mean" else t.max()))
         return np.asarray(vals)
 
-    fig, (ax_tv, ax_kl) = common.panels(axes, 2, (10.0, 4.0))
+    fig, (ax_tv, ax_kl) = common.panels(axes, 2, (8.8, 3.8))
     panels = (
         (ax_tv, "tv", "tv_bound", r"$\mathrm{TV}(P_a, P_b)$", r"$\tanh(\Delta/4)$", "total variation (probability)"),
         (ax_kl, "kl", "kl_bound", r"$\mathrm{KL}(P_b \,\|\, P_a)$", r"$\sup \mathrm{KL}(\Delta)$ (exact)", "KL divergence (nats)"),
@@ -160,7 +160,7 @@ def comparison_sweep_mpl(
     if xscale not in ("log", "linear"):
         raise ValueError(f"comparison_sweep_mpl: xscale must be 'log' or 'linear', got {xscale!r}")
     ratio_line = att.CLOSE_RATIO if close_ratio is None else float(close_ratio)
-    fig, (ax_tv, ax_ratio, ax_rank) = common.panels(axes, 3, (13.5, 4.2))
+    fig, (ax_tv, ax_ratio, ax_rank) = common.panels(axes, 3, (8.8, 3.8))
     rank_names: list[str] = []
     for i, (label, (x, results)) in enumerate(series.items()):
         xs = _as_1d(x, f"series[{label!r}] x")
@@ -269,7 +269,7 @@ def cost_curves_mpl(
         When a curve does not have one value per ``N``, or ``axes`` are not two Axes of one figure.
     """
     ns = _as_1d(n, "n")
-    fig, (ax_t, ax_m) = common.panels(axes, 2, (10.0, 4.0))
+    fig, (ax_t, ax_m) = common.panels(axes, 2, (8.8, 3.8))
     panels = ((ax_t, times, 1.0, "time (s)", "time"), (ax_m, memory, 1.0 / 2**20, memory_label, "memory"))
     for ax, series, scale, ylabel, what in panels:
         curves = []
