@@ -566,13 +566,13 @@ def test_the_rows_figure_draws_the_bound_with_plots(files, monkeypatch):
     settings = report_inputs.Settings(kinds=["distance", "lorentz", "focused"], reference="spatial", temperature=None,
                                    device="cpu", sample_rows=4, progress=False, command="compare")
     result = report.analyse(inputs, settings)
-    calls, original = [], curves.bound_scatter
+    calls, original = [], curves.bound_scatter_mpl
 
     def counted(*args, **kwargs):
         calls.append(kwargs["ax"])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(curves, "bound_scatter", counted)
+    monkeypatch.setattr(curves, "bound_scatter_mpl", counted)
     fig = report_figures.rows_figure(result)
     _, right = fig.axes
     assert calls == [right, right]  # one call per softmax comparison (focused has no bound)

@@ -27,10 +27,8 @@ def _non_blank(fig: Figure) -> None:
 
 
 def test_public_names():
-    assert set(curves.__all__) >= {"error_curves_mpl", "bound_scatter_mpl", "error_curves", "bound_scatter"}
-    # the earlier names are aliases: the same functions (hypviz.reports.figures and notebooks 02 and 04 call them)
-    assert curves.error_curves is curves.error_curves_mpl
-    assert curves.bound_scatter is curves.bound_scatter_mpl
+    assert set(curves.__all__) >= {"error_curves_mpl", "bound_scatter_mpl", "interval_curves_mpl"}
+    assert not hasattr(curves, "error_curves") and not hasattr(curves, "bound_scatter")  # one name a function
 
 
 # the modules of hypviz.plots whose figures follow one naming scheme (explorables: tests/test_plots_explorables.py)
@@ -41,7 +39,6 @@ def test_every_public_function_is_named_one_way_typed_and_composable():
     import importlib
     import inspect
 
-    aliases = {"error_curves", "bound_scatter"}
     for module_name in FIGURE_MODULES:
         module = importlib.import_module(f"hypviz.plots.{module_name}")
         for name in module.__all__:
@@ -50,7 +47,7 @@ def test_every_public_function_is_named_one_way_typed_and_composable():
                 continue
             sig = inspect.signature(obj)
             assert sig.return_annotation is not inspect.Signature.empty, f"{module_name}.{name}: no return type"
-            if name in aliases or name == "crossover" or name.endswith("_scene") or name == "top_attention" \
+            if name == "crossover" or name.endswith("_scene") or name == "top_attention" \
                     or name == "project_for_display":
                 continue
             assert name.endswith(("_mpl", "_plotly")), f"{module_name}.{name}: a figure function named neither _mpl nor _plotly"

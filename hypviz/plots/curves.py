@@ -6,10 +6,6 @@ object-oriented API (not ``pyplot``), so a notebook cell shows a returned figure
 ``ax=`` they are drawn into an Axes made elsewhere (its root ``Figure`` is returned), so figures
 compose.  Colours are Okabe and Ito's colour-blind-safe palette (:data:`OKABE_ITO`), points
 coloured by a value use ``viridis``.
-
-``error_curves`` and ``bound_scatter`` are the earlier names of :func:`error_curves_mpl` and
-:func:`bound_scatter_mpl` (every matplotlib figure function of :mod:`hypviz.plots` ends in
-``_mpl``), kept as aliases: the same functions.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ import hypviz.plots._common as common
 import hypviz.plots.style as style
 from hypviz.plots.style import OKABE_ITO
 
-__all__ = ["error_curves_mpl", "bound_scatter_mpl", "interval_curves_mpl", "error_curves", "bound_scatter", "OKABE_ITO"]
+__all__ = ["error_curves_mpl", "bound_scatter_mpl", "interval_curves_mpl", "OKABE_ITO"]
 
 
 def _array(x: Any, name: str) -> np.ndarray:
@@ -244,8 +240,3 @@ def interval_curves_mpl(
     ax.legend(fontsize=8, loc="best")
     return common.root(fig)
 
-
-#: The earlier name of :func:`error_curves_mpl` (the same function), kept as an alias.
-error_curves = error_curves_mpl
-#: The earlier name of :func:`bound_scatter_mpl` (the same function), kept as an alias.
-bound_scatter = bound_scatter_mpl

@@ -5,7 +5,7 @@ heatmaps and difference maps of the shown head (:func:`hypviz.plots.attention.he
 largest weights differ by more than ``SHARED_SCALE_RATIO`` get their own colour scales, :func:`heatmap_scales`,
 :func:`~hypviz.plots.attention.difference_maps_mpl`) and :func:`rows_figure`, every query row read
 against the reference's distance from the uniform row and, for the softmax comparisons, against its
-bound :math:`\tanh((\Delta + \epsilon)/4)` (:func:`hypviz.plots.curves.bound_scatter`);
+bound :math:`\tanh((\Delta + \epsilon)/4)` (:func:`hypviz.plots.curves.bound_scatter_mpl`);
 :func:`plotly_rows` is the interactive version of its left panel.  For ``hypviz compare
 CAPTURE.pt`` (:mod:`hypviz.reports.model_report`): :func:`model_figure` (:func:`layers_figure` of
 :func:`hypviz.reports.model_report.layer_panels`).  Nothing here computes a statistic: every value drawn was
@@ -134,12 +134,12 @@ def rows_figure(result: Result) -> Any:
     Left: its gap :math:`\mathrm{TV}(P_a, P_b)` against the reference's distance from uniform
     :math:`\mathrm{TV}(P_b, U)` (the verdict's reading; below the dashed line the row is close).
     Right, for the softmax comparisons: its TV against its bound :math:`\tanh((\Delta + \epsilon)/4)`,
-    drawn by :func:`hypviz.plots.curves.bound_scatter` (one call per comparison, in its colour).
+    drawn by :func:`hypviz.plots.curves.bound_scatter_mpl` (one call per comparison, in its colour).
     """
     from matplotlib.figure import Figure
     from matplotlib.markers import MarkerStyle
 
-    from hypviz.plots.curves import bound_scatter
+    from hypviz.plots.curves import bound_scatter_mpl
 
     fig = Figure(figsize=(10.0, 4.2), layout="constrained")
     ax_base, ax_bound = fig.subplots(1, 2)
@@ -175,8 +175,8 @@ def rows_figure(result: Result) -> Any:
         idx = scatter_rows(comp)
         tv, bound = _np(comp.tv)[idx], np.tanh(_np(comp.delta + comp.allowance)[idx] / 4)
         if not ((tv > 0) & (bound > 0) & np.isfinite(bound)).any():
-            continue  # (bound_scatter refuses a comparison with nothing to draw on log axes)
-        bound_scatter(
+            continue  # (bound_scatter_mpl refuses a comparison with nothing to draw on log axes)
+        bound_scatter_mpl(
             bound, tv, ax=ax_bound,
             xlabel=r"bound $\tanh((\Delta + \epsilon)/4)$ per row (probability)",
             ylabel=r"measured $\mathrm{TV}(P_a, P_b)$ per row (probability)",
