@@ -138,16 +138,19 @@ class Operands:
         return float((self.A.abs().double() * col).sum(dim=-1).max()) if self.A.numel() else 0.0
 
 
-def log_rounding(a: torch.Tensor, b: torch.Tensor, lowest: torch.Tensor | None = None) -> torch.Tensor:
-    r"""Per row, the rounding of the float log itself: :math:`\varepsilon \max_j |\log(A_i \cdot B_j)|`.
+def log_rounding(a: torch.Tensor, b: torch.Tensor, mixed: torch.Tensor | None = None) -> torch.Tensor:
+    r"""Per row, the rounding of the float log itself: :math:`\varepsilon \max_j |\log w_{ij}|`, :math:`w = A B^\top`.
 
-    For positive operands :math:`A_i \cdot \min_j B_j \le A_i \cdot B_j \le A_i \cdot \max_j B_j` (column-wise
-    extremes), so both logs bound :math:`|\log w_{ij}|`; ``lowest`` replaces the lower one where terms of both
-    signs make it useless (the clamp at the smallest normal number then bounds it).
+    :math:`w_{ij} \le \sum_c |A_{ic}| \max_j |B_{jc}|`, and for a row with :math:`A_i \ge 0`,
+    :math:`w_{ij} \ge \sum_c A_{ic} \min_j B_{jc}`; on the rows marked ``mixed`` (terms of both signs) the
+    clamp at the smallest normal number is the lower bound.  Both logs bound :math:`|\log w_{ij}|`.
     """
     tiny = torch.finfo(a.dtype).tiny
-    hi = (a * b.amax(dim=-2, keepdim=True)).sum(dim=-1).clamp_min(tiny).log().abs()
-    lo = (a * b.amin(dim=-2, keepdim=True)).sum(dim=-1) if lowest is None else lowest
+    col_abs = torch.maximum(b.amax(dim=-2, keepdim=True), -b.amin(dim=-2, keepdim=True))
+    hi = (a.abs() * col_abs).sum(dim=-1).clamp_min(tiny).log().abs()
+    lo = (a * b.amin(dim=-2, keepdim=True)).sum(dim=-1)
+    if mixed is not None:
+        lo = torch.where(mixed, torch.zeros_like(lo), lo)
     return torch.finfo(a.dtype).eps * torch.maximum(hi, lo.clamp_min(tiny).log().abs())
 
 
@@ -242,8 +245,7 @@ class RandomFeatures(Kernel):
         mixed = (a < 0).any(dim=-1)
         err = torch.where(mixed, gamma * size / mean, torch.full_like(size, gamma))
         # plus the log's own rounding; on mixed rows the smallest weight is only known to be >= the clamp
-        lowest = torch.where(mixed, torch.zeros_like(size), (a * b.amin(dim=-2, keepdim=True)).sum(dim=-1))
-        return Operands(kind.name, a, b, err + log_rounding(a, b, lowest), log=True, clamp=False)
+        return Operands(kind.name, a, b, err + log_rounding(a, b, mixed), log=True, clamp=False)
 
     def dense(self, kind, q, kk, kf, tau, opts):
         return distance_rf_map(q, kk, k=kf, temperature=tau, features=opts["features"], seed=opts["seed"])
