@@ -21,16 +21,13 @@ __all__ = ["Capture", "attention"]
 
 
 # --------------------------------------------------------------------------- #
-# discovery
-# --------------------------------------------------------------------------- #
-
-
-# --------------------------------------------------------------------------- #
 # the context manager
 # --------------------------------------------------------------------------- #
 def _display(name: str) -> str:
     """A module's name without torch.compile's ``_orig_mod.`` wrapper."""
     return name.replace("_orig_mod.", "").replace("_orig_mod", "") or name
+
+
 class Capture(Recorder):
     """A recording of attention layers: use it as a context manager (see :func:`attention`, which builds it).
 
