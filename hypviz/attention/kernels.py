@@ -273,7 +273,7 @@ class Geodesic(Kernel):
         return torch.softmax(-dist / tau, dim=-1)
 
 
-#: The kernels, by the name a :class:`~hypviz.base.kinds.Kind` gives (:data:`hypviz.base.kinds.KERNELS`).
+#: The kernels, by the name a :class:`~hypviz.base.kinds.Kind` gives in its ``kernel``.
 KERNELS: dict[str, Kernel] = {"bilinear": Bilinear(), "focused": Focused(), "random_features": RandomFeatures(),
                               "gate": Gate(), "geodesic": Geodesic()}
 

@@ -37,13 +37,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FAMILIES", "KERNELS", "Kind", "register", "unregister", "get", "names", "comparable", "softmax_names",
+__all__ = ["FAMILIES", "Kind", "register", "unregister", "get", "names", "comparable", "softmax_names",
            "shares_one_product", "bound_applies", "check"]
 
 #: The families of kinds (see the module's docstring).
 FAMILIES: tuple[str, ...] = ("softmax", "features", "gate")
-#: The kernels of :mod:`hypviz.attention.kernels` that the built-in kinds use.
-KERNELS: tuple[str, ...] = ("bilinear", "focused", "random_features", "gate", "geodesic")
 
 
 @dataclass(frozen=True)
