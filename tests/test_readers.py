@@ -71,7 +71,8 @@ class HyperCoreAttention(nn.Module):
     def full_attention(self, qs, ks, vs, output_attentions=False, mask=None):
         qs, ks, vs = self.project(qs), self.project(ks), self.project(vs)  # (B, N, H, D)
         w = 2 * self.manifold.c + 2 * self.manifold.cinner(qs.transpose(1, 2), ks.transpose(1, 2))
-        w = torch.softmax(w / (self.logit_divisor * self.scale) + self.bias, dim=-1)
+        w = w / (self.logit_divisor * self.scale) + self.bias
+        w = torch.softmax(w if mask is None else w.masked_fill(mask, -1e18), dim=-1)
         out = self.manifold.lorentzian_centroid(vs.transpose(1, 2), w).transpose(1, 2)  # (B, N, H, D)
         return self.manifold.lorentzian_centroid(out)
 
@@ -127,7 +128,7 @@ class LorentzMultiHeadedAttention(nn.Module):
     def __init__(self, head_count, dim, softmax=True):
         super().__init__()
         self.head_count, self.dim, self.dim_per_head, self.manifold = head_count, dim, dim // head_count, HyboNetManifold()
-        self.linear_key, self.linear_value, self.linear_query = (HeadPoints(dim, head_count) for _ in range(3))
+        self.linear_keys, self.linear_values, self.linear_query = (HeadPoints(dim, head_count) for _ in range(3))
         self.scale = nn.Parameter(torch.tensor([math.sqrt(dim)]))
         self.bias = nn.Parameter(torch.zeros(()))
         self.use_softmax = softmax
@@ -138,12 +139,12 @@ class LorentzMultiHeadedAttention(nn.Module):
         def shape(x):
             return x.view(b, -1, h, dph).transpose(1, 2)
 
-        query, key, value = shape(self.linear_query(query)), shape(self.linear_key(key)), shape(self.linear_value(value))
+        query, key, value = shape(self.linear_query(query)), shape(self.linear_keys(key)), shape(self.linear_values(value))
         attn = (2 + 2 * self.manifold.cinner(query, key)) / self.scale + self.bias
         if self.use_softmax:
             attn = torch.softmax(attn, dim=-1)
         ctx = self.manifold.mid_point(value, attn)
-        return ctx.transpose(1, 2).reshape(b, -1, h * dph)
+        return ctx.transpose(1, 2), attn
 
 
 # --------------------------------------------------------------------------- #
@@ -260,9 +261,10 @@ def test_helm_rotary_points_recorded_after_rope():
     x = torch.randn(1, 9, 8, dtype=F64)
     freqs = torch.tensor([1.0, 0.1], dtype=F64)
     recs = _capture(layer, x, x, rot_pos=freqs)
-    assert recs[0].mode == "helm" and recs[0].verify_error < 1e-12
+    # the family is named from structure (HyperCore's class), the rotary embedding as a detail
+    assert recs[0].mode == "hypercore" and recs[0].detail == "with RoPE" and recs[0].verify_error < 1e-12
     plain = _capture(HelmAttention(1.0, 4, 5, heads=2).double().requires_grad_(False), x, x)
-    assert plain[0].mode == "hypercore"
+    assert plain[0].mode == "hypercore" and plain[0].detail is None
 
 
 def test_hybonet_reader_midpoint_heads_and_no_softmax_copy_caught():
@@ -291,7 +293,8 @@ def test_lorentz_gcn_gate_rows_not_normalised():
     gate = r.attention_map()
     assert not torch.allclose(gate.sum(-1), torch.ones(1, 10, dtype=F64))  # a gate, not a softmax
     ref = torch.sigmoid((2 + 2 * linner(agg.query_linear(x), agg.key_linear(x))) / agg.scale + agg.bias).detach()
-    assert torch.allclose(gate[0], ref, atol=1e-12)
+    # the record's map is the one the layer applies: adj (.) G, zero off the graph's edges
+    assert torch.allclose(gate[0], ref * adj.clamp(max=1), atol=1e-12)
     norm = LorentzAgg(4, normalise_rows=True).double()
     norm.load_state_dict(agg.state_dict())
     # row normalisation does not change a Lorentzian normalisation of s: the same output, still verified
@@ -338,7 +341,7 @@ def test_unrecognised_attention_named_with_how_to_capture():
 
     model = nn.Sequential(MyAttention())
     with pytest.raises(ValueError, match=r"module '0' \(MyAttention\) has q_proj/k_proj .* layers=\{'0': \('0.q_proj', "
-                                         r"'0.k_proj'\)\}.*family_readers.register") as e:
+                                         r"'0.k_proj'\)\}.*hypviz.capture.register") as e:
         with capture.attention(model):
             model(torch.zeros(2, 3))
     assert "\n" not in str(e.value)
@@ -425,14 +428,21 @@ def test_an_unrecognised_attention_beside_recognised_ones_is_named_not_skipped_s
     assert [r.name for r in cap.layers] == ["hybo"]
 
 
-def test_hypercore_mask_and_head_mixing_recorded_but_not_verified():
+def test_hypercore_mask_applied_and_a_concat_flag_without_its_map_not_verified():
     torch.manual_seed(9)
     layer = HyperCoreAttention(1.0, 4, 5, heads=2).double()
     x = torch.randn(1, 6, 8, dtype=F64)
-    mask = torch.zeros(1, 2, 6, 6, dtype=torch.bool)
+    mask = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)[None, None].expand(1, 2, 6, 6)  # True = masked
     (r,) = _capture(layer, x, x, False, mask)
-    assert r.verify_note == "not verified: an attention mask was passed (the record holds the unmasked points)"
-    assert r.verify_error is None
-    layer.trans_heads_concat = True  # the flag alone: its learned head map is what the reader cannot rebuild
+    assert r.verify_note.startswith("verified") and r.verify_error < 1e-12
+    assert torch.equal(r.mask, ~mask[0])  # the record holds what is attended
+    p = r.attention_map()
+    assert float(p.masked_select(mask[0]).abs().max()) == 0.0 and torch.allclose(p.sum(-1), torch.ones(2, 6, dtype=F64))
+    ignoring = HyperCoreAttention(1.0, 4, 5, heads=2).double()
+    ignoring.load_state_dict(layer.state_dict())
+    ignoring.full_attention = lambda qs, ks, vs, oa=False, mask=None: HyperCoreAttention.full_attention(ignoring, qs, ks, vs)
+    (r,) = _capture(ignoring, x, x, False, mask)  # a layer that drops the mask it is given is caught
+    assert r.verify_note.startswith("not verified") and r.verify_error > 1e-3
+    layer.trans_heads_concat = True  # the flag without a final_linear: the step to check never ran
     (r,) = _capture(layer, x, x)
-    assert r.verify_note.startswith("not verified: trans_heads_concat")
+    assert r.verify_note.startswith("not verified: final_linear")

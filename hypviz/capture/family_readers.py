@@ -1,67 +1,83 @@
-r"""Readers for the field's other hyperbolic attention families, each recognised by structure (no upstream code imported).
+r"""Readers for the field's hyperbolic attention families, each recognised by structure (no upstream code imported),
+and :class:`Reader`, the public way to add one.
 
-Each reader hooks one layer, records its queries, keys and values as hyperboloid points (heads first,
-one record per batch element), what the layer computes (kind, temperature convention, aggregation),
-and the layer's own output, which :mod:`hypviz.capture.verification` rebuilds from the record.  Written from
-the families' maths after reading their public code (checked how: the attribute names and call
-structure each reader relies on, the logits' constant, the scale's initial value, the aggregation and
-the head layout, line by line against these files; no code was copied):
+Each reader hooks one layer, records its queries, keys and values as hyperboloid points (heads first, one
+record per batch element, numbered by ``batch``), the mask the layer applied, what the layer computes (kind,
+temperature, aggregation) and the layer's own output (or, where heads are concatenated by a learned map, what
+enters that map), which :mod:`hypviz.capture.verification` rebuilds from the record.  Written from the
+families' code, read at these commits (no code copied):
 
-* **HyperCore** ``LorentzMultiheadAttention`` (``white-richard/HyperCore``,
-  ``hypercore/nn/conv/lorentz_former_conv.py`` and ``hypercore/manifolds/lorentzian.py``): ``Wq``/``Wk``
-  single ``nn.Linear`` s to ``H (D - 1)`` spatial features, ``project`` adds the time
-  :math:`\sqrt{\|x_s\|^2 + c}` (``c`` = :math:`k`), ``full_attention`` computes
+* **HyperCore** ``LorentzMultiheadAttention``, ``Graph-and-Geometric-Learning/HyperCore`` at ``e87a4f8``,
+  ``hypercore/nn/attention/lorentz_former_conv.py`` (``hypercore/manifolds/lorentzian.py``, ``lmath.py``):
+  ``Wq``/``Wk``/``Wv`` single ``nn.Linear`` s to ``H (D - 1)`` spatial features, ``project`` adds the time
+  :math:`\sqrt{\|x_s\|^2 + c}`, ``full_attention(qs, ks, vs, output_attentions, mask)`` computes
 
   .. math::
 
       \mathrm{softmax}\Bigl(\frac{2c + 2\langle q, \kappa\rangle_L}{\mathrm{scale}} + \mathrm{bias}\Bigr)
       = \mathrm{softmax}\Bigl(\frac{-\tfrac12\|q - \kappa\|_L^2}{\mathrm{scale}/2}\Bigr),
 
-  ``scale`` initialised :math:`\sqrt{H D}`: :math:`\tau = \mathrm{scale}/2` (Hypformer's ``large/``
-  tree divides the inner product by :math:`k` instead, :math:`\tau = k\,\mathrm{scale}/2`), then the
-  Lorentzian centroid per head and the centroid of the heads' mean.  The reader wraps the layer's
-  ``full_attention`` method for the duration of the capture (the points after any rotary embedding).
-* **HELM** (``Graph-and-Geometric-Learning/helm``, its attention subclasses HyperCore's and overrides
-  ``apply_rotary_embeddings``): RoPE on the spatial part, time recomputed by ``project``, then the
-  same logits; read by the HyperCore reader (mode ``"helm"`` when a rotary argument was passed).
-* **HyboNet** ``LorentzMultiHeadedAttention`` (``chenweize1998/fully-hyperbolic-nn``, its machine
-  translation tree ``onmt/modules/multi_headed_attn.py``; the ``hyp_layers.py`` copy in its GCN tree
-  passes the logits to ``mid_point`` without a softmax, which this reader does not reproduce, so that
-  layer is reported *not verified*): ``linear_query``/``linear_key``/``linear_value`` map to
-  ``head_count`` points of ``dim_per_head`` coordinates, logits :math:`(2 + 2\langle q, \kappa\rangle_L)/\mathrm{scale} + \mathrm{bias}`
-  (:math:`\tau = \mathrm{scale}/2`, ``scale`` initialised :math:`\sqrt{\mathrm{dim}}`), softmax, then
-  ``mid_point`` per head, :math:`a/\sqrt{|\langle a, a\rangle_L|}`, heads concatenated.
-* **Lorentz GCN gate** (HyboNet's and LResNet's ``LorentzAgg`` with ``use_att`` and ``local_agg``):
-  ``query_linear``/``key_linear`` points, the gate
-  :math:`\sigma((2 + 2\langle q, \kappa\rangle_L)/\mathrm{scale} + \mathrm{bias})` times the adjacency,
-  rows **not** normalised, then :math:`s = G X`, :math:`s/\sqrt{|\langle s, s\rangle_L|}`; kind
-  ``"sigmoid"`` at :math:`\tau = \mathrm{scale}/2` with the bias :math:`b + (2 - 2k)/\mathrm{scale}`
-  (``scale`` initialised :math:`\sqrt{d}`, ``bias`` 20).
+  with ``masked_fill(mask, -1e18)`` before the softmax (``mask`` True = masked, shaped by ``shape_mask``:
+  ``(N, N)`` causal, ``(B, N)`` padding, ...), then the Lorentzian centroid per head and either the centroid
+  of the heads (``centroid_mean_heads``) or, with ``trans_heads_concat`` (every model HyperCore ships:
+  ``hypercore/models/Transformer_encoder.py``, ``LViT.py``), ``final_linear`` on the concatenated heads: the
+  per-head centroids entering ``final_linear`` are verified (``centroid_heads``).  With ``rot_pos`` the
+  spatial parts are rotated (RoPE) before ``full_attention``; the reader wraps ``full_attention`` for the
+  capture, so the points are those after RoPE, and the record says ``"with RoPE"``.
+* **HELM** (``Graph-and-Geometric-Learning/helm`` at ``83ac8ff``): HELM-D (``helm/modules/helm_d.py``) uses
+  ``helm/hypercore/nn/attention/lorentz_former_conv.py``, a *copy* of HyperCore's file (identical at these
+  commits, no subclass) with a causal mask, RoPE and ``trans_heads_concat=True``: the HyperCore reader.
+  HELM-MiCE's HMLA, ``LorentzMLA`` in ``helm/modules/hmla.py``: latent queries (``wq`` or ``wq_a``/``wq_b``)
+  and keys/values (``wkv_a``/``wkv_b``), RoPE on the last ``qk_rope_head_dim - 1`` spatial dims, the time
+  recomputed by ``project``, logits :math:`(2c + 2\langle q, \kappa\rangle_L)/\mathrm{softmax\_scale} + \mathrm{bias}`
+  (:math:`\tau = \mathrm{softmax\_scale}/2`), the mask as HyperCore's, per-head centroids concatenated into
+  ``wo``: :class:`HMLAReader` wraps ``project`` for the capture and verifies what enters ``wo``.
+* **HyboNet** (``chenweize1998/fully-hyperbolic-nn`` at ``7ba8e1a``), machine translation,
+  ``mt/onmt/modules/lmulti_headed_attn.py``: ``LorentzMultiHeadedAttention`` with ``linear_keys``,
+  ``linear_values``, ``linear_query`` (``LorentzLinear`` s with ``head_num``: points ``(B, N, H, D)``),
+  ``forward(key, value, query, mask=None, layer_cache=None, attn_type=None)`` returning ``(context, attns)``,
+  logits :math:`(2 + 2\langle q, \kappa\rangle_L)/\mathrm{scale} + \mathrm{bias}` (:math:`\tau = \mathrm{scale}/2`),
+  ``masked_fill(mask.unsqueeze(1), -1e18)`` (padding ``(B, 1, M)`` or causal ``(B, N, M)``, True = masked),
+  softmax, ``mid_point`` per head (``midpoint_heads``); with a ``layer_cache`` the keys and values are the
+  cache's (read after the call).
+* **Lorentz GCN gate** ``LorentzAgg`` with ``use_att`` and ``local_agg``: HyboNet's
+  ``gcn/layers/hyp_layers.py`` (``7ba8e1a``), :math:`G = \sigma((2 + 2\langle q, \kappa\rangle_L)/\mathrm{scale} + \mathrm{bias})`,
+  :math:`s = (\mathrm{adj}\odot G)X`, :math:`s/\sqrt{\max(|\langle s, s\rangle_L|, 10^{-8})}` (``gate_midpoint``);
+  HyperCore's copy, ``hypercore/nn/graph_conv/hyobnet_conv.py`` (``e87a4f8``, it has ``c``): the same gate,
+  output :math:`\sqrt{c}\,s/\sqrt{\max(|\langle s, s\rangle_L|, 10^{-6})}` (``gate_centroid``).  Kind
+  ``"sigmoid"`` at :math:`\tau = \mathrm{scale}/2` with the bias :math:`b + (2 - 2k)/\mathrm{scale}`; the
+  record holds the adjacency (sparse stays sparse) and its map is :math:`\mathrm{adj}\odot G`.
 * **Poincare-ball attention, HNN++ style** (the ``HyperbolicMultiHeadAttention`` of Poincare-ball
   BERT-style code built on HNN++'s ``PoincareLinear``): ``query``/``key``/``value`` map to
   ``num_attention_heads`` ball points, :math:`\mathrm{softmax}(-d_P(q, \kappa)/\mathrm{scale})`
   (no ``scale`` attribute: 1), the weighted Möbius gyromidpoint of the values
-  (``manifold.weighted_midpoint_bmm``); kind ``"poincare"``, ball radius :math:`\sqrt{k}`,
-  :math:`k = 1/c`.
+  (``manifold.weighted_midpoint_bmm``); kind ``"poincare"``, ball radius :math:`\sqrt{k}`, :math:`k = 1/c`.
 
-A module that looks like attention (a name with ``attn``/``attention`` and query and key
-submodules) but matches none of these is named in one line by :func:`unrecognised` with how to
-capture it (``layers=`` or :func:`register`).
+**A new family is one** :class:`Reader` **subclass** registered with :func:`register`: it declares which
+submodules output the queries, keys and values, how many heads, whether they output spatial parts only, the
+kind and the temperature rule (:meth:`Reader.temperature`, a number or one per head), the aggregation, which
+forward argument holds the mask and what True means there.  Its family becomes a valid record ``mode``.
+
+A module that looks like attention (a name with ``attn``/``attention`` and query and key submodules) but
+matches no reader is named in one line by :func:`unrecognised` with how to capture it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import nn
 
 from hypviz.capture.readers import Recorder, copy_tensor, dropout_active, dtype_name, read_points, verified
-from hypviz.capture.records import LayerRecord
+from hypviz.capture.records import LayerRecord, add_mode
 from hypviz.lorentz import from_poincare
 
-__all__ = ["READERS", "reader_for", "register", "unrecognised"]
+__all__ = ["Reader", "READERS", "reader_for", "register", "unrecognised", "HyperCoreReader", "HMLAReader",
+           "HyboNetReader", "LorentzGateReader", "PoincareReader"]
 
 
 def _num(v: Any) -> float | None:
@@ -93,23 +109,114 @@ def _lift(xs: torch.Tensor, k: float) -> torch.Tensor:
     return torch.cat([torch.sqrt((xs * xs).sum(dim=-1, keepdim=True) + k), xs], dim=-1)
 
 
-class _Reader:
-    """One layer of a family: hooks, per-call buffers, and the records of each batch element."""
+def _keep(mask: Any, b: int, n: int, m: int, *, true_masks: bool = True) -> torch.Tensor | None:
+    """The layer's mask as ``(B, H or 1, N, M)`` booleans, True = attended; None without a mask.
 
-    family = ""
-    structure = ""
+    Accepts what the families pass after their own shaping: ``(N, M)``, ``(B, M)``, ``(B, N, M)``,
+    ``(B, 1, M)``, ``(B, H, N, M)``, ``(B, 1, 1, M)``...; a float mask is nonzero = its boolean."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"the attention mask must be a tensor, got {type(mask).__name__}")
+    t = mask.detach().to("cpu")
+    t = t if t.dtype == torch.bool else t != 0
+    if t.dim() == 2:  # (N, M) as HyperCore's shape_mask reads it (a causal mask), else (B, M) padding
+        t = t[None, None] if tuple(t.shape) == (n, m) else t[:, None, None, :]
+    elif t.dim() == 3:
+        t = t[:, None]
+    if t.dim() != 4:
+        raise ValueError(f"the attention mask must have 2 to 4 dimensions, got shape {tuple(mask.shape)}")
+    t = t.expand(b, t.shape[1], n, m)
+    return ~t if true_masks else t
+
+
+class Reader:
+    r"""The public extension point: how one family's attention layer is recorded and verified.
+
+    A subclass declares the layer's structure as class attributes and is added with :func:`register`;
+    the default :meth:`register` hooks the declared submodules and the layer's forward, and every call
+    becomes one record per batch element (:attr:`family` is its ``mode``).
+
+    Attributes
+    ----------
+    family : str
+        The family's name, the records' ``mode`` (a name).
+    structure : str
+        One line saying what the reader recognises (shown when no reader matched).
+    queries, keys, values : str or None
+        Names of the submodules whose outputs are the queries, keys and values: ``(B, N, H * D)`` or
+        ``(B, N, H, D)`` (or without ``B``); ``values`` None when the values are not a submodule's output.
+    heads : str or int
+        The number of heads, or the layer attribute holding it.
+    spatial : bool
+        True when the submodules output spatial parts only (the time :math:`\sqrt{\|x_s\|^2 + k}` is added).
+    k_attributes : tuple of str
+        The names tried on ``layer.manifold`` for :math:`k` (the first positive number; else 1).
+    kind : str
+        The map the layer computes (a kind of :mod:`hypviz.base.kinds`).
+    aggregation : str
+        How it combines the values (:data:`hypviz.capture.verification.AGGREGATIONS`); what is checked is the
+        layer's output (its first element for a tuple), or with a per-head aggregation its output per head.
+    mask_argument : str or None
+        The forward argument holding the attention mask; :attr:`mask_true_masks`: whether True there means
+        *masked* (``masked_fill(mask, ...)``, the families' convention) or *attended*.
+    checked : str
+        What the verification compares, as the record states it.
+    """
+
+    family: ClassVar[str] = ""
+    structure: ClassVar[str] = ""
+    queries: ClassVar[str | None] = None
+    keys: ClassVar[str | None] = None
+    values: ClassVar[str | None] = None
+    heads: ClassVar[str | int] = 1
+    spatial: ClassVar[bool] = False
+    k_attributes: ClassVar[tuple[str, ...]] = ("k", "c")
+    kind: ClassVar[str] = "distance"
+    aggregation: ClassVar[str] = "centroid_mean_heads"
+    mask_argument: ClassVar[str | None] = None
+    mask_true_masks: ClassVar[bool] = True
+    checked: ClassVar[str] = "the layer's output"
 
     def __init__(self, cap: Recorder, name: str, layer: nn.Module):
         self.cap, self.name, self.layer = cap, name, layer
         self.calls = 0
         self.cur: dict[str, Any] = {}
 
+    # ---- what a subclass may override ----
     @classmethod
-    def matches(cls, m: nn.Module) -> bool:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def matches(cls, m: nn.Module) -> bool:
+        """Whether ``m`` has this family's structure (default: the declared submodules exist)."""
+        names = [n for n in (cls.queries, cls.keys, cls.values) if n]
+        return bool(cls.queries and cls.keys) and all(isinstance(getattr(m, n, None), nn.Module) for n in names) \
+            and (isinstance(cls.heads, int) or hasattr(m, cls.heads))
 
-    def register(self) -> list[Any]:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def temperature(self, layer: nn.Module) -> float | torch.Tensor:
+        r""":math:`\tau` of the layer's map (a number, or a tensor of one per head); the sign of a negative
+        value is recorded as ``scale_sign``.  Default: ``layer.scale / 2``, the logits
+        :math:`(2k + 2\langle q, \kappa\rangle_L)/\mathrm{scale} = (-\tfrac12\|q - \kappa\|_L^2)/(\mathrm{scale}/2)`."""
+        s = getattr(layer, "scale", None)
+        if s is None:
+            raise ValueError("the layer has no scale; override Reader.temperature")
+        return s.detach() / 2.0 if isinstance(s, torch.Tensor) else float(s) / 2.0
+
+    def n_heads(self) -> int:
+        return self.heads if isinstance(self.heads, int) else int(getattr(self.layer, self.heads))
+
+    def k(self) -> float:
+        return _manifold_k(self.layer, *self.k_attributes)
+
+    # ---- the default machinery ----
+    def register(self) -> list[Any]:
+        """Hooks on the layer and its declared submodules; returns their handles."""
+        L = self.layer
+        hs = [L.register_forward_pre_hook(self._pre, with_kwargs=True),
+              L.register_forward_hook(self._post, with_kwargs=True)]
+        for role in ("queries", "keys", "values"):
+            attr = getattr(type(self), role)
+            if attr:
+                hs.append(getattr(L, attr).register_forward_hook(self._hook_role(role)))
+        return hs
 
     def _hook_role(self, role: str) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
@@ -118,46 +225,122 @@ class _Reader:
             return None
         return hook
 
-    def _emit(self, q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor | None, seen: torch.Tensor | None,
-              *, dtype: str | None, note: str | None = None, aux: Callable[[int], dict[str, Any]] | None = None,
-              **fields: Any) -> None:
-        """One record per batch element (``q (B, H, N, D)``); verification unless ``note`` says why not."""
+    def _argument(self, name: str | None, args: tuple, kwargs: dict) -> Any:
+        if name is None:
+            return None
+        if name in kwargs:
+            return kwargs[name]
+        try:
+            params = list(inspect.signature(self.layer.forward).parameters)
+        except (TypeError, ValueError):
+            return None
+        i = params.index(name) if name in params else -1
+        return args[i] if 0 <= i < len(args) else None
+
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self.cur = {"mask": self._argument(self.mask_argument, args, kwargs)}
+        return None
+
+    def _post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        cur, self.cur = self.cur, {}
+        try:
+            self.record(cur, args, kwargs, output)
+        except (TypeError, ValueError) as exc:
+            self.cap.fail(f"layer {self.name!r} (call {self.calls}): {exc}")
+        return None
+
+    def record(self, cur: dict[str, Any], args: tuple, kwargs: dict, output: Any) -> None:
+        """One call: the declared roles' outputs, the mask and the output, into records (default machinery)."""
+        roles = [r for r in ("queries", "keys", "values") if getattr(type(self), r)]
+        if not all(r in cur for r in roles):
+            raise ValueError(f"its {', '.join(getattr(type(self), r) for r in roles)} did not all run in its forward")
+        h, k = self.n_heads(), self.k()
+        pts = {r: _heads(copy_tensor(cur[r]), h) for r in roles}
+        if self.spatial:
+            pts = {r: _lift(t.double(), k).to(t.dtype) for r, t in pts.items()}
+        out = output[0] if isinstance(output, (tuple, list)) else output
+        seen = None
+        if isinstance(out, torch.Tensor):
+            seen = copy_tensor(out)
+            seen = _heads(seen, h) if self.aggregation in _PER_HEAD else (seen if seen.dim() == 3 else seen.unsqueeze(0))
+        q = pts["queries"]
+        self.emit(q, pts["keys"], pts.get("values"), seen, dtype=dtype_name(cur["queries"]),
+                  mask=_keep(cur.get("mask"), q.shape[0], q.shape[2], pts["keys"].shape[2],
+                             true_masks=self.mask_true_masks))
+
+    def emit(self, q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor | None, seen: torch.Tensor | None, *,
+             dtype: str | None, mask: torch.Tensor | None = None, note: str | None = None,
+             aux: Callable[[int], dict[str, Any]] | None = None, **fields: Any) -> None:
+        """Records of one call, one per batch element of ``q`` ``(B, H, N, D)``; ``seen`` ``(B, ...)`` the checked
+        output; ``mask`` ``(B, H or 1, N, M)`` True = attended; ``fields`` override the declared ones."""
+        fields.setdefault("k", self.k())
+        fields.setdefault("mode", self.family)
+        fields.setdefault("kind", self.kind)
+        fields.setdefault("aggregation", self.aggregation)
+        fields.setdefault("checked", self.checked)
+        if "temperature" not in fields and _KINDS_WITH_TAU(fields["kind"]):
+            tau = self.temperature(self.layer)
+            if isinstance(tau, torch.Tensor) and tau.numel() > 1:
+                raise ValueError("a temperature per head is recorded per head: override record() and emit one head "
+                                 "at a time, or give one number")
+            t = _num(tau)
+            if t is None or not math.isfinite(t) or t == 0:
+                raise ValueError(f"the temperature must be a non-zero finite number, got {tau!r}")
+            fields.update(temperature=abs(t), scale_sign=1 if t > 0 else -1, temperature_source="attributes")
         half = dtype in ("float16", "bfloat16")
         k = fields["k"]
+        multi = q.shape[0] > 1
         for b in range(q.shape[0]):
-            try:
-                qb, kb = read_points(q[b], k, half), read_points(kk[b], k, half)
-                vb = None if v is None else read_points(v[b], k, half)
-                rec = LayerRecord(name=self.name, queries=qb, keys=kb, values=vb, call=self.calls, dtype=dtype,
-                                  training=bool(self.layer.training), **fields).check()
-                if note is not None or seen is None:
-                    rec = verified(rec, None, None)
-                    if note is not None:
-                        import dataclasses
-                        rec = dataclasses.replace(rec, verify_note=f"not verified: {note}")
-                else:
-                    rec = verified(rec, seen[b], aux(b) if aux else None)
-            except (TypeError, ValueError) as exc:
-                self.cap.fail(f"layer {self.name!r} (call {self.calls}): {exc}")
-                return
+            qb, kb = read_points(q[b], k, half), read_points(kk[b], k, half)
+            vb = None if v is None else read_points(v[b], k, half)
+            rec = LayerRecord(name=self.name, queries=qb, keys=kb, values=vb, call=self.calls, dtype=dtype,
+                              training=bool(self.layer.training), batch=b if multi else None,
+                              mask=None if mask is None else mask[b], **fields).check()
+            if note is not None or seen is None:
+                rec = verified(rec, None, None)
+                if note is not None:
+                    rec = dataclasses.replace(rec, verify_note=f"not verified: {note}")
+            else:
+                rec = verified(rec, seen[b], aux(b) if aux else None)
             self.cap.raw.append(rec)
-            self.calls += 1
+        self.calls += 1
         if dropout_active(self.layer):
             self.cap.dropout.append(self.name)
 
 
-def _scale(layer: nn.Module, name: str) -> tuple[float, int]:
-    s = _num(getattr(layer, "scale", None))
+_PER_HEAD = ("midpoint_heads", "centroid_heads", "focused_heads", "gyromidpoint_heads")
+
+
+def _KINDS_WITH_TAU(kind: str) -> bool:
+    from hypviz.base import kinds as registry
+    return registry.get(kind).temperature
+
+
+def _scale(layer: nn.Module, name: str, attr: str = "scale") -> tuple[float, int]:
+    s = _num(getattr(layer, attr, None))
     if s is None or not math.isfinite(s) or s == 0:
-        raise ValueError(f"layer {name!r}: scale must be a non-zero finite number, got {getattr(layer, 'scale', None)!r}")
+        raise ValueError(f"layer {name!r}: {attr} must be a non-zero finite number, got {getattr(layer, attr, None)!r}")
     return abs(s), (1 if s > 0 else -1)
 
 
-class HyperCoreReader(_Reader):
-    """HyperCore's (and HELM's) ``LorentzMultiheadAttention`` (see the module docstring)."""
+class _Restore:
+    """Undoes a method wrapped on an instance (the wrapper lives in the instance's ``__dict__``)."""
+
+    def __init__(self, layer: nn.Module, *names: str):
+        self.layer, self.names = layer, names
+
+    def remove(self) -> None:
+        for n in self.names:
+            self.layer.__dict__.pop(n, None)
+
+
+class HyperCoreReader(Reader):
+    """HyperCore's ``LorentzMultiheadAttention`` and HELM's copy of it (see the module docstring)."""
 
     family = "hypercore"
-    structure = "Wq and Wk nn.Linear, full_attention(), num_heads, out_channels and manifold.c, as HyperCore's LorentzMultiheadAttention"
+    structure = ("Wq and Wk nn.Linear, full_attention(), num_heads, out_channels and manifold.c, "
+                 "as HyperCore's LorentzMultiheadAttention (and HELM's copy)")
+    k_attributes = ("c", "k")
 
     @classmethod
     def matches(cls, m: nn.Module) -> bool:
@@ -170,168 +353,201 @@ class HyperCoreReader(_Reader):
         original = layer.full_attention
 
         def full_attention(qs: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            self.cur["concat_in"] = None
             out = original(qs, ks, vs, *args, **kwargs)
             try:
                 self._record(qs, ks, vs, out, args, kwargs)
             except (TypeError, ValueError) as exc:
-                self.cap.fail(str(exc))
+                self.cap.fail(f"layer {self.name!r} (call {self.calls}): {exc}")
             return out
 
         layer.full_attention = full_attention
-        linear = getattr(layer, "linear_focus_attention", None)
-        if callable(linear):
-            def linear_focus_attention(qs: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-                out = linear(qs, ks, vs, *args, **kwargs)
-                try:
-                    self._record_linear(qs, ks, vs)
-                except (TypeError, ValueError) as exc:
-                    self.cap.fail(str(exc))
-                return out
+        hs: list[Any] = [layer.register_forward_pre_hook(self._pre_call, with_kwargs=True), _Restore(layer, "full_attention")]
+        fl = getattr(layer, "final_linear", None)
+        if isinstance(fl, nn.Module):
+            hs.append(fl.register_forward_pre_hook(self._concat_in))
+        return hs
 
-            layer.linear_focus_attention = linear_focus_attention
-        pre = layer.register_forward_pre_hook(self._pre, with_kwargs=True)
+    def _concat_in(self, module: nn.Module, args: tuple) -> None:
+        if "concat_in" in self.cur and args and isinstance(args[0], torch.Tensor):
+            self.cur["concat_in"] = args[0]
+        return None
 
-        class _Restore:
-            def remove(self_inner) -> None:
-                layer.__dict__.pop("full_attention", None)
-                layer.__dict__.pop("linear_focus_attention", None)
-
-        return [pre, _Restore()]
-
-    def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+    def _pre_call(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         rot = kwargs.get("rot_pos", args[4] if len(args) > 4 else None)
-        self.cur = {"rotary": rot is not None, "mask": kwargs.get("mask", args[3] if len(args) > 3 else None)}
+        self.cur = {"rotary": rot is not None}
         return None
 
     def _record(self, qs: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor, out: Any, args: tuple, kwargs: dict) -> None:
         layer = self.layer
-        k = _manifold_k(layer, "c", "k")
+        k = self.k()
         tau, sign = _scale(layer, self.name)
-        dtype = dtype_name(qs)
-        seen = out[0] if isinstance(out, tuple) else out
+        h = int(layer.num_heads)
         dt = torch.float64 if qs.dtype == torch.float64 else torch.float32
         q, kk, v = (_lift(copy_tensor(t).permute(0, 2, 1, 3).double(), k).to(dt) for t in (qs, ks, vs))
+        mask = kwargs.get("mask", args[1] if len(args) > 1 else None)
+        keep = _keep(mask, q.shape[0], q.shape[2], kk.shape[2])
+        details = ["with RoPE"] if self.cur.get("rotary") else []
         note = None
         if getattr(layer, "trans_heads_concat", False):
-            note = "trans_heads_concat mixes the heads by a learned linear map after the centroid"
-        elif self.cur.get("mask") is not None or kwargs.get("mask") is not None or (len(args) > 1 and args[1] is not None):
-            note = "an attention mask was passed (the record holds the unmasked points)"
-        elif getattr(layer, "normalize", False):
-            note = "normalize=True rescales the queries and keys inside full_attention"
-        seen_t = copy_tensor(seen).double() if isinstance(seen, torch.Tensor) else None
-        if seen_t is not None and seen_t.dim() == 2:
-            seen_t = seen_t.unsqueeze(0)
-        self._emit(q, kk, v, seen_t, dtype=dtype, note=note, k=k, mode="helm" if self.cur.get("rotary") else "hypercore",
-                   kind="distance", temperature=tau / 2.0, scale_sign=sign, temperature_source="attributes",
-                   aggregation="centroid_mean_heads")
+            details.append("heads concatenated by final_linear")
+            agg, checked = "centroid_heads", "per-head centroids entering final_linear (the concatenating map)"
+            cin = self.cur.get("concat_in")
+            seen = None if cin is None else _heads(copy_tensor(cin), h)
+            if cin is None:
+                note = "final_linear (the concatenating map) did not run inside full_attention"
+        else:
+            agg, checked = "centroid_mean_heads", "the layer's output (centroid of the heads' centroids)"
+            o = out[0] if isinstance(out, tuple) else out
+            seen = copy_tensor(o) if isinstance(o, torch.Tensor) else None
+            if seen is not None and seen.dim() == 2:
+                seen = seen.unsqueeze(0)
+        if getattr(layer, "normalize", False):
+            note = "normalize=True rescales the queries and keys inside full_attention (not rebuilt by hypviz)"
+        if seen is not None:
+            seen = seen.double()
+        self.emit(q, kk, v, seen, dtype=dtype_name(qs), mask=keep, note=note, k=k, temperature=tau / 2.0,
+                  scale_sign=sign, temperature_source="attributes", aggregation=agg, checked=checked,
+                  detail=", ".join(details) or None)
 
 
-    def _record_linear(self, qs: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor) -> None:
-        # HyperCore's linear_focus_attention takes the features [..., 1:] of (B, N, H, D - 1) as the spatial parts
-        layer = self.layer
-        k = _manifold_k(layer, "c", "k")
-        dt = torch.float64 if qs.dtype == torch.float64 else torch.float32
-        q, kk, v = (_lift(copy_tensor(t)[..., 1:].permute(0, 2, 1, 3).double(), k).to(dt) for t in (qs, ks, vs))
-        self._emit(q, kk, v, None, dtype=dtype_name(qs), k=k, mode="hypercore", kind="focused",
-                   power=float(getattr(layer, "power_k", 2.0)), norm_scale=_num(getattr(layer, "norm_scale", 1.0)) or 1.0,
-                   note="HyperCore's linear_focus_attention (its mean over axis 1 of (B, N, H, D) and v_map_mlp) "
-                        "is not rebuilt by hypviz")
+class HMLAReader(Reader):
+    """HELM's hyperbolic multi-head latent attention, ``LorentzMLA`` (see the module docstring)."""
 
-
-class HyboNetReader(_Reader):
-    """HyboNet's ``LorentzMultiHeadedAttention`` (see the module docstring)."""
-
-    family = "hybonet"
-    structure = "linear_query, linear_key and linear_value, head_count, dim_per_head, scale and bias, as HyboNet's LorentzMultiHeadedAttention"
+    family = "helm_hmla"
+    structure = ("wkv_a, wkv_b, wo, project(), softmax_scale, n_heads, qk_rope_head_dim and manifold.c, "
+                 "as HELM's LorentzMLA (helm/modules/hmla.py)")
+    k_attributes = ("c", "k")
+    aggregation = "centroid_heads"
+    checked = "per-head centroids entering wo (the concatenating map)"
 
     @classmethod
     def matches(cls, m: nn.Module) -> bool:
-        return all(isinstance(getattr(m, a, None), nn.Module) for a in ("linear_query", "linear_key", "linear_value")) \
-            and hasattr(m, "head_count") and hasattr(m, "scale") and hasattr(m, "manifold")
+        return all(isinstance(getattr(m, a, None), nn.Module) for a in ("wkv_a", "wkv_b", "wo")) \
+            and callable(getattr(m, "project", None)) and hasattr(m, "softmax_scale") and hasattr(m, "n_heads") \
+            and hasattr(getattr(m, "manifold", None), "c")
 
     def register(self) -> list[Any]:
-        L = self.layer
-        return [L.register_forward_pre_hook(self._pre, with_kwargs=True), L.register_forward_hook(self._post),
-                L.linear_query.register_forward_hook(self._hook_role("queries")),
-                L.linear_key.register_forward_hook(self._hook_role("keys")),
-                L.linear_value.register_forward_hook(self._hook_role("values"))]
+        layer = self.layer
+        original = layer.project
+
+        def project(x: torch.Tensor) -> torch.Tensor:
+            y = original(x)
+            if "projected" in self.cur and isinstance(y, torch.Tensor):
+                self.cur["projected"].append(y)
+            return y
+
+        layer.project = project
+        return [layer.register_forward_pre_hook(self._pre, with_kwargs=True),
+                layer.register_forward_hook(self._post, with_kwargs=True), _Restore(layer, "project"),
+                layer.wo.register_forward_pre_hook(self._wo_in)]
+
+    def _wo_in(self, module: nn.Module, args: tuple) -> None:
+        if "projected" in self.cur and args and isinstance(args[0], torch.Tensor):
+            self.cur["concat_in"] = args[0]
+        return None
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        self.cur = {"mask": kwargs.get("mask", args[3] if len(args) > 3 else None)}
+        self.cur = {"projected": [], "mask": kwargs.get("mask", args[3] if len(args) > 3 else None)}
         return None
 
-    def _post(self, module: nn.Module, args: Any, output: Any) -> None:
-        cur, self.cur = self.cur, {}
-        if not all(r in cur for r in ("queries", "keys", "values")) or not isinstance(output, torch.Tensor):
-            self.cap.fail(f"layer {self.name!r}: linear_query, linear_key and linear_value did not all run in its forward")
-            return None
-        h = int(self.layer.head_count)
-        k = _manifold_k(self.layer, "k", "c")
-        try:
-            tau, sign = _scale(self.layer, self.name)
-        except ValueError as exc:
-            self.cap.fail(str(exc))
-            return None
-        q, kk, v = (_heads(copy_tensor(cur[r]), h) for r in ("queries", "keys", "values"))
-        seen = _heads(copy_tensor(output), h)
-        note = "an attention mask was passed" if cur.get("mask") is not None else None
-        self._emit(q, kk, v, seen, dtype=dtype_name(output), note=note, k=k, mode="hybonet", kind="distance",
-                   temperature=tau / 2.0, scale_sign=sign, temperature_source="attributes", aggregation="midpoint_heads")
-        return None
+    def temperature(self, layer: nn.Module) -> float | torch.Tensor:
+        s = layer.softmax_scale
+        return s.detach() / 2.0 if isinstance(s, torch.Tensor) else float(s) / 2.0
+
+    def record(self, cur: dict[str, Any], args: tuple, kwargs: dict, output: Any) -> None:
+        got = cur.get("projected", [])
+        if len(got) != 3 or cur.get("concat_in") is None:
+            raise ValueError(f"expected project() three times (queries, keys, values) and wo once in its forward, "
+                             f"got project() {len(got)} times")
+        h = int(self.layer.n_heads)
+        q, kk, v = (copy_tensor(t).permute(0, 2, 1, 3) for t in got)  # (B, S, H, D) -> (B, H, S, D)
+        mask = cur.get("mask")
+        if isinstance(mask, torch.Tensor):
+            mask = self.layer.shape_mask(mask, q.shape[0], h, q.shape[2]) if callable(getattr(self.layer, "shape_mask", None)) else mask
+        seen = _heads(copy_tensor(cur["concat_in"]), h).double()
+        rope = _num(getattr(self.layer, "qk_rope_head_dim", None))
+        self.emit(q, kk, v, seen, dtype=dtype_name(got[0]), mask=_keep(mask, q.shape[0], q.shape[2], kk.shape[2]),
+                  detail=f"latent queries and keys, RoPE on the last {int(rope) - 1 if rope else '?'} spatial dims "
+                         "of each head")
 
 
-class LorentzGateReader(_Reader):
-    """The Lorentz GCN sigmoid gate (HyboNet's and LResNet's ``LorentzAgg``, see the module docstring)."""
+class HyboNetReader(Reader):
+    """HyboNet's machine-translation ``LorentzMultiHeadedAttention`` (see the module docstring)."""
+
+    family = "hybonet"
+    structure = ("linear_query, linear_keys and linear_values, head_count, scale and bias, forward(key, value, query, "
+                 "mask, ...), as HyboNet's LorentzMultiHeadedAttention (mt/onmt/modules/lmulti_headed_attn.py)")
+    queries, keys, values = "linear_query", "linear_keys", "linear_values"
+    heads = "head_count"
+    aggregation = "midpoint_heads"
+    mask_argument = "mask"
+    checked = "the per-head context the layer returns (before any final linear)"
+
+    @classmethod
+    def matches(cls, m: nn.Module) -> bool:
+        return super().matches(m) and hasattr(m, "scale") and hasattr(m, "manifold")
+
+    def record(self, cur: dict[str, Any], args: tuple, kwargs: dict, output: Any) -> None:
+        cache = self._argument("layer_cache", args, kwargs)
+        if isinstance(cache, dict):  # decoding: the keys and values are the cache's, read after the call
+            kind = self._argument("attn_type", args, kwargs)
+            pre = "self" if kind == "self" else "memory"
+            if isinstance(cache.get(f"{pre}_keys"), torch.Tensor):
+                cur["keys"] = cache[f"{pre}_keys"].transpose(1, 2)
+                cur["values"] = cache[f"{pre}_values"].transpose(1, 2)
+        super().record(cur, args, kwargs, output)
+
+
+class LorentzGateReader(Reader):
+    """The Lorentz GCN sigmoid gate: HyboNet's ``LorentzAgg`` and HyperCore's copy (see the module docstring)."""
 
     family = "lorentz_gcn"
     structure = "query_linear and key_linear, use_att and local_agg, scale and bias, forward(x, adj), as HyboNet's LorentzAgg"
+    queries, keys = "query_linear", "key_linear"
+    kind = "sigmoid"
+    aggregation = "gate_midpoint"
+    checked = "the layer's output"
 
     @classmethod
     def matches(cls, m: nn.Module) -> bool:
-        return (isinstance(getattr(m, "query_linear", None), nn.Module) and isinstance(getattr(m, "key_linear", None), nn.Module)
-                and bool(getattr(m, "use_att", False)) and bool(getattr(m, "local_agg", True))
-                and hasattr(m, "scale") and hasattr(m, "bias"))
-
-    def register(self) -> list[Any]:
-        L = self.layer
-        return [L.register_forward_pre_hook(self._pre, with_kwargs=True), L.register_forward_hook(self._post),
-                L.query_linear.register_forward_hook(self._hook_role("queries")),
-                L.key_linear.register_forward_hook(self._hook_role("keys"))]
+        return super().matches(m) and bool(getattr(m, "use_att", False)) and bool(getattr(m, "local_agg", True)) \
+            and hasattr(m, "scale") and hasattr(m, "bias")
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         x = kwargs.get("x", args[0] if args else None)
         adj = kwargs.get("adj", args[1] if len(args) > 1 else None)
-        if isinstance(adj, torch.Tensor) and adj.layout != torch.strided:
-            adj = adj.to_dense()
         self.cur = {"values": x, "adjacency": adj}
         return None
 
-    def _post(self, module: nn.Module, args: Any, output: Any) -> None:
-        cur, self.cur = self.cur, {}
+    def record(self, cur: dict[str, Any], args: tuple, kwargs: dict, output: Any) -> None:
         if "queries" not in cur or "keys" not in cur or not isinstance(cur.get("values"), torch.Tensor):
-            self.cap.fail(f"layer {self.name!r}: query_linear and key_linear did not both run in its forward")
-            return None
-        k = _manifold_k(self.layer, "k", "c")
-        try:
-            tau, sign = _scale(self.layer, self.name)
-        except ValueError as exc:
-            self.cap.fail(str(exc))
-            return None
+            raise ValueError("query_linear and key_linear did not both run in its forward")
+        layer = self.layer
+        hypercore = hasattr(layer, "c")  # HyperCore's copy keeps c and scales the output by sqrt(c)
+        k = _num(layer.c) if hypercore else _manifold_k(layer, "k", "c")
+        tau, sign = _scale(layer, self.name)
         scale = sign * tau
-        bias = _num(self.layer.bias)
+        bias = _num(layer.bias)
         q, kk, v = (copy_tensor(cur[r]).reshape(1, 1, -1, cur[r].shape[-1]) for r in ("queries", "keys", "values"))
         adj = cur.get("adjacency")
-        adj = None if adj is None else copy_tensor(adj).double()
+        if isinstance(adj, torch.Tensor):
+            adj = adj.detach().to("cpu")
+            adj = adj.coalesce() if adj.layout == torch.sparse_coo else adj
+            adj = adj.to(torch.float64) if adj.layout == torch.strided else adj.double()
+        else:
+            adj = None
         seen = copy_tensor(output).reshape(1, -1, output.shape[-1]) if isinstance(output, torch.Tensor) else None
+        if seen is not None:
+            seen = seen.double()
         # (2 + 2 <q, kappa>_L) / scale + bias = (-1/2 |q - kappa|^2_L) / (scale / 2) + bias + (2 - 2k) / scale
-        self._emit(q, kk, v, seen, dtype=dtype_name(output), k=k, mode="lorentz_gcn", kind="sigmoid",
-                   temperature=tau / 2.0, scale_sign=sign, bias=(bias or 0.0) + (2.0 - 2.0 * k) / scale,
-                   temperature_source="attributes", aggregation="gate_midpoint",
-                   aux=lambda b: {"adjacency": adj})
-        return None
+        self.emit(q, kk, v, seen, dtype=dtype_name(output), k=k, temperature=tau / 2.0, scale_sign=sign,
+                  bias=(bias or 0.0) + (2.0 - 2.0 * k) / scale, temperature_source="attributes",
+                  aggregation="gate_centroid" if hypercore else "gate_midpoint", adjacency=adj,
+                  detail="HyperCore's copy: output scaled by sqrt(c), rows clamped at 1e-6" if hypercore else None)
 
 
-class PoincareReader(_Reader):
+class PoincareReader(Reader):
     """Poincare-ball multi-head attention in the HNN++ style (see the module docstring)."""
 
     family = "poincare"
@@ -344,59 +560,58 @@ class PoincareReader(_Reader):
         return (all(isinstance(getattr(m, a, None), nn.Module) for a in ("query", "key", "value"))
                 and hasattr(m, "num_attention_heads") and callable(getattr(man, "weighted_midpoint_bmm", None)))
 
-    def register(self) -> list[Any]:
-        L = self.layer
-        return [L.register_forward_pre_hook(self._pre, with_kwargs=True), L.register_forward_hook(self._post),
-                L.query.register_forward_hook(self._hook_role("queries")),
-                L.key.register_forward_hook(self._hook_role("keys")),
-                L.value.register_forward_hook(self._hook_role("values"))]
+    queries, keys, values = "query", "key", "value"
+    kind = "poincare"
+    aggregation = "gyromidpoint_heads"
 
     def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         self.cur = {"mask": kwargs.get("attention_mask", args[1] if len(args) > 1 else None),
                     "cross": kwargs.get("encoder_hidden_states", args[3] if len(args) > 3 else None)}
         return None
 
-    def _post(self, module: nn.Module, args: Any, output: Any) -> None:
-        cur, self.cur = self.cur, {}
+    def record(self, cur: dict[str, Any], args: tuple, kwargs: dict, output: Any) -> None:
         out = output[0] if isinstance(output, tuple) else output
         if not all(r in cur for r in ("queries", "keys", "values")) or not isinstance(out, torch.Tensor):
-            self.cap.fail(f"layer {self.name!r}: query, key and value did not all run in its forward")
-            return None
+            raise ValueError("query, key and value did not all run in its forward")
         h = int(self.layer.num_attention_heads)
         c = _num(getattr(self.layer.manifold, "c", None)) or 1.0
         k = 1.0 / c
         s = _num(getattr(self.layer, "scale", None))
         tau, sign = (1.0, 1) if s is None else (abs(s), 1 if s > 0 else -1)
-        try:
-            q, kk, v = (from_poincare(_heads(copy_tensor(cur[r]), h).double(), k) for r in ("queries", "keys", "values"))
-        except ValueError as exc:
-            self.cap.fail(f"layer {self.name!r}: {exc}")
-            return None
+        q, kk, v = (from_poincare(_heads(copy_tensor(cur[r]), h).double(), k) for r in ("queries", "keys", "values"))
         if cur["queries"].dtype != torch.float64:
             q, kk, v = q.float(), kk.float(), v.float()
         seen = _heads(copy_tensor(out), h)
         note = "an attention mask was passed" if cur.get("mask") is not None else None
-        self._emit(q, kk, v, seen, dtype=dtype_name(out), note=note, k=k, mode="poincare", kind="poincare",
-                   temperature=tau, scale_sign=sign,
-                   temperature_source="attributes" if s is not None else "default",
-                   aggregation="gyromidpoint_heads")
-        return None
+        self.emit(q, kk, v, seen, dtype=dtype_name(out), note=note, k=k, temperature=tau, scale_sign=sign,
+                  temperature_source="attributes" if s is not None else "default")
 
 
 #: The family readers, tried in order after the Hypformer reader (:func:`register` adds one).
-READERS: list[type[_Reader]] = [HyperCoreReader, HyboNetReader, LorentzGateReader, PoincareReader]
+READERS: list[type[Reader]] = []
 
 
-def register(reader: type[_Reader]) -> type[_Reader]:
-    """Add a reader class (a subclass of ``_Reader`` with ``matches``, ``register`` and ``structure``); returns it."""
-    if not (isinstance(reader, type) and callable(getattr(reader, "matches", None)) and callable(getattr(reader, "register", None))):
-        raise TypeError(f"reader must be a class with matches() and register(), got {reader!r}")
+def register(reader: type[Reader]) -> type[Reader]:
+    """Add a :class:`Reader` subclass (its ``family`` becomes a valid record ``mode``); returns it, so that it can
+    decorate the class.  Registering the same class twice is a no-op."""
+    if not (isinstance(reader, type) and issubclass(reader, Reader)):
+        raise TypeError(f"reader must be a subclass of hypviz.capture.Reader, got {reader!r}")
+    if not reader.family or not reader.family.isidentifier():
+        raise ValueError(f"reader.family must be a name (letters, digits, underscores), got {reader.family!r}")
+    clash = next((r for r in READERS if r.family == reader.family and r is not reader), None)
+    if clash is not None:
+        raise ValueError(f"reader.family must be new, got {reader.family!r} (already {clash.__name__}'s)")
+    add_mode(reader.family)
     if reader not in READERS:
         READERS.append(reader)
     return reader
 
 
-def reader_for(m: nn.Module) -> type[_Reader] | None:
+for _r in (HyperCoreReader, HMLAReader, HyboNetReader, LorentzGateReader, PoincareReader):
+    register(_r)
+
+
+def reader_for(m: nn.Module) -> type[Reader] | None:
     """The first reader whose structure ``m`` has, else None."""
     for r in READERS:
         try:
@@ -408,7 +623,8 @@ def reader_for(m: nn.Module) -> type[_Reader] | None:
 
 
 _QK = (("Wq", "Wk"), ("q_proj", "k_proj"), ("query", "key"), ("linear_query", "linear_key"),
-       ("query_linear", "key_linear"), ("to_q", "to_k"), ("W_q", "W_k"))
+       ("query_linear", "key_linear"), ("to_q", "to_k"), ("W_q", "W_k"), ("linear_query", "linear_keys"),
+       ("wq", "wkv_a"), ("wq_b", "wkv_b"))
 
 
 def unrecognised(named: dict[str, nn.Module], known: set[str]) -> list[str]:
@@ -423,6 +639,6 @@ def unrecognised(named: dict[str, nn.Module], known: set[str]) -> list[str]:
             out.append(
                 f"module {n!r} ({type(m).__name__}) has {has[0]}/{has[1]} like an attention layer but no reader "
                 f"recognised it; capture it with layers={{{n!r}: ({n + '.' + has[0]!r}, {n + '.' + has[1]!r})}}, k=... "
-                "or add a reader with hypviz.capture.family_readers.register"
+                "or add a hypviz.capture.Reader with hypviz.capture.register"
             )
     return out

@@ -150,10 +150,12 @@ def verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: bo
                 verify_note=f"verified at the measured tau = {tau:.4g} (the attributes gave {rec.temperature:.4g}, "
                             f"error {err:.2g}): {note}")
     err_s = "inf" if not math.isfinite(err) else f"{err:.2g}"
+    what = rec.checked or "the layer's output"
     return dataclasses.replace(
         rec, verify_error=err if math.isfinite(err) else None, verify_tolerance=tol,
-        verify_note=f"not verified: the output rebuilt by {rec.aggregation} differs from the layer's by {err_s} "
-                    f"(tolerance {tol:.2g}); the layer does not compute the map recorded")
+        verify_note=f"not verified: {what} rebuilt by {rec.aggregation} from the recorded map differs from the "
+                    f"layer's by {err_s} (tolerance {tol:.2g}); the map recorded or that aggregation is not what the "
+                    "layer computes")
 
 
 class HypformerReader:
@@ -203,7 +205,15 @@ class HypformerReader:
         for role, mods in heads:
             for i, m in enumerate(mods):
                 handles.append(m.register_forward_hook(self._head_hook(role, i)))
+        fl = getattr(self.layer, "final_linear", None)
+        if isinstance(fl, nn.Module):  # trans_heads_concat: the heads enter final_linear, recorded to be checked
+            handles.append(fl.register_forward_pre_hook(self._concat_in))
         return handles
+
+    def _concat_in(self, module: nn.Module, args: tuple) -> None:
+        if self.current is not None and args and isinstance(args[0], torch.Tensor):
+            self.current["concat_in"] = copy_tensor(args[0])
+        return None
 
     def _head_hook(self, role: str, i: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
@@ -318,9 +328,16 @@ class HypformerReader:
             q, kk = read_points(q, kf, True), read_points(kk, kf, True)
             v = None if v is None else read_points(v, kf, True)
         extra: dict[str, Any] = {}
+        seen = cur.get("output")
+        concat = bool(getattr(layer, "trans_heads_concat", False)) and cur.get("concat_in") is not None
         if mode == "linear_focused":
             extra = {"power": _param(layer, "power_k", lname), "norm_scale": _param(layer, "norm_scale", lname),
                      "aggregation": "focused_mean_lift" if cur.get("self_term") is not None else None}
+            if concat and extra["aggregation"] is not None:
+                cin = cur["concat_in"]  # (N, H * D): per head O_h + v_map_mlp(V_s,h), before final_linear
+                seen = cin.reshape(cin.shape[0], self.h, -1).transpose(0, 1)
+                extra.update(aggregation="focused_heads", detail="heads concatenated by final_linear",
+                             checked="per-head outputs entering final_linear (the concatenating map)")
         else:
             scale = _param(layer, "scale", lname)
             if not math.isfinite(scale) or scale == 0:
@@ -335,8 +352,7 @@ class HypformerReader:
                           call=call, dtype=cur.get("dtype"), training=cur.get("training"), **extra)
         if cur.get("dropout"):
             self.cap.dropout.append(lname)
-        seen = cur.get("output")
-        if seen is not None and seen.dim() == 3 and seen.shape[0] == 1:
+        if seen is not None and seen.dim() == 3 and seen.shape[0] == 1 and rec.aggregation != "focused_heads":
             seen = seen[0]
         return verified(rec.check(), seen, {"self_term": cur.get("self_term")})
 

@@ -24,15 +24,30 @@ from hypviz.attention import attention_map
 from hypviz.base import kinds as registry
 from hypviz.lorentz import as_tensor, check_k, check_points
 
-__all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load", "parse"]
+__all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load", "parse", "modes", "add_mode"]
 
 #: The ``"format"`` entry of a file written by :func:`save`.
 FORMAT = "hypviz.capture"
 #: The file format's version; :func:`load` refuses newer ones.
 VERSION = 1
-#: A record's ``mode``: a Hypformer-style layer's ``attention_type``, ``"generic"`` (``layers=``), or the
-#: family of a layer read by :mod:`hypviz.capture.family_readers`.
-MODES: tuple[str, ...] = ("linear_focused", "full", "generic", "hypercore", "helm", "hybonet", "lorentz_gcn", "poincare")
+#: The modes every hypviz knows: a Hypformer-style layer's ``attention_type`` and ``"generic"`` (``layers=``); the
+#: families of the registered readers are added by :func:`add_mode` (:func:`modes` lists all of them).
+MODES: tuple[str, ...] = ("linear_focused", "full", "generic")
+_MODES: list[str] = list(MODES)
+
+
+def add_mode(mode: str) -> str:
+    """Make ``mode`` (a registered reader's ``family``) a valid :attr:`LayerRecord.mode`; returns it."""
+    if not isinstance(mode, str) or not mode.isidentifier():
+        raise ValueError(f"mode must be a name (letters, digits, underscores), got {short(mode)}")
+    if mode not in _MODES:
+        _MODES.append(mode)
+    return mode
+
+
+def modes() -> tuple[str, ...]:
+    """The valid :attr:`LayerRecord.mode` s now: :data:`MODES` and the families of the registered readers."""
+    return tuple(_MODES)
 #: The ``model=`` choices, what named modules output: hyperboloid points or Poincare-ball points.
 MODELS: tuple[str, ...] = ("lorentz", "poincare")
 HYPFORMER_KIND = {"linear_focused": "focused", "full": "distance"}
@@ -42,7 +57,7 @@ ROLES = ("queries", "keys", "values")
 RECORD_OPTIONS: dict[str, bool] = {"power": True, "norm_scale": True, "bias": False}
 # optional fields of a record (file version 1 without them reads as before)
 _EXTRA_FIELDS = ("bias", "scale_sign", "aggregation", "verify_error", "verify_tolerance", "verify_note", "dtype",
-                 "training", "temperature_source")
+                 "training", "temperature_source", "mask", "adjacency", "batch", "detail", "checked")
 #: The file names a capture is saved under: what ``hypviz compare CAPTURE`` reads.
 EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
 
@@ -113,6 +128,19 @@ class LayerRecord:
         Whether the layer was in training mode when recorded.
     temperature_source : str or None
         ``"attributes"``, ``"measured"`` (fitted to the layer's output), ``"given"`` or ``"default"``.
+    mask : torch.Tensor or None
+        Boolean ``(N, M)`` or ``(H, N, M)`` (``H`` may be 1): True where the layer lets query :math:`i` attend
+        to key :math:`j` (a padding or causal mask as the layer applied it); None when every key is attended.
+        A softmax map is then :math:`A_{ij} = \mathrm{softmax}_{j:\,\mathrm{mask}_{ij}}(s_{ij}/\tau)`, zero
+        elsewhere (a row with no key left is uniform, as the layers' ``masked_fill(-1e18)`` makes it).
+    adjacency : torch.Tensor or None
+        The graph's ``(N, M)`` adjacency a gate multiplies (``adj`` :math:`\odot G`), dense or sparse (kept sparse).
+    batch : int or None
+        The batch element of the call this record holds (one record per batch element), None without a batch axis.
+    detail : str or None
+        What the reader saw about the layer's structure, e.g. ``"with RoPE"`` or ``"heads concatenated by final_linear"``.
+    checked : str or None
+        Which output of the layer the verification compared (e.g. ``"per-head output entering final_linear"``).
     """
 
     name: str
@@ -135,6 +163,11 @@ class LayerRecord:
     dtype: str | None = None
     training: bool | None = None
     temperature_source: str | None = None
+    mask: torch.Tensor | None = None
+    adjacency: torch.Tensor | None = None
+    batch: int | None = None
+    detail: str | None = None
+    checked: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -142,9 +175,9 @@ class LayerRecord:
         if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
             raise ValueError(f"LayerRecord {short(self.name)}: call must be an integer >= 0, got {short(self.call)}")
         self.k = check_k(self.k)
-        if self.mode not in MODES:
+        if self.mode not in _MODES:
             raise ValueError(
-                f"LayerRecord {short(self.name)}: mode must be one of {', '.join(map(repr, MODES))}, "
+                f"LayerRecord {short(self.name)}: mode must be one of {', '.join(map(repr, _MODES))}, "
                 f"got {short(self.mode)}"
             )
         if self.kind not in registry.names():
@@ -168,7 +201,7 @@ class LayerRecord:
             raise ValueError(f"LayerRecord {short(self.name)}: scale_sign must be 1 or -1, got {short(self.scale_sign)}")
         self.verify_error = opt_float(self.verify_error, f"LayerRecord {short(self.name)}: verify_error")
         self.verify_tolerance = opt_float(self.verify_tolerance, f"LayerRecord {short(self.name)}: verify_tolerance")
-        for field in ("aggregation", "verify_note", "dtype", "temperature_source"):
+        for field in ("aggregation", "verify_note", "dtype", "temperature_source", "detail", "checked"):
             if getattr(self, field) is not None and not isinstance(getattr(self, field), str):
                 raise ValueError(f"LayerRecord {short(self.name)}: {field} must be a string or None, got {short(getattr(self, field))}")
         if self.training is not None and not isinstance(self.training, bool):
@@ -194,6 +227,26 @@ class LayerRecord:
         for t, role in ((kk, "keys"), (v, "values")):
             if t is not None and t.dtype != q.dtype:
                 raise TypeError(f"{where}: queries are {q.dtype} but {role} are {t.dtype}; expected one dtype")
+        if self.batch is not None and (isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 0):
+            raise ValueError(f"{where}: batch must be an integer >= 0 or None, got {short(self.batch)}")
+        n, m, h = q.shape[1], kk.shape[1], q.shape[0]
+        if self.mask is not None:
+            mk = self.mask
+            if not isinstance(mk, torch.Tensor) or mk.dtype != torch.bool or mk.layout != torch.strided:
+                raise ValueError(f"{where}: mask must be a dense boolean tensor or None, got {short(mk)}")
+            if mk.dim() == 2:
+                mk = mk.unsqueeze(0)
+            if mk.dim() != 3 or mk.shape[1:] != (n, m) or mk.shape[0] not in (1, h):
+                raise ValueError(f"{where}: mask must be (N, M) or (H, N, M) with H in (1, {h}), N = {n}, M = {m}, "
+                                 f"got {tuple(self.mask.shape)}")
+            self.mask = mk.detach().cpu()
+        if self.adjacency is not None:
+            adj = self.adjacency
+            if not isinstance(adj, torch.Tensor) or adj.layout not in (torch.strided, torch.sparse_coo, torch.sparse_csr) \
+                    or tuple(adj.shape) != (n, m):
+                raise ValueError(f"{where}: adjacency must be an (N, M) = ({n}, {m}) tensor (dense or sparse) or None, "
+                                 f"got {short(adj) if not isinstance(adj, torch.Tensor) else tuple(adj.shape)}")
+            self.adjacency = adj.detach().cpu()
 
     # ---- shapes ----
     @property
@@ -227,8 +280,27 @@ class LayerRecord:
 
             A_{ij} = \frac{\varphi(q_i)\cdot\varphi(\kappa_j)}{\sum_l \varphi(q_i)\cdot\varphi(\kappa_l)}.
         """
-        return attention_map(self.queries, self.keys, self.kind, k=self.k, temperature=self.temperature,
-                             **self.map_options())
+        p = attention_map(self.queries, self.keys, self.kind, k=self.k, temperature=self.temperature,
+                          **self.map_options())
+        return self.applied(p)
+
+    def applied(self, p: torch.Tensor) -> torch.Tensor:
+        r"""The map ``p`` ``(H, N, M)`` of all key pairs as the layer applies it: renormalised over the keys the
+        :attr:`mask` keeps (a softmax restricted to them; a row with none left uniform), or for a gate multiplied
+        by :attr:`adjacency`, :math:`\mathrm{adj}\odot G`.  Without mask and adjacency, ``p`` itself."""
+        if self.mask is not None:
+            keep = self.mask.to(p.device)
+            kept = torch.where(keep, p, torch.zeros((), dtype=p.dtype, device=p.device))
+            total = kept.sum(dim=-1, keepdim=True)
+            if registry.get(self.kind).family == "gate":
+                p = kept
+            else:
+                uniform = torch.full_like(p, 1.0 / p.shape[-1])
+                p = torch.where(total > 0, kept / torch.where(total > 0, total, torch.ones_like(total)), uniform)
+        if self.adjacency is not None:
+            adj = self.adjacency.to_dense() if self.adjacency.layout != torch.strided else self.adjacency
+            p = p * adj.to(p.device, p.dtype)
+        return p
 
     def map_options(self) -> dict[str, Any]:
         """The parameters the kind's map reads besides ``k`` and ``temperature`` (its registry entry's ``options``),

@@ -20,6 +20,14 @@ with the layer's own aggregation (:data:`AGGREGATIONS`):
   :math:`o = \mathrm{lift}_k\bigl(\frac1H\sum_h (O_h + \mathrm{v\_map\_mlp}(V_{s,h}))\bigr)`;
 * ``"gate_midpoint"`` (the Lorentz GCN gate): :math:`s = (\mathrm{adj} \odot G) X`,
   :math:`o = s/\sqrt{|\langle s, s\rangle_L|}`, the rows of the gate :math:`G` not normalised;
+* ``"centroid_heads"`` (heads concatenated after the centroid: Hypformer's, HyperCore's and HELM's
+  ``trans_heads_concat``, HELM's HMLA before ``wo``): per head :math:`\mathrm{cent}_k(A_h V_h)`, compared with
+  what enters the concatenating map (recorded by the reader, the step named in the record's ``checked``);
+* ``"focused_heads"`` (Hypformer's ``linear_focused`` with ``trans_heads_concat``): per head the focused
+  formula plus the self term, :math:`O_h + \mathrm{v\_map\_mlp}(V_{s,h})`, compared with what enters
+  ``final_linear``;
+* ``"gate_centroid"`` (the gate as HyperCore ships it): :math:`s = (\mathrm{adj} \odot G) X`,
+  :math:`o = \sqrt{k}\,s/\sqrt{\max(|\langle s, s\rangle_L|, 10^{-6})}` (its :math:`\sqrt{c}` and its clamp);
 * ``"gyromidpoint_heads"`` (Poincare-ball attention): per head the weighted Möbius gyromidpoint of
   the values in the ball of radius :math:`\sqrt{k}`, with :math:`\lambda_j = 2k/(k - \|v_j\|^2)`,
 
@@ -51,11 +59,12 @@ __all__ = ["AGGREGATIONS", "tolerance", "relative_error", "layer_map", "rebuild"
 
 #: The aggregations :func:`rebuild` knows (see the module docstring).
 AGGREGATIONS: tuple[str, ...] = ("centroid_mean_heads", "midpoint_heads", "focused_mean_lift", "gate_midpoint",
-                                 "gyromidpoint_heads")
+                                 "gyromidpoint_heads", "centroid_heads", "focused_heads", "gate_centroid")
 _F64 = torch.float64
 _BLOCK_ELEMENTS = 2**23  # float64 map entries rebuilt at a time (64 MiB): rows in blocks, never the whole N x M
 _FIT_ROWS = 256  # query rows the temperature is fitted on (then verified on all rows)
-_ROWWISE = ("centroid_mean_heads", "midpoint_heads", "gate_midpoint", "gyromidpoint_heads")
+_ROWWISE = ("centroid_mean_heads", "midpoint_heads", "gate_midpoint", "gyromidpoint_heads", "centroid_heads",
+            "gate_centroid")
 
 
 def tolerance(dtype: str | torch.dtype | None) -> float:
@@ -103,7 +112,8 @@ def gyromidpoint(values_ball: torch.Tensor, weights: torch.Tensor, k: float) -> 
 
 
 def layer_map(rec: Any) -> torch.Tensor:
-    r"""The map the layer computes, ``(H, N, M)`` float64: :meth:`LayerRecord.attention_map` on float64 points.
+    r"""The map the layer applies, ``(H, N, M)`` float64: :meth:`LayerRecord.attention_map` on float64 points (with
+    the record's mask or adjacency, :meth:`LayerRecord.applied`).
 
     With a negative ``scale`` (``scale_sign = -1``) the distance logits change sign,
     :math:`A = \mathrm{softmax}_j(+\tfrac12\|q_i - \kappa_j\|_L^2/|\tau|)`.
@@ -114,8 +124,8 @@ def layer_map(rec: Any) -> torch.Tensor:
             raise ValueError(f"layer {rec.name!r}: a negative scale is handled for kind 'distance' only, got {rec.kind!r}")
         inner_ = q[..., 1:] @ kk[..., 1:].transpose(-1, -2) - q[..., :1] @ kk[..., :1].transpose(-1, -2)
         sq = (-2.0 * rec.k - 2.0 * inner_).clamp_min(0.0)
-        return torch.softmax(0.5 * sq / rec.temperature, dim=-1)
-    return attention_map(q, kk, rec.kind, k=rec.k, temperature=rec.temperature, **rec.map_options())
+        return rec.applied(torch.softmax(0.5 * sq / rec.temperature, dim=-1))
+    return rec.applied(attention_map(q, kk, rec.kind, k=rec.k, temperature=rec.temperature, **rec.map_options()))
 
 
 def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -135,20 +145,27 @@ def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tenso
         parts = [rebuild(_rows(rec, i, i + rows), _rows_aux(aux, i, i + rows)) for i in range(0, rec.n_queries, rows)]
         return torch.cat(parts, dim=-2)
     v = rec.values.to(_F64)
-    if agg == "focused_mean_lift":
+    if agg in ("focused_mean_lift", "focused_heads"):
+        if rec.mask is not None:
+            raise ValueError(f"layer {rec.name!r}: a mask with the focused map is not rebuilt by hypviz")
         out = focused_linear_attention(rec.queries.to(_F64), rec.keys.to(_F64), v, power=rec.power,
                                        norm_scale=rec.norm_scale, k=k, eps=1e-6)
+        if agg == "focused_heads":
+            return out + aux["self_term"].to(_F64)
         return lift((out + aux["self_term"].to(_F64)).mean(dim=0), k)
     w = layer_map(rec) if weights is None else weights
     if agg == "centroid_mean_heads":
         return lorentz_centroid(lorentz_centroid(w @ v, k).mean(dim=0), k)
+    if agg == "centroid_heads":
+        return lorentz_centroid(w @ v, k)
+    if agg == "gate_centroid":
+        s = (w @ v).mean(dim=0)
+        return math.sqrt(k) * s / _inner(s, s).abs().clamp_min(1e-6).sqrt()
     if agg == "midpoint_heads":
         a = w @ v
         return a / _inner(a, a).abs().clamp_min(1e-8).sqrt()
     if agg == "gate_midpoint":
-        adj = aux.get("adjacency")
-        g = w if adj is None else w * adj.to(_F64)
-        s = (g @ v).mean(dim=0)
+        s = (w @ v).mean(dim=0)
         return s / _inner(s, s).abs().clamp_min(1e-8).sqrt()
     if agg == "gyromidpoint_heads":
         rk = math.sqrt(k)  # the ball points of the values (to_poincare without its float64 hyperboloid check)
@@ -157,16 +174,19 @@ def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tenso
 
 
 def _rows(rec: Any, i: int, j: int) -> Any:
-    return dataclasses.replace(rec, queries=rec.queries[:, i:j])
+    adj = rec.adjacency
+    if adj is not None:
+        adj = (adj.to_dense() if adj.layout != torch.strided else adj)[i:j]
+    return dataclasses.replace(rec, queries=rec.queries[:, i:j], mask=None if rec.mask is None else rec.mask[:, i:j],
+                               adjacency=adj)
 
 
 def _rows_aux(aux: dict[str, Any], i: int, j: int) -> dict[str, Any]:
-    adj = aux.get("adjacency")
-    return {**aux, "adjacency": None if adj is None else adj[..., i:j, :]}
+    return dict(aux)
 
 
 def _seen_rows(rec: Any, seen: torch.Tensor, j: int) -> torch.Tensor:
-    return seen[:j] if rec.aggregation in ("centroid_mean_heads", "gate_midpoint") else seen[:, :j]
+    return seen[:j] if rec.aggregation in ("centroid_mean_heads", "gate_midpoint", "gate_centroid") else seen[:, :j]
 
 
 def verify(rec: Any, seen: torch.Tensor | None, aux: dict[str, Any] | None = None) -> tuple[float | None, str]:
