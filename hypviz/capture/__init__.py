@@ -38,13 +38,20 @@ Two ways a layer is found:
   constant :math:`b` cancels in the row softmax.  Logits written without the :math:`1/k`,
   :math:`(2 + 2\langle q, \kappa\rangle_L)/\mathrm{scale} + b`, are the same distance softmax
   at :math:`\tau = \mathrm{scale}/2`; the two agree at :math:`k = 1`.
-* **The field's other families, by structure** (:mod:`hypviz.capture.family_readers`, which names the public
-  code each reader was checked against): HyperCore's ``LorentzMultiheadAttention`` and HELM's
-  (:math:`\tau = \mathrm{scale}/2`, centroids), HyboNet's ``LorentzMultiHeadedAttention``
-  (:math:`\tau = \mathrm{scale}/2`, ``mid_point`` per head), the Lorentz GCN gate (kind
-  ``"sigmoid"``, rows not normalised) and HNN++-style Poincare-ball attention (kind ``"poincare"``,
-  :math:`\mathrm{softmax}(-d/\tau)`, gyromidpoint).  A module that looks like attention but matches
-  none is named in one line, with how to capture it.
+* **The field's other families, by structure** (:mod:`hypviz.capture.family_readers`, which names the file and
+  commit each reader was written from): HyperCore's ``LorentzMultiheadAttention`` and HELM's copy of it
+  (:math:`\tau = \mathrm{scale}/2`, masks, RoPE, heads concatenated by ``final_linear``), HELM's HMLA
+  ``LorentzMLA`` (latent queries and keys, RoPE on part of the dimensions), HyboNet's machine-translation
+  ``LorentzMultiHeadedAttention`` (:math:`\tau = \mathrm{scale}/2`, ``mid_point`` per head, padding mask,
+  ``layer_cache``), the Lorentz GCN gate as HyboNet and HyperCore ship it (kind ``"sigmoid"``, rows not
+  normalised, times the adjacency) and HNN++-style Poincare-ball attention (kind ``"poincare"``,
+  :math:`\mathrm{softmax}(-d/\tau)`, gyromidpoint).  A mask the layer applies is recorded
+  (``LayerRecord.mask``) and the record's map is the masked one; heads concatenated by a learned map are
+  verified per head on what enters that map (``LayerRecord.checked`` names the step).  A module that looks like
+  attention but matches none is named in one line, with how to capture it.
+* **A new family** is one :class:`Reader` subclass (which submodules are the queries, keys and values, the
+  temperature rule, the aggregation, where the mask comes from) added with :func:`register`; its family
+  becomes a valid ``mode`` (:func:`modes`).
 * **Any other model, by name**: ``layers={"enc.0": ("enc.0.q", "enc.0.k"[, "enc.0.v"])}`` names the
   modules whose outputs are the queries, keys (and values); ``k`` is then required and ``kind``,
   ``temperature``, ``power``, ``norm_scale`` say what the layer computes (mode ``"generic"``; its
@@ -63,10 +70,10 @@ negative ``scale`` (recorded and reported, not refused) and where :math:`\tau` c
 error, not an empty file.
 """
 
-from hypviz.capture.family_readers import READERS, register
+from hypviz.capture.family_readers import READERS, Reader, register
 from hypviz.capture.hooks import Capture, attention
-from hypviz.capture.records import FORMAT, MODELS, MODES, VERSION, LayerRecord, load, parse, save
+from hypviz.capture.records import FORMAT, MODELS, MODES, VERSION, LayerRecord, load, modes, parse, save
 from hypviz.capture.verification import verify
 
 __all__ = ["attention", "Capture", "LayerRecord", "save", "load", "parse", "FORMAT", "VERSION", "MODES", "MODELS",
-           "READERS", "register", "verify"]
+           "READERS", "Reader", "register", "modes", "verify"]

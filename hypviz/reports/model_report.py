@@ -116,9 +116,10 @@ class LayerResult:
         return fmt(self.temperature) + (f" ({src})" if src in ("measured", "default") else "") + sign
 
     @property
-    def own_is_reference(self) -> bool:
-        """Whether the layer's own map is the distance softmax itself (then ``own`` is ``None``)."""
-        return self.own is None
+    def own_is_reference(self) -> bool | None:
+        """Whether the layer's own map is the distance softmax itself (then ``own`` is ``None``); None for a layer
+        hypviz did not verify (no statement about its own map)."""
+        return None if not self.verified else self.own is None
 
 
 def analyse(records: Sequence[Any], *, temperature: float | None = None, device: str = "auto",
@@ -127,18 +128,30 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
 
     The distance softmax (and the spatial one) is taken at the record's own temperature (a full
     layer's, see :mod:`hypviz.capture`), else at ``temperature``, else at :math:`\sqrt{d}`.  The
-    model's map is compared unless it is the distance softmax (kind ``"distance"``); a focused
-    record uses its ``power`` and ``norm_scale``.  ``device`` and ``progress`` are passed to
+    model's map is compared unless it is the distance softmax (kind ``"distance"``) or the record is not
+    verified (one verdict policy: a layer whose output hypviz did not rebuild gets no verdict about its own
+    map, ``own`` is None); a focused record uses its ``power`` and ``norm_scale``.  A record with a mask or
+    an adjacency is compared as the layer applies it: every map restricted to the keys the layer attends
+    (:meth:`hypviz.capture.LayerRecord.applied`).  ``device`` and ``progress`` are passed to
     :func:`hypviz.attention.compare`.  Returns one :class:`LayerResult` per record, in order.
     """
     results = []
     for rec in records:
         label = rec.name + (f" (call {rec.call})" if getattr(rec, "call", 0) else "")
+        if getattr(rec, "batch", None) is not None:
+            label += f" (batch element {rec.batch})"
         tau = rec.temperature if rec.temperature is not None else temperature
         tau = float(math.sqrt(rec.dim) if tau is None else tau)
         common = dict(k=rec.k, temperature=tau, device=device, progress=progress)
+        verified = str(getattr(rec, "verify_note", "") or "").startswith("verified")
         own = None
-        if not kinds.get(rec.kind, "a record's kind").comparable or getattr(rec, "scale_sign", 1) < 0:
+        if getattr(rec, "mask", None) is not None or getattr(rec, "adjacency", None) is not None:
+            own, thread = _restricted(rec, tau, verified)
+            results.append(LayerResult(label, rec, tau, own, thread))
+            continue
+        if not verified:
+            pass
+        elif not kinds.get(rec.kind, "a record's kind").comparable or getattr(rec, "scale_sign", 1) < 0:
             own = _own_given(rec, tau)
         elif rec.kind != REFERENCE:  # a distance layer's map is the reference itself
             own = attention.compare(
@@ -150,6 +163,35 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
         thread = attention.compare(rec.queries, rec.keys, THREAD, REFERENCE, values=rec.values, **common)
         results.append(LayerResult(label, rec, tau, own, thread))
     return results
+
+
+def _restricted(rec: Any, tau: float, verified: bool) -> tuple[attention.Comparison | None, attention.Comparison]:
+    """The model's map (when verified and not the distance softmax itself) and the spatial softmax, each against the
+    distance softmax, all restricted to the keys the layer attends (its mask, or the adjacency's non-zero entries)."""
+    import torch
+
+    from hypviz.capture.verification import layer_map
+
+    q, kk = rec.queries.to(torch.float64), rec.keys.to(torch.float64)
+    keep = None if rec.mask is None else rec.mask
+    if rec.adjacency is not None:
+        adj = rec.adjacency.to_dense() if rec.adjacency.layout != torch.strided else rec.adjacency
+        keep = (adj != 0).unsqueeze(0) if keep is None else keep & (adj != 0)
+
+    def restrict(p: torch.Tensor) -> torch.Tensor:
+        kept = torch.where(keep, p, torch.zeros((), dtype=p.dtype))
+        total = kept.sum(dim=-1, keepdim=True)
+        return torch.where(total > 0, kept / torch.where(total > 0, total, torch.ones_like(total)),
+                           torch.full_like(p, 1.0 / p.shape[-1]))
+
+    p_ref = restrict(attention.attention_map(q, kk, REFERENCE, k=rec.k, temperature=tau))
+    p_thr = restrict(attention.attention_map(q, kk, THREAD, k=rec.k, temperature=tau))
+    thread = attention.compare_maps(p_thr, p_ref, a=THREAD, b=REFERENCE, values=rec.values, k=rec.k)
+    own = None
+    if verified and not (rec.kind == REFERENCE and getattr(rec, "scale_sign", 1) > 0):
+        own = attention.compare_maps(restrict(layer_map(rec)), p_ref, a=rec.kind, b=REFERENCE, values=rec.values,
+                                     k=rec.k)
+    return own, thread
 
 
 def _own_given(rec: Any, tau: float) -> attention.Comparison:
@@ -224,9 +266,16 @@ def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, A
             "verification": lr.verification,
             **{f: getattr(rec, f, None) for f in ("verify_error", "verify_tolerance", "verify_note", "dtype", "training",
                                                   "scale_sign", "temperature_source", "aggregation", "bias")},
-            "model_vs_distance": None if lr.own is None else {
+            "model_vs_distance": None if lr.own is None or not lr.verified else {
                 "summary": lr.own.to_dict(), "heads": per_head(lr.own)},
-            "model_map_is_distance": lr.own is None,
+            "model_map_is_distance": lr.own_is_reference,
+            "model_verdict": ("not verified: no verdict" if not lr.verified else
+                              "model's map = distance softmax" if lr.own is None else "per head in model_vs_distance"),
+            "batch": getattr(rec, "batch", None),
+            "masked": getattr(rec, "mask", None) is not None,
+            "adjacency": getattr(rec, "adjacency", None) is not None,
+            "detail": getattr(rec, "detail", None),
+            "checked": getattr(rec, "checked", None),
             "thread_spatial_vs_distance": {"summary": lr.thread.to_dict(), "heads": per_head(lr.thread)},
         }
         layers.append(entry)
