@@ -592,7 +592,8 @@ def test_an_unverified_layer_has_no_verdict_in_metrics_or_summary(tmp_path):
     assert "model's map not verified: no verdict" in text and "model's map = distance" not in text
 
 
-def test_a_reader_registered_at_run_time_captures_a_new_family():
+@pytest.mark.parametrize("per_head", [False, True])
+def test_a_reader_registered_at_run_time_captures_a_new_family(per_head):
     from hypviz.capture import READERS, Reader, register
     from hypviz.capture.records import modes
 
@@ -602,7 +603,8 @@ def test_a_reader_registered_at_run_time_captures_a_new_family():
         def __init__(self, d=4, heads=2):
             super().__init__()
             self.to_q, self.to_k, self.to_v = (nn.Linear(d, heads * 3) for _ in range(3))
-            self.heads, self.tau = heads, nn.Parameter(torch.tensor(0.7))
+            self.heads = heads
+            self.tau = nn.Parameter(torch.tensor([0.7, 1.9]) if per_head else torch.tensor(0.7))
             self.manifold = HypformerManifold(1.0)
 
         def forward(self, x, key_padding=None):
@@ -610,7 +612,8 @@ def test_a_reader_registered_at_run_time_captures_a_new_family():
             lift = lambda s: torch.cat([((s * s).sum(-1, keepdim=True) + 1).sqrt(), s], -1)  # noqa: E731
             q, k, v = (lift(m(x).view(b, n, self.heads, 3)).transpose(1, 2) for m in (self.to_q, self.to_k, self.to_v))
             inner = q[..., 1:] @ k[..., 1:].transpose(-1, -2) - q[..., :1] @ k[..., :1].transpose(-1, -2)
-            logits = (-0.5 * (-2 - 2 * inner)) / self.tau
+            tau = self.tau.flip(0) if getattr(self, "flip", False) else self.tau
+            logits = (-0.5 * (-2 - 2 * inner)) / (tau.reshape(-1, 1, 1) if per_head else tau)
             if key_padding is not None:
                 logits = logits.masked_fill(key_padding[:, None, None, :], -1e18)
             a = torch.softmax(logits, -1) @ v
@@ -618,7 +621,7 @@ def test_a_reader_registered_at_run_time_captures_a_new_family():
             return a.transpose(1, 2)
 
     class TinyReader(Reader):
-        family = "tiny_test_family"
+        family = f"tiny_test_family_{int(per_head)}"
         structure = "to_q, to_k, to_v and tau, as the test's TinyAttention"
         queries, keys, values = "to_q", "to_k", "to_v"
         heads, spatial = "heads", True
@@ -632,17 +635,26 @@ def test_a_reader_registered_at_run_time_captures_a_new_family():
         def temperature(self, layer):
             return layer.tau.detach()
 
-    assert "tiny_test_family" not in modes()
+    assert TinyReader.family not in modes()
     register(TinyReader)
     try:
-        assert "tiny_test_family" in modes()
+        assert TinyReader.family in modes()
         layer = TinyAttention()
         x = torch.randn(2, 5, 4)
         pad = torch.tensor([[False] * 5, [False] * 2 + [True] * 3])
         recs = _capture(layer, x, key_padding=pad)
         _all_verified(recs)
-        assert recs[0].mode == "tiny_test_family" and recs[1].temperature == pytest.approx(0.7)
-        assert not recs[1].mask[..., 2:].any()
+        assert recs[0].mode == TinyReader.family and not recs[1].mask[..., 2:].any()
+        if per_head:  # one temperature per head, each head's map at its own
+            assert recs[1].head_temperatures == pytest.approx([0.7, 1.9])
+            assert recs[1].temperature == pytest.approx(math.sqrt(0.7 * 1.9))
+            (res,) = model_report.analyse([recs[1]], device="cpu", progress=False)
+            assert res.own is None and res.own_is_reference and "one per head" in res.tau_text
+            layer.flip = True  # a layer that applies its heads' temperatures swapped is caught
+            bad = _capture(layer, x, key_padding=pad)
+            assert all(r.verify_note.startswith("not verified") and r.verify_error > 1e-3 for r in bad)
+        else:
+            assert recs[1].temperature == pytest.approx(0.7) and recs[1].head_temperatures is None
         with pytest.raises(ValueError, match="reader.family must be new"):
             register(type("Other", (TinyReader,), {}))
     finally:

@@ -55,7 +55,8 @@ families' code, read at these commits (no code copied):
 
 **A new family is one** :class:`Reader` **subclass** registered with :func:`register`: it declares which
 submodules output the queries, keys and values, how many heads, whether they output spatial parts only, the
-kind and the temperature rule (:meth:`Reader.temperature`, a number or one per head), the aggregation, which
+kind and the temperature rule (:meth:`Reader.temperature`, a number or one per head, recorded as
+``head_temperatures``), the aggregation, which
 forward argument holds the mask and what True means there.  Its family becomes a valid record ``mode``.
 
 A module that looks like attention (a name with ``attn``/``attention`` and query and key submodules) but
@@ -193,7 +194,7 @@ class Reader:
 
     def temperature(self, layer: nn.Module) -> float | torch.Tensor:
         r""":math:`\tau` of the layer's map (a number, or a tensor of one per head); the sign of a negative
-        value is recorded as ``scale_sign``.  Default: ``layer.scale / 2``, the logits
+        value is recorded as ``scale_sign``; one per head must be positive (``head_temperatures``).  Default: ``layer.scale / 2``, the logits
         :math:`(2k + 2\langle q, \kappa\rangle_L)/\mathrm{scale} = (-\tfrac12\|q - \kappa\|_L^2)/(\mathrm{scale}/2)`."""
         s = getattr(layer, "scale", None)
         if s is None:
@@ -280,13 +281,18 @@ class Reader:
         fields.setdefault("checked", self.checked)
         if "temperature" not in fields and _KINDS_WITH_TAU(fields["kind"]):
             tau = self.temperature(self.layer)
-            if isinstance(tau, torch.Tensor) and tau.numel() > 1:
-                raise ValueError("a temperature per head is recorded per head: override record() and emit one head "
-                                 "at a time, or give one number")
-            t = _num(tau)
-            if t is None or not math.isfinite(t) or t == 0:
-                raise ValueError(f"the temperature must be a non-zero finite number, got {tau!r}")
-            fields.update(temperature=abs(t), scale_sign=1 if t > 0 else -1, temperature_source="attributes")
+            if isinstance(tau, torch.Tensor) and tau.numel() > 1:  # one temperature per head
+                ts = tau.detach().double().reshape(-1)
+                if ts.numel() != q.shape[1] or not bool(torch.isfinite(ts).all()) or not (bool((ts > 0).all())):
+                    raise ValueError(f"a temperature per head must be {q.shape[1]} positive finite numbers, "
+                                     f"got {ts.tolist()}")
+                fields.update(head_temperatures=ts.tolist(), temperature=float(ts.log().mean().exp()),
+                              temperature_source="attributes")
+            else:
+                t = _num(tau)
+                if t is None or not math.isfinite(t) or t == 0:
+                    raise ValueError(f"the temperature must be a non-zero finite number, got {tau!r}")
+                fields.update(temperature=abs(t), scale_sign=1 if t > 0 else -1, temperature_source="attributes")
         half = dtype in ("float16", "bfloat16")
         k = fields["k"]
         multi = q.shape[0] > 1

@@ -134,7 +134,7 @@ def verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: bo
         return dataclasses.replace(rec, verify_tolerance=tol, verify_note=note)
     if err <= tol:
         return dataclasses.replace(rec, verify_error=err, verify_tolerance=tol, verify_note=f"verified: {note}")
-    if fit and fits_temperature(rec.kind) and rec.temperature is not None:
+    if fit and fits_temperature(rec.kind) and rec.temperature is not None and rec.head_temperatures is None:
         try:
             tau, fitted = fit_temperature(rec, seen, aux)
         except Exception:  # a fit that cannot run leaves the record not verified, never breaks the forward

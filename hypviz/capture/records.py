@@ -57,7 +57,7 @@ ROLES = ("queries", "keys", "values")
 RECORD_OPTIONS: dict[str, bool] = {"power": True, "norm_scale": True, "bias": False}
 # optional fields of a record (file version 1 without them reads as before)
 _EXTRA_FIELDS = ("bias", "scale_sign", "aggregation", "verify_error", "verify_tolerance", "verify_note", "dtype",
-                 "training", "temperature_source", "mask", "adjacency", "batch", "detail", "checked")
+                 "training", "temperature_source", "mask", "adjacency", "batch", "detail", "checked", "head_temperatures")
 #: The file names a capture is saved under: what ``hypviz compare CAPTURE`` reads.
 EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
 
@@ -141,6 +141,9 @@ class LayerRecord:
         What the reader saw about the layer's structure, e.g. ``"with RoPE"`` or ``"heads concatenated by final_linear"``.
     checked : str or None
         Which output of the layer the verification compared (e.g. ``"per-head output entering final_linear"``).
+    head_temperatures : list of float or None
+        One :math:`\tau_h` per head where the family learns a temperature per head: head :math:`h`'s map is
+        taken at :math:`\tau_h`, and ``temperature`` is their geometric mean (a summary only).
     """
 
     name: str
@@ -168,6 +171,7 @@ class LayerRecord:
     batch: int | None = None
     detail: str | None = None
     checked: str | None = None
+    head_temperatures: list[float] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -227,6 +231,15 @@ class LayerRecord:
         for t, role in ((kk, "keys"), (v, "values")):
             if t is not None and t.dtype != q.dtype:
                 raise TypeError(f"{where}: queries are {q.dtype} but {role} are {t.dtype}; expected one dtype")
+        if self.head_temperatures is not None:
+            ht = self.head_temperatures
+            ht = ht.detach().reshape(-1).tolist() if isinstance(ht, torch.Tensor) else ht
+            if not isinstance(ht, (list, tuple)) or len(ht) != q.shape[0]:
+                raise ValueError(f"{where}: head_temperatures must be a list of {q.shape[0]} positive numbers (one per head), "
+                                 f"got {short(self.head_temperatures)}")
+            self.head_temperatures = [opt_float(t, f"{where}: head_temperatures", positive=True, none_ok=False) for t in ht]
+            if self.temperature is None:
+                raise ValueError(f"{where}: a record with head_temperatures needs temperature (their geometric mean), got None")
         if self.batch is not None and (isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 0):
             raise ValueError(f"{where}: batch must be an integer >= 0 or None, got {short(self.batch)}")
         n, m, h = q.shape[1], kk.shape[1], q.shape[0]
@@ -280,9 +293,16 @@ class LayerRecord:
 
             A_{ij} = \frac{\varphi(q_i)\cdot\varphi(\kappa_j)}{\sum_l \varphi(q_i)\cdot\varphi(\kappa_l)}.
         """
-        p = attention_map(self.queries, self.keys, self.kind, k=self.k, temperature=self.temperature,
-                          **self.map_options())
-        return self.applied(p)
+        return self.applied(self.unmasked_map(self.queries, self.keys))
+
+    def unmasked_map(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """The kind's map of ``queries`` and ``keys`` ``(H, ., d + 1)`` over all key pairs, at this record's temperature,
+        or head by head at :attr:`head_temperatures`."""
+        opts = self.map_options()
+        if self.head_temperatures is None:
+            return attention_map(queries, keys, self.kind, k=self.k, temperature=self.temperature, **opts)
+        return torch.cat([attention_map(queries[h:h + 1], keys[h:h + 1], self.kind, k=self.k, temperature=t, **opts)
+                          for h, t in enumerate(self.head_temperatures)], dim=0)
 
     def applied(self, p: torch.Tensor) -> torch.Tensor:
         r"""The map ``p`` ``(H, N, M)`` of all key pairs as the layer applies it: renormalised over the keys the

@@ -124,8 +124,10 @@ def layer_map(rec: Any) -> torch.Tensor:
             raise ValueError(f"layer {rec.name!r}: a negative scale is handled for kind 'distance' only, got {rec.kind!r}")
         inner_ = q[..., 1:] @ kk[..., 1:].transpose(-1, -2) - q[..., :1] @ kk[..., :1].transpose(-1, -2)
         sq = (-2.0 * rec.k - 2.0 * inner_).clamp_min(0.0)
-        return rec.applied(torch.softmax(0.5 * sq / rec.temperature, dim=-1))
-    return rec.applied(attention_map(q, kk, rec.kind, k=rec.k, temperature=rec.temperature, **rec.map_options()))
+        tau = rec.temperature if rec.head_temperatures is None else \
+            torch.tensor(rec.head_temperatures, dtype=_F64).reshape(-1, 1, 1)
+        return rec.applied(torch.softmax(0.5 * sq / tau, dim=-1))
+    return rec.applied(rec.unmasked_map(q, kk))
 
 
 def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tensor | None = None) -> torch.Tensor:

@@ -113,6 +113,8 @@ class LayerResult:
                 return f"{fmt(self.temperature)} (hypviz default sqrt(d), not the layer's)"
             return f"{fmt(self.temperature)} (--temperature, not the layer's)"
         sign = " (scale < 0)" if getattr(self.record, "scale_sign", 1) < 0 else ""
+        if getattr(self.record, "head_temperatures", None) is not None:
+            sign += " (geometric mean; one per head: " + ", ".join(fmt(t) for t in self.record.head_temperatures) + ")"
         return fmt(self.temperature) + (f" ({src})" if src in ("measured", "default") else "") + sign
 
     @property
@@ -145,7 +147,8 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
         common = dict(k=rec.k, temperature=tau, device=device, progress=progress)
         verified = str(getattr(rec, "verify_note", "") or "").startswith("verified")
         own = None
-        if getattr(rec, "mask", None) is not None or getattr(rec, "adjacency", None) is not None:
+        if getattr(rec, "mask", None) is not None or getattr(rec, "adjacency", None) is not None \
+                or getattr(rec, "head_temperatures", None) is not None:
             own, thread = _restricted(rec, tau, verified)
             results.append(LayerResult(label, rec, tau, own, thread))
             continue
@@ -167,16 +170,17 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
 
 def _restricted(rec: Any, tau: float, verified: bool) -> tuple[attention.Comparison | None, attention.Comparison]:
     """The model's map (when verified and not the distance softmax itself) and the spatial softmax, each against the
-    distance softmax, all restricted to the keys the layer attends (its mask, or the adjacency's non-zero entries)."""
+    distance softmax, all restricted to the keys the layer attends (its mask, or the adjacency's non-zero entries),
+    each head at its own temperature where the layer learns one (``head_temperatures``)."""
     import torch
 
     from hypviz.capture.verification import layer_map
 
     q, kk = rec.queries.to(torch.float64), rec.keys.to(torch.float64)
-    keep = None if rec.mask is None else rec.mask
+    keep = rec.mask if rec.mask is not None else torch.ones(1, rec.n_queries, rec.n_keys, dtype=torch.bool)
     if rec.adjacency is not None:
         adj = rec.adjacency.to_dense() if rec.adjacency.layout != torch.strided else rec.adjacency
-        keep = (adj != 0).unsqueeze(0) if keep is None else keep & (adj != 0)
+        keep = keep & (adj != 0)
 
     def restrict(p: torch.Tensor) -> torch.Tensor:
         kept = torch.where(keep, p, torch.zeros((), dtype=p.dtype))
@@ -184,8 +188,11 @@ def _restricted(rec: Any, tau: float, verified: bool) -> tuple[attention.Compari
         return torch.where(total > 0, kept / torch.where(total > 0, total, torch.ones_like(total)),
                            torch.full_like(p, 1.0 / p.shape[-1]))
 
-    p_ref = restrict(attention.attention_map(q, kk, REFERENCE, k=rec.k, temperature=tau))
-    p_thr = restrict(attention.attention_map(q, kk, THREAD, k=rec.k, temperature=tau))
+    taus = rec.head_temperatures or [tau] * rec.n_heads  # per head where the layer learns one
+    p_ref = restrict(torch.cat([attention.attention_map(q[h:h + 1], kk[h:h + 1], REFERENCE, k=rec.k, temperature=t)
+                                for h, t in enumerate(taus)]))
+    p_thr = restrict(torch.cat([attention.attention_map(q[h:h + 1], kk[h:h + 1], THREAD, k=rec.k, temperature=t)
+                                for h, t in enumerate(taus)]))
     thread = attention.compare_maps(p_thr, p_ref, a=THREAD, b=REFERENCE, values=rec.values, k=rec.k)
     own = None
     if verified and not (rec.kind == REFERENCE and getattr(rec, "scale_sign", 1) > 0):
@@ -265,7 +272,8 @@ def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, A
             "verified": lr.verified,
             "verification": lr.verification,
             **{f: getattr(rec, f, None) for f in ("verify_error", "verify_tolerance", "verify_note", "dtype", "training",
-                                                  "scale_sign", "temperature_source", "aggregation", "bias")},
+                                                  "scale_sign", "temperature_source", "aggregation", "bias",
+                                                  "head_temperatures")},
             "model_vs_distance": None if lr.own is None or not lr.verified else {
                 "summary": lr.own.to_dict(), "heads": per_head(lr.own)},
             "model_map_is_distance": lr.own_is_reference,
