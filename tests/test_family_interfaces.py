@@ -659,3 +659,33 @@ def test_a_reader_registered_at_run_time_captures_a_new_family(per_head):
             register(type("Other", (TinyReader,), {}))
     finally:
         READERS.remove(TinyReader)
+
+
+def test_capture_lookup_is_linear_in_the_model_size():
+    """10^4 tiny gate layers: the check for unrecognised attention asks the set of recognised layers about each
+    module's prefixes (at most its depth) and never scans it, so a model of 10^4 layers costs 10^4-ish lookups."""
+    from hypviz.capture.family_readers import reader_for, unrecognised
+
+    class Lookups(set):
+        count = 0
+
+        def __contains__(self, item):
+            Lookups.count += 1
+            return super().__contains__(item)
+
+        def __iter__(self):
+            raise AssertionError("the recognised layers were scanned")
+
+    man = HyboNetLorentz(1.0)
+    model = nn.ModuleList(LorentzAgg(man, 2, 0.0, True, True) for _ in range(10_000))
+    named = dict(model.named_modules())
+    known = Lookups(n for n, m in named.items() if reader_for(m) is not None)
+    assert len(known) == 10_000
+    assert unrecognised(named, known) == []
+    depth = max(n.count(".") + 1 for n in named)
+    assert Lookups.count <= len(named) * depth
+    xs = torch.randn(5, 2, generator=torch.Generator().manual_seed(0))
+    x = torch.cat([((xs * xs).sum(-1, keepdim=True) + 1).sqrt(), xs], dim=-1)
+    with capture.attention(model) as cap, torch.no_grad():  # the whole capture on that model: one layer run
+        model[9_999](x, torch.eye(5))
+    assert [r.name for r in cap.layers] == ["9999"]

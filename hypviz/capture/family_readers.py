@@ -637,7 +637,8 @@ def unrecognised(named: dict[str, nn.Module], known: set[str]) -> list[str]:
     """Modules that look like attention (query and key submodules) but no reader recognised: one line each."""
     out = []
     for n, m in named.items():
-        if n in known or any(n.startswith(p + ".") for p in known):
+        parts = n.split(".")  # inside a recognised layer: one of its prefixes is known (linear in the model's size)
+        if n in known or any(".".join(parts[:i]) in known for i in range(1, len(parts))):
             continue
         has = next(((a, b) for a, b in _QK if isinstance(getattr(m, a, None), nn.Module)
                     and isinstance(getattr(m, b, None), nn.Module)), None)

@@ -146,15 +146,17 @@ class Capture(Recorder):
                 for m, targets in listeners.items():
                     self._handles.append(self._by_name[m].register_forward_hook(self._generic_hook(m, targets)))
             else:
-                names = self._auto_only or [n for n, m in self._by_name.items()
-                                            if is_hypformer_layer(m) or reader_for(m) is not None]
+                # each module looked at once (a model of 10^4 layers costs 10^4 lookups)
+                found = {n: ("hypformer" if is_hypformer_layer(m) else reader_for(m))
+                         for n, m in ((n, self._by_name[n]) for n in (self._auto_only or self._by_name))}
+                names = [n for n, r in found.items() if r is not None]
                 self._known = set(names)
                 for n in names:
-                    m = self._by_name[n]
-                    if is_hypformer_layer(m):
+                    m, r = self._by_name[n], found[n]
+                    if r == "hypformer":
                         self._hyp.append(HypformerReader(self, _display(n), m, self.k))
                     else:
-                        self._hyp.append(reader_for(m)(self, _display(n), m))  # type: ignore[misc]
+                        self._hyp.append(r(self, _display(n), m))  # type: ignore[operator]
                 for h in self._hyp:
                     self._handles.extend(h.register())
             if any(hasattr(m, "_orig_mod") for m in self.module.modules()):  # torch.compile'd: run it eagerly
