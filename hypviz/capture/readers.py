@@ -20,7 +20,7 @@ from torch import nn
 
 from hypviz.base import kinds as registry
 from hypviz.capture.records import HYPFORMER_KIND, ROLES, LayerRecord
-from hypviz.capture.verification import fit_temperature, tolerance, verify
+from hypviz.capture.verification import digests, fit_temperature, tolerance, verify
 
 
 class Recorder:
@@ -128,6 +128,22 @@ def fits_temperature(kind: str) -> bool:
 def verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: bool = True) -> LayerRecord:
     """``rec`` with its verification fields: the rebuilt output against ``seen``; for a distance softmax that
     does not reproduce it, the temperature measured from the output (:func:`hypviz.capture.verification.fit_temperature`)."""
+    rec = _with_check_inputs(_verified(rec, seen, aux, fit=fit), seen, aux)
+    return rec
+
+
+def _with_check_inputs(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None) -> LayerRecord:
+    """``rec`` holding what its check needs (the output compared, the self term) and the digests of every field
+    the check depends on, so that a report re-checks it (:func:`hypviz.capture.verification.recheck`)."""
+    if isinstance(seen, torch.Tensor) and rec.verify_note and rec.verify_note.startswith("verified"):
+        st = (aux or {}).get("self_term")
+        rec = dataclasses.replace(rec, checked_output=seen.detach().to("cpu", copy=True),
+                                  self_term=st.detach().cpu() if isinstance(st, torch.Tensor) else None)
+        rec = dataclasses.replace(rec, digests=digests(rec))
+    return rec
+
+
+def _verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: bool = True) -> LayerRecord:
     tol = tolerance(rec.dtype)
     err, note = verify(rec, seen, aux)
     if err is None:

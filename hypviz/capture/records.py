@@ -57,7 +57,8 @@ ROLES = ("queries", "keys", "values")
 RECORD_OPTIONS: dict[str, bool] = {"power": True, "norm_scale": True, "bias": False}
 # optional fields of a record (file version 1 without them reads as before)
 _EXTRA_FIELDS = ("bias", "scale_sign", "aggregation", "verify_error", "verify_tolerance", "verify_note", "dtype",
-                 "training", "temperature_source", "mask", "adjacency", "batch", "detail", "checked", "head_temperatures")
+                 "training", "temperature_source", "mask", "adjacency", "batch", "detail", "checked", "head_temperatures",
+                 "checked_output", "self_term", "digests")
 #: The file names a capture is saved under: what ``hypviz compare CAPTURE`` reads.
 EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
 
@@ -144,6 +145,12 @@ class LayerRecord:
     head_temperatures : list of float or None
         One :math:`\tau_h` per head where the family learns a temperature per head: head :math:`h`'s map is
         taken at :math:`\tau_h`, and ``temperature`` is their geometric mean (a summary only).
+    checked_output, self_term : torch.Tensor or None
+        What the verification compared (the layer's output, or what enters its concatenating map) and the focused
+        layers' self term, stored at capture so that the check can be redone from the file
+        (:func:`hypviz.capture.verification.recheck`): a stored ``verify_error`` is never trusted by itself.
+    digests : dict or None
+        SHA-256 of every field the check depends on, taken at capture: a field edited since is named.
     """
 
     name: str
@@ -172,6 +179,9 @@ class LayerRecord:
     detail: str | None = None
     checked: str | None = None
     head_temperatures: list[float] | None = None
+    checked_output: torch.Tensor | None = None
+    self_term: torch.Tensor | None = None
+    digests: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -240,6 +250,13 @@ class LayerRecord:
             self.head_temperatures = [opt_float(t, f"{where}: head_temperatures", positive=True, none_ok=False) for t in ht]
             if self.temperature is None:
                 raise ValueError(f"{where}: a record with head_temperatures needs temperature (their geometric mean), got None")
+        for field in ("checked_output", "self_term"):
+            t = getattr(self, field)
+            if t is not None and (not isinstance(t, torch.Tensor) or t.layout != torch.strided or not t.is_floating_point()):
+                raise ValueError(f"{where}: {field} must be a dense floating-point tensor or None, got {short(t)}")
+        if self.digests is not None and (not isinstance(self.digests, dict) or not all(
+                isinstance(a, str) and isinstance(b, str) for a, b in self.digests.items())):
+            raise ValueError(f"{where}: digests must be a dict of field names to hex digests or None, got {short(self.digests)}")
         if self.batch is not None and (isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 0):
             raise ValueError(f"{where}: batch must be an integer >= 0 or None, got {short(self.batch)}")
         n, m, h = q.shape[1], kk.shape[1], q.shape[0]

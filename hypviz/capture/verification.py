@@ -46,6 +46,7 @@ logits are divided by :math:`2\,\mathrm{scale}` is caught this way).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Any, Callable
 
@@ -55,7 +56,7 @@ from hypviz.attention import attention_map, focused_linear_attention
 from hypviz.lorentz import lift
 
 __all__ = ["AGGREGATIONS", "tolerance", "relative_error", "layer_map", "rebuild", "verify", "fit_temperature",
-           "lorentz_centroid", "gyromidpoint"]
+           "lorentz_centroid", "gyromidpoint", "DIGESTED", "digests", "recheck"]
 
 #: The aggregations :func:`rebuild` knows (see the module docstring).
 AGGREGATIONS: tuple[str, ...] = ("centroid_mean_heads", "midpoint_heads", "focused_mean_lift", "gate_midpoint",
@@ -247,3 +248,61 @@ def fit_temperature(rec: Any, seen: torch.Tensor, aux: dict[str, Any] | None = N
     if full is not rec:
         return tau, relative_error(rebuild(dataclasses.replace(full, temperature=tau), full_aux), full_seen)
     return tau, best[1]
+
+
+#: The fields a record's check depends on, digested at capture (:func:`digests`) and re-checked by :func:`recheck`.
+DIGESTED: tuple[str, ...] = ("queries", "keys", "values", "k", "kind", "temperature", "head_temperatures", "power",
+                             "norm_scale", "bias", "scale_sign", "aggregation", "mask", "adjacency", "dtype",
+                             "checked_output", "self_term")
+
+
+def _digest(value: Any) -> str:
+    h = hashlib.sha256()
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        t = t.to_dense() if t.layout != torch.strided else t
+        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    else:
+        h.update(repr(value).encode())
+    return h.hexdigest()
+
+
+def digests(rec: Any) -> dict[str, str]:
+    """SHA-256 (hex) of each field of :data:`DIGESTED` (tensors by dtype, shape and bytes; other values by ``repr``)."""
+    return {f: _digest(getattr(rec, f, None)) for f in DIGESTED}
+
+
+def recheck(rec: Any) -> Any:
+    r"""``rec`` with its verification redone from what it holds (a stored verdict is never trusted).
+
+    Verified only when the output stored at capture (``checked_output``) is rebuilt from the stored queries,
+    keys, values and map (:func:`rebuild`) to :func:`tolerance` of the model's dtype and no field of
+    :data:`DIGESTED` differs from its digest at capture; otherwise *not verified*, naming the edited fields,
+    or saying that the record holds no output to re-check, or by how much the re-check failed.
+    """
+    tol = tolerance(rec.dtype)
+
+    def unverified(note: str) -> Any:
+        return dataclasses.replace(rec, verify_error=None, verify_tolerance=tol, verify_note=f"not verified: {note}")
+
+    if rec.checked_output is None:
+        old = str(rec.verify_note or "")
+        return unverified(old[len("not verified: "):] if old.startswith("not verified: ")
+                          else "the record holds no layer output to re-check (a stored verdict is not trusted)")
+    if rec.digests is not None:
+        now = digests(rec)
+        edited = [f for f in DIGESTED if rec.digests.get(f) != now[f]]
+        if edited:
+            return unverified(f"{', '.join(edited)} changed since the capture (digest differs)")
+    aux = {"self_term": rec.self_term} if rec.self_term is not None else None
+    try:
+        err = relative_error(rebuild(rec, aux), rec.checked_output)
+    except Exception as exc:  # a record that cannot be rebuilt is a diagnosis, never an error of the report
+        return unverified(f"the re-check failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    if err > tol:
+        return unverified(f"the re-check from the record differs from the stored output by "
+                          f"{'inf' if not math.isfinite(err) else f'{err:.2g}'} (tolerance {tol:.2g})")
+    what = rec.checked or "the layer's output"
+    return dataclasses.replace(rec, verify_error=err, verify_tolerance=tol,
+                               verify_note=f"verified: {what} rebuilt by {rec.aggregation}, re-checked from the record")

@@ -131,14 +131,18 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
     The distance softmax (and the spatial one) is taken at the record's own temperature (a full
     layer's, see :mod:`hypviz.capture`), else at ``temperature``, else at :math:`\sqrt{d}`.  The
     model's map is compared unless it is the distance softmax (kind ``"distance"``) or the record is not
-    verified (one verdict policy: a layer whose output hypviz did not rebuild gets no verdict about its own
+    verified -- re-checked here from what the record holds (:func:`hypviz.capture.verification.recheck`: the output
+    stored at capture rebuilt from the stored points and map, every field's digest unchanged) (one verdict policy: a layer whose output hypviz did not rebuild gets no verdict about its own
     map, ``own`` is None); a focused record uses its ``power`` and ``norm_scale``.  A record with a mask or
     an adjacency is compared as the layer applies it: every map restricted to the keys the layer attends
     (:meth:`hypviz.capture.LayerRecord.applied`).  ``device`` and ``progress`` are passed to
     :func:`hypviz.attention.compare`.  Returns one :class:`LayerResult` per record, in order.
     """
+    from hypviz.capture.verification import recheck
+
     results = []
     for rec in records:
+        rec = recheck(rec)  # verified only when the check is redone from the record now; a stored verdict is not trusted
         label = rec.name + (f" (call {rec.call})" if getattr(rec, "call", 0) else "")
         if getattr(rec, "batch", None) is not None:
             label += f" (batch element {rec.batch})"
