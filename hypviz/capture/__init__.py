@@ -60,7 +60,9 @@ Two ways a layer is found:
 **The capture checks itself.**  Every record of a layer read by structure is verified
 (:mod:`hypviz.capture.verification`): the layer's output is rebuilt from the recorded queries, keys, values
 and map with the layer's own aggregation and compared with what the layer returned; the relative
-error is stored (``verify_error``, held to :math:`\sqrt{\varepsilon}` of the model's dtype), and a
+error is stored (``verify_error``, held to :math:`\sqrt{\varepsilon}` of the model's dtype) with what was
+compared (``checked_output``) and the digests of the fields it depends on, so that a report redoes the check
+from the file (:func:`hypviz.capture.verification.recheck`; a stored verdict alone is never trusted), and a
 layer whose attributes do not reproduce its output gets the :math:`\tau` measured from it (with a
 warning).  The records also hold the model's dtype (float16/bfloat16 points are stored in float32
 with the time coordinate recomputed), train/eval (a warning when dropout was active), the sign of a

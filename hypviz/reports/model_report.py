@@ -349,9 +349,12 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
     for lr in results:
         rec = lr.record
         mode = {True: "train", False: "eval", None: "train/eval not recorded"}[getattr(rec, "training", None)]
-        lines.append(f"  {lr.label}: {rec.mode}, kind {rec.kind}, {rec.n_heads} head(s) x {rec.n_queries} queries x "
+        detail = getattr(rec, "detail", None)
+        checked = getattr(rec, "checked", None)
+        lines.append(f"  {lr.label}: {rec.mode}{f' ({detail})' if detail else ''}, kind {rec.kind}, {rec.n_heads} head(s) x {rec.n_queries} queries x "
                      f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {lr.tau_text}, {mode}, "
-                     f"{lr.verification_bound}")
+                     + (f"{lr.verification_bound}" + (f"; checked: {checked}" if checked else "") if lr.verified
+                        else str(getattr(rec, "verify_note", None) or "not verified")))
         own = per_head(lr.own) if lr.own is not None else None
         for h, th in enumerate(per_head(lr.thread)):
             count += 1
