@@ -341,7 +341,12 @@ class _Restore:
 
 
 class HyperCoreReader(Reader):
-    """HyperCore's ``LorentzMultiheadAttention`` and HELM's copy of it (see the module docstring)."""
+    """HyperCore's ``LorentzMultiheadAttention`` and HELM's copy of it (see the module docstring).
+
+    Read: https://github.com/Graph-and-Geometric-Learning/HyperCore/blob/e87a4f8/hypercore/nn/attention/lorentz_former_conv.py
+    and https://github.com/Graph-and-Geometric-Learning/helm/blob/83ac8ff/helm/hypercore/nn/attention/lorentz_former_conv.py
+    (its copy; used by ``helm/modules/helm_d.py``).
+    """
 
     family = "hypercore"
     structure = ("Wq and Wk nn.Linear, full_attention(), num_heads, out_channels and manifold.c, "
@@ -418,7 +423,10 @@ class HyperCoreReader(Reader):
 
 
 class HMLAReader(Reader):
-    """HELM's hyperbolic multi-head latent attention, ``LorentzMLA`` (see the module docstring)."""
+    """HELM's hyperbolic multi-head latent attention, ``LorentzMLA`` (see the module docstring).
+
+    Read: https://github.com/Graph-and-Geometric-Learning/helm/blob/83ac8ff/helm/modules/hmla.py
+    """
 
     family = "helm_hmla"
     structure = ("wkv_a, wkv_b, wo, project(), softmax_scale, n_heads, qk_rope_head_dim and manifold.c, "
@@ -479,7 +487,11 @@ class HMLAReader(Reader):
 
 
 class HyboNetReader(Reader):
-    """HyboNet's machine-translation ``LorentzMultiHeadedAttention`` (see the module docstring)."""
+    """HyboNet's machine-translation ``LorentzMultiHeadedAttention`` (see the module docstring).
+
+    Read: https://github.com/chenweize1998/fully-hyperbolic-nn/blob/7ba8e1a/mt/onmt/modules/lmulti_headed_attn.py
+    (its ``LorentzLinear``: ``mt/onmt/modules/hyper_nets.py``).
+    """
 
     family = "hybonet"
     structure = ("linear_query, linear_keys and linear_values, head_count, scale and bias, forward(key, value, query, "
@@ -506,7 +518,12 @@ class HyboNetReader(Reader):
 
 
 class LorentzGateReader(Reader):
-    """The Lorentz GCN sigmoid gate: HyboNet's ``LorentzAgg`` and HyperCore's copy (see the module docstring)."""
+    """The Lorentz GCN sigmoid gate: HyboNet's ``LorentzAgg`` and HyperCore's copy (see the module docstring).
+
+    Read: https://github.com/chenweize1998/fully-hyperbolic-nn/blob/7ba8e1a/gcn/layers/hyp_layers.py and
+    https://github.com/Graph-and-Geometric-Learning/HyperCore/blob/e87a4f8/hypercore/nn/graph_conv/hyobnet_conv.py
+    (the copy keeps ``c``: output scaled by :math:`\sqrt{c}`, rows clamped at :math:`10^{-6}`).
+    """
 
     family = "lorentz_gcn"
     structure = "query_linear and key_linear, use_att and local_agg, scale and bias, forward(x, adj), as HyboNet's LorentzAgg"

@@ -175,7 +175,13 @@ def _verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: b
 
 
 class HypformerReader:
-    """Hooks and per-call buffers of one Hypformer-style layer."""
+    """Hooks and per-call buffers of one Hypformer-style layer.
+
+    Read: https://github.com/Graph-and-Geometric-Learning/hyperbolic-transformer/blob/768fcec/large/hypformer.py
+    (and ``medium/hypformer.py``, ``Hypformer/hypformer.py``): per-head ``Wq``/``Wk``/``Wv`` lists,
+    ``full_attention`` and ``linear_focus_attention``; with ``trans_heads_concat`` the heads enter
+    ``final_linear``, whose input is what is checked.
+    """
 
     def __init__(self, cap: Recorder, name: str, layer: nn.Module, k: float | None):
         self.cap, self.name, self.layer = cap, name, layer
