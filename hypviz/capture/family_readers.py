@@ -518,7 +518,7 @@ class HyboNetReader(Reader):
 
 
 class LorentzGateReader(Reader):
-    """The Lorentz GCN sigmoid gate: HyboNet's ``LorentzAgg`` and HyperCore's copy (see the module docstring).
+    r"""The Lorentz GCN sigmoid gate: HyboNet's ``LorentzAgg`` and HyperCore's copy (see the module docstring).
 
     Read: https://github.com/chenweize1998/fully-hyperbolic-nn/blob/7ba8e1a/gcn/layers/hyp_layers.py and
     https://github.com/Graph-and-Geometric-Learning/HyperCore/blob/e87a4f8/hypercore/nn/graph_conv/hyobnet_conv.py
