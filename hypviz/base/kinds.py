@@ -39,6 +39,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
+from hypviz.base.messages import short
+
 __all__ = ["FAMILIES", "OPTIONS", "BUILT_IN", "Kind", "register", "unregister", "get", "names", "comparable", "softmax_names",
            "shares_one_product", "bound_applies", "check"]
 
@@ -87,16 +89,16 @@ class Kind:
         name = self.name
         if not (isinstance(name, str) and name.isascii() and name.isidentifier() and len(name) <= NAME_MAX):
             raise ValueError(f"Kind name must be a word of letters, digits and '_' (not starting with a digit, at most "
-                             f"{NAME_MAX} characters), got {_shown(name)}")
+                             f"{NAME_MAX} characters), got {short(name)}")
         if not isinstance(self.family, str) or self.family not in FAMILIES:
-            raise ValueError(f"Kind {name!r}: family must be one of {', '.join(FAMILIES)}, got {_shown(self.family)}")
+            raise ValueError(f"Kind {name!r}: family must be one of {', '.join(FAMILIES)}, got {short(self.family)}")
         if not (isinstance(self.kernel, str) and self.kernel.isascii() and self.kernel.isidentifier()):
             raise ValueError(f"Kind {name!r}: kernel must be the name of a kernel (a word of letters, digits and '_'), "
-                             f"got {_shown(self.kernel)}")
+                             f"got {short(self.kernel)}")
         for field in ("formula", "title", "plain", "html", "description", "rounding"):
             text = getattr(self, field)
             if not isinstance(text, str) or not text.strip() or any(c in text for c in "\r\n\x00"):
-                raise ValueError(f"Kind {name!r}: {field} must be a non-empty one-line str, got {_shown(text)}")
+                raise ValueError(f"Kind {name!r}: {field} must be a non-empty one-line str, got {short(text)}")
         if self.bias is not None:
             object.__setattr__(self, "bias", _finite_real(self.bias, name, "bias", "a finite real number or None"))
         object.__setattr__(self, "constant", _finite_real(self.constant, name, "constant", "a finite real number"))
@@ -104,10 +106,10 @@ class Kind:
         if (not isinstance(opts, tuple) or not all(isinstance(o, str) and o in OPTIONS for o in opts)
                 or len(set(opts)) != len(opts)):
             raise ValueError(f"Kind {name!r}: options must be a tuple of distinct option names from "
-                             f"{', '.join(map(repr, OPTIONS))}, got {_shown(opts)}")
+                             f"{', '.join(map(repr, OPTIONS))}, got {short(opts)}")
         for field in ("temperature", "comparable"):
             if not isinstance(getattr(self, field), bool):
-                raise ValueError(f"Kind {name!r}: {field} must be True or False, got {_shown(getattr(self, field))}")
+                raise ValueError(f"Kind {name!r}: {field} must be True or False, got {short(getattr(self, field))}")
         if self.bias is not None and (self.family != "softmax" or self.kernel != "bilinear"):
             raise ValueError(f"Kind {name!r}: only a 'bilinear' softmax kind has a key-norm bias, got family "
                              f"{self.family!r} with kernel {self.kernel!r}")
@@ -122,16 +124,10 @@ class Kind:
             raise ValueError(f"Kind {name!r}: a gate's rows are not normalised, so it cannot be comparable")
 
 
-def _shown(value: object) -> str:
-    """``repr(value)`` cut to 60 characters (a value may be megabytes long)."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:60] + "..."
-
-
 def _finite_real(value: object, name: str, field: str, expected: str) -> float:
     """``value`` as a float when it is a finite real number (never a bool, a str or a complex)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        raise ValueError(f"Kind {name!r}: {field} must be {expected}, got {_shown(value)}")
+        raise ValueError(f"Kind {name!r}: {field} must be {expected}, got {short(value)}")
     return float(value)
 
 

@@ -548,6 +548,8 @@ def _read_capture(path: Path) -> list[Any]:
     try:
         records = records_mod.parse(obj, show(path))
     except (TypeError, ValueError) as exc:
+        if isinstance(obj, dict) and obj.get("format") == records_mod.FORMAT:  # a capture file: what is wrong in it
+            raise UsageError(f"CAPTURE: {one_line(exc)}") from None
         raise UsageError(
             f"KEYS is missing and {show(path)} is not a readable capture file ({one_line(exc)}); pass a KEYS file"
         ) from None
