@@ -11,7 +11,10 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ["positive", "number", "integer", "choice", "float_dtype"]
+__all__ = ["SEED_MAX", "positive", "number", "integer", "seed", "choice", "float_dtype"]
+
+#: The largest seed: ``torch.Generator.manual_seed`` takes ``0 .. 2**64 - 1``.
+SEED_MAX = 2**64 - 1
 
 
 def _fail(name: str, expected: str, value: Any, hint: str = "", exc: type[Exception] = ValueError) -> Exception:
@@ -80,6 +83,11 @@ def integer(
     if bad or (minimum is not None and int(value) < minimum) or (maximum is not None and int(value) > maximum):
         raise _fail(name, expected, value, hint)
     return int(value)
+
+
+def seed(value: Any, name: str = "seed") -> int:
+    """``value`` as a seed of ``torch.Generator.manual_seed``: an integer from 0 to :data:`SEED_MAX` = 2**64 - 1."""
+    return integer(value, name, 0, " = 2**64 - 1", maximum=SEED_MAX)
 
 
 def choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:
