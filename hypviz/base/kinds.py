@@ -132,6 +132,7 @@ def _finite_real(value: object, name: str, field: str, expected: str) -> float:
 
 
 _REGISTRY: dict[str, Kind] = {}
+_BUILT_IN: set[str] = set()  # filled once the built-in kinds are registered (see BUILT_IN)
 
 
 def register(kind: Kind) -> Kind:
@@ -140,6 +141,21 @@ def register(kind: Kind) -> Kind:
         raise TypeError(f"register takes a Kind, got {type(kind).__name__}")
     if kind.name in _REGISTRY:
         raise ValueError(f"an attention kind named {kind.name!r} is already registered")
+    # a kind computed by a built-in kind's kernel is of that kind's family (a gate's rows are not normalised, a
+    # softmax kernel's are) and reads what that kernel reads: the options of the built-in kinds of that kernel
+    # (the kernels of hypviz.attention.kernels read them by name)
+    peers = [kd for kd in _REGISTRY.values() if kd.name in _BUILT_IN and kd.kernel == kind.kernel]
+    if peers and kind.family != peers[0].family:
+        raise ValueError(
+            f"Kind {kind.name!r}: family must be {peers[0].family!r} (the family of the kernel {kind.kernel!r}, as of the "
+            f"built-in kind {peers[0].name!r}), got {short(kind.family)}"
+        )
+    needed = [o for o in OPTIONS if any(o in kd.options for kd in peers) and o not in kind.options]
+    if needed:
+        raise ValueError(
+            f"Kind {kind.name!r}: options must include {', '.join(map(repr, needed))} (the kernel {kind.kernel!r} reads "
+            f"them, as the built-in kind {peers[0].name!r} does), got {short(kind.options)}"
+        )
     _REGISTRY[kind.name] = kind
     return kind
 
@@ -264,3 +280,4 @@ register(Kind(
 
 #: The kinds defined here, which :func:`unregister` refuses to remove (every part of hypviz relies on them).
 BUILT_IN: tuple[str, ...] = tuple(_REGISTRY)
+_BUILT_IN.update(BUILT_IN)
