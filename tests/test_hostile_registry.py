@@ -99,3 +99,37 @@ def test_register_kernel_refuses_what_is_not_a_kernel(name, kernel, exc, message
     with pytest.raises(exc, match=message):
         kernels.register_kernel(name, kernel)
     assert kernels.KERNELS == before
+
+
+@pytest.mark.parametrize("kernel, family, options, message", [
+    ("focused", "features", (), r"options must include 'power', 'norm_scale' \(the kernel 'focused' reads them"),
+    ("focused", "features", ("power",), r"options must include 'norm_scale'"),
+    ("random_features", "features", ("seed",), r"options must include 'features'"),
+    ("gate", "gate", (), r"options must include 'bias'"),
+    ("gate", "features", ("bias",), r"family must be 'gate' \(the family of the kernel 'gate', as of the built-in kind 'sigmoid'\), got 'features'"),
+    ("focused", "softmax", ("power", "norm_scale"), r"family must be 'features'"),
+    ("geodesic", "features", (), r"family must be 'softmax'"),
+])
+def test_a_kind_on_a_built_in_kernel_has_its_family_and_reads_its_options(kernel, family, options, message):
+    kind = kinds.Kind(**{**ENTRY, "kernel": kernel, "family": family, "bias": None, "options": options,
+                         "comparable": family != "gate"})
+    with pytest.raises(ValueError, match=rf"^Kind 'probe_kind': {message}"):
+        kinds.register(kind)
+    assert "probe_kind" not in kinds.names()
+
+
+@pytest.mark.parametrize("kernel, family, options", [
+    ("focused", "features", ("power", "norm_scale")), ("random_features", "features", ("features", "seed", "power")),
+    ("gate", "gate", ("bias",)), ("geodesic", "softmax", ()),
+])
+def test_a_kind_on_a_built_in_kernel_with_its_family_and_options_gives_a_map(kernel, family, options):
+    from hypviz import attention, data
+
+    kind = kinds.register(kinds.Kind(**{**ENTRY, "kernel": kernel, "family": family, "bias": None,
+                                        "options": options, "comparable": False}))
+    try:
+        q = data.lifted_gaussian((4,), 2, 1.0, seed=1)
+        m = attention.attention_map(q, q, kind.name, k=1.0)
+        assert m.shape == (4, 4) and bool(m.isfinite().all())
+    finally:
+        kinds.unregister(kind.name)

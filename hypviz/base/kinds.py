@@ -68,6 +68,11 @@ class Kind:
     (``"bilinear"`` only; scores differ from logits by a row constant); ``options``: the parameters
     it reads besides ``k`` and ``temperature``; ``temperature``: whether :math:`\tau` enters its map;
     ``comparable``: whether :func:`hypviz.attention.compare` takes it (rows that sum to one).
+
+    Every field is checked when the entry is made (a one-line ``ValueError`` naming the field: ``name`` a word,
+    ``options`` a tuple of distinct names from :data:`OPTIONS`, ``bias`` and ``constant`` finite real numbers,
+    the texts non-empty single lines, the flags bools); :func:`register` also requires a kind computed by a
+    built-in kind's kernel to have that kind's family and to declare the options that kernel reads.
     """
 
     name: str
