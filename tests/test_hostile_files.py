@@ -231,3 +231,17 @@ def test_a_file_that_is_no_capture_still_asks_for_keys(tmp_path, capsys):
     torch.save({"queries": points()}, tmp_path / "q.pt")
     for path in (tmp_path / "q.npy", tmp_path / "q.pt"):
         one_line(*run(capsys, "compare", path, "--out", tmp_path / "r")[::2], "KEYS is missing")
+
+
+def test_a_record_the_analysis_cannot_take_is_one_line_naming_the_layer(tmp_path, capsys):
+    d = capture_dict(tmp_path)
+    d["layers"][0].update(kind="focused", scale_sign=-1, power=2.0, norm_scale=1.0, mode="linear_focused",
+                          temperature=None)
+    torch.save(d, tmp_path / "neg.pt")
+    code, out, err = run(capsys, "compare", tmp_path / "neg.pt", "--device", "cpu", "--no-progress", "--out",
+                         tmp_path / "r")
+    if code == 0:  # an analysis that takes such a record meets the contract too
+        assert (tmp_path / "r" / "metrics.json").exists()
+        return
+    one_line(code, err, "CAPTURE", "enc")
+    assert not (tmp_path / "r").exists()

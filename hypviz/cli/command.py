@@ -545,9 +545,9 @@ def cmd_model(args: argparse.Namespace) -> int:
     for rec in records:  # one layer at a time, so that a refusal names the layer
         try:
             results += model_report.analyse([rec], temperature=args.temperature, device=str(device), progress=args.progress)
-        except ValueError as exc:
+        except ValueError as exc:  # what the record holds cannot be analysed: said naming the layer
             if not _OVERFLOW.search(str(exc)):
-                raise
+                raise UsageError(f"CAPTURE: layer {rec.name} (call {rec.call}): {show(one_line(exc))}") from None
             where = "--temperature" if rec.temperature is None else f"the temperature {rec.temperature:g} it stores"
             raise UsageError(f"CAPTURE: layer {rec.name} (call {rec.call}), {where}: {one_line(exc)}") from None
     files = produce(out, args.force, lambda tmp: writing.write_model_report(results, tmp, {"path": show(path), "layers": len(records)}))
