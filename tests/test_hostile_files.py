@@ -245,3 +245,13 @@ def test_a_record_the_analysis_cannot_take_is_one_line_naming_the_layer(tmp_path
         return
     one_line(code, err, "CAPTURE", "enc")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("field", ["scale_sign", "call", "k", "temperature", "power"])
+def test_a_tensor_where_a_record_holds_a_number_is_one_line(field, tmp_path, capsys):
+    d = capture_dict(tmp_path)
+    d["layers"][0][field] = points(3, heads=1)
+    torch.save(d, tmp_path / "bad.pt")
+    one_line(*run(capsys, "compare", tmp_path / "bad.pt", "--device", "cpu", "--out", tmp_path / "r")[::2],
+             "CAPTURE", "bad.pt")
+    assert not (tmp_path / "r").exists()

@@ -589,9 +589,15 @@ def _read_capture(path: Path) -> list[Any]:
                     )
     try:
         records = records_mod.parse(obj, show(path))
-    except (TypeError, ValueError) as exc:
-        if isinstance(obj, dict) and obj.get("format") == records_mod.FORMAT:  # a capture file: what is wrong in it
+    except Exception as exc:  # the reader checks only what the file holds: whatever it raises, the file is the cause
+        capture = isinstance(obj, dict) and obj.get("format") == records_mod.FORMAT
+        if capture and isinstance(exc, (TypeError, ValueError)):  # what is wrong in a capture file
             raise UsageError(f"CAPTURE: {one_line(exc)}") from None
+        if capture:  # a value the record's checks did not expect (a tensor where a number belongs, ...)
+            raise UsageError(
+                f"CAPTURE: {show(path)}: a layer record holds a value that cannot be read "
+                f"({type(exc).__name__}: {show(one_line(exc)[:300])})"
+            ) from None
         raise UsageError(
             f"KEYS is missing and {show(path)} is not a readable capture file ({one_line(exc)}); pass a KEYS file"
         ) from None
