@@ -255,3 +255,25 @@ def test_a_tensor_where_a_record_holds_a_number_is_one_line(field, tmp_path, cap
     one_line(*run(capsys, "compare", tmp_path / "bad.pt", "--device", "cpu", "--out", tmp_path / "r")[::2],
              "CAPTURE", "bad.pt")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("fmt", ["npz", "pt", "capture"])
+def test_a_file_cut_anywhere_near_its_end_is_one_line_naming_it(fmt, tmp_path):
+    from hypviz.base.messages import UsageError
+
+    src = tmp_path / f"whole.{'npz' if fmt == 'npz' else 'pt'}"
+    if fmt == "npz":
+        np.savez(src, queries=points(50).numpy())
+    elif fmt == "pt":
+        torch.save({"queries": points(50)}, src)
+    else:
+        capture_dict(tmp_path)
+        src = tmp_path / "cap.pt"
+    blob = src.read_bytes()
+    cut = tmp_path / f"cut{src.suffix}"
+    for n in [*range(1, 64), len(blob) // 100, len(blob) // 2]:  # the zip directory cut at every byte, and more
+        cut.write_bytes(blob[: len(blob) - n])
+        with pytest.raises(UsageError) as e:
+            input_files.read_input(cut, "QUERIES", None, "--queries-key")
+        text = str(e.value)
+        assert "\n" not in text and str(cut) in text and "truncated or damaged" in text and "Errno" not in text, text

@@ -203,9 +203,14 @@ def _load_npz(path: Path, role: str, name: str | None, option: str, limit: int):
 
     try:
         zf = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, EOFError):
         with open(path, "rb") as fp:
             head = fp.read(8)
+        if head.startswith(b"PK\x03\x04"):
+            raise UsageError(
+                f"{role}: {show(path)} is truncated or damaged: it starts as a zip archive (an .npz) but its zip "
+                f"directory, at the end of the file, is missing ({size_text(os.stat(path).st_size)} on disk)"
+            ) from None
         hint = ": it looks like a .npy file, name it .npy" if head.startswith(b"\x93NUMPY") else " (a zip of .npy files)"
         raise UsageError(f"{role}: {show(path)} is not an .npz archive{hint}") from None
     except OSError as exc:
