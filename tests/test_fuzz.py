@@ -49,7 +49,7 @@ def _one_line(exc: BaseException) -> None:
 # --------------------------------------------------------------------------- #
 HOSTILE = st.one_of(st.none(), st.integers(-10**30, 10**30), st.floats(allow_nan=True, allow_infinity=True),
                     st.booleans(), st.text(max_size=8), st.just("a\nb"), st.just(("power",)), st.just(["power"]),
-                    st.just(("zzz",)), st.just(1j))
+                    st.just(("zzz",)), st.just(1j), st.just(10**400))
 FIELDS_OF_KIND = ["name", "family", "kernel", "formula", "title", "plain", "html", "description", "rounding", "bias",
                   "constant", "options", "temperature", "comparable"]
 

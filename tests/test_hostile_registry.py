@@ -24,6 +24,8 @@ ENTRY = dict(name="probe_kind", family="softmax", kernel="bilinear", bias=0.0, f
     (dict(bias=math.inf), r"bias must be a finite real number or None, got inf"),
     (dict(bias=True), r"bias must be a finite real number or None, got True"),
     (dict(bias=1j), r"bias must be a finite real number or None, got 1j"),
+    (dict(bias=10**400), r"bias must be a finite real number or None, got 1000000000"),
+    (dict(constant=-(10**400)), r"constant must be a finite real number, got -1000000000"),
     (dict(constant="0"), r"constant must be a finite real number, got '0'"),
     (dict(name=3), r"Kind name must be a word of letters, digits and '_' .*got 3"),
     (dict(name="3d"), r"Kind name must be a word .*got '3d'"),

@@ -131,9 +131,13 @@ class Kind:
 
 def _finite_real(value: object, name: str, field: str, expected: str) -> float:
     """``value`` as a float when it is a finite real number (never a bool, a str or a complex)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+    try:
+        v = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an int beyond float's range
+        v = math.inf
+    if not math.isfinite(v):
         raise ValueError(f"Kind {name!r}: {field} must be {expected}, got {short(value)}")
-    return float(value)
+    return v
 
 
 _REGISTRY: dict[str, Kind] = {}
