@@ -93,3 +93,13 @@ def test_big_endian_floats_are_read_as_their_values(dtype):
         a = attention.attention_map(q, q, "distance")
         b = attention.attention_map(q.astype(native), q.astype(native), "distance")
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("value, shown", [(10**400, r"1000000000.*\.\.\. \(401 characters\)"),
+                                          (10**5000, r"an integer of 16610 bits")], ids=["1e400", "1e5000"])
+@pytest.mark.parametrize("argument", ["temperature", "k"])
+def test_an_int_beyond_floats_range_is_one_line_naming_the_argument(argument, value, shown):
+    q = data.lifted_gaussian((4,), 2, 1.0, seed=1)
+    with pytest.raises(ValueError, match=rf"^{argument} must be a positive finite number.*, got {shown}$") as e:
+        attention.attention_map(q, q, "spatial", **{argument: value})
+    assert len(str(e.value)) < 300

@@ -18,8 +18,18 @@ SEED_MAX = 2**64 - 1
 
 
 def _fail(name: str, expected: str, value: Any, hint: str = "", exc: type[Exception] = ValueError) -> Exception:
-    what = f"{value!r} (a bool)" if isinstance(value, bool) else repr(value)
-    return exc(f"{name} must be {expected}{hint}, got {what}")
+    return exc(f"{name} must be {expected}{hint}, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` in at most about 80 characters (an int of 10^5 digits has no repr at all)."""
+    if isinstance(value, bool):
+        return f"{value!r} (a bool)"
+    try:
+        text = repr(value)
+    except ValueError:  # int beyond sys.get_int_max_str_digits()
+        return f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= 80 else f"{text[:80]}... ({len(text)} characters)"
 
 
 def _fixed(value: Any, name: str) -> None:
@@ -43,7 +53,7 @@ def positive(value: Any, name: str, hint: str = "") -> float:
         raise _fail(name, "a positive finite number", value, hint)
     try:
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float's range
         raise _fail(name, "a positive finite number", value, hint) from None
     if not math.isfinite(v) or v <= 0.0:
         raise _fail(name, "a positive finite number", value, hint)
@@ -56,7 +66,7 @@ def number(value: Any, name: str, minimum: float | None = None, hint: str = "") 
     _fixed(value, name)
     try:
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float's range
         raise _fail(name, expected, value, hint) from None
     if isinstance(value, bool) or not math.isfinite(v) or (minimum is not None and v < minimum):
         raise _fail(name, expected, value, hint)
