@@ -529,7 +529,8 @@ def test_the_cli_kinds_come_from_the_registry():
         assert name not in compare.choices
     # a kind registered at run time is offered by the next parser, with its one line, and nowhere hand-copied
     kinds.register(kinds.Kind(name="cli_probe", family="features", kernel="focused", formula="x", title="x", plain="x",
-                              html="x", description="a probe kind of the CLI test (100% made up)", rounding="x"))
+                              html="x", description="a probe kind of the CLI test (100% made up)", rounding="x",
+                              options=("power", "norm_scale")))
     try:
         sub = hypviz_cli.build_parser()._subparsers._group_actions[0].choices["compare"]
         assert "cli_probe" in next(a for a in sub._actions if a.dest == "reference").choices

@@ -303,3 +303,75 @@ def test_force_never_removes_an_input_reached_through_a_bind_mount(tree):
     assert proc.stderr.strip() == (f"hypviz compare: error: --force would replace {rep}, which holds the input "
                                    f"{second / 'real' / 'rep' / 'myqueries.npy'}; copy the input elsewhere first")
     assert _snapshot(rep) == before
+
+
+# --------------------------------------------------------------------------- #
+# --force on a mount point: one line, exit 2, the old report kept
+# --------------------------------------------------------------------------- #
+def _report_with_inputs(tmp_path: Path, pts) -> tuple[Path, Path, Path]:
+    q, k = pts
+    np.save(tmp_path / "q.npy", q.numpy())
+    np.save(tmp_path / "k.npy", k.numpy())
+    rep = tmp_path / "rep"
+    _old_report(rep)
+    return tmp_path / "q.npy", tmp_path / "k.npy", rep
+
+
+@pytest.mark.parametrize("path", ["exchange", "two renames"])
+def test_a_rename_refused_as_busy_is_one_line_and_keeps_the_old_report(path, tmp_path, pts, capsys, monkeypatch):
+    import errno
+
+    qp, kp, rep = _report_with_inputs(tmp_path, pts)
+    before = _snapshot(rep)
+
+    def busy_exchange(old, new, flags):
+        if flags == publishing.RENAME_EXCHANGE:
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(old), None, str(new))
+        return False
+
+    real_replace = os.replace
+
+    def busy_replace(src, dst):
+        if Path(src) == rep:
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(src))
+        return real_replace(src, dst)
+
+    if path == "exchange":
+        monkeypatch.setattr(publishing, "_rename2", busy_exchange)
+    else:
+        monkeypatch.setattr(publishing, "_rename2", lambda old, new, flags: False)
+        monkeypatch.setattr(publishing.os, "replace", busy_replace)
+    code, out, err = run(capsys, "compare", qp, kp, *FAST, "--out", rep, "--force", "--no-progress")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"cannot write the report {rep}" in err and "(EBUSY)" in err and "nothing written" in err
+    assert _snapshot(rep) == before and leftovers(tmp_path) == []
+
+
+def test_an_out_that_is_a_mount_point_is_refused_before_any_work(tmp_path, pts, capsys, monkeypatch):
+    qp, kp, rep = _report_with_inputs(tmp_path, pts)
+    before = _snapshot(rep)
+    real = os.path.ismount
+    monkeypatch.setattr(publishing.os.path, "ismount", lambda p: Path(p) == rep or real(p))
+    code, out, err = run(capsys, "compare", qp, kp, *FAST, "--out", rep, "--force")
+    assert code == 2 and err.strip() == (f"hypviz compare: error: --force cannot replace {rep}: it is a mount point, "
+                                         "which cannot be renamed; choose an --out inside it or elsewhere")
+    assert _snapshot(rep) == before and leftovers(tmp_path) == []
+
+
+@pytest.mark.skipif(not _private_mounts(), reason="no private mount namespace (unshare -rm) here")
+@pytest.mark.parametrize("mount", ["bind", "tmpfs"])
+def test_force_on_a_real_mount_point_is_one_line_and_keeps_it(mount, tmp_path, pts):
+    # a folder bind-mounted on itself is no mount point to os.path.ismount (same device): the rename's EBUSY is
+    # what refuses it; a tmpfs is seen as one before any work
+    qp, kp, rep = _report_with_inputs(tmp_path, pts)
+    mount_cmd = f"mount --bind {rep} {rep}" if mount == "bind" else f"mount -t tmpfs none {rep}"
+    script = (f"{mount_cmd} && {sys.executable} -m hypviz.cli compare {qp} {kp} --out {rep} --force "
+              f"{' '.join(FAST)} --no-progress; code=$?; ls -A {rep}; exit $code")
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    if mount == "bind":
+        assert "(EBUSY)" in proc.stderr and "nothing written" in proc.stderr
+        assert proc.stdout.split() == ["metrics.json", "report.html"]  # the old report, as seen through the mount
+    else:
+        assert "it is a mount point" in proc.stderr and proc.stdout.split() == []
+    assert sorted(p.name for p in rep.iterdir()) == ["metrics.json", "report.html"] and leftovers(tmp_path) == []

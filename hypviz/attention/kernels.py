@@ -280,8 +280,11 @@ KERNELS: dict[str, Kernel] = {"bilinear": Bilinear(), "focused": Focused(), "ran
 
 def register_kernel(name: str, kernel: Kernel) -> Kernel:
     """Add a kernel for kinds whose computation is new (a name already taken is refused)."""
+    if not (isinstance(name, str) and name.isascii() and name.isidentifier()):
+        raise ValueError(f"name must be a word of letters, digits and '_' (a kernel's name), got {name!r:.60}")
     if not isinstance(kernel, Kernel):
-        raise TypeError(f"register_kernel takes a Kernel, got {type(kernel).__name__}")
+        what = f"the class {kernel.__name__} (pass an instance)" if isinstance(kernel, type) else repr(kernel)[:60]
+        raise TypeError(f"kernel must be an instance of hypviz.attention.kernels.Kernel, got {what}")
     if name in KERNELS:
         raise ValueError(f"a kernel named {name!r} is already registered")
     KERNELS[name] = kernel

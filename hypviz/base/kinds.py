@@ -35,13 +35,23 @@ a kind whose computation is new also registers its kernel (:func:`hypviz.attenti
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
-__all__ = ["FAMILIES", "Kind", "register", "unregister", "get", "names", "comparable", "softmax_names",
+from hypviz.base.messages import short
+
+__all__ = ["FAMILIES", "OPTIONS", "BUILT_IN", "Kind", "register", "unregister", "get", "names", "comparable", "softmax_names",
            "shares_one_product", "bound_applies", "check"]
 
 #: The families of kinds (see the module's docstring).
 FAMILIES: tuple[str, ...] = ("softmax", "features", "gate")
+
+#: The parameters a kind may read besides ``k`` and ``temperature`` (its ``options``; each is checked by
+#: :func:`hypviz.attention.kernels.options`).
+OPTIONS: tuple[str, ...] = ("power", "norm_scale", "features", "seed", "bias")
+
+NAME_MAX = 64  # characters of a kind's name
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,11 @@ class Kind:
     (``"bilinear"`` only; scores differ from logits by a row constant); ``options``: the parameters
     it reads besides ``k`` and ``temperature``; ``temperature``: whether :math:`\tau` enters its map;
     ``comparable``: whether :func:`hypviz.attention.compare` takes it (rows that sum to one).
+
+    Every field is checked when the entry is made (a one-line ``ValueError`` naming the field: ``name`` a word,
+    ``options`` a tuple of distinct names from :data:`OPTIONS`, ``bias`` and ``constant`` finite real numbers,
+    the texts non-empty single lines, the flags bools); :func:`register` also requires a kind computed by a
+    built-in kind's kernel to have that kind's family and to declare the options that kernel reads.
     """
 
     name: str
@@ -76,20 +91,57 @@ class Kind:
     comparable: bool = True
 
     def __post_init__(self) -> None:
-        if not self.name or not self.name.replace("_", "").isalnum():
-            raise ValueError(f"Kind name must be a word of letters, digits and '_', got {self.name!r}")
-        if self.family not in FAMILIES:
-            raise ValueError(f"Kind {self.name!r}: family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
+        name = self.name
+        if not (isinstance(name, str) and name.isascii() and name.isidentifier() and len(name) <= NAME_MAX):
+            raise ValueError(f"Kind name must be a word of letters, digits and '_' (not starting with a digit, at most "
+                             f"{NAME_MAX} characters), got {short(name)}")
+        if not isinstance(self.family, str) or self.family not in FAMILIES:
+            raise ValueError(f"Kind {name!r}: family must be one of {', '.join(FAMILIES)}, got {short(self.family)}")
+        if not (isinstance(self.kernel, str) and self.kernel.isascii() and self.kernel.isidentifier()):
+            raise ValueError(f"Kind {name!r}: kernel must be the name of a kernel (a word of letters, digits and '_'), "
+                             f"got {short(self.kernel)}")
+        for field in ("formula", "title", "plain", "html", "description", "rounding"):
+            text = getattr(self, field)
+            if not isinstance(text, str) or not text.strip() or any(c in text for c in "\r\n\x00"):
+                raise ValueError(f"Kind {name!r}: {field} must be a non-empty one-line str, got {short(text)}")
+        if self.bias is not None:
+            object.__setattr__(self, "bias", _finite_real(self.bias, name, "bias", "a finite real number or None"))
+        object.__setattr__(self, "constant", _finite_real(self.constant, name, "constant", "a finite real number"))
+        opts = self.options
+        if (not isinstance(opts, tuple) or not all(isinstance(o, str) and o in OPTIONS for o in opts)
+                or len(set(opts)) != len(opts)):
+            raise ValueError(f"Kind {name!r}: options must be a tuple of distinct option names from "
+                             f"{', '.join(map(repr, OPTIONS))}, got {short(opts)}")
+        for field in ("temperature", "comparable"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(f"Kind {name!r}: {field} must be True or False, got {short(getattr(self, field))}")
         if self.bias is not None and (self.family != "softmax" or self.kernel != "bilinear"):
-            raise ValueError(f"Kind {self.name!r}: only a 'bilinear' softmax kind has a key-norm bias, got family "
+            raise ValueError(f"Kind {name!r}: only a 'bilinear' softmax kind has a key-norm bias, got family "
                              f"{self.family!r} with kernel {self.kernel!r}")
         if self.kernel == "bilinear" and self.bias is None:
-            raise ValueError(f"Kind {self.name!r}: a 'bilinear' kind needs its key-norm bias coefficient, got None")
+            raise ValueError(f"Kind {name!r}: a 'bilinear' kind needs its key-norm bias coefficient, got None")
+        if self.constant != 0.0 and self.kernel != "bilinear":
+            raise ValueError(f"Kind {name!r}: only a 'bilinear' kind has a score constant, got constant "
+                             f"{self.constant!r} with kernel {self.kernel!r}")
+        if self.family == "softmax" and not self.temperature:
+            raise ValueError(f"Kind {name!r}: a softmax kind divides its scores by the temperature, got temperature=False")
         if self.family == "gate" and self.comparable:
-            raise ValueError(f"Kind {self.name!r}: a gate's rows are not normalised, so it cannot be comparable")
+            raise ValueError(f"Kind {name!r}: a gate's rows are not normalised, so it cannot be comparable")
+
+
+def _finite_real(value: object, name: str, field: str, expected: str) -> float:
+    """``value`` as a float when it is a finite real number (never a bool, a str or a complex)."""
+    try:
+        v = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an int beyond float's range
+        v = math.inf
+    if not math.isfinite(v):
+        raise ValueError(f"Kind {name!r}: {field} must be {expected}, got {short(value)}")
+    return v
 
 
 _REGISTRY: dict[str, Kind] = {}
+_BUILT_IN: set[str] = set()  # filled once the built-in kinds are registered (see BUILT_IN)
 
 
 def register(kind: Kind) -> Kind:
@@ -98,13 +150,32 @@ def register(kind: Kind) -> Kind:
         raise TypeError(f"register takes a Kind, got {type(kind).__name__}")
     if kind.name in _REGISTRY:
         raise ValueError(f"an attention kind named {kind.name!r} is already registered")
+    # a kind computed by a built-in kind's kernel is of that kind's family (a gate's rows are not normalised, a
+    # softmax kernel's are) and reads what that kernel reads: the options of the built-in kinds of that kernel
+    # (the kernels of hypviz.attention.kernels read them by name)
+    peers = [kd for kd in _REGISTRY.values() if kd.name in _BUILT_IN and kd.kernel == kind.kernel]
+    if peers and kind.family != peers[0].family:
+        raise ValueError(
+            f"Kind {kind.name!r}: family must be {peers[0].family!r} (the family of the kernel {kind.kernel!r}, as of the "
+            f"built-in kind {peers[0].name!r}), got {short(kind.family)}"
+        )
+    needed = [o for o in OPTIONS if any(o in kd.options for kd in peers) and o not in kind.options]
+    if needed:
+        raise ValueError(
+            f"Kind {kind.name!r}: options must include {', '.join(map(repr, needed))} (the kernel {kind.kernel!r} reads "
+            f"them, as the built-in kind {peers[0].name!r} does), got {short(kind.options)}"
+        )
     _REGISTRY[kind.name] = kind
     return kind
 
 
 def unregister(name: str) -> None:
-    """Remove a kind registered at run time (tests and experiments)."""
-    _REGISTRY.pop(check(name), None)
+    """Remove a kind registered at run time (tests and experiments); the built-in kinds (:data:`BUILT_IN`) stay."""
+    check(name)
+    if name in BUILT_IN:
+        raise ValueError(f"name must be a kind registered at run time (the built-in kinds {', '.join(map(repr, BUILT_IN))} "
+                         f"cannot be removed), got {name!r}")
+    del _REGISTRY[name]
 
 
 def names() -> tuple[str, ...]:
@@ -215,3 +286,7 @@ register(Kind(
     description="softmax of the hyperbolic distance itself, -d(q, kappa) / tau (HNN++-style attention; d not squared)",
     rounding="not used (not compared by compare())",
 ))
+
+#: The kinds defined here, which :func:`unregister` refuses to remove (every part of hypviz relies on them).
+BUILT_IN: tuple[str, ...] = tuple(_REGISTRY)
+_BUILT_IN.update(BUILT_IN)

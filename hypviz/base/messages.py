@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import reprlib
 import stat
 from typing import Any
 
@@ -62,8 +63,20 @@ def short(value: Any, limit: int = 60) -> str:
     be a megabyte long): ``'xxxx...' (1000000 characters)``."""
     if isinstance(value, str) and len(value) > limit:
         return f"{show(repr(value[:limit]))[:-1]}...' ({len(value)} characters)"
-    text = show(repr(value))
+    if isinstance(value, (list, tuple, dict, set, frozenset)):  # nested to any depth, of any length: a few levels
+        text = show(_repr_of(limit).repr(value))
+    else:
+        text = show(repr(value))
     return text if len(text) <= limit + 20 else text[: limit + 20] + "..."
+
+
+def _repr_of(limit: int) -> reprlib.Repr:
+    """A ``repr`` of containers that shows a few levels and items (a file may hold a list nested 10^5 deep, whose
+    plain ``repr`` raises ``RecursionError``, or a list of 10^7 items)."""
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother = 3, limit, limit
+    r.maxlist = r.maxtuple = r.maxdict = r.maxset = r.maxfrozenset = 6
+    return r
 
 
 def env_limit(name: str, default: int, what: str) -> int:

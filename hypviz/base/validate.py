@@ -11,12 +11,25 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ["positive", "number", "integer", "choice", "float_dtype"]
+__all__ = ["SEED_MAX", "positive", "number", "integer", "seed", "choice", "float_dtype"]
+
+#: The largest seed: ``torch.Generator.manual_seed`` takes ``0 .. 2**64 - 1``.
+SEED_MAX = 2**64 - 1
 
 
 def _fail(name: str, expected: str, value: Any, hint: str = "", exc: type[Exception] = ValueError) -> Exception:
-    what = f"{value!r} (a bool)" if isinstance(value, bool) else repr(value)
-    return exc(f"{name} must be {expected}{hint}, got {what}")
+    return exc(f"{name} must be {expected}{hint}, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` in at most about 80 characters (an int of 10^5 digits has no repr at all)."""
+    if isinstance(value, bool):
+        return f"{value!r} (a bool)"
+    try:
+        text = repr(value)
+    except ValueError:  # int beyond sys.get_int_max_str_digits()
+        return f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= 80 else f"{text[:80]}... ({len(text)} characters)"
 
 
 def _fixed(value: Any, name: str) -> None:
@@ -40,7 +53,7 @@ def positive(value: Any, name: str, hint: str = "") -> float:
         raise _fail(name, "a positive finite number", value, hint)
     try:
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float's range
         raise _fail(name, "a positive finite number", value, hint) from None
     if not math.isfinite(v) or v <= 0.0:
         raise _fail(name, "a positive finite number", value, hint)
@@ -53,7 +66,7 @@ def number(value: Any, name: str, minimum: float | None = None, hint: str = "") 
     _fixed(value, name)
     try:
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float's range
         raise _fail(name, expected, value, hint) from None
     if isinstance(value, bool) or not math.isfinite(v) or (minimum is not None and v < minimum):
         raise _fail(name, expected, value, hint)
@@ -80,6 +93,11 @@ def integer(
     if bad or (minimum is not None and int(value) < minimum) or (maximum is not None and int(value) > maximum):
         raise _fail(name, expected, value, hint)
     return int(value)
+
+
+def seed(value: Any, name: str = "seed") -> int:
+    """``value`` as a seed of ``torch.Generator.manual_seed``: an integer from 0 to :data:`SEED_MAX` = 2**64 - 1."""
+    return integer(value, name, 0, " = 2**64 - 1", maximum=SEED_MAX)
 
 
 def choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:

@@ -191,7 +191,7 @@ def _rows(text: str) -> int:
     return value
 
 
-SEED_MAX = 2**64 - 1  # torch.Generator.manual_seed takes 0 .. 2**64 - 1
+SEED_MAX = validate.SEED_MAX  # torch.Generator.manual_seed takes 0 .. 2**64 - 1
 
 
 def _seed(text: str) -> int:
@@ -202,6 +202,22 @@ def _seed(text: str) -> int:
     if not 0 <= value <= SEED_MAX:
         shown = text if len(text) <= 30 else text[:30] + "..."
         raise argparse.ArgumentTypeError(f"expected an integer from 0 to 2**64 - 1 = {SEED_MAX}, got {shown!r}")
+    return value
+
+
+FEATURES_MAX = 2**16  # --features: the random-feature operands take (queries + keys) x D numbers a head
+
+
+def _features(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= FEATURES_MAX:
+        shown = text if len(text) <= 30 else text[:30] + "..."
+        raise argparse.ArgumentTypeError(
+            f"expected an integer from 1 to 2**16 = {FEATURES_MAX} (random features of each query and key), got {shown!r}"
+        )
     return value
 
 
@@ -335,15 +351,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="softmax temperature (default sqrt(d)); Hypformer's full attention is distance at k*scale/2",
     )
     c.add_argument(
-        "--power", type=_positive("--power"), default=2.0, metavar="P", help=f"power_k of {_taken_by('power')} (default 2)"
+        "--power", type=_positive("--power"), default=None, metavar="P", help=f"power_k of {_taken_by('power')} (default 2)"
     )
     c.add_argument(
-        "--norm-scale", type=_finite_number("--norm-scale"), default=1.0, metavar="S", help=f"norm_scale of {_taken_by('norm_scale')} (default 1)"
+        "--norm-scale", type=_finite_number("--norm-scale"), default=None, metavar="S", help=f"norm_scale of {_taken_by('norm_scale')} (default 1)"
     )
     c.add_argument(
-        "--features", type=_count, default=256, metavar="D", help=f"random features of {_taken_by('features')}, linear-time distance attention (default 256)"
+        "--features", type=_features, default=None, metavar="D",
+        help=f"random features of {_taken_by('features')}, linear-time distance attention, 1 to {FEATURES_MAX} (default 256)"
     )
-    c.add_argument("--rf-seed", type=_seed, default=0, help=f"seed of the random features of {_taken_by('seed')} (default 0)")
+    c.add_argument("--rf-seed", type=_seed, default=None, help=f"seed of the random features of {_taken_by('seed')} (default 0)")
     c.add_argument(
         "--dtype",
         choices=("auto", "float32", "float64"),
@@ -391,6 +408,30 @@ def _resolve_device(device: str):
         raise UsageError(f"--device: {one_line(exc)}") from None
 
 
+# options of the kinds: (option, attribute, the name in Kind.options, default)
+_KIND_OPTIONS = (("--power", "power", "power", 2.0), ("--norm-scale", "norm_scale", "norm_scale", 1.0),
+                 ("--features", "features", "features", 256), ("--rf-seed", "rf_seed", "seed", 0))
+
+
+def _kind_options(args: argparse.Namespace) -> None:
+    """Warn, in one line on stderr, about the kinds' options given while no compared kind reads them; then set the
+    options not given to their defaults."""
+    read = {opt for name in [*args.kinds, args.reference] for opt in kinds.get(name).options}
+    ignored = [(flag, opt) for flag, attr, opt, _ in _KIND_OPTIONS if getattr(args, attr) is not None and opt not in read]
+    if ignored:
+        readers = sorted({n for _, opt in ignored for n in kinds.comparable() if opt in kinds.get(n).options})
+        flags = ", ".join(flag for flag, _ in ignored)
+        print(
+            f"hypviz compare: warning: {flags} ignored: no compared kind reads {'it' if len(ignored) == 1 else 'them'} "
+            f"(compared: {', '.join([args.reference, *args.kinds])}; read by {', '.join(readers) or 'no kind'}: "
+            f"add {'it' if len(readers) == 1 else 'one'} to --kinds)",
+            file=sys.stderr,
+        )
+    for _, attr, _, default in _KIND_OPTIONS:
+        if getattr(args, attr) is None:
+            setattr(args, attr, default)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.keys is None:
         return cmd_model(args)
@@ -398,6 +439,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         args.kinds.remove(args.reference)
     if not args.kinds:
         raise UsageError(f"--kinds has nothing to compare with the reference {args.reference!r}; add another kind")
+    _kind_options(args)
     qpath, kpath = check_file(args.queries, "QUERIES"), check_file(args.keys, "KEYS")
     out = check_out(args.out, args.force, (qpath, kpath))
     _check_device(args.device)
@@ -456,10 +498,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 # options of `hypviz compare QUERIES KEYS` that a capture file does not take: (option, attribute, default)
 _NOT_FOR_CAPTURES = (("--k", "k", None), ("--kinds", "kinds", list(DEFAULT_KINDS)), ("--reference", "reference", DEFAULT_REFERENCE),
-                     ("--power", "power", 2.0), ("--norm-scale", "norm_scale", 1.0), ("--spatial", "spatial", False),
+                     ("--power", "power", None), ("--norm-scale", "norm_scale", None), ("--spatial", "spatial", False),
                      ("--model", "model", "lorentz"), ("--heads-axis", "heads_axis", None), ("--dtype", "dtype", "auto"),
                      ("--queries-key", "queries_key", None), ("--keys-key", "keys_key", None),
-                     ("--features", "features", 256), ("--rf-seed", "rf_seed", 0))
+                     ("--features", "features", None), ("--rf-seed", "rf_seed", None))
 
 
 def _is_capture_file(path: Path) -> bool:
@@ -503,9 +545,9 @@ def cmd_model(args: argparse.Namespace) -> int:
     for rec in records:  # one layer at a time, so that a refusal names the layer
         try:
             results += model_report.analyse([rec], temperature=args.temperature, device=str(device), progress=args.progress)
-        except ValueError as exc:
+        except ValueError as exc:  # what the record holds cannot be analysed: said naming the layer
             if not _OVERFLOW.search(str(exc)):
-                raise
+                raise UsageError(f"CAPTURE: layer {rec.name} (call {rec.call}): {show(one_line(exc))}") from None
             where = "--temperature" if rec.temperature is None else f"the temperature {rec.temperature:g} it stores"
             raise UsageError(f"CAPTURE: layer {rec.name} (call {rec.call}), {where}: {one_line(exc)}") from None
     files = produce(out, args.force, lambda tmp: writing.write_model_report(results, tmp, {"path": show(path), "layers": len(records)}))
@@ -547,7 +589,15 @@ def _read_capture(path: Path) -> list[Any]:
                     )
     try:
         records = records_mod.parse(obj, show(path))
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # the reader checks only what the file holds: whatever it raises, the file is the cause
+        capture = isinstance(obj, dict) and obj.get("format") == records_mod.FORMAT
+        if capture and isinstance(exc, (TypeError, ValueError)):  # what is wrong in a capture file
+            raise UsageError(f"CAPTURE: {one_line(exc)}") from None
+        if capture:  # a value the record's checks did not expect (a tensor where a number belongs, ...)
+            raise UsageError(
+                f"CAPTURE: {show(path)}: a layer record holds a value that cannot be read "
+                f"({type(exc).__name__}: {show(one_line(exc)[:300])})"
+            ) from None
         raise UsageError(
             f"KEYS is missing and {show(path)} is not a readable capture file ({one_line(exc)}); pass a KEYS file"
         ) from None

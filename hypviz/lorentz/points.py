@@ -25,14 +25,16 @@ ArrayLike = Any  # numpy array, torch tensor, or a nested list of floats
 def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
     """Return ``x`` as a floating-point torch tensor without changing its dtype.
 
-    numpy arrays keep their dtype (``float64`` stays ``float64``); nested lists go through
-    ``numpy.asarray``; a tensor is returned as it is.  ``name`` names ``x`` in the error message.
+    numpy arrays keep their dtype (``float64`` stays ``float64``; a big-endian array is read in the native
+    byte order, same values); nested lists go through ``numpy.asarray``; a tensor is returned as it is.
+    ``name`` names ``x`` in the error message.
 
     Raises
     ------
     TypeError
-        For integer, boolean, complex or object inputs, anything ``numpy.asarray`` cannot read, and tensors
-        that hold no dense data: meta tensors (a shape without values), sparse and nested tensors.
+        For integer, boolean, complex, long double, string, bytes, date and time, record or object inputs,
+        anything ``numpy.asarray`` cannot read, and tensors that hold no dense data: meta tensors (a shape
+        without values), sparse and nested tensors.
     """
     if isinstance(x, torch.Tensor):
         t = x
@@ -46,12 +48,27 @@ def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
             raise TypeError(f"{name}: expected a numpy array or torch tensor, got {type(x).__name__}") from exc
         if arr.dtype == object:
             raise TypeError(f"{name}: expected a numeric array, got an array of Python objects")
+        problem = _NUMPY_KINDS.get(arr.dtype.kind)
+        if problem:
+            raise TypeError(f"{name}: expected a floating-point array (float32 or float64), got dtype {str(arr.dtype)[:80]} ({problem})")
+        if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
+            raise TypeError(
+                f"{name}: expected a floating-point array (float32 or float64), got dtype {arr.dtype} (long double, "
+                f"which torch does not hold); pass {name}.astype(numpy.float64)"
+            )
+        if not arr.dtype.isnative:  # big-endian floats: the same values in the native byte order
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         if not (arr.flags.c_contiguous and arr.flags.writeable):
             arr = np.array(arr, order="C")  # torch needs positive strides and warns on read-only arrays
         t = torch.from_numpy(arr)
     if not t.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point array (float32 or float64), got dtype {t.dtype}")
     return t
+
+
+_NUMPY_KINDS = {  # numpy dtypes that hold no numbers: named in as_tensor's message
+    "U": "strings", "S": "bytes", "M": "dates and times", "m": "time differences", "V": "raw bytes or records",
+}
 
 
 def _not_dense(t: torch.Tensor) -> str | None:

@@ -28,7 +28,7 @@ import hypviz.plots.style as style
 from hypviz.reports import model_report
 from hypviz.reports.point_report import Result
 
-__all__ = ["MAX_SCATTER", "SHARED_SCALE_RATIO", "heatmap_scales", "figures", "rows_figure", "plotly_rows", "layers_figure", "model_figure", "scatter_rows", "png_bytes"]
+__all__ = ["MAX_SCATTER", "SHARED_SCALE_RATIO", "heatmap_scales", "figures", "rows_figure", "plotly_rows", "layers_figure", "model_figure", "scatter_rows", "png_bytes", "literal"]
 
 MAX_SCATTER = 4000  # rows drawn per comparison in the row figures (evenly spaced, plus the worst ones)
 SHARED_SCALE_RATIO = 3.0  # heatmaps share one colour scale only when their largest weights lie within this factor
@@ -68,6 +68,12 @@ def png_bytes(fig: Any, dpi: int = 100) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
+
+
+def literal(text: str) -> str:
+    r"""``text`` (a name read from a file) as matplotlib draws it literally: every ``$`` escaped as ``\$``, so that no
+    part of it is parsed as mathtext (``enc$\frac{$0`` would not parse; ``$x^2$`` would be drawn as math)."""
+    return str(text).replace("$", r"\$")
 
 
 def _kind_tex(kind: str) -> str:
@@ -275,7 +281,7 @@ def layers_figure(layers: Sequence[Mapping[str, Any]]) -> Any:
             ax.scatter(norms[h], tv[h], s=8, alpha=0.6, color=style.colour(h), label=f"head {h}")
         ax.set_xlabel(r"query norm $\|q_s\|$ (spatial units)")
         ax.set_ylabel(r"$\mathrm{TV}(P, P^{\mathrm{dist}})$ per query (probability)")
-        ax.set_title(f"{layer['label']}: {layer['what']} vs distance, per query")
+        ax.set_title(f"{literal(layer['label'])}: {layer['what']} vs distance, per query")
         ax.grid(True, alpha=0.3)
         if tv.shape[0] <= 8:
             ax.legend(fontsize=7)
@@ -284,7 +290,7 @@ def layers_figure(layers: Sequence[Mapping[str, Any]]) -> Any:
             ax.scatter(layer["key_norm_spread"], layer[key], marker=marker, s=30, label=tag)
         ax.set_xlabel(r"key-norm spread $\max_j \kappa_{t,j} - \min_j \kappa_{t,j}$ (per head)")
         ax.set_ylabel("mean over queries (probability)")
-        ax.set_title(f"{layer['label']}: per head vs key-norm spread")
+        ax.set_title(f"{literal(layer['label'])}: per head vs key-norm spread")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
     return fig

@@ -203,9 +203,14 @@ def _load_npz(path: Path, role: str, name: str | None, option: str, limit: int):
 
     try:
         zf = zipfile.ZipFile(path)
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, EOFError):
         with open(path, "rb") as fp:
             head = fp.read(8)
+        if head.startswith(b"PK\x03\x04"):
+            raise UsageError(
+                f"{role}: {show(path)} is truncated or damaged: it starts as a zip archive (an .npz) but its zip "
+                f"directory, at the end of the file, is missing ({size_text(os.stat(path).st_size)} on disk)"
+            ) from None
         hint = ": it looks like a .npy file, name it .npy" if head.startswith(b"\x93NUMPY") else " (a zip of .npy files)"
         raise UsageError(f"{role}: {show(path)} is not an .npz archive{hint}") from None
     except OSError as exc:
@@ -275,33 +280,63 @@ def _ndim(v: Any) -> int:
         return 1
 
 
-def expanded_bytes(obj: Any, _depth: int = 0) -> int:
+def expanded_bytes(obj: Any) -> int:
     """The bytes every tensor and array in ``obj`` (nested dicts, lists, tuples) occupies once made dense and
-    contiguous: elements x item size, from shapes alone (a broadcast, stride-0 tensor counts at its full size)."""
+    contiguous: elements x item size, from shapes alone (a broadcast, stride-0 tensor counts at its full size).
+
+    Each object is visited once (by identity, without recursion): a container referenced many times, or nested
+    to any depth, costs one visit, so the time is linear in the number of distinct objects the file holds, which
+    its size bounds; a tensor referenced twice is counted once, as it is stored once."""
     import numpy as np
     import torch
 
-    if isinstance(obj, torch.Tensor):
-        return int(obj.numel()) * int(obj.element_size())
-    if isinstance(obj, np.ndarray):
-        return int(obj.size) * int(obj.itemsize)
-    if _depth > 8:
-        return 0
-    if isinstance(obj, dict):
-        return sum(expanded_bytes(v, _depth + 1) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(expanded_bytes(v, _depth + 1) for v in obj)
-    return 0
+    total = 0
+    seen: set[int] = set()
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, torch.Tensor):
+            total += int(item.numel()) * int(item.element_size())
+        elif isinstance(item, np.ndarray):
+            total += int(item.size) * int(item.itemsize)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return total
 
 
-def _zip_bytes(path: Path) -> int | None:
+def _zip_bytes(path: Path, role: str, size: int) -> int | None:
     """What a torch.save zip file's members hold once decompressed (their declared sizes, which bound what
-    torch's reader allocates), or None for a file that is not a zip (the legacy format: its size is its data)."""
+    torch's reader allocates), or None for a file that is not a zip (the legacy format: its size is its data).
+
+    A file that starts as a zip archive but whose directory (at its end) is missing, or whose members reach past
+    its end, is refused as truncated, naming the file."""
+    try:
+        with open(path, "rb") as fp:
+            head = fp.read(4)
+    except OSError as exc:
+        raise UsageError(f"{role}: cannot read {show(path)}: {exc.strerror or exc}") from None
     try:
         with zipfile.ZipFile(path) as zf:
-            return sum(info.file_size for info in zf.infolist())
-    except (zipfile.BadZipFile, OSError, ValueError):
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        if head == b"PK\x03\x04":
+            raise UsageError(
+                f"{role}: {show(path)} is truncated or damaged: it starts as a zip archive (a torch.save file) but its "
+                f"zip directory, at the end of the file, is missing ({size_text(size)} on disk)"
+            ) from None
         return None
+    for info in infos:
+        if info.header_offset + info.compress_size > size:
+            raise UsageError(
+                f"{role}: {show(path)} is truncated or damaged: its member {short(info.filename)} reaches past the end "
+                f"of the file ({size_text(size)} on disk)"
+            )
+    return sum(info.file_size for info in infos)
 
 
 class Unreadable(UsageError):
@@ -320,13 +355,18 @@ def load_torch_file(path: Path, role: str, limit: int) -> Any:
     size = os.stat(path).st_size
     if size > limit:
         raise too_big(role, f"the file {show(path)}", size, limit)
-    unzipped = _zip_bytes(path)
+    unzipped = _zip_bytes(path, role, size)
     if unzipped is not None and unzipped > limit:
         raise too_big(role, f"what the file {show(path)} ({size_text(size)} on disk) decompresses to", unzipped, limit)
     import torch
 
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as exc:  # a read that fails (EINVAL on a file cut short, EIO): the file named, in one line
+        raise UsageError(
+            f"{role}: cannot read {show(path)} ({size_text(size)} on disk): {show(exc.strerror or exc)}; "
+            "is it truncated or damaged?"
+        ) from None
     except Exception as exc:  # unpickling errors of many kinds: all mean "not a readable torch file"
         reason = torch_load_reason(exc)
         raise Unreadable(

@@ -150,6 +150,9 @@ def check_out(out: Path, force: bool, inputs: Sequence[Path] = ()) -> Path:
         if out.is_symlink() or not out.is_dir():
             raise UsageError(f"--out {show(out)} exists and is {what_is(out) if not out.is_symlink() else 'a symbolic link'}, "
                              "not a folder; not replacing it")
+        if os.path.ismount(out):  # renaming it fails (EBUSY): say so before any work
+            raise UsageError(f"--force cannot replace {show(out)}: it is a mount point, which cannot be renamed; "
+                             "choose an --out inside it or elsewhere")
         if any(out.iterdir()) and not _is_report(out):
             raise UsageError(
                 f"--force would replace {show(out)}, which is not a hypviz report (no {MARKER} written by hypviz); "
@@ -528,6 +531,8 @@ _WRITE_ERRNOS = {
     errno.EIO: "choose another --out",
     errno.ENAMETOOLONG: "choose a shorter --out",
     errno.EMLINK: "choose another --out",
+    errno.EBUSY: "--out is in use (a mount point, or busy); choose an --out inside it or elsewhere",
+    errno.EXDEV: "--out crosses a file-system boundary (a mount point?); choose an --out inside it or elsewhere",
 }
 
 
