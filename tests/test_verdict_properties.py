@@ -137,8 +137,9 @@ def test_unresolved_when_the_rounding_tolerance_approaches_the_tvs_judged():
     ua = ub = torch.tensor([0.4], dtype=torch.float64)
     cut = CLOSE_RATIO * 0.4
     one, peak = torch.ones(1, dtype=torch.float64), torch.full((1,), 50.0, dtype=torch.float64)
-    for tol, want in [(0.99 * RESOLVE * cut, 0), (1.01 * RESOLVE * cut, 4)]:
-        code = row_verdicts(torch.tensor([0.9 * RESOLVE * cut]), ua, ub, peak, peak, one, torch.tensor([tol]))
+    assert RESOLVE == 0.5  # the documented rule: a tolerance up to half the close/different TV resolves a row
+    for tol, want in [(0.49 * cut, 0), (0.51 * cut, 4), (0.3 * cut, 0), (2.0 * cut, 4)]:
+        code = row_verdicts(torch.tensor([0.25 * cut]), ua, ub, peak, peak, one, torch.tensor([tol]))
         assert int(code[0]) == want, (tol, want)
     # far above cut + tolerance the row is resolved whatever the tolerance: different
     code = row_verdicts(torch.tensor([cut + 0.06]), ua, ub, peak, peak, one, torch.tensor([0.05]))

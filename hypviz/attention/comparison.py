@@ -564,8 +564,8 @@ class Comparison:
             f"  verdict: {self.verdict_text}  (rows: {describe_fractions(self.row_verdicts)})"
             + ("" if ratio is None else f"  gap / baseline {_fmt(ratio)}"),
         ]
-        if self.tolerance_basis is not None:
-            lines.append(f"  identical within rounding: {self.tolerance_basis}")
+        if self.tolerance_basis is not None and self.dim is None:  # given maps: the basis is an assumption to state
+            lines.append(f"  rounding: {self.tolerance_basis}")
         if self.sampled:
             lo, hi = self.ci("tv")[1:]
             lines.append(

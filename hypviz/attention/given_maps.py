@@ -324,7 +324,7 @@ def compare_maps(
         made = "their storage dtype" if comp is None else str(comp).replace("torch.", "")
         size = "max(1, E_P log(max P / P)) per row (default)" if scale is None else f"{scale:.3g}"
         basis = (f"TV within the rounding of {stored} storage and of logits of size {size} computed in {made} "
-                 f"(max {float(out['tol'].max()):.3g}; state precision= and logit_scale= otherwise)")
+                 "(tv_tolerance; state precision= and logit_scale= otherwise)")
 
     def back(name: str) -> torch.Tensor:
         return out[name].reshape(shape).to(coarse if coarse in (torch.float32, torch.float64) else torch.float32)
