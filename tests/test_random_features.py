@@ -200,3 +200,29 @@ def test_the_direction_cache_is_bounded_in_bytes():
     assert (70_000, 64, 5, True) in rf._cache  # the latest draw is kept
     rf.random_directions(300_000, 64, seed=0)  # larger than the whole budget: never cached
     assert (300_000, 64, 0, True) not in rf._cache
+
+
+def test_orthogonal_directions_are_haar_distributed():
+    # without the sign fix of the QR factorisation the diagonal of each block is biased (about -0.5 here)
+    om = rf.random_directions(7 * 2000, 7, seed=4).reshape(2000, 7, 7)
+    diag = torch.diagonal(om, dim1=-2, dim2=-1)
+    assert abs(float(diag.mean())) < 0.05
+    assert abs(float(om.mean())) < 0.05
+
+
+def test_the_textbook_estimate_is_the_kernel_of_the_lorentzian_inner_product(points):
+    # performer_weights with many independent features: exp(<q, kappa>_L / tau) within 3 % (J is what makes it Lorentzian)
+    q, kk = points(3, 3, 0.4, seed=7), points(4, 3, 0.4, seed=8)
+    om = rf.random_directions(200_000, 4, seed=9, orthogonal=False)
+    est = rf.performer_weights(q, kk, om, temperature=2.0)
+    truth = torch.exp(L.pairwise_inner(q, kk) / 2.0)
+    torch.testing.assert_close(est, truth, rtol=0.03, atol=0)
+
+
+@pytest.mark.parametrize("r", [0.5, 1.0, 2.0])
+def test_weights_are_never_negative_over_seeds(points, r):
+    # the control variate is used only where every weight is provably positive: no seed makes one negative
+    q, kk = points(24, 6, r, seed=10), points(32, 6, r, seed=11)
+    for s in range(12):
+        p = rf.distance_rf_map(q, kk, temperature=1.0, features=16, seed=s)
+        assert bool((p >= 0).all()) and bool(torch.isfinite(p).all()), s

@@ -6,6 +6,8 @@ half precision, large logits) and fails when the property breaks.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -194,3 +196,18 @@ def test_broadcast_maps_are_compared_without_expanding_them(monkeypatch):
     for field in ("tv", "kl", "tv_uniform_a", "top1_weight", "output_gap", "tv_tolerance"):
         torch.testing.assert_close(getattr(streamed, field), getattr(whole, field), rtol=1e-12, atol=1e-15)
     assert streamed.n_blocks == 8
+
+
+def test_compare_reads_a_rounding_level_tie_as_a_set():
+    # map a: keys 0 and 1 tied within its rounding (1e-12 apart, tolerance 1e-9); map b prefers key 0 by e^0.7
+    from hypviz.attention.row_blocks import top_set
+
+    la = torch.tensor([[0.0, -1e-12, -5.0, -6.0, -7.0], [-1e-12, 0.0, -5.0, -6.0, -7.0]], dtype=torch.float64)
+    lb = torch.tensor([[0.0, -0.7, -5.0, -6.0, -7.0], [0.0, -0.7, -5.0, -6.0, -7.0]], dtype=torch.float64)
+    ta = tb = torch.full((2, 1), 1e-9, dtype=torch.float64)
+    va, ia = torch.topk(la, 3, dim=-1)
+    vb, _ = torch.topk(lb, 3, dim=-1)
+    ratio, excess, shared = top_set(la, lb, va, ia, vb, ta, tb)
+    want = 0.5 * (1.0 + math.exp(-0.7))  # the mean over the tied set, whichever of the two rounding put first
+    torch.testing.assert_close(ratio, torch.full((2,), want, dtype=torch.float64))
+    assert bool(shared.all()) and bool((excess > 0).all())
