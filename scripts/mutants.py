@@ -96,7 +96,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("rounding_factor_x10", "attention/kernels.py", "(math.sqrt(c + 3) + 2.0) * torch.finfo(a.dtype).eps * size",
        "10.0 * (math.sqrt(c + 3) + 2.0) * torch.finfo(a.dtype).eps * size", "the realistic rounding level x10", COMPARE),
     _m("score_constant", "attention/kernels.py", "return s.sub_(kind.constant * kf)", "return s.sub_(kind.constant * kf * 2.0)",
-       "a score constant changed", ["tests/test_kinds.py", "tests/test_attention.py", "-k", "score"]),
+       "a score constant changed", ["tests/test_kinds.py", "-k", "registered_at_run_time or score"]),
     _m("feature_eps", "attention/kernels.py", "FEATURE_EPS = 1e-6", "FEATURE_EPS = 1e-3", "Hypformer's feature offset changed",
        ["tests/test_attention.py", "-k", "focused"]),
     # -- the random features (attention/random_features.py)
