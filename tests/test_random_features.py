@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hypviz import attention as att
+from hypviz import data
 from hypviz import lorentz as L
 from hypviz.attention import random_features as rf
 
@@ -226,3 +227,21 @@ def test_weights_are_never_negative_over_seeds(points, r):
     for s in range(12):
         p = rf.distance_rf_map(q, kk, temperature=1.0, features=16, seed=s)
         assert bool((p >= 0).all()) and bool(torch.isfinite(p).all()), s
+
+
+def test_rows_where_the_control_variate_would_raise_the_variance_use_the_plain_features():
+    # r = 0.6, d = 6, tau = 2, D = 8 features, 3 keys: a few rows are provably positive but the control variate's
+    # estimated variance is higher there; those rows must be exactly the plain features' rows
+    q, kk = data.lifted_gaussian(400, 6, 0.6, seed=1), data.lifted_gaussian(3, 6, 0.6, seed=2)
+    tau, om = 2.0, rf.random_directions(8, 7, seed=3)
+    a, b, lk = rf._centred(q, kk, 1.0, tau)
+    fa, fb = torch.exp(a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)), torch.exp(b @ om.T - 0.5 * b.square().sum(-1, keepdim=True))
+    x = fa * (fb * lk.exp()[:, None]).sum(0)
+    y = x - (1 + a @ om.T) * ((1 + b @ om.T) * lk.exp()[:, None]).sum(0)
+    ok = rf._positive_rows(a.norm(dim=-1), b.norm(dim=-1).max(), rf._spread(om))
+    worse, better = ok & (y.var(-1) >= x.var(-1)), ok & (y.var(-1) < x.var(-1))
+    assert int(worse.sum()) >= 3 and int(better.sum()) >= 100
+    p = rf.distance_rf_map(q, kk, temperature=tau, features=8, seed=3)
+    plain = rf.distance_rf_map(q, kk, temperature=tau, features=8, seed=3, control_variate=False)
+    torch.testing.assert_close(p[worse], plain[worse], rtol=1e-12, atol=1e-15)
+    assert float((p[better] - plain[better]).abs().max()) > 1e-6
