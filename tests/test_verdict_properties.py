@@ -211,3 +211,19 @@ def test_compare_reads_a_rounding_level_tie_as_a_set():
     want = 0.5 * (1.0 + math.exp(-0.7))  # the mean over the tied set, whichever of the two rounding put first
     torch.testing.assert_close(ratio, torch.full((2,), want, dtype=torch.float64))
     assert bool(shared.all()) and bool((excess > 0).all())
+
+
+def test_a_broadcast_map_is_never_expanded_nor_copied_to_float64_whole(monkeypatch):
+    # one 64 x 64 float32 map against the same map broadcast to 200 and to 800 heads, in row blocks of 512 rows:
+    # the extra memory of 600 more heads is their per-row results (38,400 rows x about a dozen float32 fields,
+    # 1.8 MB), not a float64 copy or an expansion of their maps (20 MB)
+    from hypviz.attention import given_maps
+    from hypviz.base.memory import peak_tensor_memory
+
+    monkeypatch.setattr(given_maps, "_BLOCK_ELEMENTS", 512 * 64)
+    one = torch.softmax(torch.randn(64, 64, generator=torch.Generator().manual_seed(9)), -1)
+    peaks = {}
+    for heads in (200, 800):
+        res, peaks[heads] = peak_tensor_memory(att.compare_maps, one.expand(heads, 64, 64), one, spearman=False)
+        assert res.verdict == "identical" and res.tv.shape == (heads, 64) and res.tv.dtype == torch.float32
+    assert peaks[800] - peaks[200] < 5 * 2**20, peaks

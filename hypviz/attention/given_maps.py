@@ -34,6 +34,14 @@ def _map(p: ArrayLike, name: str) -> torch.Tensor:
     return t
 
 
+def _own(t: torch.Tensor) -> torch.Tensor:
+    """``t`` without the axes it was expanded along (stride 0): each distinct row once, a view (they broadcast back)."""
+    for axis in range(t.dim() - 2):
+        if t.stride(axis) == 0 and t.shape[axis] > 1:
+            t = t.narrow(axis, 0, 1)
+    return t
+
+
 def _worst(bad: torch.Tensor, score: torch.Tensor, lead: torch.Size) -> tuple[str, float]:
     """The name of the worst offending row (largest ``score`` among ``bad``) and its score."""
     flat = torch.where(bad.reshape(-1), score.reshape(-1), torch.full_like(score.reshape(-1), -math.inf))
@@ -52,7 +60,7 @@ def _check_map(t: torch.Tensor, name: str, atol: float) -> None:
     if bool((low < -atol).any()):
         row, v = _worst(low < -atol, -low, lead)
         raise ValueError(f"{name} must hold non-negative weights, got {-v:.3g} in {row}")
-    off = (t.double().sum(dim=-1) - 1.0).abs()
+    off = (t.sum(dim=-1, dtype=torch.float64) - 1.0).abs()  # float64 sums without a float64 copy
     if bool((off > atol).any()):
         row, v = _worst(off > atol, off, lead)
         raise ValueError(
@@ -213,15 +221,16 @@ def compare_maps(
         ``TypeError`` for non-float input.
     """
     start = time.perf_counter()
-    pa, pb = _map(P_a, "P_a"), _map(P_b, "P_b")
-    if pa.shape[-2:] != pb.shape[-2:]:
+    ta, tb = _map(P_a, "P_a"), _map(P_b, "P_b")
+    if ta.shape[-2:] != tb.shape[-2:]:
         raise ValueError(
-            f"P_a and P_b must have the same (N queries, M keys), got P_a {tuple(pa.shape)} and P_b {tuple(pb.shape)}"
+            f"P_a and P_b must have the same (N queries, M keys), got P_a {tuple(ta.shape)} and P_b {tuple(tb.shape)}"
         )
     try:
-        batch = torch.broadcast_shapes(pa.shape[:-2], pb.shape[:-2])
+        batch = torch.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
     except RuntimeError:
-        raise ValueError(f"the leading axes of P_a {tuple(pa.shape)} and P_b {tuple(pb.shape)} do not broadcast") from None
+        raise ValueError(f"the leading axes of P_a {tuple(ta.shape)} and P_b {tuple(tb.shape)} do not broadcast") from None
+    pa, pb = _own(ta), _own(tb)  # each distinct row once: an expanded input is read, never copied
     if pa.device != pb.device:
         raise ValueError(f"P_a is on {pa.device} but P_b is on {pb.device}; move them to one device")
     coarse = pa.dtype if torch.finfo(pa.dtype).eps >= torch.finfo(pb.dtype).eps else pb.dtype
@@ -257,16 +266,21 @@ def compare_maps(
     heads = math.prod(batch)
     grid = (*batch, n)
     src_a, src_b = _row_source(pa.detach(), batch, n), _row_source(pb.detach(), batch, n)
-    if v is not None:
-        v = v.double().expand(*batch, *v.shape[-2:]).reshape(-1, m, v.shape[-1]) if v.shape[:-2] != batch else v.double().reshape(-1, m, v.shape[-1])
+    v_head = None
+    if v is not None:  # each broadcast head's own values, by index: no broadcast expanded
+        lead = v.shape[:-2]
+        v_head = torch.arange(math.prod(lead), dtype=torch.long).reshape(lead).expand(batch).reshape(-1)
+        v = v.reshape(-1, m, v.shape[-1])
     levels = []
     for t in (pa, pb):
         fs = torch.finfo(t.dtype)
         ec = fs.eps if comp is None else torch.finfo(comp).eps
         levels.append((0.5 * fs.eps + 0.5 * m * fs.eps * fs.tiny, ec))
-    names = ["kl", "tv", "ua", "ub", "pa", "pb", "gap", "top1", "fav", "overlap", "rho", "og", "oua", "oub", "tol"]
+    names = ["kl", "tv", "ua", "ub", "pa", "pb", "gap", "top1", "fav", "overlap", "tol"]
+    names += (["rho"] if rank else []) + (["og", "oua", "oub"] if v is not None else [])
     total = heads * n
-    out = {name: torch.empty(total, dtype=torch.float64, device=pa.device) for name in names}
+    kept = coarse if coarse in (torch.float32, torch.float64) else torch.float32  # the fields' dtype: no float64 copies of float32 maps
+    out = {name: torch.empty(total, dtype=kept, device=pa.device) for name in names}
     rows = max(1, _BLOCK_ELEMENTS // m)
     rel = 4.0 * eps
     stat = 16.0 * torch.finfo(torch.float64).eps * math.log2(m + 1)
@@ -312,7 +326,7 @@ def compare_maps(
             h0, h1 = i // n, (j - 1) // n
             for h in range(h0, h1 + 1):  # the values of each head the block touches
                 r0, r1 = max(i, h * n), min(j, (h + 1) * n)
-                vh = v[h]
+                vh = v[int(v_head[h])].double()
                 og, oua, oub = output_stats(x[r0 - i : r1 - i], y[r0 - i : r1 - i], vh, vh.mean(dim=0), kf)
                 out["og"][r0:r1], out["oua"][r0:r1], out["oub"][r0:r1] = og, oua, oub
     shape = grid
@@ -327,7 +341,7 @@ def compare_maps(
                  "(tv_tolerance; state precision= and logit_scale= otherwise)")
 
     def back(name: str) -> torch.Tensor:
-        return out[name].reshape(shape).to(coarse if coarse in (torch.float32, torch.float64) else torch.float32)
+        return out[name].reshape(shape)
 
     outputs: dict[str, Any] = {}
     if v is not None:
