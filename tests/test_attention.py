@@ -176,8 +176,14 @@ def ref_distance_rf(q, kk, omega, tau, k=1.0, control=True):
         wk = (kk[:, 0] - rk)[:, None]
         a = torch.cat([u, q[:, 1:]], -1) / math.sqrt(tau)
         b = torch.cat([-wk, kk[:, 1:]], -1) / math.sqrt(tau)
-        use = a.norm(dim=-1) * b.norm(dim=-1).max() < 1.0
         ca, cb = torch.exp(a @ om.T - 0.5 * (a * a).sum(-1, keepdim=True)), torch.exp(b @ om.T - 0.5 * (b * b).sum(-1, keepdim=True))
+        # the rows where every weight is provably positive and the row sum's sample variance drops
+        an, reach = a.norm(dim=-1), b.norm(dim=-1).max()
+        spread = torch.linalg.eigvalsh(om.T @ om / om.shape[0] - torch.eye(om.shape[1], dtype=torch.float64)).abs().max()
+        fac = torch.exp(-rk * wk[:, 0] / tau)
+        x = ca * (cb * fac[:, None]).sum(0)
+        y = x - (1 + a @ om.T) * ((1 + b @ om.T) * fac[:, None]).sum(0)
+        use = (0.5 * (an**2 + reach**2) + spread * an * reach <= 0.5) & (y.var(-1) < x.var(-1))
         psi = ((1 + a @ om.T)[:, None, :] * (1 + b @ om.T)[None, :, :]).mean(-1)
         cv = (1 + a @ b.T + (ca[:, None, :] * cb[None, :, :]).mean(-1) - psi) * torch.exp(-rk * wk[:, 0] / tau)[None, :]
         w = torch.where(use[:, None], cv, w)

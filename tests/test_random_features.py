@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hypviz import attention as att
+from hypviz import data
 from hypviz import lorentz as L
 from hypviz.attention import random_features as rf
 
@@ -43,11 +44,11 @@ def test_the_estimator_is_unbiased_over_seeds(points):
     for s in range(seeds):
         om = rf.random_directions(8, 5, seed=s, orthogonal=False)
         a_op, b_op = rf.feature_operands(q[None], kk[None], 1.0, tau, om, control_variate=False)
-        # undo the stabilisers: rows of A carry exp(-rowmax), B exp(-shift); both are recomputed here
+        # undo the stabiliser: every product carries exp(-rho), rho = max over features of (log phi(a) + max_j log phi(b_j))
         a, b, logkey = rf._centred(q[None], kk[None], 1.0, tau)
         la = a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)
         lb = b @ om.T - 0.5 * b.square().sum(-1, keepdim=True) + logkey[..., None]
-        w = (a_op @ b_op.transpose(-1, -2))[0, 0] * torch.exp(la.amax() + lb.amax()) / 8
+        w = (a_op @ b_op.transpose(-1, -2))[0, 0] * torch.exp((la + lb.amax(-2, keepdim=True)).amax()) / 8
         ests.append(w)
     est = torch.stack(ests)  # (seeds, M)
     # exp(a.b - sqrt(k) w / tau) = exp(<q, kappa>_L / tau) times a factor of the query alone
@@ -120,9 +121,11 @@ def test_compare_streams_the_random_feature_map(points):
 @pytest.mark.parametrize(
     ("kwargs", "exc", "text"),
     [
-        (dict(features=0), ValueError, "features must be a positive integer"),
-        (dict(features=2.5), ValueError, "features must be a positive integer"),
-        (dict(seed=-1), ValueError, "seed must be an integer >= 0"),
+        (dict(features=0), ValueError, "features must be an integer from 1 to 4194304"),
+        (dict(features=2.5), ValueError, "features must be an integer from 1 to 4194304"),
+        (dict(features=10**30), ValueError, "features must be an integer from 1 to 4194304"),
+        (dict(seed=-1), ValueError, "seed must be an integer from 0 to"),
+        (dict(seed=2**64), ValueError, "seed must be an integer from 0 to"),
         (dict(orthogonal="yes"), TypeError, "orthogonal must be True or False"),
         (dict(control_variate=1), TypeError, "control_variate must be True or False"),
         (dict(aggregation="mean"), ValueError, "aggregation must be one of 'centroid', 'spatial'"),
@@ -134,3 +137,111 @@ def test_bad_input_gets_one_line(points, kwargs, exc, text):
     with pytest.raises(exc, match=text) as info:
         rf.distance_linear_attention(q, q, q, **kwargs)
     assert "\n" not in str(info.value)
+
+
+def _sphere(n: int, d: int, radius: float, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    return L.lift(radius * x / x.norm(dim=-1, keepdim=True))
+
+
+def test_small_queries_against_large_keys_give_non_negative_finite_weights():
+    # tau = sqrt(d) = 8, queries of norm 0.1, keys of norm 14: where the old guard let the control variate make weights of +-3.5e3
+    q, kk, v = _sphere(256, 64, 0.1, 1), _sphere(16, 64, 14.0, 2), _sphere(16, 3, 1.0, 3)
+    p = rf.distance_rf_map(q, kk, temperature=8.0, features=256)
+    assert bool((p >= 0).all()) and bool(torch.isfinite(p).all())
+    torch.testing.assert_close(p.sum(-1), torch.ones(256, dtype=torch.float64))
+    assert float(tv(p, exact(q, kk, 8.0)).max()) <= 1.0
+    out = rf.distance_linear_attention(q, kk, v, temperature=8.0, features=256)
+    assert bool(torch.isfinite(out).all())
+    # compare("distance_rf") measures exactly this map: no negative weight clamped in its logarithm
+    c = att.compare(q, kk, "distance_rf", "distance", temperature=8.0, features=256)
+    torch.testing.assert_close(c.tv, tv(p, exact(q, kk, 8.0)), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [20.0, 50.0, 300.0])
+def test_float32_never_underflows_to_nan_at_large_norms(points, scale):
+    q = points(16, 8, scale, seed=1, dtype=torch.float32)
+    kk = points(24, 8, scale, seed=2, dtype=torch.float32)
+    v = points(24, 3, 1.0, seed=3, dtype=torch.float32)
+    p = att.attention_map(q, kk, "distance_rf")
+    assert bool(torch.isfinite(p).all()) and bool((p >= 0).all())
+    torch.testing.assert_close(p.sum(-1), torch.ones(16), rtol=0, atol=1e-5)
+    assert bool(torch.isfinite(rf.distance_linear_attention(q, kk, v)).all())
+    c = att.compare(q, kk, "distance_rf", "distance")
+    assert bool(torch.isfinite(c.tv).all())
+
+
+@pytest.mark.parametrize("r", [0.05, 0.3, 1.0, 3.0])
+def test_the_control_variate_is_used_only_where_its_estimated_variance_is_lower(points, r):
+    # recomputed here from the samples of each row's sum: plain X_w = phi_w(a) sum_j phi_w(b_j) e^{lk_j},
+    # control variate Y_w = X_w - (1 + w.a) sum_j (1 + w.b_j) e^{lk_j}
+    q, kk = points(40, 6, r, seed=4), points(30, 6, r, seed=5)
+    tau, om = 2.0, rf.random_directions(64, 7, seed=6)
+    a_op, _ = rf.feature_operands(q[None], kk[None], 1.0, tau, om)
+    used = (a_op[0, :, 64:].abs().sum(-1) > 0) if a_op.shape[-1] > 64 else torch.zeros(40, dtype=torch.bool)
+    a, b, lk = rf._centred(q, kk, 1.0, tau)
+    fa, fb = torch.exp(a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)), torch.exp(b @ om.T - 0.5 * b.square().sum(-1, keepdim=True))
+    x = fa * (fb * lk.exp()[:, None]).sum(0)
+    y = x - (1 + a @ om.T) * ((1 + b @ om.T) * lk.exp()[:, None]).sum(0)
+    assert bool((y.var(-1)[used] < x.var(-1)[used]).all())
+    if r == 0.05:
+        assert bool(used.all())  # near uniform: the control variate is what every row uses
+    if r == 3.0:
+        assert not bool(used.any())  # far from its first-order term: plain positive features
+    p = rf.distance_rf_map(q, kk, temperature=tau, features=64, seed=6)
+    assert bool((p >= 0).all())
+
+
+def test_the_direction_cache_is_bounded_in_bytes():
+    for s in range(6):
+        rf.random_directions(70_000, 64, seed=s)  # 36 MB each
+    held = sum(t.numel() * t.element_size() for t in rf._cache.values())
+    assert held <= rf._CACHE_BYTES
+    assert (70_000, 64, 5, True) in rf._cache  # the latest draw is kept
+    rf.random_directions(300_000, 64, seed=0)  # larger than the whole budget: never cached
+    assert (300_000, 64, 0, True) not in rf._cache
+
+
+def test_orthogonal_directions_are_haar_distributed():
+    # without the sign fix of the QR factorisation the diagonal of each block is biased (about -0.5 here)
+    om = rf.random_directions(7 * 2000, 7, seed=4).reshape(2000, 7, 7)
+    diag = torch.diagonal(om, dim1=-2, dim2=-1)
+    assert abs(float(diag.mean())) < 0.05
+    assert abs(float(om.mean())) < 0.05
+
+
+def test_the_textbook_estimate_is_the_kernel_of_the_lorentzian_inner_product(points):
+    # performer_weights with many independent features: exp(<q, kappa>_L / tau) within 3 % (J is what makes it Lorentzian)
+    q, kk = points(3, 3, 0.4, seed=7), points(4, 3, 0.4, seed=8)
+    om = rf.random_directions(200_000, 4, seed=9, orthogonal=False)
+    est = rf.performer_weights(q, kk, om, temperature=2.0)
+    truth = torch.exp(L.pairwise_inner(q, kk) / 2.0)
+    torch.testing.assert_close(est, truth, rtol=0.03, atol=0)
+
+
+@pytest.mark.parametrize("r", [0.5, 1.0, 2.0])
+def test_weights_are_never_negative_over_seeds(points, r):
+    # the control variate is used only where every weight is provably positive: no seed makes one negative
+    q, kk = points(24, 6, r, seed=10), points(32, 6, r, seed=11)
+    for s in range(12):
+        p = rf.distance_rf_map(q, kk, temperature=1.0, features=16, seed=s)
+        assert bool((p >= 0).all()) and bool(torch.isfinite(p).all()), s
+
+
+def test_rows_where_the_control_variate_would_raise_the_variance_use_the_plain_features():
+    # r = 0.6, d = 6, tau = 2, D = 8 features, 3 keys: a few rows are provably positive but the control variate's
+    # estimated variance is higher there; those rows must be exactly the plain features' rows
+    q, kk = data.lifted_gaussian(400, 6, 0.6, seed=1), data.lifted_gaussian(3, 6, 0.6, seed=2)
+    tau, om = 2.0, rf.random_directions(8, 7, seed=3)
+    a, b, lk = rf._centred(q, kk, 1.0, tau)
+    fa, fb = torch.exp(a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)), torch.exp(b @ om.T - 0.5 * b.square().sum(-1, keepdim=True))
+    x = fa * (fb * lk.exp()[:, None]).sum(0)
+    y = x - (1 + a @ om.T) * ((1 + b @ om.T) * lk.exp()[:, None]).sum(0)
+    ok = rf._positive_rows(a.norm(dim=-1), b.norm(dim=-1).max(), rf._spread(om))
+    worse, better = ok & (y.var(-1) >= x.var(-1)), ok & (y.var(-1) < x.var(-1))
+    assert int(worse.sum()) >= 3 and int(better.sum()) >= 100
+    p = rf.distance_rf_map(q, kk, temperature=tau, features=8, seed=3)
+    plain = rf.distance_rf_map(q, kk, temperature=tau, features=8, seed=3, control_variate=False)
+    torch.testing.assert_close(p[worse], plain[worse], rtol=1e-12, atol=1e-15)
+    assert float((p[better] - plain[better]).abs().max()) > 1e-6

@@ -71,9 +71,19 @@ def test_seed_interval_refuses_a_bad_confidence():
 def test_predicted_ratio_formula():
     assert acc.predicted_gap_ratio(1.0) == pytest.approx(1 / math.sqrt(3))
     assert acc.predicted_gap_ratio(0.0) == 1.0
-    # with the query's own time coordinate: 1 / sqrt(1 + 2 rho^2 k / (k + |q|^2))
-    assert acc.predicted_gap_ratio(5 / 0.3, 5.0) == pytest.approx(1 / math.sqrt(1 + 2 * (5 / 0.3) ** 2 / 26))
+    # general norms: 1 / sqrt(1 + 2 rho^2 kappa_t^2 / q_t^2), kappa_t^2 = k + (|q| / rho)^2, q_t^2 = k + |q|^2
+    for qn, kn, k in [(5.0, 0.3, 1.0), (2.0, 1.0, 1.0), (1.0, 4.0, 1.0), (3.0, 3.0, 2.0), (7.0, 0.5, 0.25)]:
+        rho = qn / kn
+        want = 1 / math.sqrt(1 + 2 * rho**2 * (k + kn**2) / (k + qn**2))
+        assert acc.predicted_gap_ratio(rho, qn, k) == pytest.approx(want, rel=1e-12)
+    # the measured pairs: (2, 1) -> 0.488, (1, 4) -> 0.696, and 1/sqrt(3) at rho = 1 for any norm
+    assert acc.predicted_gap_ratio(2.0, 2.0) == pytest.approx(1 / math.sqrt(4.2))
+    assert acc.predicted_gap_ratio(0.25, 1.0) == pytest.approx(1 / math.sqrt(2.0625))
+    for qn in (0.0, 1.0, 30.0):
+        assert acc.predicted_gap_ratio(1.0, qn) == pytest.approx(1 / math.sqrt(3))
     np.testing.assert_allclose(acc.predicted_gap_ratio(np.array([0.5, 2.0])), [1 / math.sqrt(1.5), 1 / 3])
+    assert acc.gaussian_gap_study(3.0, 3.0, n=4, m=8, d=4, seeds=2).prediction == pytest.approx(1 / math.sqrt(3))
+    assert acc.gaussian_gap_study(2.0, 1.0, n=4, m=8, d=4, seeds=2).prediction == pytest.approx(1 / math.sqrt(4.2))
     with pytest.raises(ValueError, match="rho must be"):
         acc.predicted_gap_ratio(-1.0)
 
@@ -84,9 +94,23 @@ def test_the_derivation_gives_the_same_formula():
     small = der.step("small_queries").rhs
     (rho,) = small.free_symbols
     assert float(small.subs(rho, 2)) == pytest.approx(acc.predicted_gap_ratio(2.0))
-    general = der.step("ratio").rhs                               # (1 + 2 rho^2 k / q_t^2)^(-1/2), k symbolic
-    values = {s: {"rho": 5 / 0.3, "q_t": math.sqrt(26.0), "k": 1.0}[s.name] for s in general.free_symbols}
-    assert float(general.subs(values)) == pytest.approx(acc.predicted_gap_ratio(5 / 0.3, 5.0))
+    general = der.step("general").rhs                             # (1 + 2 rho^2 kappa_t^2 / q_t^2)^(-1/2)
+    for qn, kn in [(5.0, 0.3), (2.0, 1.0), (1.0, 4.0), (6.0, 6.0)]:
+        values = {s: {"rho": qn / kn, "q_t": math.sqrt(1 + qn**2), "T2": 1 + kn**2}[s.name] for s in general.free_symbols}
+        assert float(general.subs(values)) == pytest.approx(acc.predicted_gap_ratio(qn / kn, qn))
+    small_keys = der.step("ratio").rhs                            # (1 + 2 rho^2 k / q_t^2)^(-1/2), k symbolic
+    values = {s: {"rho": 2.0, "q_t": math.sqrt(5.0), "k": 1.0}[s.name] for s in small_keys.free_symbols}
+    assert float(small_keys.subs(values)) == pytest.approx(1 / math.sqrt(1 + 8 / 5))
+
+
+@pytest.mark.parametrize("qn, kn", [(2.0, 1.0), (1.0, 4.0), (4.0, 1.0), (6.0, 6.0), (0.5, 3.0)])
+def test_the_general_prediction_holds_at_large_norms(qn, kn):
+    # first order in the logits (tau = 800 max(1, qn kn): maps near uniform) but norms far from small, both large included
+    study = acc.gaussian_gap_study(qn, kn, n=32, m=256, d=64, tau=800.0 * max(1.0, qn * kn), seeds=10)
+    assert abs(study.ratio.mean - study.prediction) < 0.01, (study.ratio.text(), study.prediction)
+    small = 1 / math.sqrt(1 + 2 * (qn / kn) ** 2)
+    if abs(small - study.prediction) > 0.05:  # where the small-norm formula is wrong, the measurement says so
+        assert abs(study.ratio.mean - small) > 0.04
 
 
 def _dense_ratio_and_top1(q, kap, tau):

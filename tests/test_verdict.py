@@ -23,6 +23,14 @@ def test_every_calibration_case_gets_its_verdict(built):
     assert not wrong, f"cases whose verdict moved (name, got, expected): {wrong}"
 
 
+def test_each_calibration_case_is_computed_in_the_dtype_its_name_says(built):
+    # a case named after a precision must really be that precision (not float64 compared with itself)
+    for case, res in built:
+        for name in ("float16", "bfloat16", "float32"):
+            if case.name.startswith(name) or f" {name} " in f" {case.name} ".replace(",", " "):
+                assert name in res.dtype or name in (res.tolerance_basis or ""), (case.name, res.dtype)
+
+
 def test_the_calibration_table_covers_every_verdict(built):
     assert {case.expected for case, _ in built} == set(att.VERDICTS)
     assert all(case.why and case.setup for case, _ in built)
@@ -81,7 +89,7 @@ def test_compare_maps_reproduces_compare(points):
     for a, b in [("spatial", "distance"), ("focused", "distance")]:
         res = att.compare(q, kk, a, b, temperature=2.0)
         got = att.compare_maps(att.attention_map(q, kk, a, temperature=2.0), att.attention_map(q, kk, b, temperature=2.0), a=a, b=b)
-        for field in ("tv", "kl", "tv_uniform_a", "tv_uniform_b", "peak_a", "peak_b", "topk_overlap", "spearman"):
+        for field in ("tv", "kl", "tv_uniform_a", "tv_uniform_b", "peak_a", "peak_b", "topk_overlap", "spearman", "top1_weight"):
             assert torch.allclose(getattr(got, field), getattr(res, field), atol=1e-9), (a, b, field)
         assert torch.equal(got.top1, res.top1)
         assert got.verdict == res.verdict and got.row_verdicts == res.row_verdicts

@@ -60,8 +60,10 @@ from hypviz.attention.checks import resolve_device
 from hypviz.attention.comparison import (
     CLOSE_RATIO,
     MAJORITY,
+    RESOLVE,
     ROW_VERDICTS,
     TOP1_WEIGHT,
+    TOP_SHARE,
     UNIFORM_PEAK,
     UNIFORM_TV,
     VERDICTS,
@@ -71,6 +73,7 @@ from hypviz.attention.comparison import (
     row_verdicts,
     verdict,
     verdict_rule,
+    verdict_text,
 )
 from hypviz.attention.given_maps import compare_maps
 from hypviz.attention.maps import KINDS, MODEL_KINDS, SOFTMAX_KINDS, attention_map, focused_linear_attention, focused_linear_map, scores
@@ -90,6 +93,8 @@ __all__ = [
     "UNIFORM_PEAK",
     "CLOSE_RATIO",
     "TOP1_WEIGHT",
+    "TOP_SHARE",
+    "RESOLVE",
     "MAJORITY",
     "VERDICTS",
     "ROW_VERDICTS",
@@ -98,6 +103,7 @@ __all__ = [
     "overall_verdict",
     "describe_fractions",
     "verdict_rule",
+    "verdict_text",
     "compare_maps",
     "scores",
     "attention_map",

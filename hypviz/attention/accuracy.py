@@ -391,16 +391,19 @@ def predicted_gap_ratio(rho: Any, query_norm: Any = 0.0, k: float = 1.0) -> Any:
     .. math::
 
         \frac{\mathrm{TV}(S, P)}{\mathrm{TV}(P, U)} \approx
-        \Bigl(1 + \frac{2\rho^2 k}{k + \|q_s\|^2}\Bigr)^{-1/2}
-        \;\xrightarrow{\ \|q_s\|^2 \ll k\ }\; (1 + 2\rho^2)^{-1/2},
+        \Bigl(1 + \frac{2\rho^2 \kappa_t^2}{q_t^2}\Bigr)^{-1/2}
+        = \Bigl(1 + \frac{2(\rho^2 k + \|q_s\|^2)}{k + \|q_s\|^2}\Bigr)^{-1/2},
         \qquad \rho = \frac{\|q_s\|}{\sqrt{\mathbb{E}\|\kappa_s\|^2}},
 
-    :math:`S` the spatial and :math:`P` the distance softmax, to first order in the logits (both
-    maps linear in them: the TVs are half the mean absolute deviations of the bias and of the
-    distance logits over the keys), with the key norms small against :math:`\sqrt k`, many keys
-    and a large dimension (the deviations Gaussian: mean absolute deviation
-    :math:`\sqrt{2/\pi}\,\mathrm{sd}`).  :func:`hypviz.symbolic.first_order_gap_ratio` derives it step
-    by step; :func:`gaussian_gap_study` measures it.  ``rho`` and ``query_norm`` may be arrays.
+    :math:`S` the spatial and :math:`P` the distance softmax, :math:`q_t^2 = k + \|q_s\|^2`,
+    :math:`\kappa_t^2 = k + \mathbb{E}\|\kappa_s\|^2` (so :math:`\rho^2\kappa_t^2 = \rho^2 k + \|q_s\|^2`), to
+    first order in the logits (both maps linear in them: the TVs are half the mean absolute deviations
+    of the bias and of the distance logits over the keys), with many keys and a large dimension (the
+    key norms concentrated about their root-mean-square, the deviations Gaussian).  It is
+    :math:`(1 + 2\rho^2)^{-1/2}` only when both norms are small against :math:`\sqrt k` (``query_norm = 0``
+    here: the keys' norm is ``query_norm / rho``), and :math:`1/\sqrt 3` at :math:`\rho = 1` for any norm.
+    :func:`hypviz.symbolic.first_order_gap_ratio` derives it step by step; :func:`gaussian_gap_study`
+    measures it.  ``rho`` and ``query_norm`` may be arrays.
     """
     kf = lorentz.check_k(k)
     r = np.asarray(rho, dtype=np.float64)
@@ -409,7 +412,7 @@ def predicted_gap_ratio(rho: Any, query_norm: Any = 0.0, k: float = 1.0) -> Any:
         raise ValueError(f"rho must be a non-negative finite norm ratio, got {rho!r}")
     if np.any(~np.isfinite(qn)) or np.any(qn < 0):
         raise ValueError(f"query_norm must be a non-negative finite norm, got {query_norm!r}")
-    out = 1.0 / np.sqrt(1.0 + 2.0 * r**2 * kf / (kf + qn**2))
+    out = 1.0 / np.sqrt(1.0 + 2.0 * (r**2 * kf + qn**2) / (kf + qn**2))
     return float(out) if out.ndim == 0 else out
 
 
@@ -419,7 +422,8 @@ class GapStudy(NamedTuple):
     ``ratio`` is :math:`\overline{\mathrm{TV}}(S, P)/\overline{\mathrm{TV}}(P, U)` (row means, per
     seed), ``top1`` the tie-aware top-1 agreement, ``tv`` and ``tv_uniform`` the two row means, each
     a :class:`SeedInterval`; ``setup`` the parameters of the draw, ``prediction`` the first-order
-    ratio :func:`predicted_gap_ratio` at this :math:`\rho` and query norm.
+    ratio :func:`predicted_gap_ratio` at this :math:`\rho`, query norm and key norm (general norms:
+    :math:`(1 + 2\rho^2\kappa_t^2/q_t^2)^{-1/2}`).
     """
 
     ratio: SeedInterval

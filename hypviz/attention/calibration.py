@@ -125,13 +125,78 @@ def _half_support() -> Comparison:
     return compare_maps(pa, torch.full((1, m), 1.0 / m, dtype=torch.float64))
 
 
+def _half_precision(dtype: torch.dtype) -> Comparison:
+    from hypviz.attention.maps import attention_map
+
+    q, kk = _gaussian(5.0, seed=12), _gaussian(5.0, seed=13)
+    pa = attention_map(q, kk, "spatial", temperature=8.0).to(dtype)
+    pb = attention_map(q, kk, "distance", temperature=8.0).to(dtype)
+    return compare_maps(pa, pb, a="spatial", b="distance")
+
+
+def _one_hot_bfloat16() -> Comparison:
+    eye = torch.eye(8, dtype=torch.bfloat16)
+    return compare_maps(eye[:4], eye[4:])
+
+
+def _noisy_lognormal(m: int, permute: bool = False, swap: bool = False, scale: float = 0.1, n: int = 64) -> Comparison:
+    # Gaussian logits (lognormal weights) with N(0, 0.1^2) noise: the same perturbation at every M
+    g = torch.Generator().manual_seed(21)
+    logits = torch.randn(n, m, generator=g, dtype=torch.float64)
+    noisy = logits + scale * torch.randn(n, m, generator=g, dtype=torch.float64)
+    pa, pb = torch.softmax(noisy, dim=-1), torch.softmax(logits, dim=-1)
+    if permute:
+        order = torch.randperm(m, generator=g)
+        pa, pb = pa[:, order], pb[:, order]
+    return compare_maps(pb, pa) if swap else compare_maps(pa, pb)
+
+
+def _tie(prefer: int) -> Comparison:
+    m = 64
+    pa = torch.full((1, m), 0.2 / (m - 2), dtype=torch.float64)
+    pa[0, 0] = pa[0, 1] = 0.4  # an exact tie in P_a
+    pb = pa.clone()
+    pb[0, prefer], pb[0, 1 - prefer] = 0.42, 0.38  # P_b prefers one of the tied keys by 10 %
+    return compare_maps(pa, pb)
+
+
+def _summed_in_two_orders(logit_scale: float | None) -> Comparison:
+    # float32 logits of size 1e4, the same sum of 64 terms taken in two orders: equal in exact arithmetic
+    g = torch.Generator().manual_seed(22)
+    terms = (1e4 / 64 + torch.randn(32, 512, 64, generator=g, dtype=torch.float64)).float()
+    fwd, rev = torch.zeros(terms.shape[:-1]), torch.zeros(terms.shape[:-1])
+    for i in range(64):  # float32 additions one term at a time: the same rounding on every CPU
+        fwd, rev = fwd + terms[..., i], rev + terms[..., 63 - i]
+    pa, pb = torch.softmax(fwd.double(), dim=-1), torch.softmax(rev.double(), dim=-1)
+    return compare_maps(pa, pb, precision="float32", logit_scale=logit_scale)
+
+
+def _bfloat16_logits() -> Comparison:
+    # the logit-noise maps, said to come from bfloat16 logits of size 100: rounding (1.6 in TV) swamps the gap
+    q, kk = _gaussian(3.0, seed=5), _gaussian(3.0, seed=6)
+    logits = -0.5 * L.pairwise_sqdist(q, kk) / 1.0
+    g = torch.Generator().manual_seed(7)
+    noisy = logits + 0.02 * torch.randn(logits.shape, generator=g, dtype=torch.float64)
+    return compare_maps(torch.softmax(noisy, dim=-1), torch.softmax(logits, dim=-1), precision="bfloat16", logit_scale=100.0)
+
+
+def _close_and_uniform() -> Comparison:
+    m = 64
+    base = torch.full((10, m), 1.0 / m, dtype=torch.float64)
+    pa, pb = base.clone(), base.clone()
+    pa[:5] = torch.softmax(torch.arange(m, dtype=torch.float64) / 8.0, dim=-1)  # half the rows peaked
+    pb[:5] = torch.softmax(torch.arange(m, dtype=torch.float64) / 8.2, dim=-1)  # and close to each other
+    pb[5:] = torch.softmax(torch.linspace(0.0, 0.01, m, dtype=torch.float64), dim=-1)  # the rest near uniform in both
+    return compare_maps(pa, pb)
+
+
 #: The cases, in the order notebook 05 shows them.
 CASES: tuple[Case, ...] = (
     Case("identity 5, float64", "softmax of <q,kappa>_L computed directly vs the distance map, Gaussian r = 0.1, d = 64, N = M = 256, tau = 8, float64",
          "identical", "equal maps in exact arithmetic (identity 5); both are near uniform, but identical is what they are",
          lambda: _lorentz_vs_distance(torch.float64)),
     Case("identity 5, float32", "the same in float32", "identical",
-         "the TV is at float32's rounding level (compare_maps' tolerance 64 eps log2(M + 1))", lambda: _lorentz_vs_distance(torch.float32)),
+         "the TV is at float32's rounding level (compare_maps' tolerance: float32 storage and logits)", lambda: _lorentz_vs_distance(torch.float32)),
     Case("keys of equal norm", "spatial vs distance, keys on the sphere |kappa_s| = 2, queries Gaussian r = 2, d = 64, tau = 8",
          "identical", "the bias q_t kappa_t / tau is the same for every key, so it cancels in the softmax (identity 4)",
          _equal_norm_keys),
@@ -160,6 +225,32 @@ CASES: tuple[Case, ...] = (
          "identical", "the TV is at float32's rounding level", _float32_vs_float64),
     Case("soft rows, M = 4", "(0.26, 0.25, 0.25, 0.24) against its mirror image", "uninformative",
          "both rows are within TV 0.01 of uniform with peaks 1.04: nothing to agree or disagree on", _small_m_soft),
+    Case("float16 storage, r = 5", "the maps of 'equal-scale Gaussians, r = 5' stored in float16", "different",
+         "half precision is compared in float64 at a tolerance of float16's rounding (about 4e-3): TV 0.11 is a real gap",
+         lambda: _half_precision(torch.float16)),
+    Case("one-hot bfloat16 rows", "four bfloat16 one-hot rows against four others on other keys", "different",
+         "TV 1 is far above bfloat16's rounding", _one_hot_bfloat16),
+    Case("bfloat16 logits of size 100", "the 'logit noise 0.02' maps, stated to be computed in bfloat16 from logits of size 100",
+         "unresolved", "that rounding (1.6 in TV) is above the TV (0.12) separating close from different: nothing can be told",
+         _bfloat16_logits),
+    Case("float32 logits 1e4, two orders", "one float32 sum of 64 terms of size 1e4/64 taken in two orders, 32 x 512, logit_scale = 1e4",
+         "identical", "equal in exact arithmetic; the stated logit size makes float32's rounding of the logits the tolerance",
+         lambda: _summed_in_two_orders(1e4)),
+    Case("exact tie, P_b prefers key 0", "P_a: 0.4 on keys 0 and 1 (a tie), P_b: 0.42 / 0.38, M = 64", "close",
+         "P_b gives P_a's top set (both keys) 0.95 of its largest weight: agreement read from the tied set, not one index",
+         lambda: _tie(0)),
+    Case("exact tie, P_b prefers key 1", "the same with P_b preferring the other tied key", "close",
+         "the verdict does not depend on which tied key P_b prefers", lambda: _tie(1)),
+    Case("lognormal, noise 0.1, M = 256", "64 rows of N(0, 1) logits against the same with N(0, 0.1^2) noise, M = 256", "close",
+         "TV is about 0.1 of the baseline; the top keys carry a few % of the mass, so the TV decides", lambda: _noisy_lognormal(256)),
+    Case("lognormal, noise 0.1, M = 100,000", "the same perturbation with M = 100,000 keys", "close",
+         "the same perturbation gets the same verdict at every M: near-tied top keys of 0.05 % each do not decide it",
+         lambda: _noisy_lognormal(100_000, n=4)),
+    Case("lognormal, keys permuted, maps swapped", "the M = 256 case with its keys permuted and P_a, P_b swapped", "close",
+         "the verdict is invariant to the order of the keys and to which map is the reference",
+         lambda: _noisy_lognormal(256, permute=True, swap=True)),
+    Case("close rows and near-uniform rows", "10 rows, M = 64: 5 peaked rows close in both maps, 5 near uniform in both", "close",
+         "no row differs in substance: 'close (50% near uniform)', not mixed", _close_and_uniform),
     Case("half of the keys", "uniform over half of M = 256 keys against the uniform row", "different",
          "no key exceeds twice its uniform weight, but TV(., U) = 0.5: the map is far from uniform", _half_support),
 )

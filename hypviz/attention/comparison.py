@@ -2,8 +2,9 @@
 
 :class:`Comparison` holds the per-row statistics of two attention maps (``b`` the reference) and
 their summaries; :func:`verdict` reads one row against the uniform row and the rounding level:
-*identical*, *close*, *different* or *uninformative*; :func:`overall_verdict` reads many rows from
-the fractions of their verdicts (*mixed* when they disagree).
+*identical*, *close*, *different*, *uninformative* or *unresolved* (the rounding level too close to the
+TVs being judged); :func:`overall_verdict` reads many rows from the fractions of their verdicts (*mixed*
+when they differ in substance).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ __all__ = [
     "UNIFORM_PEAK",
     "CLOSE_RATIO",
     "TOP1_WEIGHT",
+    "TOP_SHARE",
+    "RESOLVE",
     "MAJORITY",
     "VERDICTS",
     "ROW_VERDICTS",
@@ -26,6 +29,7 @@ __all__ = [
     "row_verdicts",
     "overall_verdict",
     "describe_fractions",
+    "verdict_text",
     "verdict_rule",
     "Comparison",
 ]
@@ -37,11 +41,15 @@ r"""A map is *near uniform* on a row only when :math:`M \max_j P_j <` this: no k
 CLOSE_RATIO = 0.25
 r"""Two maps are *close* on a row when :math:`\mathrm{TV}(P_a, P_b) \le 0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))` (and they agree on the favourite key, :data:`TOP1_WEIGHT`)."""
 TOP1_WEIGHT = 0.9
-r"""*Close* also needs each map to give the other's favourite key at least this fraction of its own largest weight (:func:`verdict`)."""
+r"""*Close* also needs each map to give the other's top set at least this fraction of its own largest weight (:func:`verdict`)."""
+TOP_SHARE = 0.25
+r"""A map's top set (its largest weight and every weight tied with it within rounding) is its *favourite* only when it carries at least this fraction of the map's excess over uniform, :math:`\sum_{j \in T} (P_j - 1/M)_+ \ge 0.25\, \mathrm{TV}(P, U)`; else the TV alone decides."""
+RESOLVE = 0.5
+r"""A row's rounding tolerance *resolves* it when it is at most this fraction of the TV that separates close from different, :math:`0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))`; else a row within the tolerance of that TV is *unresolved*."""
 MAJORITY = 0.9
 """The verdict of a whole comparison is the row verdict of at least this fraction of its rows, else ``"mixed"`` (:func:`overall_verdict`)."""
 #: The row verdicts of :func:`verdict`, in the order of their codes.
-ROW_VERDICTS: tuple[str, ...] = ("identical", "close", "different", "uninformative")
+ROW_VERDICTS: tuple[str, ...] = ("identical", "close", "different", "uninformative", "unresolved")
 #: Every verdict a comparison can get: the row verdicts and ``"mixed"`` (:func:`overall_verdict`).
 VERDICTS: tuple[str, ...] = ROW_VERDICTS + ("mixed",)
 
@@ -62,28 +70,42 @@ def verdict(
 ) -> str:
     r"""Plain-language reading of ONE row of a comparison; symmetric in the two maps.
 
-    With :math:`U` the uniform row over the :math:`M` keys, in this order:
+    With :math:`U` the uniform row over the :math:`M` keys, :math:`t = 0.25 \min(\mathrm{TV}(P_a, U),
+    \mathrm{TV}(P_b, U))` the TV that separates *close* from *different*, and :math:`\epsilon` =
+    ``tolerance``, the TV that rounding alone can produce (:attr:`Comparison.tv_tolerance`), the row is
+    *resolved* when :math:`\epsilon \le 0.5\, t` (:data:`RESOLVE`); in this order:
 
-    * ``"identical"`` when :math:`\mathrm{TV}(P_a, P_b) \le` ``tolerance``, the rounding level of
-      the computation (:attr:`Comparison.tv_tolerance`): the maps are equal up to rounding, whatever
-      their distance from uniform;
+    * ``"identical"`` when :math:`\mathrm{TV}(P_a, P_b) = 0`, or :math:`\mathrm{TV}(P_a, P_b) \le \epsilon`
+      on a resolved row: the maps are equal up to rounding, whatever their distance from uniform;
     * ``"uninformative"`` when BOTH maps are near uniform: :math:`\mathrm{TV}(P, U) < 0.05` and
       :math:`M \max_j P_j < 2` (no key gets twice its uniform weight :math:`1/M`, so the test scales
       with :math:`M`): any two such maps are close in TV, so a small TV says nothing;
+    * ``"unresolved"`` when the row is not resolved and :math:`\mathrm{TV}(P_a, P_b) \le t + \epsilon`:
+      the rounding of this precision could make it identical, close or different (compute in a
+      finer dtype);
     * ``"close"`` when the gap is small next to the structure of BOTH maps,
-      :math:`\mathrm{TV}(P_a, P_b) \le 0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))`, AND they
-      agree on the key that carries the weight: each map gives the other's favourite key at least
-      :math:`0.9` of its own largest weight (``top1_weight``, tie-aware);
+      :math:`\mathrm{TV}(P_a, P_b) \le t`, AND they agree on the keys that carry the weight:
+      ``top1_weight`` :math:`\ge 0.9` (:data:`TOP1_WEIGHT`);
     * else ``"different"``.
 
     ``tv``, ``tv_uniform_a``, ``tv_uniform_b`` are :math:`\mathrm{TV}(P_a, P_b)`,
     :math:`\mathrm{TV}(P_a, U)`, :math:`\mathrm{TV}(P_b, U)`; ``peak_a``, ``peak_b`` are
-    :math:`M \max_j P_{a,j}` and :math:`M \max_j P_{b,j}`; ``top1_weight`` is
-    :math:`\min\bigl(P_{a}[\arg\max P_b] / \max P_a,\; P_{b}[\arg\max P_a] / \max P_b\bigr)`.
-    The thresholds are :data:`UNIFORM_TV`, :data:`UNIFORM_PEAK`, :data:`CLOSE_RATIO` and
-    :data:`TOP1_WEIGHT`; notebook 05 derives them and shows the calibration table
-    (:func:`hypviz.attention.calibration.cases`) the tests hold this rule to.  A whole comparison is read
-    from the fractions of its rows (:func:`overall_verdict`), never from row means.
+    :math:`M \max_j P_{a,j}` and :math:`M \max_j P_{b,j}`; ``top1_weight`` is, with :math:`T_a` the
+    top set of :math:`P_a` (its largest weight and every weight tied with it within rounding, so that
+    no key order decides) and :math:`\tilde P = P / \max_j P_j`,
+
+    .. math::
+
+        \min\Bigl(\frac{\sum_{j \in T_a} \tilde P_{b,j}}{\sum_{j \in T_a} \tilde P_{a,j}},\;
+                   \frac{\sum_{j \in T_b} \tilde P_{a,j}}{\sum_{j \in T_b} \tilde P_{b,j}}\Bigr)
+
+    (capped at 1), each direction counted only when its top set carries at least a quarter of its map's
+    excess over uniform (:data:`TOP_SHARE`): near-tied top keys that each carry a negligible part of
+    the map never decide a row, so the verdict does not depend on :math:`M` for the same perturbation.
+    The thresholds are :data:`UNIFORM_TV`, :data:`UNIFORM_PEAK`, :data:`CLOSE_RATIO`,
+    :data:`TOP1_WEIGHT`, :data:`TOP_SHARE` and :data:`RESOLVE`; notebook 05 derives them and shows the
+    calibration table (:func:`hypviz.attention.calibration.cases`) the tests hold this rule to.  A whole
+    comparison is read from the fractions of its rows (:func:`overall_verdict`), never from row means.
     """
     return ROW_VERDICTS[
         int(
@@ -110,13 +132,15 @@ def row_verdicts(
     tolerance: torch.Tensor,
 ) -> torch.Tensor:
     """The rule of :func:`verdict` on every row at once: codes, indices into :data:`ROW_VERDICTS` (``int8``, the rows' shape)."""
-    tv, ua, ub = tv.double(), ua.double(), ub.double()
-    near_a = (ua < UNIFORM_TV) & (peak_a.double() < UNIFORM_PEAK)
-    near_b = (ub < UNIFORM_TV) & (peak_b.double() < UNIFORM_PEAK)
-    close = (tv <= CLOSE_RATIO * torch.minimum(ua, ub)) & (top1_weight.double() >= TOP1_WEIGHT)
+    tv, ua, ub, tol = tv.double(), ua.double(), ub.double(), tolerance.double()
+    near = (ua < UNIFORM_TV) & (peak_a.double() < UNIFORM_PEAK) & (ub < UNIFORM_TV) & (peak_b.double() < UNIFORM_PEAK)
+    cut = CLOSE_RATIO * torch.minimum(ua, ub)
+    resolved = tol <= RESOLVE * cut
+    close = (tv <= cut) & (top1_weight.double() >= TOP1_WEIGHT)
     code = torch.where(close, 1, 2)
-    code = torch.where(near_a & near_b, 3, code)
-    code = torch.where(tv <= tolerance.double(), 0, code)
+    code = torch.where(~resolved & (tv <= cut + tol), 4, code)
+    code = torch.where(near, 3, code)
+    code = torch.where((tv == 0) | (resolved & (tv <= tol)), 0, code)
     return code.to(torch.int8)
 
 
@@ -130,19 +154,39 @@ def overall_verdict(fractions: dict[str, float]) -> str:
     r"""The verdict of many rows from the fraction of rows with each row verdict (:data:`MAJORITY` = 0.9).
 
     ``"identical"`` when at least 90 % of the rows are identical; else ``"close"`` when at least 90 %
-    are identical or close; else ``"uninformative"`` or ``"different"`` when at least 90 % of the
-    rows are; otherwise ``"mixed"``: the rows disagree, and the fractions say how.  A minority of
-    rows (up to 10 %) can therefore never be hidden by a mean, and the fractions are always reported.
+    are identical or close; else ``"uninformative"``, ``"different"`` or ``"unresolved"`` when at least
+    90 % of the rows are; else ``"close"`` again when at least 90 % are identical, close or
+    uninformative (the rows with structure agree, the others are near uniform in both maps: nothing
+    differs in substance; :meth:`Comparison.verdict_text` says ``"close (x% near uniform)"``); else
+    ``"unresolved"`` when those rows and the unresolved ones make 90 % (nothing is found to differ,
+    but the precision cannot tell); otherwise ``"mixed"``: rows differ in substance, and the fractions
+    say how.  A minority of rows (up to 10 %) can therefore never be hidden by a mean, and the
+    fractions are always reported.
     """
     f = {name: float(fractions.get(name, 0.0)) for name in ROW_VERDICTS}
+    agree = f["identical"] + f["close"]
     if f["identical"] >= MAJORITY:
         return "identical"
-    if f["identical"] + f["close"] >= MAJORITY:
+    if agree >= MAJORITY:
         return "close"
-    for name in ("uninformative", "different"):
+    for name in ("uninformative", "different", "unresolved"):
         if f[name] >= MAJORITY:
             return name
+    if agree + f["uninformative"] >= MAJORITY:
+        return "close"
+    if agree + f["uninformative"] + f["unresolved"] >= MAJORITY:
+        return "unresolved"
     return "mixed"
+
+
+def verdict_text(fractions: dict[str, float]) -> str:
+    """:func:`overall_verdict` in words: ``"close (40% near uniform)"`` when near-uniform rows count towards *close*."""
+    v = overall_verdict(fractions)
+    f = float(fractions.get("uninformative", 0.0))
+    if v == "close" and f > 0.0:
+        pct = round(100 * f)
+        return f"close ({'<1' if pct == 0 else pct}% near uniform)"
+    return v
 
 
 def describe_fractions(fractions: dict[str, float]) -> str:
@@ -158,13 +202,20 @@ def describe_fractions(fractions: dict[str, float]) -> str:
 def verdict_rule() -> dict[str, str]:
     """The rule of :func:`verdict` and :func:`overall_verdict` in words, with the thresholds (for ``metrics.json`` and the reports)."""
     return {
-        "identical": "TV(P_a, P_b) within the rounding level of the computation (tv_tolerance)",
+        "identical": f"TV(P_a, P_b) = 0, or TV(P_a, P_b) <= the rounding level of the computation (tv_tolerance) on a row it "
+                     f"resolves: tv_tolerance <= {RESOLVE} x {CLOSE_RATIO} x min(TV(P_a, uniform), TV(P_b, uniform))",
         "uninformative": f"both maps near uniform: TV(P, uniform) < {UNIFORM_TV} and M max_j P_j < {UNIFORM_PEAK:g}",
+        "unresolved": f"the rounding level does not resolve the row (tv_tolerance > {RESOLVE} x {CLOSE_RATIO} x min(TV(P, uniform))) "
+                      f"and TV(P_a, P_b) <= {CLOSE_RATIO} x min(TV(P, uniform)) + tv_tolerance: rounding could make it identical, "
+                      "close or different; compute in a finer dtype",
         "close": f"TV(P_a, P_b) <= {CLOSE_RATIO} x min(TV(P_a, uniform), TV(P_b, uniform)) and each map gives the other's "
-                 f"favourite key >= {TOP1_WEIGHT} of its own largest weight",
+                 f"top set (its largest weight and the weights tied with it) >= {TOP1_WEIGHT} of its own largest weight, "
+                 f"counted where that set carries >= {TOP_SHARE} of its map's excess over uniform; a comparison whose other rows are "
+                 "uninformative is close too ('close (x% near uniform)')",
         "different": "otherwise",
-        "mixed": f"a comparison (or head) whose rows disagree: no row verdict holds on {MAJORITY:.0%} of its rows "
-                 "(identical counts as close); the fractions are reported",
+        "mixed": f"a comparison (or head) whose rows differ in substance: no row verdict holds on {MAJORITY:.0%} of its rows "
+                 "(identical counts as close; close with uninformative rows is close; those with unresolved rows unresolved); "
+                 "the fractions are reported",
     }
 
 
@@ -198,7 +249,9 @@ class Comparison:
     * ``peak_a``, ``peak_b``: :math:`M \max_j P_j`, the largest weight in units of the uniform
       weight :math:`1/M` (1 for the uniform row, :math:`M` for a one-hot row);
     * ``tv_tolerance``: the TV that rounding alone can produce between two maps equal in exact
-      arithmetic (from the logits' rounding bounds; for given maps, from their dtype);
+      arithmetic (from the logits' magnitudes and the dtype; for given maps, from their storage dtype
+      and the precision and logit scale they were computed at, :func:`hypviz.attention.compare_maps`),
+      described in words by ``tolerance_basis``;
     * ``output_gap``, ``output_uniform_a``, ``output_uniform_b`` (only with ``values=``): the
       distance between the two attention outputs, and each output's distance from the output of
       the uniform row (see :func:`hypviz.attention.compare`);
@@ -269,6 +322,7 @@ class Comparison:
     norm_scale: float | None = None
     n_queries_total: int | None = None
     row_index: torch.Tensor | None = None
+    tolerance_basis: str | None = None
     elapsed_s: float = 0.0
 
     # ---- summaries (Python floats) ----
@@ -329,6 +383,11 @@ class Comparison:
     def verdict(self) -> str:
         """The comparison's verdict: :func:`overall_verdict` of :attr:`row_verdicts` (a row verdict held by at least 90 % of the rows, else ``"mixed"``)."""
         return overall_verdict(self.row_verdicts)
+
+    @property
+    def verdict_text(self) -> str:
+        """:attr:`verdict` in words (:func:`verdict_text`): ``"close (40% near uniform)"`` when near-uniform rows count towards it."""
+        return verdict_text(self.row_verdicts)
 
     def head_verdicts(self) -> list[tuple[str, dict[str, float]]]:
         """Per head (the flattened leading axes): its verdict and its rows' fractions, by the same rule."""
@@ -453,6 +512,8 @@ class Comparison:
             "block_rows": self.block_rows,
             "n_blocks": self.n_blocks,
             "verdict": self.verdict,
+            "verdict_text": self.verdict_text,
+            "tolerance_basis": self.tolerance_basis,
             "row_verdicts": self.row_verdicts,
             "mean_top1_weight": _mean(self.top1_weight),
             "mean_peak_a": _mean(self.peak_a),
@@ -500,9 +561,11 @@ class Comparison:
         lines = [
             f"Comparison {self.a!r} (P_a) vs {self.b!r} (P_b): {lead}{self.n_queries} queries x {self.n_keys} keys"
             f"{setup}, {self.dtype}{where}",
-            f"  verdict: {self.verdict}  (rows: {describe_fractions(self.row_verdicts)})"
+            f"  verdict: {self.verdict_text}  (rows: {describe_fractions(self.row_verdicts)})"
             + ("" if ratio is None else f"  gap / baseline {_fmt(ratio)}"),
         ]
+        if self.tolerance_basis is not None and self.dim is None:  # given maps: the basis is an assumption to state
+            lines.append(f"  rounding: {self.tolerance_basis}")
         if self.sampled:
             lo, hi = self.ci("tv")[1:]
             lines.append(

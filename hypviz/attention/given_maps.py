@@ -16,7 +16,7 @@ import torch
 
 from hypviz.base import validate
 from hypviz.attention.row_blocks import output_stats
-from hypviz.attention.comparison import Comparison
+from hypviz.attention.comparison import TOP_SHARE, Comparison
 from hypviz.lorentz import check_points
 from hypviz.lorentz.points import row_name, as_tensor
 
@@ -29,8 +29,16 @@ _BLOCK_ELEMENTS = 2**22  # float64 working rows per block: 32 MiB for each of a 
 
 def _map(p: ArrayLike, name: str) -> torch.Tensor:
     t = as_tensor(p, name)
-    if t.dim() < 2 or t.shape[-1] < 1 or t.shape[-2] < 1:
+    if t.dim() < 2 or t.shape[-1] < 1 or t.shape[-2] < 1 or t.numel() == 0:
         raise ValueError(f"{name} must be a map of shape (..., N, M) with N, M >= 1, got shape {tuple(t.shape)}")
+    return t
+
+
+def _own(t: torch.Tensor) -> torch.Tensor:
+    """``t`` without the axes it was expanded along (stride 0): each distinct row once, a view (they broadcast back)."""
+    for axis in range(t.dim() - 2):
+        if t.stride(axis) == 0 and t.shape[axis] > 1:
+            t = t.narrow(axis, 0, 1)
     return t
 
 
@@ -52,13 +60,76 @@ def _check_map(t: torch.Tensor, name: str, atol: float) -> None:
     if bool((low < -atol).any()):
         row, v = _worst(low < -atol, -low, lead)
         raise ValueError(f"{name} must hold non-negative weights, got {-v:.3g} in {row}")
-    off = (t.double().sum(dim=-1) - 1.0).abs()
+    off = (t.sum(dim=-1, dtype=torch.float64) - 1.0).abs()  # float64 sums without a float64 copy
     if bool((off > atol).any()):
         row, v = _worst(off > atol, off, lead)
         raise ValueError(
             f"{name}'s rows must each sum to 1 within atol = {atol:.3g}, got a sum off by {v:.3g} in {row} "
             "(pass row-stochastic maps, e.g. softmax weights, or a larger atol)"
         )
+
+
+_PRECISIONS = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+
+
+def _precision(value: Any) -> torch.dtype | None:
+    if value is None:
+        return None
+    if isinstance(value, torch.dtype) and value in _PRECISIONS.values():
+        return value
+    if isinstance(value, str) and value.replace("torch.", "") in _PRECISIONS:
+        return _PRECISIONS[value.replace("torch.", "")]
+    raise ValueError(f"precision must be one of {', '.join(_PRECISIONS)} (the dtype the maps were computed in), got {value!r}")
+
+
+def _row_source(t: torch.Tensor, batch: torch.Size, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``t`` as ``(rows, M)`` without expanding broadcasts, and each broadcast row's index into it (``(batch..., N)`` strides).
+
+    Returns the map's own rows (a view when ``t`` is contiguous) and the row strides of the broadcast
+    shape ``(*batch, N)``, 0 on the axes ``t`` broadcasts along.
+    """
+    rows = t.contiguous().reshape(-1, t.shape[-1])
+    own = (1,) * (len(batch) + 1 - (t.dim() - 1)) + tuple(t.shape[:-1])
+    strides, acc = [], 1
+    for size in reversed(own):
+        strides.append(acc if size > 1 else 0)
+        acc *= size
+    return rows, torch.tensor(list(reversed(strides)), dtype=torch.long)
+
+
+def _gather(rows: torch.Tensor, strides: torch.Tensor, shape: tuple[int, ...], start: int, stop: int) -> torch.Tensor:
+    """Rows ``start:stop`` of the broadcast ``(*batch, N)`` row grid, from the map's own rows, in float64."""
+    flat = torch.arange(start, stop, dtype=torch.long)
+    own = torch.zeros_like(flat)
+    for size, stride in zip(reversed(shape), reversed(strides.tolist())):
+        own += (flat % size) * stride
+        flat = flat // size
+    return rows.index_select(0, own.to(rows.device)).double()
+
+
+def _logit_scale(x: torch.Tensor) -> torch.Tensor:
+    r"""Per row, :math:`\max(1, \mathbb{E}_P \log(\max P / P))`: the smallest logit spread that makes the map, weighted by the map."""
+    top = x.amax(dim=-1, keepdim=True)
+    gap = torch.where(x > 0, torch.log(top) - torch.log(x.clamp_min(torch.finfo(x.dtype).tiny)), torch.zeros_like(x))
+    return (x * gap).sum(dim=-1).clamp_min(1.0)
+
+
+def _favourite(x: torch.Tensor, y: torch.Tensor, rel: float, ux: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Direction ``x -> y`` of ``top1_weight`` (:func:`hypviz.attention.verdict`) and whether ``y`` has its own top on ``x``'s top set.
+
+    :math:`T_x` = keys within a relative ``rel`` of :math:`\max x` (ties within rounding); the ratio
+    :math:`\operatorname{mean}_{j \in T_x} \min(1, y_j / ((1 - \mathrm{rel}) \max y))` as
+    :func:`hypviz.attention.row_blocks.top_set`, 1 when the set carries less than
+    :data:`hypviz.attention.comparison.TOP_SHARE` of ``x``'s excess over uniform.
+    """
+    m = x.shape[-1]
+    mx, my = x.amax(dim=-1, keepdim=True), y.amax(dim=-1, keepdim=True)
+    top = x >= mx * (1.0 - rel)
+    ratio = ((y / (my * (1.0 - rel))).clamp_max(1.0) * top).sum(dim=-1) / top.sum(dim=-1)
+    excess = ((x - 1.0 / m).clamp_min(0.0) * top).sum(dim=-1)
+    counted = (excess >= TOP_SHARE * ux) & (ux > 0)
+    shared = ((y >= my * (1.0 - rel)) & top).any(dim=-1)
+    return torch.where(counted, ratio, torch.ones_like(ratio)), shared
 
 
 def compare_maps(
@@ -73,26 +144,45 @@ def compare_maps(
     spearman: bool | None = None,
     atol: float | None = None,
     tolerance: float | None = None,
+    precision: Any = None,
+    logit_scale: float | None = None,
 ) -> Comparison:
     r"""Compare two given row-stochastic attention maps row by row (``P_b`` the reference).
 
     Every row gets what :func:`hypviz.attention.compare` gives: :math:`\mathrm{KL}(P_b \| P_a)`,
     :math:`\mathrm{TV}(P_a, P_b) = \tfrac12 \sum_j |P_{a,j} - P_{b,j}|`, each map's
     :math:`\mathrm{TV}(P, U)` from the uniform row and its peak :math:`M \max_j P_j`, top-1 and
-    top-k agreement, the favourite keys' weights (``top1_weight``), a Spearman correlation, and the
+    top-k agreement, the weights of the top sets (``top1_weight``), a Spearman correlation, and the
     verdict by the same rule (:func:`hypviz.attention.verdict`, :func:`hypviz.attention.overall_verdict`).
-    The maps are renormalised in float64 (each row divided by its sum) before the statistics.
-    No bound applies (the maps' logits are unknown): ``delta`` and the bounds are ``None``.
+    The maps are read in row blocks, each renormalised in float64 (each row divided by its sum): no
+    float64 copy of a whole map, no broadcast expanded.  No bound applies (the maps' logits are
+    unknown): ``delta`` and the bounds are ``None``.
+
+    *Identical within rounding.*  A map stored in a dtype of machine epsilon :math:`\varepsilon_s`
+    (half precision included: it is compared in float64) and computed in a precision of epsilon
+    :math:`\varepsilon_c` from logits of size :math:`L` per row is off from its exact value by at most
+
+    .. math::
+
+        \tfrac12 \varepsilon_s + \tfrac12 M\, \varepsilon_s\, t_s + \varepsilon_c L
+
+    in TV (its weights' own rounding; the flush of weights below the smallest normal number
+    :math:`t_s`; logits off by :math:`2 \varepsilon_c L`, which moves TV by at most half of that).  The
+    tolerance ``tv_tolerance`` is the sum of the two maps' levels plus :math:`16\,\varepsilon_{64}
+    \log_2(M + 1)` for the statistics, so two maps can be *identical* only if they agree to their
+    storage precision; where that level is not far below the TVs being judged, rows are
+    *unresolved* instead (:func:`hypviz.attention.verdict`).  The basis is written in
+    ``tolerance_basis``.
 
     Parameters
     ----------
     P_a, P_b : array or tensor, shape (..., N, M)
-        Row-stochastic maps (non-negative, each row summing to 1 within ``atol``); leading axes
-        broadcast.
+        Row-stochastic maps (non-negative, each row summing to 1 within ``atol``; float16, bfloat16,
+        float32 or float64); leading axes broadcast.
     a, b : str
         Names for the two maps in the summary.
     values : array or tensor, shape (..., M, c), optional
-        Value vectors: the attention outputs :math:`o = P V` are compared too (``output_gap``,
+        Value vectors (finite): the attention outputs :math:`o = P V` are compared too (``output_gap``,
         ``output_uniform_a``, ``output_uniform_b``: each against the uniform row's output).
         With ``k`` they are hyperboloid points, aggregated by the Lorentzian centroid and measured
         by geodesic distance; without, Euclidean weighted averages and Euclidean distance.
@@ -106,9 +196,15 @@ def compare_maps(
         How far a row's sum may be from 1 and a weight below 0; default :math:`\sqrt{\varepsilon}`
         of the coarser dtype (:math:`3.5 \cdot 10^{-4}` for float32, :math:`1.5 \cdot 10^{-8}` for float64).
     tolerance : float, optional
-        The TV below which two rows are *identical* (rounding); default
-        :math:`64\,\varepsilon \log_2(M + 1)` of the coarser dtype.  Ties in top-1/top-k are
-        weights within a relative :math:`4\varepsilon` of each other.
+        The TV below which two rows are *identical*, overriding the rounding level above.
+    precision : str or torch.dtype, optional
+        The dtype the maps were computed in (``"float16"``, ``"bfloat16"``, ``"float32"``,
+        ``"float64"``); default each map's storage dtype.
+    logit_scale : float, optional
+        The size :math:`L` of the logits the maps were computed from (e.g. ``1e4`` for float32 logits
+        of that size, whose rounding alone moves the weights); default per row
+        :math:`\max(1, \mathbb{E}_P \log(\max P / P))`, the smallest logit spread that makes the map.
+        Ties in top-1/top-k are weights within a relative :math:`4\varepsilon_s` of each other.
 
     Returns
     -------
@@ -118,28 +214,32 @@ def compare_maps(
     Raises
     ------
     ValueError
-        For maps that are not ``(..., N, M)``, whose ``(N, M)`` differ or whose leading axes do not
-        broadcast, with NaN or infinite weights, negative weights, or rows not summing to 1 (the
-        message names the worst row); for values with the wrong number of rows or off the
-        hyperboloid, a bad ``topk``, ``atol`` or ``tolerance``.  ``TypeError`` for non-float input.
+        For maps that are not ``(..., N, M)`` or hold no row, whose ``(N, M)`` differ or whose leading
+        axes do not broadcast, with NaN or infinite weights, negative weights, or rows not summing to 1
+        (the message names the worst row); for values with the wrong number of rows, NaN or infinite, or
+        off the hyperboloid, a bad ``topk``, ``atol``, ``tolerance``, ``precision`` or ``logit_scale``.
+        ``TypeError`` for non-float input.
     """
     start = time.perf_counter()
-    pa, pb = _map(P_a, "P_a"), _map(P_b, "P_b")
-    if pa.shape[-2:] != pb.shape[-2:]:
+    ta, tb = _map(P_a, "P_a"), _map(P_b, "P_b")
+    if ta.shape[-2:] != tb.shape[-2:]:
         raise ValueError(
-            f"P_a and P_b must have the same (N queries, M keys), got P_a {tuple(pa.shape)} and P_b {tuple(pb.shape)}"
+            f"P_a and P_b must have the same (N queries, M keys), got P_a {tuple(ta.shape)} and P_b {tuple(tb.shape)}"
         )
     try:
-        batch = torch.broadcast_shapes(pa.shape[:-2], pb.shape[:-2])
+        batch = torch.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
     except RuntimeError:
-        raise ValueError(f"the leading axes of P_a {tuple(pa.shape)} and P_b {tuple(pb.shape)} do not broadcast") from None
+        raise ValueError(f"the leading axes of P_a {tuple(ta.shape)} and P_b {tuple(tb.shape)} do not broadcast") from None
+    pa, pb = _own(ta), _own(tb)  # each distinct row once: an expanded input is read, never copied
     if pa.device != pb.device:
         raise ValueError(f"P_a is on {pa.device} but P_b is on {pb.device}; move them to one device")
     coarse = pa.dtype if torch.finfo(pa.dtype).eps >= torch.finfo(pb.dtype).eps else pb.dtype
     eps = torch.finfo(coarse).eps
     n, m = pa.shape[-2], pa.shape[-1]
     atol = math.sqrt(eps) if atol is None else validate.positive(atol, "atol")
-    tol = 64.0 * eps * math.log2(m + 1) if tolerance is None else validate.number(tolerance, "tolerance", 0.0)
+    fixed = None if tolerance is None else validate.number(tolerance, "tolerance", 0.0)
+    comp = _precision(precision)
+    scale = None if logit_scale is None else validate.positive(logit_scale, "logit_scale", " (the size of the logits)")
     t_k = min(validate.integer(topk, "topk", 1), m)
     if spearman is not None and not isinstance(spearman, bool):
         raise ValueError(f"spearman must be True, False or None (automatic), got {spearman!r}")
@@ -152,6 +252,8 @@ def compare_maps(
         v = as_tensor(values, "values").detach()
         if v.dim() < 2 or v.shape[-2] != m:
             raise ValueError(f"values must have shape (..., M = {m}, c), one row per key, got shape {tuple(v.shape)}")
+        if not bool(torch.isfinite(v).all()):
+            raise ValueError("values must hold finite numbers, got NaN or inf")
         if k is not None:
             kf = validate.positive(k, "k")
             v = check_points(v, kf, name="values")
@@ -159,57 +261,87 @@ def compare_maps(
             batch = torch.broadcast_shapes(batch, v.shape[:-2])
         except RuntimeError:
             raise ValueError(f"the leading axes of the maps {tuple(batch)} and of values {tuple(v.shape)} do not broadcast") from None
-        v = v.double().expand(*batch, *v.shape[-2:]).reshape(-1, m, v.shape[-1])
-    fa = pa.detach().double().expand(*batch, n, m).reshape(-1, n, m)
-    fb = pb.detach().double().expand(*batch, n, m).reshape(-1, n, m)
-    heads = fa.shape[0]
-    names = ["kl", "tv", "ua", "ub", "pa", "pb", "gap", "top1", "fav", "overlap", "rho", "og", "oua", "oub"]
-    out = {name: torch.empty(heads, n, dtype=torch.float64, device=pa.device) for name in names}
+    if math.prod(batch) == 0:
+        raise ValueError(f"P_a and P_b must hold at least one map, got leading axes {tuple(batch)} (no rows to compare)")
+    heads = math.prod(batch)
+    grid = (*batch, n)
+    src_a, src_b = _row_source(pa.detach(), batch, n), _row_source(pb.detach(), batch, n)
+    v_head = None
+    if v is not None:  # each broadcast head's own values, by index: no broadcast expanded
+        lead = v.shape[:-2]
+        v_head = torch.arange(math.prod(lead), dtype=torch.long).reshape(lead).expand(batch).reshape(-1)
+        v = v.reshape(-1, m, v.shape[-1])
+    levels = []
+    for t in (pa, pb):
+        fs = torch.finfo(t.dtype)
+        ec = fs.eps if comp is None else torch.finfo(comp).eps
+        levels.append((0.5 * fs.eps + 0.5 * m * fs.eps * fs.tiny, ec))
+    names = ["kl", "tv", "ua", "ub", "pa", "pb", "gap", "top1", "fav", "overlap", "tol"]
+    names += (["rho"] if rank else []) + (["og", "oua", "oub"] if v is not None else [])
+    total = heads * n
+    kept = coarse if coarse in (torch.float32, torch.float64) else torch.float32  # the fields' dtype: no float64 copies of float32 maps
+    out = {name: torch.empty(total, dtype=kept, device=pa.device) for name in names}
     rows = max(1, _BLOCK_ELEMENTS // m)
     rel = 4.0 * eps
-    for h in range(heads):
-        for i in range(0, n, rows):
-            j = min(i + rows, n)
-            x, y = fa[h, i:j], fb[h, i:j]
-            x = x.clamp_min(0.0) / x.clamp_min(0.0).sum(dim=-1, keepdim=True)
-            y = y.clamp_min(0.0) / y.clamp_min(0.0).sum(dim=-1, keepdim=True)
-            sl = (h, slice(i, j))
-            out["tv"][sl] = 0.5 * (x - y).abs().sum(dim=-1)
-            ratio = torch.where(y > 0, y * (torch.log(y) - torch.log(x)), torch.zeros_like(y))
-            out["kl"][sl] = ratio.sum(dim=-1).clamp_min(0.0)  # inf where P_a = 0 < P_b
-            out["ua"][sl] = 0.5 * (x - 1.0 / m).abs().sum(dim=-1)
-            out["ub"][sl] = 0.5 * (y - 1.0 / m).abs().sum(dim=-1)
-            both = (x > 0) & (y > 0)
-            g = torch.log(y) - torch.log(x)
-            out["gap"][sl] = torch.where(
-                both.all(dim=-1),
-                torch.where(both, g, -math.inf).amax(dim=-1) - torch.where(both, g, math.inf).amin(dim=-1),
-                math.inf,
-            )
-            va, ia = torch.topk(x, t_k, dim=-1)
-            vb, ib = torch.topk(y, t_k, dim=-1)
-            out["pa"][sl], out["pb"][sl] = va[:, 0] * m, vb[:, 0] * m
-            wa = torch.gather(x, -1, ib[:, :1]).squeeze(-1) / va[:, 0]  # P_a at P_b's favourite, over max P_a
-            wb = torch.gather(y, -1, ia[:, :1]).squeeze(-1) / vb[:, 0]
-            wa = torch.where(wa >= 1.0 - rel, 1.0, wa)
-            wb = torch.where(wb >= 1.0 - rel, 1.0, wb)
-            out["top1"][sl] = ((wa == 1.0) | (wb == 1.0)).double()
-            out["fav"][sl] = torch.minimum(wa, wb)
-            b_in_a = torch.gather(x, -1, ib) >= va[:, -1:] * (1.0 - rel)
-            a_in_b = torch.gather(y, -1, ia) >= vb[:, -1:] * (1.0 - rel)
-            out["overlap"][sl] = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1)).double() / t_k
-            if rank:
-                ra = x.argsort(dim=-1).argsort(dim=-1).double()
-                rb = y.argsort(dim=-1).argsort(dim=-1).double()
-                ssd = (ra - rb).square().sum(dim=-1)
-                out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
-            if v is not None:
-                vh = v[h]
-                out["og"][sl], out["oua"][sl], out["oub"][sl] = output_stats(x, y, vh, vh.mean(dim=0), kf)
-    shape = (*batch, n)
+    stat = 16.0 * torch.finfo(torch.float64).eps * math.log2(m + 1)
+    for i in range(0, total, rows):
+        j = min(i + rows, total)
+        x, y = _gather(*src_a, grid, i, j), _gather(*src_b, grid, i, j)
+        x = x.clamp_min(0.0) / x.clamp_min(0.0).sum(dim=-1, keepdim=True)
+        y = y.clamp_min(0.0) / y.clamp_min(0.0).sum(dim=-1, keepdim=True)
+        sl = slice(i, j)
+        out["tv"][sl] = 0.5 * (x - y).abs().sum(dim=-1)
+        ratio = torch.where(y > 0, y * (torch.log(y) - torch.log(x)), torch.zeros_like(y))
+        out["kl"][sl] = ratio.sum(dim=-1).clamp_min(0.0)  # inf where P_a = 0 < P_b
+        ua = out["ua"][sl] = 0.5 * (x - 1.0 / m).abs().sum(dim=-1)
+        ub = out["ub"][sl] = 0.5 * (y - 1.0 / m).abs().sum(dim=-1)
+        both = (x > 0) & (y > 0)
+        g = torch.log(y) - torch.log(x)
+        out["gap"][sl] = torch.where(
+            both.all(dim=-1),
+            torch.where(both, g, -math.inf).amax(dim=-1) - torch.where(both, g, math.inf).amin(dim=-1),
+            math.inf,
+        )
+        va, ia = torch.topk(x, t_k, dim=-1)
+        vb, ib = torch.topk(y, t_k, dim=-1)
+        out["pa"][sl], out["pb"][sl] = va[:, 0] * m, vb[:, 0] * m
+        wa, sa = _favourite(x, y, rel, ua)
+        wb, sb = _favourite(y, x, rel, ub)
+        out["top1"][sl] = (sa | sb).double()
+        out["fav"][sl] = torch.minimum(wa, wb)
+        b_in_a = torch.gather(x, -1, ib) >= va[:, -1:] * (1.0 - rel)
+        a_in_b = torch.gather(y, -1, ia) >= vb[:, -1:] * (1.0 - rel)
+        out["overlap"][sl] = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1)).double() / t_k
+        if fixed is None:
+            tol = torch.full_like(ua, stat)
+            for p, (store, ec) in zip((x, y), levels):
+                tol += store + ec * (_logit_scale(p) if scale is None else scale)
+            out["tol"][sl] = tol
+        if rank:
+            ra = x.argsort(dim=-1).argsort(dim=-1).double()
+            rb = y.argsort(dim=-1).argsort(dim=-1).double()
+            ssd = (ra - rb).square().sum(dim=-1)
+            out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
+        if v is not None:
+            h0, h1 = i // n, (j - 1) // n
+            for h in range(h0, h1 + 1):  # the values of each head the block touches
+                r0, r1 = max(i, h * n), min(j, (h + 1) * n)
+                vh = v[int(v_head[h])].double()
+                og, oua, oub = output_stats(x[r0 - i : r1 - i], y[r0 - i : r1 - i], vh, vh.mean(dim=0), kf)
+                out["og"][r0:r1], out["oua"][r0:r1], out["oub"][r0:r1] = og, oua, oub
+    shape = grid
+    if fixed is not None:
+        out["tol"].fill_(fixed)
+        basis = f"TV <= {fixed:.3g} (given tolerance)"
+    else:
+        stored = "/".join(dict.fromkeys(str(t.dtype).replace("torch.", "") for t in (pa, pb)))
+        made = "their storage dtype" if comp is None else str(comp).replace("torch.", "")
+        size = "max(1, E_P log(max P / P)) per row (default)" if scale is None else f"{scale:.3g}"
+        basis = (f"TV within the rounding of {stored} storage and of logits of size {size} computed in {made} "
+                 "(tv_tolerance; state precision= and logit_scale= otherwise)")
 
     def back(name: str) -> torch.Tensor:
-        return out[name].reshape(shape).to(coarse)
+        return out[name].reshape(shape)
 
     outputs: dict[str, Any] = {}
     if v is not None:
@@ -231,8 +363,8 @@ def compare_maps(
         n_queries=n,
         n_keys=m,
         dim=None,
-        block_rows=min(rows, n),
-        n_blocks=heads * math.ceil(n / min(rows, n)),
+        block_rows=min(rows, total),
+        n_blocks=math.ceil(total / rows),
         kl=back("kl"),
         tv=back("tv"),
         tv_uniform_a=back("ua"),
@@ -243,8 +375,9 @@ def compare_maps(
         top1_weight=back("fav"),
         peak_a=back("pa"),
         peak_b=back("pb"),
-        tv_tolerance=torch.full(shape, tol, dtype=coarse, device=pa.device),
+        tv_tolerance=back("tol"),
         spearman=back("rho") if rank else None,
+        tolerance_basis=basis,
         elapsed_s=time.perf_counter() - start,
         **outputs,
     )

@@ -32,9 +32,8 @@ times a factor of the query alone, which the row normalisation cancels.  The log
 
 **Where plain random features fail, and the control variate.**  Near uniform maps (small
 :math:`r^2/\tau`) the noise of the features, relative :math:`\sqrt{(e^{\|a + b\|^2} - 1)/D}`, is far
-larger than the differences between the weights (of size :math:`r^2/\tau`).  On the rows where
-:math:`\|a\| \max_j \|b_j\| < 1`, ``control_variate=True`` (the default) adds the exact first-order
-term and uses the features only for the remainder,
+larger than the differences between the weights (of size :math:`r^2/\tau`).  ``control_variate=True``
+(the default) adds the exact first-order term and uses the features only for the remainder,
 
 .. math::
 
@@ -42,19 +41,31 @@ term and uses the features only for the remainder,
         + \frac1D \sum_{\omega} \bigl(\varphi_\omega(a_i)\varphi_\omega(b_j) - (1 + \omega \cdot a_i)(1 + \omega \cdot b_j)\bigr)\Bigr],
 
 still unbiased (:math:`\mathbb{E}[(1 + \omega \cdot a)(1 + \omega \cdot b)] = 1 + a \cdot b`) and still one
-product of an :math:`N \times (2D + d + 2)` and an :math:`(2D + d + 2) \times M` matrix; on those rows
-:math:`1 + a \cdot b > 0` by Cauchy-Schwarz.  Its noise is of second order in the norms, so its
-error against the exact map stays a fixed fraction of the exact map's distance from uniform as
-:math:`r^2/\tau \to 0`.  Orthogonal features (each block of :math:`d + 1` directions orthogonal,
-lengths :math:`\chi_{d+1}`: every :math:`\omega` still :math:`\mathcal N(0, I)`, so still unbiased) reduce
-the noise further.  Both are measured in notebook 10, and so is where nothing here suffices: sharp
-maps, :math:`r^2/\tau \gtrsim 1` for Gaussian points, where the variance grows like
+product of an :math:`N \times (2D + d + 2)` and an :math:`(2D + d + 2) \times M` matrix, on the rows where
+it is used: those where every weight is provably at least half its first-order term (so never
+negative: :func:`_positive_rows`, from :math:`e^y \ge 1 + y`) AND where its estimated variance of
+the row's sum, from the :math:`D` samples, is below the plain features'.  Every other row uses the
+plain positive features.  Its noise is of second order in the norms, so its error against the
+exact map stays a fixed fraction of the exact map's distance from uniform as :math:`r^2/\tau \to 0`.
+Orthogonal features (each block of :math:`d + 1` directions orthogonal, lengths :math:`\chi_{d+1}`:
+every :math:`\omega` still :math:`\mathcal N(0, I)`, so still unbiased) reduce the noise further.
+Both are measured in notebook 10, and so is where nothing here suffices: sharp maps,
+:math:`r^2/\tau \gtrsim 1` for Gaussian points, where the variance grows like
 :math:`e^{\|q_s + \kappa_s\|^2/\tau}`.
+
+**What is unbiased.**  Each unnormalised weight :math:`\hat w_{ij}`, plain or with the control
+variate, is an unbiased estimate of :math:`e^{\langle q_i, \kappa_j\rangle_L/\tau}` (times a factor of the
+query alone) for directions drawn as :func:`random_directions` draws them.  The map
+:math:`\hat w_{ij} / \sum_l \hat w_{il}` is a ratio of such estimates, a *ratio estimator*: consistent
+as :math:`D \to \infty`, but biased at finite :math:`D` (the choice of rows for the control variate, made
+from the same samples, is a further, smaller bias).  Every weight is finite and non-negative, in
+float32 at any norm: each query-key product is stabilised in the log domain by the row's largest
+term (:func:`_query_block`), so no row underflows.
 """
 
 from __future__ import annotations
 
-import functools
+import collections
 import math
 from typing import Any
 
@@ -74,9 +85,14 @@ AGGREGATIONS: tuple[str, ...] = ("centroid", "spatial")
 _BLOCK_BYTES = 4 * 2**20  # streaming: bytes of one block of feature rows
 
 
+_MAX_FEATURES = 2**22  # D: 4M directions (of d + 1 float64 coordinates each) at most
+_CACHE_BYTES = 64 * 2**20  # the direction cache holds at most this many bytes
+_cache: "collections.OrderedDict[tuple[int, int, int, bool], torch.Tensor]" = collections.OrderedDict()
+
+
 def _check_options(features: Any, seed: Any, orthogonal: Any, control_variate: Any) -> tuple[int, int, bool, bool]:
-    d_feat = validate.integer(features, "features", 1, " (the number D of random features)")
-    s = validate.integer(seed, "seed", 0)
+    d_feat = validate.integer(features, "features", 1, " (the number D of random features)", maximum=_MAX_FEATURES)
+    s = validate.integer(seed, "seed", 0, maximum=2**63 - 1)
     for value, name in ((orthogonal, "orthogonal"), (control_variate, "control_variate")):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False, got {value!r}")
@@ -92,16 +108,33 @@ def random_directions(
     (Haar-distributed, from the QR factorisation of a Gaussian matrix with the signs of
     :math:`\mathrm{diag}\, R` fixed) with independent :math:`\chi_{\mathrm{dim}}` lengths, so each row is
     still exactly :math:`\mathcal N(0, I)`.  Drawn in float64 on the CPU from ``torch.Generator(seed)``,
-    then cast: the same seed gives the same directions on every machine.
+    then cast: the same seed gives the same directions on every machine.  Recent draws are cached
+    (a sweep draws the same seeds at every point of it), at most 64 MiB in all.
     """
     d_feat, s, orth, _ = _check_options(features, seed, orthogonal, True)
     dim = validate.integer(dim, "dim", 1)
     return _directions(d_feat, dim, s, orth).to(dtype=dtype, copy=True)
 
 
-@functools.lru_cache(maxsize=64)
 def _directions(d_feat: int, dim: int, seed: int, orth: bool) -> torch.Tensor:
-    """:func:`random_directions` in float64, cached (a sweep draws the same seeds at every point of it)."""
+    """:func:`random_directions` in float64, from a cache bounded in bytes (least recently used dropped first)."""
+    key = (d_feat, dim, seed, orth)
+    hit = _cache.get(key)
+    if hit is not None:
+        _cache.move_to_end(key)
+        return hit
+    omega = _draw(d_feat, dim, seed, orth)
+    size = omega.numel() * omega.element_size()
+    if size <= _CACHE_BYTES:
+        _cache[key] = omega
+        total = sum(t.numel() * t.element_size() for t in _cache.values())
+        while total > _CACHE_BYTES:
+            _, old = _cache.popitem(last=False)
+            total -= old.numel() * old.element_size()
+    return omega
+
+
+def _draw(d_feat: int, dim: int, seed: int, orth: bool) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     if not orth:
         return torch.randn(d_feat, dim, generator=gen, dtype=torch.float64)
@@ -157,31 +190,85 @@ def _centred(q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> tuple[
     return (_centred_queries(q, kf, tau), *_centred_keys(kk, kf, tau))
 
 
-def _query_block(a: torch.Tensor, omega: torch.Tensor, reach: torch.Tensor, control: bool) -> torch.Tensor:
-    """Query operands of a block of rows ``a (H, n, c)``: ``(H, n, C)``, with ``reach = max_j |b_j|`` per head ``(H, 1)``."""
-    pa = a @ omega.transpose(0, 1)
-    la = pa - 0.5 * a.square().sum(dim=-1, keepdim=True)
-    if not control:
-        return torch.exp(la - la.amax(dim=-1, keepdim=True))
-    d_feat = omega.shape[0]
-    use = ((a.norm(dim=-1) * reach) < 1.0).unsqueeze(-1)  # (H, n, 1): the first-order term is positive on these rows
-    top = la.amax(dim=-1, keepdim=True)
-    row = torch.where(use, top.clamp_min(0.0), top)  # a constant per row (it cancels): no overflow
-    scale = torch.exp(-row) * use  # 0 on the rows without the control variate
-    cv = -(1.0 + pa) * scale
-    exact = torch.cat([torch.ones_like(a[..., :1]), a], dim=-1) * (d_feat * scale)
-    return torch.cat([torch.exp(la - row), cv, exact], dim=-1)
-
-
-def _key_block(b: torch.Tensor, logkey: torch.Tensor, omega: torch.Tensor, shift: torch.Tensor, control: bool) -> torch.Tensor:
-    """Key operands of a block of keys ``b (H, m, c)``: ``(H, m, C)``, scaled by ``exp(-shift)`` (one constant per head)."""
+def _key_logs(b: torch.Tensor, logkey: torch.Tensor, omega: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(omega . b, log phi_omega(b) + logkey)`` of a block of keys ``b (H, m, c)``: two ``(H, m, D)`` tensors."""
     pb = b @ omega.transpose(0, 1)
-    lk = logkey.unsqueeze(-1) - shift  # (H, m, 1)
-    lb = torch.exp(pb - 0.5 * b.square().sum(dim=-1, keepdim=True) + lk)
+    return pb, pb - 0.5 * b.square().sum(dim=-1, keepdim=True) + logkey.unsqueeze(-1)
+
+
+def _spread(omega: torch.Tensor) -> float:
+    r""":math:`\|\Omega^\top \Omega / D - I\|_2`: how far the directions' second moment is from its expectation :math:`I`."""
+    om = omega.double().cpu()
+    dev = om.transpose(0, 1) @ om / om.shape[0] - torch.eye(om.shape[1], dtype=torch.float64)
+    return float(torch.linalg.eigvalsh(dev).abs().max())
+
+
+def _positive_rows(a_norm: torch.Tensor, reach: torch.Tensor, spread: float) -> torch.Tensor:
+    r"""Rows on which the control-variate estimate of every weight is provably at least half the exact first-order term.
+
+    From :math:`e^y \ge 1 + y`, :math:`\varphi_\omega(a)\varphi_\omega(b) \ge 1 + \omega \cdot (a + b) - (\|a\|^2 + \|b\|^2)/2`, so
+
+    .. math::
+
+        \hat w / e^{-\sqrt k w/\tau} \ge 1 - \frac{\|a\|^2 + \|b\|^2}{2} - a^\top (\hat\Sigma - I) b
+        \ge 1 - \frac{\|a\|^2 + R^2}{2} - s\, \|a\| R
+
+    with :math:`R = \max_j \|b_j\|`, :math:`\hat\Sigma = \Omega^\top\Omega / D` and :math:`s = \|\hat\Sigma - I\|_2`;
+    the rows where this is at least :math:`1/2` (far from rounding) may use the control variate.
+    """
+    return (0.5 * (a_norm.square() + reach.square()) + spread * a_norm * reach) <= 0.5
+
+
+def _query_block(a: torch.Tensor, omega: torch.Tensor, shift: torch.Tensor, c0: torch.Tensor, reach: torch.Tensor,
+                 z: torch.Tensor, spread: float, control: bool) -> torch.Tensor:
+    r"""Query operands of a block of rows ``a (H, n, c)``: ``(H, n, C)``, against keys scaled by ``shift`` (:func:`_key_block`).
+
+    Plain columns :math:`e^{\log\varphi_\omega(a_i) + \mathrm{shift}_\omega - \rho_i}`, with
+    :math:`\rho_i = \max_\omega(\log\varphi_\omega(a_i) + \mathrm{shift}_\omega)` the row's largest term:
+    every product of a query and a key column is :math:`e^{\log\varphi_\omega(a_i) + \log\varphi_\omega(b_j)
+    - \sqrt k w_j/\tau - \rho_i} \le 1` (a stabiliser per query-key pair in the log domain), and one is 1,
+    so no row underflows and no row overflows.  With ``control``, the control-variate columns, nonzero
+    on the rows that use it: those where every weight is provably positive (:func:`_positive_rows`) AND
+    where the control variate's estimated variance of the row's sum is below the plain features', from
+    the ``D`` samples :math:`X_\omega = \varphi_\omega(a_i) S_\omega` and
+    :math:`Y_\omega = X_\omega - (1 + \omega \cdot a_i) T_\omega` (``z`` holds the keys' sums :math:`S, T`).
+    """
+    pa = a @ omega.transpose(0, 1)
+    t = pa - 0.5 * a.square().sum(dim=-1, keepdim=True) + shift  # (H, n, D)
+    row = t.amax(dim=-1, keepdim=True)
+    plain = torch.exp(t - row)
     if not control:
-        return lb
-    kfac = lk.exp()
-    return torch.cat([lb, kfac * (1.0 + pb), kfac * torch.cat([torch.ones_like(b[..., :1]), b], dim=-1)], dim=-1)
+        return plain
+    d_feat = omega.shape[0]
+    ok = _positive_rows(a.norm(dim=-1), reach, spread).unsqueeze(-1)  # (H, n, 1)
+    scale = torch.exp(torch.where(ok, c0 - row, torch.full_like(row, -math.inf)))  # 0 where the CV is not allowed
+    lin = (1.0 + pa) * scale
+    x = plain * z[..., :d_feat].unsqueeze(-2)  # (H, n, D): samples of the plain row sum
+    y = x - lin * z[..., d_feat : 2 * d_feat].unsqueeze(-2)  # and of the control variate's
+    use = ok & (y.var(dim=-1, keepdim=True) < x.var(dim=-1, keepdim=True))
+    scale = scale * use
+    exact = torch.cat([torch.ones_like(a[..., :1]), a], dim=-1) * (d_feat * scale)
+    return torch.cat([plain, -(1.0 + pa) * scale, exact], dim=-1)
+
+
+def _key_block(b: torch.Tensor, logkey: torch.Tensor, omega: torch.Tensor, shift: torch.Tensor, c0: torch.Tensor,
+               control: bool) -> torch.Tensor:
+    """Key operands of a block of keys ``b (H, m, c)``: ``(H, m, C)``; plain columns scaled by ``exp(-shift)`` (per head and feature), the control variate's by ``exp(-c0)``."""
+    pb, lb = _key_logs(b, logkey, omega)
+    plain = torch.exp(lb - shift)
+    if not control:
+        return plain
+    kfac = torch.exp(logkey.unsqueeze(-1) - c0)
+    return torch.cat([plain, kfac * (1.0 + pb), kfac * torch.cat([torch.ones_like(b[..., :1]), b], dim=-1)], dim=-1)
+
+
+def _any_control(q: torch.Tensor, kf: float, tau: float, reach: torch.Tensor, spread: float, control_variate: bool) -> bool:
+    """Whether any query row may use the control variate (:func:`_positive_rows`): ``|a|^2 = (u^2 + |q_s|^2) / tau``."""
+    if not control_variate:
+        return False
+    qs2 = q[..., 1:].square().sum(dim=-1)
+    a_norm = torch.sqrt((qs2.square() / (q[..., 0] + math.sqrt(kf)).square() + qs2) / tau)
+    return bool(_positive_rows(a_norm, reach, spread).any())
 
 
 def feature_operands(
@@ -191,15 +278,20 @@ def feature_operands(
 
     ``queries``, ``keys``: checked points with their leading axes flattened into one, ``(H, N, d + 1)``
     and ``(H, M, d + 1)``; ``omega``: ``(D, d + 1)`` (:func:`random_directions`).  ``C = D`` for plain
-    features, ``2D + d + 2`` when some row uses the first-order control variate.  The row
-    normalisation of :math:`A B^\top` is the implicit map of :func:`distance_linear_attention`.
+    features, ``2D + d + 2`` when some row may use the first-order control variate.  Every
+    :math:`A_i \cdot B_j \ge 0`, and every row's largest term is 1.  The row normalisation of
+    :math:`A B^\top` is the implicit map of :func:`distance_linear_attention`, which streams the same
+    operands.
     """
     a, b, logkey = _centred(queries, keys, kf, tau)
-    lb = b @ omega.transpose(0, 1) - 0.5 * b.square().sum(dim=-1, keepdim=True) + logkey.unsqueeze(-1)
-    shift = lb.amax(dim=(-2, -1), keepdim=True)  # the keys' stabiliser, from the same products (no second pass)
-    reach = b.norm(dim=-1).amax(dim=-1, keepdim=True)
-    control = control_variate and bool(((a.norm(dim=-1) * reach) < 1.0).any())
-    return _query_block(a, omega, reach, control), _key_block(b, logkey, omega, shift, control)
+    _, lb = _key_logs(b, logkey, omega)
+    shift = lb.amax(dim=-2, keepdim=True)  # (H, 1, D): the keys' stabiliser per feature
+    c0 = logkey.amax(dim=-1, keepdim=True).unsqueeze(-1)  # (H, 1, 1)
+    reach = b.norm(dim=-1).amax(dim=-1, keepdim=True)  # (H, 1)
+    spread = _spread(omega)
+    control = _any_control(queries, kf, tau, reach, spread, control_variate)
+    bb = _key_block(b, logkey, omega, shift, c0, control)
+    return _query_block(a, omega, shift, c0, reach, bb.sum(dim=-2), spread, control), bb
 
 
 def _setup(queries, keys, values, k, temperature, features, seed, orthogonal, control_variate):
@@ -230,9 +322,9 @@ def distance_rf_map(
         \approx \operatorname{softmax}_j\Bigl(-\frac{\|q_i - \kappa_j\|_L^2}{2\tau}\Bigr)
 
     (with the first-order control variate on the rows where it applies; see the module).  Formed
-    here for measurement, :math:`O(NMD)`; the attention itself never forms it.  Rows with the
-    control variate can carry weights slightly below zero where the noise exceeds the first-order
-    term (they are returned as computed: the output uses exactly these weights).
+    here for measurement, :math:`O(NMD)`; the attention itself never forms it.  Every weight is
+    finite and non-negative, every row sums to 1; each unnormalised weight is unbiased, the
+    normalised map is a ratio estimator (biased at finite ``D``).
 
     Parameters
     ----------
@@ -249,7 +341,8 @@ def distance_rf_map(
     orthogonal : bool
         Orthogonal blocks of directions (default) or independent ones.
     control_variate : bool
-        The exact first-order term with the features as its control variate, where it applies.
+        The exact first-order term with the features as its control variate, on the rows where every
+        weight stays provably positive and the estimated variance drops (see the module).
 
     Raises
     ------
@@ -279,8 +372,9 @@ def distance_linear_attention(
 ) -> torch.Tensor:
     r"""Distance attention in linear time: the values aggregated by the random-feature map, never forming it.
 
-    With :math:`\hat A` the map of :func:`distance_rf_map` (an unbiased estimate, weight by weight,
-    of :math:`e^{\langle q, \kappa\rangle_L/\tau}` before the row normalisation),
+    With :math:`\hat A` the map of :func:`distance_rf_map` (before the row normalisation, an unbiased
+    estimate, weight by weight, of :math:`e^{\langle q, \kappa\rangle_L/\tau}`; after it a ratio
+    estimator, biased at finite ``D``; the same map as ``compare(..., "distance_rf")`` measures),
 
     .. math::
 
@@ -319,29 +413,28 @@ def distance_linear_attention(
     qf, kfl, vf = flatten_batch(q, batch), flatten_batch(kk, batch), flatten_batch(v, batch)
     heads, n, m = qf.shape[0], qf.shape[-2], kfl.shape[-2]
     block = max(1, _BLOCK_BYTES // ((2 * omega.shape[0] + q.shape[-1] + 1) * q.element_size()))
-    # pass 1 over the keys: the stabiliser (largest key log-feature) and the reach max_j |b_j|, per head
-    shift = torch.full((heads, 1, 1), -math.inf, dtype=q.dtype, device=q.device)
+    # pass 1 over the keys: the stabilisers (largest key log-feature per feature, largest key factor) and the reach max_j |b_j|
+    shift = torch.full((heads, 1, omega.shape[0]), -math.inf, dtype=q.dtype, device=q.device)
+    c0 = torch.full((heads, 1, 1), -math.inf, dtype=q.dtype, device=q.device)
     reach = torch.zeros(heads, 1, dtype=q.dtype, device=q.device)
     for i in range(0, m, block):
         b, logkey = _centred_keys(kfl[:, i : i + block], kf, tau)
-        lb = b @ omega.transpose(0, 1) - 0.5 * b.square().sum(dim=-1, keepdim=True) + logkey.unsqueeze(-1)
-        shift = torch.maximum(shift, lb.amax(dim=(-2, -1), keepdim=True))
+        shift = torch.maximum(shift, _key_logs(b, logkey, omega)[1].amax(dim=-2, keepdim=True))
+        c0 = torch.maximum(c0, logkey.amax(dim=-1, keepdim=True).unsqueeze(-1))
         reach = torch.maximum(reach, b.norm(dim=-1).amax(dim=-1, keepdim=True))
-    if control:  # does any row use the first-order term?  |a|^2 = (u^2 + |q_s|^2) / tau, one number per query
-        qs2 = qf[..., 1:].square().sum(dim=-1)
-        a_norm = torch.sqrt((qs2.square() / (qf[..., 0] + math.sqrt(kf)).square() + qs2) / tau)
-        control = bool(((a_norm * reach) < 1.0).any())
+    spread = _spread(omega)
+    control = _any_control(qf, kf, tau, reach, spread, control)
     vals = vf if agg == "centroid" else vf[..., 1:]
     summary, norm = None, None
     for i in range(0, m, block):  # pass 2 over the keys: B^T [V, 1]
         b, logkey = _centred_keys(kfl[:, i : i + block], kf, tau)
-        bb = _key_block(b, logkey, omega, shift, control)
+        bb = _key_block(b, logkey, omega, shift, c0, control)
         s = bb.transpose(-1, -2) @ vals[:, i : i + block]
         z = bb.sum(dim=-2)
         summary, norm = (s, z) if summary is None else (summary + s, norm + z)
     res = torch.empty(heads, n, vf.shape[-1], dtype=q.dtype, device=q.device)
     for i in range(0, n, block):  # one pass over the queries: A (B^T V) / A (B^T 1), then onto the hyperboloid
-        aa = _query_block(_centred_queries(qf[:, i : i + block], kf, tau), omega, reach, control)
+        aa = _query_block(_centred_queries(qf[:, i : i + block], kf, tau), omega, shift, c0, reach, norm, spread, control)
         o = (aa @ summary) / (aa @ norm.unsqueeze(-1))
         if agg == "centroid":
             norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import torch
 
+from hypviz.attention.comparison import TOP_SHARE
 from hypviz.attention.kernels import Operands, softmax_rows_
 from hypviz.lorentz import dist, lift
 
@@ -97,7 +98,7 @@ def rank_stats(
     sl: tuple,
     rank: bool,
 ) -> None:
-    """Tie-aware top-1 / top-k agreement (and Spearman) of one row block; reads ``la``, ``lb`` only.
+    """Tie-aware top-1 / top-k agreement, the top sets (:func:`top_set`) and Spearman of one row block; reads ``la``, ``lb`` only.
 
     A key of one map's top-k counts as shared when its log-weight in the other map is at least that
     map's k-th largest minus ``tol`` (the rounding bound of the difference of two computed logits);
@@ -112,17 +113,61 @@ def rank_stats(
     a_in_b = torch.gather(lb, -1, ia) >= vb[:, -1:] - tb
     both = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1))
     out["overlap"][sl] = both.to(la.dtype) / t_k
-    # each map's log-weight on the other's favourite key, below its own largest (0 when tied within rounding)
-    short_a = (va[:, :1] - torch.gather(la, -1, ib[:, :1]) - ta).clamp_min_(0.0).squeeze(-1)
-    short_b = (vb[:, :1] - torch.gather(lb, -1, ia[:, :1]) - tb).clamp_min_(0.0).squeeze(-1)
-    top1[sl] = (short_a == 0) | (short_b == 0)
-    out["fav"][sl] = torch.exp(-torch.maximum(short_a, short_b))
+    ra, ea, sa = top_set(la, lb, va, ia, vb, ta, tb)
+    rb, eb, sb = top_set(lb, la, vb, ib, va, tb, ta)
+    top1[sl] = sa | sb
+    out["ra"][sl], out["ea"][sl], out["rb"][sl], out["eb"][sl] = ra, ea, rb, eb
     if rank:
         m = la.shape[-1]
         ra = la.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
         rb = lb.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
         ssd = ra.sub_(rb).square_().sum(dim=-1)
         out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
+
+
+def top_set(
+    la: torch.Tensor, lb: torch.Tensor, va: torch.Tensor, ia: torch.Tensor, vb: torch.Tensor, ta: torch.Tensor, tb: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""The top set :math:`T_a` of map ``a`` (logits within ``ta`` of its largest) read in both maps, per row of a block.
+
+    Returns the ratio :math:`\operatorname{mean}_{j \in T_a} \min(1, e^{l_{b,j} - \max l_b + t_b})` (the weight map
+    ``b`` gives ``a``'s top set, next to its own largest weight, tie-aware: ``a``'s weights on its top
+    set are its largest within rounding), ``a``'s excess over uniform on the set,
+    :math:`\sum_{j \in T_a} (P_{a,j} - 1/M)_+` (computed only on the rows whose ratio is below 1: it
+    decides whether the set counts, :func:`hypviz.attention.verdict`; 0 elsewhere), and whether ``b``
+    has its own largest weight (within rounding) on the set.  ``va, ia``: the top-k of ``la``; ``vb``:
+    that of ``lb``; the set is read from them unless all k are tied, then from the whole row.
+    """
+    m = la.shape[-1]
+    cut = va[:, :1] - ta
+    inside = va >= cut  # (rows, k): the top set among the top k
+    lbt = torch.gather(lb, -1, ia)
+    wb = torch.exp((lbt - vb[:, :1] + tb).clamp_max_(0.0))
+    ratio = (wb * inside).sum(dim=-1) / inside.sum(dim=-1)
+    shared = ((lbt >= vb[:, :1] - tb) & inside).any(dim=-1)
+    wide = inside[:, -1].nonzero().squeeze(-1) if va.shape[-1] < m else inside[:, -1].new_zeros(0, dtype=torch.long)
+    if len(wide):  # the top set may extend past the top k: read those rows whole
+        xa, xb = la.index_select(0, wide), lb.index_select(0, wide)
+        full = xa >= cut.index_select(0, wide)
+        wfull = torch.exp((xb - vb.index_select(0, wide)[:, :1] + tb.index_select(0, wide)).clamp_max(0.0))
+        ratio[wide] = (wfull * full).sum(dim=-1) / full.sum(dim=-1)
+        shared[wide] = ((xb >= vb.index_select(0, wide)[:, :1] - tb.index_select(0, wide)) & full).any(dim=-1)
+    excess = torch.zeros_like(ratio)
+    low = (ratio < 1.0).nonzero().squeeze(-1)
+    if len(low):
+        xa = la.index_select(0, low)
+        pa = torch.exp(xa - torch.logsumexp(xa, dim=-1, keepdim=True))
+        excess[low] = ((pa - 1.0 / m).clamp_min_(0.0) * (xa >= cut.index_select(0, low))).sum(dim=-1)
+    return ratio, excess, shared
+
+
+def favourite(ratio_a: torch.Tensor, excess_a: torch.Tensor, ua: torch.Tensor,
+              ratio_b: torch.Tensor, excess_b: torch.Tensor, ub: torch.Tensor) -> torch.Tensor:
+    """``top1_weight``: the smaller of the two directions' ratios (:func:`top_set`), each counted where its set carries ``TOP_SHARE`` of its map's excess over uniform."""
+    one = torch.ones_like(ratio_a)
+    fa = torch.where((excess_a >= TOP_SHARE * ua) & (ua > 0), ratio_a, one)
+    fb = torch.where((excess_b >= TOP_SHARE * ub) & (ub > 0), ratio_b, one)
+    return torch.minimum(fa, fb)
 
 
 def tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,6 +25,7 @@ from hypviz.attention.row_blocks import (
     baseline,
     block_stats,
     direct_stats,
+    favourite,
     output_stats,
     rank_stats,
     tv_uniform,
@@ -345,6 +346,7 @@ def compare(
         check_logit_range(big, q.dtype, tau, lambda: float(max(
             SharedLogits(qf.double(), kfl.double(), kf, 1.0).largest(alpha).max() for alpha in alphas)))
         err_a, err_b = sh.err(alphas[0]), sh.err(alphas[1])
+        rnd_a, rnd_b = sh.rounding(alphas[0]), sh.rounding(alphas[1])
 
         def largest() -> float:
             return big
@@ -355,11 +357,12 @@ def compare(
         check_logit_range(max([op.largest() for op in (ka, kb) if not op.log], default=0.0), q.dtype, tau, lambda: max(
             operands(name, qf.double(), kfl.double(), kf, 1.0, opts).largest() for name in soft))
         err_a, err_b = ka.err, kb.err
+        rnd_a, rnd_b = ka.rounding, kb.rounding
 
         def largest() -> float:
             return max(ka.largest(), kb.largest())
 
-    names = ("kl", "tv", "gap", "overlap", "fav", "ua", "ub", "pa", "pb") + (("rho",) if rank else ())
+    names = ("kl", "tv", "gap", "overlap", "ra", "ea", "rb", "eb", "ua", "ub", "pa", "pb") + (("rho",) if rank else ())
     out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
     top1 = torch.empty(heads, n, dtype=torch.bool, device=dev)
     buf_a = torch.empty(rows, m, dtype=dtype, device=dev)
@@ -399,6 +402,7 @@ def compare(
         if bar is not None:
             bar.close()
 
+    fav = favourite(out["ra"], out["ea"], out["ua"], out["rb"], out["eb"], out["ub"])
     outputs: dict[str, Any] = {}
     if v is not None:
         outputs = _compare_outputs(
@@ -413,10 +417,11 @@ def compare(
         )
     home = q.device
     shape = (*batch, n)
-    # TV at the rounding level of the logits: identical maps in exact arithmetic give a logit gap of at
-    # most 2 (err_a + err_b), hence TV <= tanh(gap / 4) <= (err_a + err_b) / 2; plus the statistics' own rounding
+    # TV at the rounding level of the logits: identical maps in exact arithmetic whose logits are off by at most
+    # rnd give a logit gap of at most 2 (rnd_a + rnd_b), hence TV <= tanh(gap / 4) <= (rnd_a + rnd_b) / 2; rnd is
+    # the level rounding actually reaches (logit_rounding), not its worst case; plus the statistics' own rounding
     eps_d = torch.finfo(dtype).eps
-    tv_tol = 0.5 * (err_a + err_b).to(dev) + 16.0 * eps_d * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
+    tv_tol = 0.5 * (rnd_a + rnd_b).to(dev) + 16.0 * eps_d * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
 
     def back(t: torch.Tensor) -> torch.Tensor:
         return t.to(home).reshape(shape)
@@ -469,7 +474,7 @@ def compare(
         logit_gap=back(out["gap"]),
         top1=back(top1),
         topk_overlap=back(out["overlap"]),
-        top1_weight=back(out["fav"]),
+        top1_weight=back(fav),
         peak_a=back(out["pa"]),
         peak_b=back(out["pb"]),
         tv_tolerance=back(tv_tol),
@@ -478,6 +483,7 @@ def compare(
         norm_scale=s_f,
         n_queries_total=n_total,
         row_index=row_index,
+        tolerance_basis=f"TV within the rounding of {str(dtype).replace('torch.', '')} logits of the size computed (tv_tolerance)",
         elapsed_s=time.perf_counter() - start,
         **{name: None if t is None else back(t) for name, t in outputs.items()},
         output_metric="geodesic distance between Lorentzian centroids" if v is not None else None,

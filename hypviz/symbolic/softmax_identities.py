@@ -555,11 +555,13 @@ def _gaussian_expectation(expr: Any, zs: Sequence[sp.Symbol], sigma: sp.Expr) ->
 
 
 def first_order_gap_ratio(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
-    r"""The first-order ratio :math:`\mathrm{TV}(S, P)/\mathrm{TV}(P, U) \approx (1 + 2\rho^2)^{-1/2}` for Gaussian points.
+    r"""The first-order ratio :math:`\mathrm{TV}(S, P)/\mathrm{TV}(P, U) \approx (1 + 2\rho^2\kappa_t^2/q_t^2)^{-1/2}` for Gaussian points.
 
     Queries and keys with independent isotropic Gaussian spatial parts, keys
     :math:`\kappa_s = \sigma z`, :math:`z \sim \mathcal{N}(0, I_d)`, one query row :math:`q`,
-    :math:`\rho^2 = \|q_s\|^2/(d\sigma^2)` (query norm over the keys' root-mean-square norm):
+    :math:`\rho^2 = \|q_s\|^2/(d\sigma^2)` (query norm over the keys' root-mean-square norm),
+    :math:`\kappa_t^2 = k + d\sigma^2` (the keys' time coordinate at their root-mean-square norm) and
+    :math:`q_t^2 = k + \|q_s\|^2`:
 
     .. math::
 
@@ -568,15 +570,19 @@ def first_order_gap_ratio(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
         \mathrm{TV}(S, P) \approx \tfrac{1}{2n}\sum_j |b_j - \bar b|, \quad
         \mathrm{TV}(P, U) \approx \tfrac{1}{2n}\sum_j |f_j - \bar f|,
 
-        \kappa_t = \sqrt k + \frac{\|\kappa_s\|^2}{2\sqrt k} + O(\|\kappa_s\|^4), \qquad
+        \kappa_{t,j} = \kappa_t + \frac{\sigma^2(\|z_j\|^2 - d)}{2\kappa_t} + O\bigl((\|z_j\|^2 - d)^2\bigr), \qquad
         \frac{\mathrm{TV}(S, P)}{\mathrm{TV}(P, U)} \approx \frac{\mathrm{sd}(b)}{\mathrm{sd}(f)}
-        = \Bigl(1 + \frac{2\rho^2 k}{q_t^2}\Bigr)^{-1/2} \xrightarrow{\ q_t \to \sqrt k\ } (1 + 2\rho^2)^{-1/2},
+        = \Bigl(1 + \frac{2\rho^2 \kappa_t^2}{q_t^2}\Bigr)^{-1/2},
 
-    with :math:`f_j` the distance logits and :math:`b_j = q_t\kappa_{t,j}/\tau` the bias.  The
-    softmax steps are checked for ``n`` keys, the Gaussian moments in ``d`` explicit coordinates
-    (``d`` symbolic in the result: :math:`\mathrm{Var}\,\|z\|^2 = 2d`).  The step from mean absolute
-    deviations to standard deviations assumes both deviations Gaussian (many keys, large
-    :math:`d`); :func:`hypviz.attention.accuracy.gaussian_gap_study` measures how well the result holds.
+    with :math:`f_j` the distance logits and :math:`b_j = q_t\kappa_{t,j}/\tau` the bias.  Its limits:
+    :math:`(1 + 2\rho^2 k/q_t^2)^{-1/2}` for small keys, :math:`(1 + 2\rho^2)^{-1/2}` only when both norms are
+    small against :math:`\sqrt k`, and :math:`1/\sqrt 3` at :math:`\rho = 1` for ANY norm
+    (:math:`q_t = \kappa_t` there).  Assumptions: first order in the logits (small :math:`r^2/\tau`, maps
+    near uniform), the key norms concentrated (:math:`\|z\|^2 - d = O(\sqrt d)` against :math:`d`: large
+    :math:`d`), many keys and both deviations Gaussian.  The softmax steps are checked for ``n`` keys,
+    the Gaussian moments in ``d`` explicit coordinates (``d`` symbolic in the result:
+    :math:`\mathrm{Var}\,\|z\|^2 = 2d`); :func:`hypviz.attention.accuracy.gaussian_gap_study` measures how
+    well the result holds.
     """
     k = curvature(k)
     eps = sp.Symbol("epsilon", positive=True)
@@ -601,6 +607,8 @@ def first_order_gap_ratio(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
     qt = sp.Symbol("q_t", positive=True)
     A2, B2 = sp.symbols("A^2 B^2", positive=True)        # Var(q_s . z) and Var(c |z|^2), symbolic d
     Q2 = sp.Symbol("Q2", nonnegative=True)               # |q_s|^2
+    T2 = sp.Symbol("T2", positive=True)                  # kappa_t^2 = k + d sigma^2, the keys' time coordinate squared
+    vz = sp.Symbol("v", real=True)                       # |z|^2 - d
 
     def gaussian_mad() -> tuple[bool, str]:
         density = sp.exp(-x**2 / (2 * s_**2)) / sp.sqrt(2 * sp.pi * s_**2)
@@ -616,9 +624,13 @@ def first_order_gap_ratio(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
              "so to first order $S_j - P_j = (b_j - \\bar b)/n$ and $P_j - 1/n = (f_j - \\bar f)/n$: both TVs are half "
              "the mean absolute deviations of the bias and of the distance logits over the keys",
              kind="series", var=eps, order=2, name="linear_gap"),
-        Step(sp.sqrt(u + k), sp.sqrt(k) + u / (2 * sp.sqrt(k)), "small keys: $\\kappa_t$ is $\\sqrt k$ plus "
-             "$\\|\\kappa_s\\|^2/(2\\sqrt k)$, so $\\tau b_j = c\\|\\kappa_{s,j}\\|^2$ and "
-             "$\\tau f_j = q_s\\cdot\\kappa_{s,j} - c\\|\\kappa_{s,j}\\|^2$ up to row constants, $c = q_t/(2\\sqrt k)$",
+        Step(sp.sqrt(k + sigma**2 * (dd + vz)), sp.sqrt(k + dd * sigma**2) + sigma**2 * vz / (2 * sp.sqrt(k + dd * sigma**2)),
+             "keys of any norm: $\\kappa_{t,j} = \\sqrt{k + \\sigma^2\\|z_j\\|^2}$ is linear in $\\|z_j\\|^2 - d$ "
+             "(of size $\\sqrt d$ against $d$), so $\\tau b_j = c\\|\\kappa_{s,j}\\|^2$ and "
+             "$\\tau f_j = q_s\\cdot\\kappa_{s,j} - c\\|\\kappa_{s,j}\\|^2$ up to row constants, "
+             "$c = q_t/(2\\kappa_t)$, $\\kappa_t^2 = k + d\\sigma^2$", kind="series", var=vz, order=2, name="key_time"),
+        Step(sp.sqrt(u + k), sp.sqrt(k) + u / (2 * sp.sqrt(k)), "small keys: $\\kappa_t \\to \\sqrt k$ and "
+             "$c \\to q_t/(2\\sqrt k)$",
              kind="series", var=u, order=2, name="small_keys"),
         Step(var(dot), qn2 * sigma**2, f"$\\kappa_s = \\sigma z$: $\\mathrm{{Var}}(q_s \\cdot \\kappa_s) = \\|q_s\\|^2\\sigma^2$ "
              f"(Gaussian moments, $d = {d}$ coordinates)", name="var_dot"),
@@ -630,21 +642,29 @@ def first_order_gap_ratio(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
         Step(sp.Symbol("E|X|"), s_ * sp.sqrt(2 / sp.pi), "a Gaussian deviation has mean absolute value "
              "$\\sqrt{2/\\pi}\\,\\mathrm{sd}$; with many keys and large $d$ (both deviations Gaussian) the ratio of the "
              "TVs is the ratio of the standard deviations", kind="check", check=gaussian_mad, name="gaussian_mad"),
-        Step(ratio.subs({A2: Q2 * sigma**2, B2: 2 * dd * (qt / (2 * sp.sqrt(k))) ** 2 * sigma**4}),
-             (1 + 2 * rho**2 * k / qt**2) ** sp.Rational(-1, 2),
+        Step(ratio.subs({A2: Q2 * sigma**2, B2: 2 * dd * (qt / (2 * sp.sqrt(T2))) ** 2 * sigma**4}),
+             (1 + 2 * rho**2 * T2 / qt**2) ** sp.Rational(-1, 2),
              "$\\mathrm{sd}(b)/\\mathrm{sd}(f)$ with $\\|q_s\\|^2 = \\rho^2 d\\sigma^2$ ($\\rho$: query norm over the keys' "
-             "root-mean-square norm)", given={Q2: rho**2 * dd * sigma**2}, name="ratio"),
+             "root-mean-square norm): **$(1 + 2\\rho^2\\kappa_t^2/q_t^2)^{-1/2}$**", given={Q2: rho**2 * dd * sigma**2},
+             name="general"),
+        Step((1 + 2 * rho**2 * T2 / qt**2) ** sp.Rational(-1, 2), (1 + 2 * rho**2 * k / qt**2) ** sp.Rational(-1, 2),
+             "small keys, $\\kappa_t^2 \\to k$", kind="limit", var=T2, point=k, name="ratio"),
         Step((1 + 2 * rho**2 * k / (Q2 + k)) ** sp.Rational(-1, 2), (1 + 2 * rho**2) ** sp.Rational(-1, 2),
-             "queries small too, $q_t^2 = k + \\|q_s\\|^2 \\to k$: **$(1 + 2\\rho^2)^{-1/2}$**", kind="limit", var=Q2, point=0,
-             name="small_queries"),
-        Step((1 + 2 * rho**2) ** sp.Rational(-1, 2), 1 / sp.sqrt(3), "equal scales, $\\rho = 1$: $1/\\sqrt 3$",
+             "queries small too, $q_t^2 = k + \\|q_s\\|^2 \\to k$: $(1 + 2\\rho^2)^{-1/2}$ needs BOTH norms small against "
+             "$\\sqrt k$", kind="limit", var=Q2, point=0, name="small_queries"),
+        Step((1 + 2 * rho**2 * T2 / qt**2) ** sp.Rational(-1, 2), 1 / sp.sqrt(3),
+             "equal scales, $\\rho = 1$: $q_t^2 = k + d\\sigma^2 = \\kappa_t^2$, so $1/\\sqrt 3$ at any norm",
+             given={rho: 1, qt: sp.sqrt(k + dd * sigma**2), T2: k + dd * sigma**2}, name="equal_scales_any_norm",
+             role="consequence"),
+        Step((1 + 2 * rho**2) ** sp.Rational(-1, 2), 1 / sp.sqrt(3), "equal scales and small norms, $\\rho = 1$: $1/\\sqrt 3$",
              given={rho: 1}, name="equal_scales", role="consequence"),
     ]
     names = {eps: r"\varepsilon", sigma: r"\sigma", rho: r"\rho", Q2: r"\|q_s\|^2", u: r"\|\kappa_s\|^2",
+             T2: r"\kappa_t^2", vz: r"\|z\|^2 - d",
              s_: r"\mathrm{sd}", A2: r"A^2", B2: r"B^2"}
     return Derivation(
-        "First-order gap ratio for Gaussian points: TV(S, P)/TV(P, U) ≈ 1/√(1 + 2ρ²)", steps, [], names,
+        "First-order gap ratio for Gaussian points: TV(S, P)/TV(P, U) ≈ 1/√(1 + 2ρ²κ_t²/q_t²)", steps, [], names,
         intro="Spatial map $S = \\mathrm{softmax}(f + b)$, distance map $P = \\mathrm{softmax}(f)$, one query row, "
               "keys with independent isotropic Gaussian spatial parts $\\kappa_s = \\sigma z$; first order in the logits "
-              "(small $r^2/\\tau$) and in the key norms.",
+              "(small $r^2/\\tau$) and in the spread of the key norms about their root-mean-square (large $d$).",
     )

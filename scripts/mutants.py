@@ -1,0 +1,212 @@
+"""A mutation pass over the verdict, the comparison, the random features and the capture verification.
+
+Each mutant is a planted bug: one exact source replacement in one module.  For each, the script copies
+the repository (without ``.venv``, ``.git`` and build outputs) to a temporary folder, applies the
+replacement, runs the fast tests that guard that module there (``pytest -x -q``), and reports whether
+a test failed (*killed*) or every test passed (*survived*).  A survivor is a bug the tests cannot see.
+
+    python scripts/mutants.py                 # every mutant
+    python scripts/mutants.py --list          # their names
+    python scripts/mutants.py tie_set cv_guard  # some of them
+    python scripts/mutants.py --module capture/verification.py
+
+Exit status 0 when every mutant run was killed, 1 when one survived, 2 for a bad argument or a
+replacement that no longer matches its source (the mutant must then be updated with the module).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+VERDICT = ["tests/test_verdict_properties.py", "tests/test_compare_measures.py", "tests/test_verdict.py"]
+RF = ["tests/test_random_features.py", "tests/test_attention.py", "-k", "rf or random or linear_output or distance_rf"]
+STUDIES = ["tests/test_studies.py"]
+COMPARE = ["tests/test_verdict_properties.py", "tests/test_compare_measures.py", "tests/test_verdict.py"]
+CAPTURE = ["tests/test_capture.py", "tests/test_readers.py"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    """``name``: an identifier; ``path``: the module; ``old`` -> ``new``: the replacement (``old`` occurs once); ``tests``: pytest arguments."""
+
+    name: str
+    path: str
+    old: str
+    new: str
+    what: str
+    tests: tuple[str, ...]
+
+
+def _m(name: str, path: str, old: str, new: str, what: str, tests: list[str]) -> Mutant:
+    return Mutant(name, "hypviz/" + path, old, new, what, tuple(tests))
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # -- the verdict rule (attention/comparison.py)
+    _m("close_baseline_max", "attention/comparison.py", "cut = CLOSE_RATIO * torch.minimum(ua, ub)",
+       "cut = CLOSE_RATIO * torch.maximum(ua, ub)", "the close baseline taken as max instead of min", VERDICT),
+    _m("uniform_tv_0.5", "attention/comparison.py", "UNIFORM_TV = 0.05", "UNIFORM_TV = 0.5", "UNIFORM_TV 0.05 -> 0.5", VERDICT),
+    _m("uniform_peak_4", "attention/comparison.py", "UNIFORM_PEAK = 2.0", "UNIFORM_PEAK = 4.0", "UNIFORM_PEAK 2 -> 4", VERDICT),
+    _m("top1_weight_0.5", "attention/comparison.py", "TOP1_WEIGHT = 0.9", "TOP1_WEIGHT = 0.5", "TOP1_WEIGHT 0.9 -> 0.5", VERDICT),
+    _m("resolve_5", "attention/comparison.py", "RESOLVE = 0.5", "RESOLVE = 5.0", "RESOLVE 0.5 -> 5: identical at any rounding", VERDICT),
+    _m("no_unresolved", "attention/comparison.py", "code = torch.where(~resolved & (tv <= cut + tol), 4, code)",
+       "code = code", "the unresolved verdict removed", VERDICT),
+    _m("identical_without_resolution", "attention/comparison.py",
+       "code = torch.where((tv == 0) | (resolved & (tv <= tol)), 0, code)", "code = torch.where(tv <= tol, 0, code)",
+       "identical whenever TV <= tolerance (the old rule)", VERDICT),
+    _m("near_uniform_one_map", "attention/comparison.py",
+       "near = (ua < UNIFORM_TV) & (peak_a.double() < UNIFORM_PEAK) & (ub < UNIFORM_TV) & (peak_b.double() < UNIFORM_PEAK)",
+       "near = (ua < UNIFORM_TV) & (peak_a.double() < UNIFORM_PEAK)", "uninformative when only one map is near uniform", VERDICT),
+    _m("majority_0.5", "attention/comparison.py", "MAJORITY = 0.9", "MAJORITY = 0.5", "MAJORITY 0.9 -> 0.5", VERDICT),
+    _m("close_with_uniform_is_mixed", "attention/comparison.py",
+       "    if agree + f[\"uninformative\"] >= MAJORITY:\n        return \"close\"\n", "",
+       "close and near-uniform rows together called mixed", VERDICT),
+    # -- compare_maps (attention/given_maps.py)
+    _m("maps_identical_x100", "attention/given_maps.py", "tol += store + ec * (_logit_scale(p) if scale is None else scale)",
+       "tol += 100.0 * (store + ec * (_logit_scale(p) if scale is None else scale))", "the identical threshold x100 (given maps)", VERDICT),
+    _m("maps_tie_by_index", "attention/given_maps.py", "top = x >= mx * (1.0 - rel)",
+       "top = torch.nn.functional.one_hot(x.argmax(dim=-1), m).bool()", "tie handling removed: the top set is one index", VERDICT),
+    _m("maps_no_top_share", "attention/given_maps.py", "counted = (excess >= TOP_SHARE * ux) & (ux > 0)",
+       "counted = ux > 0", "every top set counted, whatever mass it carries (M-dependence)", VERDICT),
+    _m("maps_storage_fp64", "attention/given_maps.py", "fs = torch.finfo(t.dtype)", "fs = torch.finfo(torch.float64)",
+       "the tolerance of float64 whatever the storage dtype", VERDICT),
+    _m("maps_tolerance_float64_only", "attention/given_maps.py", "ec = fs.eps if comp is None else torch.finfo(comp).eps",
+       "ec = 0.0", "the logits' rounding left out of the given maps' tolerance", VERDICT),
+    _m("maps_one_direction", "attention/given_maps.py", "out[\"fav\"][sl] = torch.minimum(wa, wb)", "out[\"fav\"][sl] = wa",
+       "top1_weight from one direction only (asymmetric)", VERDICT),
+    # -- compare (streamed_compare.py, row_blocks.py, kernels.py)
+    _m("compare_identical_x100", "attention/streamed_compare.py", "tv_tol = 0.5 * (rnd_a + rnd_b).to(dev)",
+       "tv_tol = 50.0 * (rnd_a + rnd_b).to(dev)", "the identical threshold x100 (compare)", COMPARE),
+    _m("compare_worst_case_tolerance", "attention/streamed_compare.py", "tv_tol = 0.5 * (rnd_a + rnd_b).to(dev)",
+       "tv_tol = 0.5 * (err_a + err_b).to(dev)", "identical from the worst-case bound (the old rule)", COMPARE),
+    _m("compare_tie_by_index", "attention/row_blocks.py", "    cut = va[:, :1] - ta\n", "    cut = va[:, :1]\n",
+       "tie handling removed in compare's top sets", COMPARE),
+    _m("compare_no_top_share", "attention/row_blocks.py", "fa = torch.where((excess_a >= TOP_SHARE * ua) & (ua > 0), ratio_a, one)",
+       "fa = ratio_a", "compare counts every top set of map a", COMPARE),
+    _m("rounding_factor_x10", "attention/kernels.py", "(math.sqrt(c + 3) + 2.0) * torch.finfo(a.dtype).eps * size",
+       "10.0 * (math.sqrt(c + 3) + 2.0) * torch.finfo(a.dtype).eps * size", "the realistic rounding level x10", COMPARE),
+    _m("score_constant", "attention/kernels.py", "return s.sub_(kind.constant * kf)", "return s.sub_(kind.constant * kf * 2.0)",
+       "a score constant changed", ["tests/test_kinds.py", "-k", "registered_at_run_time or score"]),
+    _m("feature_eps", "attention/kernels.py", "FEATURE_EPS = 1e-6", "FEATURE_EPS = 1e-3", "Hypformer's feature offset changed",
+       ["tests/test_attention.py", "-k", "focused"]),
+    # -- the random features (attention/random_features.py)
+    _m("j_dropped", "attention/random_features.py", "return torch.cat([-w, kk[..., 1:]], dim=-1) / math.sqrt(tau)",
+       "return torch.cat([w, kk[..., 1:]], dim=-1) / math.sqrt(tau)", "J dropped from the key features", RF),
+    _m("j_dropped_textbook", "attention/random_features.py", "x = torch.cat([-q[..., :1], q[..., 1:]], dim=-1) / math.sqrt(tau)",
+       "x = q / math.sqrt(tau)", "J dropped from performer_weights", RF),
+    _m("qr_sign_fix_dropped", "attention/random_features.py",
+       "qm = torch.from_numpy(qm * np.sign(np.diagonal(rm, axis1=-2, axis2=-1))[..., None, :])", "qm = torch.from_numpy(qm)",
+       "the QR sign fix dropped (directions no longer Haar)", RF),
+    _m("cv_guard_widened", "attention/random_features.py", "spread * a_norm * reach) <= 0.5",
+       "spread * a_norm * reach) <= 8.0", "the control variate's positivity guard widened", RF),
+    _m("cv_variance_ignored", "attention/random_features.py",
+       "use = ok & (y.var(dim=-1, keepdim=True) < x.var(dim=-1, keepdim=True))", "use = ok",
+       "the control variate used whether or not it lowers the variance", RF),
+    _m("one_key_shift", "attention/random_features.py", "shift = lb.amax(dim=-2, keepdim=True)  # (H, 1, D)",
+       "shift = lb.amax(dim=(-2, -1), keepdim=True)  # (H, 1, D)", "one stabiliser for all features (underflow in float32)", RF),
+    _m("cache_unbounded", "attention/random_features.py", "        while total > _CACHE_BYTES:", "        while False:",
+       "the direction cache no longer bounded", RF),
+    # -- the calibration table and the studies
+    _m("calibration_f64_itself", "attention/calibration.py",
+       "p32 = attention_map(q.float(), kk.float(), \"distance\", temperature=8.0)",
+       "p32 = attention_map(q, kk, \"distance\", temperature=8.0)", "the float32 vs float64 case compares float64 with itself", VERDICT),
+    _m("calibration_half_is_float32", "attention/calibration.py", "lambda: _half_precision(torch.float16)),",
+       "lambda: _half_precision(torch.float32)),", "the float16 case stored in float32", VERDICT),
+    _m("prediction_wrong_norm", "attention/accuracy.py", "predicted_gap_ratio(qn / kn, qn, kf)", "predicted_gap_ratio(qn / kn, kn, kf)",
+       "the gap study's prediction from the key norm", STUDIES),
+    _m("prediction_small_norms", "attention/accuracy.py", "out = 1.0 / np.sqrt(1.0 + 2.0 * (r**2 * kf + qn**2) / (kf + qn**2))",
+       "out = 1.0 / np.sqrt(1.0 + 2.0 * r**2 * kf / (kf + qn**2))", "the first-order ratio for small keys only (the old formula)", STUDIES),
+    # -- the capture verification (capture/verification.py: run only, owned elsewhere)
+    _m("verify_tolerance_x1e6", "capture/verification.py", "return math.sqrt(torch.finfo(dtype).eps)",
+       "return 1e6 * math.sqrt(torch.finfo(dtype).eps)", "the verification tolerance x1e6", CAPTURE),
+    _m("verify_relative_floor", "capture/verification.py", "max(1.0, float(s.abs().max()))", "max(1e6, float(s.abs().max()))",
+       "the relative error divided by 1e6", CAPTURE),
+    _m("verify_error_ignored", "capture/verification.py", "return err, f\"output rebuilt by {rec.aggregation}\"",
+       "return 0.0, f\"output rebuilt by {rec.aggregation}\"", "the rebuilt output's error ignored", CAPTURE),
+    _m("verify_negative_scale_sign", "capture/verification.py", "return torch.softmax(0.5 * sq / rec.temperature, dim=-1)",
+       "return torch.softmax(-0.5 * sq / rec.temperature, dim=-1)", "a negative scale's sign ignored", CAPTURE),
+    _m("verify_centroid_dropped", "capture/verification.py", "return lorentz_centroid(lorentz_centroid(w @ v, k).mean(dim=0), k)",
+       "return lorentz_centroid((w @ v).mean(dim=0), k)", "the per-head centroid dropped before the head mean", CAPTURE),
+    _m("verify_gyro_half", "capture/verification.py", "rk * torch.tanh(0.5 * torch.atanh(", "rk * torch.tanh(1.0 * torch.atanh(",
+       "the gyromidpoint's 1/2 dropped", CAPTURE),
+    _m("verify_fit_keeps_worse", "capture/verification.py", "    if errs[i] < best[1]:", "    if errs[i] > best[1]:",
+       "the temperature fit keeps the worse of grid and refinement", CAPTURE),
+)
+
+_IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "__pycache__", "*.pyc", ".pytest_cache", "_build")
+
+
+def run(mutant: Mutant, python: str, timeout: float) -> tuple[str, float, str]:
+    """``(outcome, seconds, last line)``: ``"killed"``, ``"survived"``, ``"stale"`` (no match) or ``"timeout"``."""
+    source = (ROOT / mutant.path).read_text()
+    if source.count(mutant.old) != 1:
+        return "stale", 0.0, f"{mutant.path}: the replacement matches {source.count(mutant.old)} times"
+    with tempfile.TemporaryDirectory(prefix="hypviz-mutant-") as tmp:
+        copy = Path(tmp) / "repo"
+        shutil.copytree(ROOT, copy, ignore=_IGNORE)
+        (copy / mutant.path).write_text(source.replace(mutant.old, mutant.new))
+        env = {**os.environ, "PYTHONPATH": str(copy), "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+        probe = subprocess.run([python, "-c", "import hypviz; print(hypviz.__file__)"], cwd=copy, env=env,
+                               capture_output=True, text=True)
+        if not probe.stdout.strip().startswith(str(copy)):
+            raise SystemExit(f"mutants: the copy's hypviz is not the one imported ({probe.stdout.strip() or probe.stderr.strip()})")
+        start = time.perf_counter()
+        try:
+            res = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not portability",
+                                  *mutant.tests], cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return "timeout", time.perf_counter() - start, ""
+        took = time.perf_counter() - start
+        lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+        last = lines[-1] if lines else res.stderr.strip().splitlines()[-1:]
+        if res.returncode == 0:
+            return "survived", took, str(last)
+        if res.returncode in (1,):
+            return "killed", took, str(last)
+        return "error", took, str(last)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--module", help="only the mutants of this module (e.g. attention/comparison.py)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant (default 900)")
+    args = parser.parse_args(argv)
+    known = {m.name: m for m in MUTANTS}
+    chosen = [known[n] for n in args.names if n in known] if args.names else list(MUTANTS)
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        print(f"mutants: unknown mutant(s) {', '.join(unknown)} (see --list)", file=sys.stderr)
+        return 2
+    if args.module:
+        chosen = [m for m in chosen if m.path == "hypviz/" + args.module.removeprefix("hypviz/")]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:32s} {m.path:40s} {m.what}")
+        return 0
+    python = sys.executable
+    outcome = {}
+    for m in chosen:
+        result, took, last = run(m, python, args.timeout)
+        outcome[m.name] = result
+        print(f"{result:9s} {m.name:32s} {took:6.1f}s  {m.what}" + ("" if result == "killed" else f"  [{last}]"), flush=True)
+    survived = [n for n, r in outcome.items() if r != "killed"]
+    print(f"{len(outcome) - len(survived)} of {len(outcome)} mutants killed" + (f"; not killed: {', '.join(survived)}" if survived else ""))
+    if any(r == "stale" for r in outcome.values()):
+        return 2
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
