@@ -43,9 +43,11 @@ def table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
 
 
 def verdict_html(v: str, fractions: dict[str, float] | None = None) -> str:
-    """A verdict in its colour: identical and close (green), different (red), uninformative (grey), mixed (amber);
+    """A verdict in its colour: identical and close (green), different (red), uninformative (grey), mixed and
+    unresolved (amber);
     with ``fractions``, the rows' verdicts beside it when they are not all one."""
-    cls = {"identical": "ok", "close": "ok", "different": "bad", "uninformative": "note", "mixed": "warn"}[v]
+    cls = {"identical": "ok", "close": "ok", "different": "bad", "uninformative": "note", "mixed": "warn",
+           "unresolved": "warn"}[v]
     rows = "" if fractions is None or max(fractions.values()) == 1.0 else f' <small>({html.escape(attention.describe_fractions(fractions))})</small>'
     return f'<span class="{cls}">{v}</span>{rows}'
 
