@@ -87,10 +87,18 @@ def update(page: str, pot: Path) -> None:
     """Add the page's missing messages to its catalogue (empty msgstr); drop entries no page has."""
     from babel.messages.pofile import write_po
 
+    from babel.messages.catalog import Catalog
+
     template = read_catalogue(pot)
     po = CATALOGUES / f"{page}.po"
-    catalogue = read_catalogue(po) if po.is_file() else template
-    catalogue.locale = site.SECOND_LANGUAGE
+    if po.is_file():
+        catalogue = read_catalogue(po)
+    else:
+        catalogue = Catalog(locale=site.SECOND_LANGUAGE, project="hypviz", fuzzy=False)
+        catalogue.header_comment = (
+            f"# Simplified Chinese translation of the page {page} of the hypviz site.\n"
+            "# msgid: the English message as the page has it (python scripts/translations.py --update adds new ones)."
+        )
     catalogue.update(template, no_fuzzy_matching=True)
     catalogue.obsolete.clear()
     po.parent.mkdir(parents=True, exist_ok=True)
