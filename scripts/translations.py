@@ -49,7 +49,7 @@ def extract(pot_dir: Path) -> dict[str, Path]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.simplefilter("ignore", PendingDeprecationWarning)
-            status = build_main(["-b", "gettext", "-q", "-d", str(work / "doctrees"), str(src), str(pot_dir)])
+            status = build_main(["-b", "gettext", "-q", "-D", "suppress_warnings=mystnb.mime_priority", "-d", str(work / "doctrees"), str(src), str(pot_dir)])
         if status != 0:
             raise RuntimeError(f"the gettext build failed (exit status {status})")
     finally:
