@@ -37,13 +37,11 @@ NOT_YET_TRANSLATED = (
     "api/attention",
     "api/capture",
     "api/data",
-    "api/display",
     "api/lorentz",
     "api/model_report",
     "api/plots",
     "api/report",
     "api/symbolic",
-    "api/toymodel",
 )
 
 # the landing page's quotation of the thread: its Chinese page shows the Chinese original above,
