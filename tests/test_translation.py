@@ -36,7 +36,6 @@ NOT_YET_TRANSLATED = (
     "notebooks/10_linear_distance_attention",
     "api/attention",
     "api/capture",
-    "api/data",
     "api/lorentz",
     "api/model_report",
     "api/plots",
@@ -58,12 +57,18 @@ def templates(tmp_path_factory) -> dict[str, Path]:
 def _prose(text: str) -> str:
     """A message without its formulas, code, link targets, URLs and quoted titles or strings."""
     text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", text, flags=re.S)
-    text = re.sub(r"`[^`]*`|<https?://[^>]*>|\]\([^)]*\)", " ", text)
+    text = re.sub(r"``.*?``|`[^`]*`|<https?://[^>]*>|\]\([^)]*\)", " ", text, flags=re.S)
     return re.sub(r"\*\*\"[^\"]*\"\*\*|\"[^\"]*\"", " ", text)
 
 
 def _english_prose(text: str) -> bool:
-    """Three English words in a row outside formulas and code: text a reader needs translated."""
+    """Three English words in a row outside formulas and code: text a reader needs translated.
+
+    A type expression of the API pages (``torch.Tensor or None``) is identifiers, not prose (its
+    translation is itself: Sphinx links each type name).
+    """
+    if re.fullmatch(r"[\w.]+(?: or [\w.]+)+", text):
+        return False
     return re.search(r"[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{3,}", _prose(text)) is not None
 
 
