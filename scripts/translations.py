@@ -99,7 +99,9 @@ def update(page: str, pot: Path) -> None:
             f"# Simplified Chinese translation of the page {page} of the hypviz site.\n"
             "# msgid: the English message as the page has it (python scripts/translations.py --update adds new ones)."
         )
+    created = catalogue.creation_date if po.is_file() else template.creation_date
     catalogue.update(template, no_fuzzy_matching=True)
+    catalogue.creation_date = created  # no churn in a catalogue whose messages did not change
     catalogue.obsolete.clear()
     po.parent.mkdir(parents=True, exist_ok=True)
     with open(po, "wb") as handle:
