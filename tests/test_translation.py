@@ -156,6 +156,17 @@ def test_translations_keep_the_formulas(templates):
     assert not changed, "formulas changed or lost in translation:\n" + "\n".join(changed)
 
 
+def test_numbered_headings_stay_headings(templates):
+    """A heading "3. Lifting ..." is translated as "3\\. ...": unescaped, MyST reads "3. ..." as a list
+    item, Sphinx refuses the translation and the heading stays English."""
+    wrong = []
+    for path in sorted(translations.CATALOGUES.rglob("*.po")):
+        for message in translations.read_catalogue(path):
+            if message.id and message.string and re.match(r"\d+\. ", message.string):
+                wrong.append(f"{path.name}: {message.string[:60]!r}")
+    assert not wrong, "numbered headings without the escaped dot (write 3\\. ...):\n" + "\n".join(wrong)
+
+
 def _maths_block(msgid: str) -> bool:
     """A display-maths block's message: TeX commands, no inline ``$``, no code (a paragraph has those)."""
     return "$" not in msgid and "`" not in msgid and re.search(r"\\[A-Za-z]+", msgid) is not None
