@@ -1,0 +1,252 @@
+"""The Simplified Chinese edition: every message of every page translated, except the pages listed here.
+
+The messages are extracted from the site's own sources (Sphinx's gettext builder over the source
+folder ``scripts/site.py`` lays out, ``scripts/translations.py``), so a paragraph, heading, list
+item, table cell or caption added to a notebook or a page shows up here until its catalogue
+``docs/locale/zh_CN/LC_MESSAGES/<page>.po`` translates it.  The terms follow
+``docs/locale/zh_CN/GLOSSARY.md``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("hypviz_translations_script", ROOT / "scripts" / "translations.py")
+translations = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(translations)
+
+pytest.importorskip("sphinx")
+pytest.importorskip("myst_nb")
+
+GLOSSARY = ROOT / "docs" / "locale" / "zh_CN" / "GLOSSARY.md"
+
+# The pages whose Chinese translation is not complete yet (their titles and summaries are
+# translated; notebooks 04, 05, 09 and 10 were being rewritten when the others were translated).
+# The list only shrinks: a listed page that becomes fully translated fails
+# test_listed_pages_are_not_yet_translated until it is taken off.
+NOT_YET_TRANSLATED = (
+    "notebooks/04_small_norm_taylor",
+    "notebooks/05_attention_maps",
+    "notebooks/09_check_your_own_model",
+    "notebooks/10_linear_distance_attention",
+    "api/attention",
+    "api/capture",
+    "api/lorentz",
+    "api/model_report",
+    "api/plots",
+    "api/report",
+    "api/symbolic",
+)
+
+# the landing page's quotation of the thread: its Chinese page shows the Chinese original above,
+# so the English rendering is replaced by a note saying so, not translated back
+NOT_TRANSLATED_BACK = ("In English: *",)
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory) -> dict[str, Path]:
+    """{page: its extracted .pot file}, one gettext build for the module."""
+    return translations.extract(tmp_path_factory.mktemp("pot"))
+
+
+def _prose(text: str) -> str:
+    """A message without its formulas, code, link targets, URLs and quoted titles or strings."""
+    text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", text, flags=re.S)
+    text = re.sub(r"``.*?``|`[^`]*`|<https?://[^>]*>|\]\([^)]*\)", " ", text, flags=re.S)
+    return re.sub(r"\*\*\"[^\"]*\"\*\*|\"[^\"]*\"", " ", text)
+
+
+def _english_prose(text: str) -> bool:
+    """Three English words in a row outside formulas and code: text a reader needs translated.
+
+    A type expression of the API pages (``torch.Tensor or None``) is identifiers, not prose (its
+    translation is itself: Sphinx links each type name).
+    """
+    if re.fullmatch(r"[\w.]+(?: or [\w.]+)+", text):
+        return False
+    return re.search(r"[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{3,}", _prose(text)) is not None
+
+
+def _catalogue(page: str):
+    path = translations.CATALOGUES / f"{page}.po"
+    return translations.read_catalogue(path) if path.is_file() else None
+
+
+def _glossary_table(heading: str) -> list[list[str]]:
+    text = GLOSSARY.read_text(encoding="utf-8")
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip().strip("|").split("|") for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in row] for row in rows[2:]]  # header and rule off
+
+
+def _translated_pages(templates) -> list[str]:
+    return [page for page in templates if page not in NOT_YET_TRANSLATED]
+
+
+# ----------------------------------------------------------------------------- the measure itself
+
+
+def test_coverage_counts_empty_fuzzy_and_absent_translations_as_missing(tmp_path, monkeypatch):
+    pot = tmp_path / "page.pot"
+    pot.write_text(
+        'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=utf-8\\n"\n\n'
+        'msgid "translated"\nmsgstr ""\n\nmsgid "empty"\nmsgstr ""\n\n'
+        'msgid "fuzzy"\nmsgstr ""\n\nmsgid "absent"\nmsgstr ""\n',
+        encoding="utf-8",
+    )
+    (tmp_path / "page.po").write_text(
+        'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=utf-8\\n"\n\n'
+        'msgid "translated"\nmsgstr "已翻译"\n\nmsgid "empty"\nmsgstr ""\n\n'
+        '#, fuzzy\nmsgid "fuzzy"\nmsgstr "模糊"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(translations, "CATALOGUES", tmp_path)
+    assert translations.coverage("page", pot) == (4, ["empty", "fuzzy", "absent"])
+
+
+def test_every_message_of_a_page_is_translated(templates):
+    """Each page not listed in NOT_YET_TRANSLATED: every message has a non-empty, non-fuzzy msgstr."""
+    assert "index" in templates and "notebooks/01_lorentzian_inner_product" in templates, sorted(templates)
+    report = []
+    for page in _translated_pages(templates):
+        total, missing = translations.coverage(page, templates[page])
+        if missing:
+            shown = "\n".join(f"    {m[:100]!r}" for m in missing[:8])
+            report.append(f"{page}: {len(missing)} of {total} messages untranslated "
+                          f"(docs/locale/zh_CN/LC_MESSAGES/{page}.po; python scripts/translations.py --update adds them)\n{shown}")
+    assert not report, "untranslated on the Chinese site:\n" + "\n".join(report)
+
+
+def test_listed_pages_are_not_yet_translated(templates):
+    """The list of untranslated pages names real pages that still lack translations (it only shrinks)."""
+    unknown = [page for page in NOT_YET_TRANSLATED if page not in templates]
+    assert not unknown, f"NOT_YET_TRANSLATED names pages the site does not have: {unknown}"
+    done = [page for page in NOT_YET_TRANSLATED if not translations.coverage(page, templates[page])[1]]
+    assert not done, f"fully translated now, take them off NOT_YET_TRANSLATED (and the landing page's list): {done}"
+
+
+def test_no_english_passed_off_as_a_translation(templates):
+    """A msgstr that repeats an English sentence of its msgid is a copy, not a translation."""
+    copied = []
+    for page in templates:
+        catalogue = _catalogue(page)
+        if catalogue is None:
+            continue
+        for message in catalogue:
+            if message.id and message.string == message.id and _english_prose(message.id):
+                copied.append(f"{page}: {message.id[:100]!r}")
+    assert not copied, "English copied as its own translation:\n" + "\n".join(copied)
+
+
+def test_translations_keep_the_formulas(templates):
+    """Every inline formula of a translated message is in its translation, character for character."""
+    changed = []
+    for page in _translated_pages(templates):
+        for message in _catalogue(page):
+            if not message.id or not message.string or message.id.startswith(NOT_TRANSLATED_BACK):
+                continue
+            for formula in re.findall(r"\$[^$]+\$", re.sub(r"\$\$.*?\$\$", " ", message.id, flags=re.S)):
+                if formula not in message.string:
+                    changed.append(f"{page}: {formula!r} in {message.id[:80]!r}")
+    assert not changed, "formulas changed or lost in translation:\n" + "\n".join(changed)
+
+
+def test_numbered_headings_stay_headings(templates):
+    """A heading "3. Lifting ..." is translated as "3\\. ...": unescaped, MyST reads "3. ..." as a list
+    item, Sphinx refuses the translation and the heading stays English."""
+    wrong = []
+    for path in sorted(translations.CATALOGUES.rglob("*.po")):
+        for message in translations.read_catalogue(path):
+            if message.id and message.string and re.match(r"\d+\. ", message.string):
+                wrong.append(f"{path.name}: {message.string[:60]!r}")
+    assert not wrong, "numbered headings without the escaped dot (write 3\\. ...):\n" + "\n".join(wrong)
+
+
+def _maths_block(msgid: str) -> bool:
+    """A display-maths block's message: TeX commands, no inline ``$``, no code (a paragraph has those)."""
+    return "$" not in msgid and "`" not in msgid and re.search(r"\\[A-Za-z]+", msgid) is not None
+
+
+def test_display_maths_is_left_as_it_is(templates):
+    """A display equation's message is translated to itself: Sphinx re-parses a changed maths block as
+    text (it renders as ``::``), and formulas are not translated anyway."""
+    changed = []
+    for path in sorted(translations.CATALOGUES.rglob("*.po")):
+        for message in translations.read_catalogue(path):
+            if message.id and message.string and _maths_block(message.id) and message.string != message.id:
+                changed.append(f"{path.name}: {message.id[:80]!r}")
+    assert not changed, "display maths changed in translation (give it msgstr = msgid):\n" + "\n".join(changed)
+
+
+# ----------------------------------------------------------------------------- the glossary
+
+
+def test_glossary_terms_are_used_on_translated_pages(templates):
+    """Where the English says a glossary term, the Chinese of a translated page says its Chinese term."""
+    terms = _glossary_table("Terms")
+    assert len(terms) >= 40, f"the glossary's table of terms was not read: {terms[:3]}"
+    inconsistent = []
+    for english, chinese, _note in terms:
+        pattern = re.compile(r"\b(?:" + "|".join(re.escape(f.strip()) for f in english.split(" / ")) + r")\b", re.IGNORECASE)
+        for page in _translated_pages(templates):
+            for message in _catalogue(page):
+                if not message.id or not message.string or message.id.startswith(NOT_TRANSLATED_BACK):
+                    continue
+                if _maths_block(message.id):  # formulas stay as they are, \text{...} included
+                    continue
+                if pattern.search(_prose(message.id)) and chinese not in message.string:
+                    inconsistent.append(f"{page}: {english!r} without {chinese!r}: {message.string[:90]!r}")
+    assert not inconsistent, "glossary terms not used (docs/locale/zh_CN/GLOSSARY.md):\n" + "\n".join(inconsistent)
+
+
+def test_wrong_terms_are_absent(templates):
+    """The glossary's wrong forms: nowhere (every page) or not on a fully translated page."""
+    wrong = _glossary_table("Wrong forms")
+    assert any(row[0] == "上半叶" for row in wrong) and all(row[3] in ("every page", "translated pages") for row in wrong), wrong
+    translated = set(_translated_pages(templates))
+    found = []
+    for path in sorted(translations.CATALOGUES.rglob("*.po")):
+        page = str(path.relative_to(translations.CATALOGUES).with_suffix(""))
+        strings = [m.string for m in translations.read_catalogue(path) if m.id and m.string]
+        for never, _why, use, scope in wrong:
+            if scope == "every page" or page in translated:
+                found += [f"{page}: {never!r} (use {use!r}) in {s[:90]!r}" for s in strings if never in s]
+    assert not found, "wrong terms in the catalogues:\n" + "\n".join(found)
+
+
+def test_verdict_keeps_at_least(templates):
+    """A map's verdict is that of *at least* 90 % of its rows: the Chinese keeps the 'at least'."""
+    dropped = []
+    for path in sorted(translations.CATALOGUES.rglob("*.po")):
+        for message in translations.read_catalogue(path):
+            if message.id and message.string and "90 %" in message.id and "verdict" in message.id:
+                if "至少 90 %" not in message.string:
+                    dropped.append(f"{path.name}: {message.string[:120]!r}")
+    assert not dropped, "the verdict rule without 至少 (at least):\n" + "\n".join(dropped)
+
+
+# ----------------------------------------------------------------------------- the landing page
+
+
+def test_landing_page_says_which_pages_are_translated(templates):
+    """The landing page names, in both languages, the notebooks translated in full and those not yet."""
+    catalogue = _catalogue("index")
+    statement = [m for m in catalogue if m.id and m.id.startswith("**The Simplified Chinese edition**")]
+    if not any(page.startswith("notebooks/") for page in NOT_YET_TRANSLATED):
+        return  # every notebook translated: nothing left to announce
+    assert len(statement) == 1, "the landing page (docs/index.md) has no paragraph saying which pages are translated"
+    english, chinese = statement[0].id, statement[0].string
+    notebooks = sorted(p for p in templates if p.startswith("notebooks/"))
+    full = {p.split("/")[1][:2] for p in notebooks if p not in NOT_YET_TRANSLATED}
+    partial = {p.split("/")[1][:2] for p in notebooks if p in NOT_YET_TRANSLATED}
+    for text, separator in ((english, ";"), (chinese, "；")):
+        assert separator in text, text
+        first, second = text.split(separator, 1)
+        assert set(re.findall(r"\b\d\d\b", first)) == full, (text, sorted(full))
+        assert set(re.findall(r"\b\d\d\b", second)) == partial, (text, sorted(partial))
+    assert "API" in english.split(";", 1)[1] and "API" in chinese.split("；", 1)[1], "the API pages are not translated yet"
