@@ -44,7 +44,7 @@ import numpy as np
 
 from hypviz import attention
 from hypviz.base import kinds
-from hypviz.reports.point_report import fmt, json_ready, per_head, sentence, tau_words
+from hypviz.reports.point_report import fmt, json_ready, kind_words, per_head, sentence, tau_words
 
 __all__ = ["REFERENCE", "THREAD", "LayerResult", "analyse", "per_head", "layer_sentence", "worst_queries", "metrics",
            "row_arrays", "layer_panels", "summary"]
@@ -242,12 +242,13 @@ def layer_sentence(lr: LayerResult) -> str:
     note = tau_words(lr.temperature, lr.record.dim) if lr.default_tau else ""
     if not lr.verified:
         own = (f"hypviz did not rebuild this layer's output ({lr.reason}), so nothing is said about the layer's own map. "
-               "The thread's spatial softmax, for comparison: ")
+               "For comparison, ")
     elif lr.own is None:
-        own = "The layer's map is the distance softmax itself (its output rebuilt and verified). The thread's spatial softmax: "
+        own = "The layer's map is the distance softmax itself (its output rebuilt and verified). For comparison, "
     else:
-        words = sentence(lr.own.row_verdicts, lr.own.a, REFERENCE, lr.own.gap_ratio, a_name="layer's", tau_note=note)
-        own = f"{words} The thread's spatial softmax: "
+        words = sentence(lr.own.row_verdicts, lr.own.a, REFERENCE, lr.own.gap_ratio,
+                         a_name=f"layer's {kind_words(lr.own.a)}", tau_note=note)
+        own = f"{words} For comparison, "
         note = ""  # said once, next to the first verdict it affects
     thread = sentence(lr.thread.row_verdicts, THREAD, REFERENCE, lr.thread.gap_ratio, tau_note=note)
     return own + thread[0].lower() + thread[1:]
