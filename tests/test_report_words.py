@@ -252,3 +252,8 @@ def test_the_model_figure_legends_lie_beside_the_data_and_read_at_800_px(layers)
         assert not any(_overlaps(lb, box) for box in boxes)
         assert lb.x1 <= fig.bbox.x1 + 1
     assert _shown_px(fig) >= figures.MIN_TEXT_PX
+
+
+def test_a_far_ratio_in_a_table_says_what_it_means():
+    assert html.ratio_html(1.72, "distance") == "1.72" and html.ratio_html(None, "distance") == "n/a"
+    assert html.ratio_html(2060.4, "distance") == "2.06e+03 <small>(the distance map is nearly uniform here)</small>"

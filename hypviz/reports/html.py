@@ -21,10 +21,10 @@ from typing import Any, Sequence
 
 from hypviz import attention
 from hypviz.reports.model_report import LayerResult, layer_sentence, worst_queries
-from hypviz.reports.point_report import ROW_FIELDS, Result, fmt, per_head, sentences
+from hypviz.reports.point_report import FAR_RATIO, ROW_FIELDS, Result, fmt, kind_words, per_head, sentences
 from hypviz.reports.figures import MAX_SCATTER
 
-__all__ = ["template", "page", "model_page", "table", "verdict_html"]
+__all__ = ["template", "page", "model_page", "table", "verdict_html", "ratio_html"]
 
 
 @lru_cache(maxsize=None)
@@ -66,6 +66,14 @@ def _bound_html(comp: attention.Comparison) -> str:
     return text if met == comp.n_rows else f'<span class="bad">{text}</span>'
 
 
+def ratio_html(ratio: float | None, reference: str, what: str = "map") -> str:
+    """A gap / baseline ratio as a table cell; at or above :data:`hypviz.reports.point_report.FAR_RATIO` with its
+    meaning beside it (the reference's ``what`` is nearly uniform, so the gap is the other map's own structure)."""
+    if ratio is None or not ratio >= FAR_RATIO:
+        return fmt(ratio)
+    return f'{fmt(ratio)} <small>(the {html.escape(kind_words(reference))} {what} is nearly uniform here)</small>'
+
+
 def _b64(png: bytes) -> str:
     return base64.b64encode(png).decode("ascii")
 
@@ -103,7 +111,7 @@ def _verdict_table(result: Result) -> str:
             fmt(comp.mean_tv),
             fmt(comp.mean_tv_uniform_a),
             fmt(comp.mean_tv_uniform_b),
-            fmt(comp.gap_ratio),
+            ratio_html(comp.gap_ratio, comp.b),
             fmt(comp.top1_agreement),
             fmt(comp.topk_agreement),
             fmt(comp.rank_correlation),
@@ -122,7 +130,7 @@ def _head_tables(result: Result) -> str:
     for comp in result.comparisons:
         rows = [
             [e(label), verdict_html(h["verdict"], h["row_verdicts"]), fmt(h["mean_tv"]), fmt(h["max_tv"]), fmt(h["mean_tv_uniform_a"]),
-             fmt(h["mean_tv_uniform_b"]), fmt(h["gap_ratio"]), fmt(h["top1_agreement"]), fmt(h["rank_correlation"]),
+             fmt(h["mean_tv_uniform_b"]), ratio_html(h["gap_ratio"], comp.b), fmt(h["top1_agreement"]), fmt(h["rank_correlation"]),
              fmt(h["bound_met_fraction"])]
             for label, h in zip(result.inputs.head_labels, per_head(comp))
         ]
@@ -219,7 +227,7 @@ def _model_heads_table(results: Sequence[LayerResult]) -> str:
                        fmt(oh["mean_tv_uniform_a"]), fmt(oh["mean_tv_uniform_b"]), fmt(oh["top1_agreement"]),
                        fmt(oh["rank_correlation"])]
             out_ratio = (own_heads[h] if own_heads is not None else th)["output_ratio"]
-            rows.append([e(lr.label), e(lr.verification), str(h), *own, fmt(out_ratio) if lr.record.values is not None else "no values recorded",
+            rows.append([e(lr.label), e(lr.verification), str(h), *own, ratio_html(out_ratio, "distance", "map's output") if lr.record.values is not None else "no values recorded",
                          verdict_html(th["verdict"], th["row_verdicts"]), fmt(th["mean_tv"]), fmt(th["mean_tv_uniform_a"])])
     return table(["layer", "verified (error)", "head", "model's map", "verdict", "TV", "TV(model, U)", "TV(dist, U)", "top-1",
                   "Spearman", "output gap / baseline", "spatial softmax verdict", "its TV", "TV(spatial, U)"], rows, left=4)
