@@ -100,7 +100,7 @@ def difference_map_mpl(
     map_b: ArrayLike,
     *,
     title: str = r"$A^{(b)} - A^{(a)}$",
-    colorbar_label: str = r"$A^{(b)}_{ij} - A^{(a)}_{ij}$ (weight difference)",
+    colorbar_label: str | None = None,
     limit: float | None = None,
     cmap: str = "RdBu_r",
     xlabel: str = r"key $j$",
@@ -114,7 +114,8 @@ def difference_map_mpl(
         D_{ij} = A^{(b)}_{ij} - A^{(a)}_{ij}, \qquad \text{colour scale } [-\ell, \ell]
 
     with the limit :math:`\ell` = ``limit``, by default :math:`\max_{ij} |D_{ij}|`, so that two
-    difference maps share a scale when given the same ``limit``.  With ``ax`` the map is drawn
+    difference maps share a scale when given the same ``limit``.  The colourbar says what the title says:
+    ``colorbar_label`` defaults to ``title`` followed by ``(weight difference)``.  With ``ax`` the map is drawn
     there (its figure is returned); otherwise a new figure is made.
 
     Raises
@@ -138,7 +139,7 @@ def difference_map_mpl(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     cbar = fig.colorbar(image, ax=ax, shrink=0.9)
-    cbar.set_label(colorbar_label)
+    cbar.set_label(f"{title} (weight difference)" if colorbar_label is None else colorbar_label)
     cbar.formatter.set_powerlimits((-2, 2))
     cbar.update_ticks()
     return common.root(fig)
@@ -149,7 +150,7 @@ def difference_maps_mpl(
     titles: Sequence[str],
     *,
     suptitle: str | None = None,
-    colorbar_label: str = r"$A^{(b)}_{ij} - A^{(a)}_{ij}$ (weight difference)",
+    colorbar_label: str | None = None,
     limit: float | None = None,
     cmap: str = "RdBu_r",
     xlabel: str = r"key $j$",
@@ -161,6 +162,9 @@ def difference_maps_mpl(
 
     ``pairs`` holds ``(map_a, map_b)``, one title each; ``limit`` defaults to the largest absolute
     difference of all pairs, so a panel that looks white really is (nearly) zero next to the others.
+    The shared colourbar says what the titles say: ``colorbar_label`` defaults to the title followed by
+    ``(weight difference)`` when every panel has the same title (one pair), else to
+    :math:`A^{(b)}_{ij} - A^{(a)}_{ij}` with the pairs named as in the panels' titles.
     ``axes``: one Axes per pair to draw into.
 
     Raises
@@ -191,6 +195,9 @@ def difference_maps_mpl(
         ax.set_xlabel(xlabel)
     axes[0].set_ylabel(ylabel)
     cbar = fig.colorbar(image, ax=list(axes), shrink=0.9)
+    if colorbar_label is None:
+        colorbar_label = (f"{titles[0]} (weight difference)" if len(set(titles)) == 1
+                          else r"$A^{(b)}_{ij} - A^{(a)}_{ij}$ (weight difference, each pair as its panel's title)")
     cbar.set_label(colorbar_label)
     cbar.formatter.set_powerlimits((-2, 2))
     cbar.update_ticks()

@@ -28,10 +28,61 @@ import hypviz.plots.style as style
 from hypviz.reports import model_report
 from hypviz.reports.point_report import Result
 
-__all__ = ["MAX_SCATTER", "SHARED_SCALE_RATIO", "heatmap_scales", "figures", "rows_figure", "plotly_rows", "layers_figure", "model_figure", "scatter_rows", "png_bytes", "literal"]
+__all__ = ["MAX_SCATTER", "SHARED_SCALE_RATIO", "SHOWN_WIDTH_PX", "MIN_TEXT_PX", "DPI", "heatmap_scales", "difference_label",
+           "text_pt", "readable", "legend_below", "figures", "rows_figure", "plotly_rows", "layers_figure", "model_figure", "scatter_rows", "png_bytes", "literal"]
 
 MAX_SCATTER = 4000  # rows drawn per comparison in the row figures (evenly spaced, plus the worst ones)
 SHARED_SCALE_RATIO = 3.0  # heatmaps share one colour scale only when their largest weights lie within this factor
+DPI = 100  # the reports' PNG figures are written at this resolution (:func:`png_bytes`)
+SHOWN_WIDTH_PX = 780  # the width a figure is shown at in a report opened 800 px wide (the page's column, less its border)
+MIN_TEXT_PX = 9.0  # every text of a report's figure is at least this tall, in screen pixels, at that width
+
+
+def text_pt(width_in: float, dpi: float = DPI, shown_px: float = SHOWN_WIDTH_PX, min_px: float = MIN_TEXT_PX) -> float:
+    r"""The smallest font size (points) that shows at least ``min_px`` screen pixels in a figure ``width_in`` inches wide,
+    written at ``dpi`` and shown at most ``shown_px`` wide (scaled down to fit, never up):
+
+    .. math::
+
+        s_{\min} = \frac{72\, p_{\min}}{\mathrm{dpi}\, \min(1, w_{\mathrm{shown}} / (\mathrm{dpi}\, W))}.
+    """
+    scale = min(1.0, shown_px / (dpi * float(width_in)))
+    return 72.0 * min_px / (dpi * scale)
+
+
+def readable(fig: Any, dpi: float = DPI, shown_px: float = SHOWN_WIDTH_PX, min_px: float = MIN_TEXT_PX) -> Any:
+    """``fig`` with every text (titles, labels, tick labels, legends, colourbars) at least :func:`text_pt` points, so
+    that it reads at ``min_px`` screen pixels in a report opened 800 px wide.  Returns ``fig``."""
+    from matplotlib.text import Text
+
+    size = text_pt(fig.get_size_inches()[0], dpi, shown_px, min_px) * 1.01  # a hair above: rounding of the sizes
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for which in ("major", "minor"):
+                ticks = axis.get_major_ticks() if which == "major" else axis.get_minor_ticks()
+                current = ticks[0].label1.get_fontsize() if ticks else 0.0
+                if current < size:
+                    axis.set_tick_params(which=which, labelsize=size)
+        ax.xaxis.get_offset_text().set_fontsize(max(size, ax.xaxis.get_offset_text().get_fontsize()))
+        ax.yaxis.get_offset_text().set_fontsize(max(size, ax.yaxis.get_offset_text().get_fontsize()))
+    for text in fig.findobj(Text):
+        if text.get_fontsize() < size:
+            text.set_fontsize(size)
+    return fig
+
+
+def legend_below(ax: Any, handles: Sequence[Any] | None = None, labels: Sequence[str] | None = None, **kwargs: Any) -> Any:
+    """A legend under ``ax``, below its x-axis label, never over its data (the constrained layout makes room for it)."""
+    opts = dict(loc="upper left", bbox_to_anchor=(0.0, -0.2), borderaxespad=0.0, frameon=False, **kwargs)
+    if handles is None:
+        return ax.legend(**opts)
+    return ax.legend(handles, labels, **opts)
+
+
+def difference_label(kind: str, reference: str) -> str:
+    r"""The difference a difference panel shows, as mathtext: :math:`A^{\mathrm{kind}} - A^{\mathrm{reference}}`
+    (its title, and its colourbar's label followed by ``(weight difference)``)."""
+    return rf"$A^{{{_kind_tex(kind)}}} - A^{{{_kind_tex(reference)}}}$"
 
 
 def heatmap_scales(maps: Sequence[Any]) -> list[float] | None:
@@ -48,22 +99,38 @@ def heatmap_scales(maps: Sequence[Any]) -> list[float] | None:
     return [t if t > 0 else 1.0 for t in tops]
 
 
+def _grid(n: int, panel: tuple[float, float], extra: float) -> tuple[Any, list[Any]]:
+    """A new figure of ``n`` panels, at most two a row (wide rows would shrink the text shown at 800 px), and
+    its axes in reading order; an unused last cell is hidden."""
+    cols = min(2, n)
+    rows = -(-n // cols)
+    fig = style.new_figure((panel[0] * cols + extra, panel[1] * rows + 0.5))
+    axes = list(fig.subplots(rows, cols, squeeze=False).flat)
+    for ax in axes[n:]:
+        ax.set_axis_off()
+    return fig, axes[:n]
+
+
 def _heatmaps(maps: Sequence[Any], titles: Sequence[str], suptitle: str, ylabel: str) -> Any:
-    """The heatmaps panel by panel: one shared colour scale, or each its own (stated in the title)."""
+    """The heatmaps panel by panel, at most two a row: one shared colour scale, or each its own (stated in the title)."""
     from hypviz.plots import attention as pa
 
     scales = heatmap_scales(maps)
     if scales is None:
-        return pa.heatmaps_mpl(maps, titles, suptitle=f"{suptitle}; one shared colour scale", ylabel=ylabel)
-    fig = style.new_figure((4.2 * len(maps) + 0.4, 3.8))
-    axes = fig.subplots(1, len(maps), squeeze=False)[0]
-    for ax, m, title, top in zip(axes, maps, titles, scales):
-        pa.heatmaps_mpl([m], [f"{title}\n(own scale, 0 to {top:.3g})"], axes=[ax], vmax=top, ylabel=ylabel)
-    fig.suptitle(f"{suptitle}; each map on its own colour scale (their largest weights differ by more than {SHARED_SCALE_RATIO:g}x)")
+        fig, axes = _grid(len(maps), (3.6, 3.2), 1.0)
+        pa.heatmaps_mpl(maps, titles, suptitle=f"{suptitle}; one shared colour scale", ylabel=ylabel, axes=axes)
+    else:
+        fig, axes = _grid(len(maps), (4.4, 3.2), 0.2)
+        for ax, m, title, top in zip(axes, maps, titles, scales):
+            pa.heatmaps_mpl([m], [f"{title} (own scale, 0 to {top:.3g})"], axes=[ax], vmax=top, ylabel=ylabel)
+        fig.suptitle(f"{suptitle};\neach map on its own colour scale (their largest weights differ by more than "
+                     f"{SHARED_SCALE_RATIO:g}x)")
+    for i, ax in enumerate(axes):
+        ax.set_ylabel(ylabel if i % 2 == 0 else "")
     return fig
 
 
-def png_bytes(fig: Any, dpi: int = 100) -> bytes:
+def png_bytes(fig: Any, dpi: int = DPI) -> bytes:
     """A matplotlib figure as PNG bytes."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
@@ -111,14 +178,17 @@ def figures(result: Result) -> dict[str, Any]:
         f"attention maps, {where}",
         r"sampled query row",
     )
+    titles = [difference_label(kd, ref) for kd in result.settings.kinds]
     figs["difference"] = pa.difference_maps_mpl(
         [(result.maps[ref], result.maps[kd]) for kd in result.settings.kinds],
-        [rf"$A^{{{_kind_tex(kd)}}} - A^{{{_kind_tex(ref)}}}$" for kd in result.settings.kinds],
+        titles,
         suptitle=f"difference to the reference, {where}",
+        colorbar_label=(f"{titles[0]} (weight difference)" if len(titles) == 1 else
+                        rf"$A^{{\mathrm{{kind}}}} - A^{{{_kind_tex(ref)}}}$ (weight difference)"),
         ylabel=r"sampled query row",
     )
     figs["rows"] = rows_figure(result)
-    return figs
+    return {name: readable(fig) for name, fig in figs.items()}
 
 
 def _few_log_ticks(ax: Any) -> None:
@@ -147,7 +217,7 @@ def rows_figure(result: Result) -> Any:
 
     from hypviz.plots.curves import bound_scatter_mpl
 
-    fig = Figure(figsize=(10.0, 4.2), layout="constrained")
+    fig = Figure(figsize=(10.0, 5.2), layout="constrained")
     ax_base, ax_bound = fig.subplots(1, 2)
     lo, hi = math.inf, 0.0
     for c, comp in enumerate(result.comparisons):
@@ -167,7 +237,7 @@ def rows_figure(result: Result) -> Any:
         ax_base.set_yscale("log")
         _few_log_ticks(ax_base)
         ax_base.grid(True, alpha=0.3)
-        ax_base.legend(fontsize=8, loc="upper left")
+        legend_below(ax_base)
     else:
         _nothing(ax_base, "every row's TV is 0:\nnothing to draw on log axes")
     ax_base.set_xlabel(r"baseline $\mathrm{TV}(P_b, U)$ per row (probability; $U$ uniform)")
@@ -197,7 +267,7 @@ def rows_figure(result: Result) -> Any:
     if drawn:
         _few_log_ticks(ax_bound)
         handles = [*ax_bound.collections, ax_bound.lines[0]]  # the comparisons, then the line y = x once (each
-        ax_bound.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="upper left")  # call drew part of it)
+        legend_below(ax_bound, handles, [h.get_label() for h in handles])  # call drew part of it)
     else:
         _nothing(ax_bound, "no softmax comparison:\nthe bound does not apply")
     fig.suptitle(r"every query row ($\epsilon$: rigorous rounding allowance on the logits)")
@@ -252,10 +322,10 @@ def plotly_rows(result: Result) -> Any:
         title={"text": "every query row: TV(P_a, P_b) against the reference's distance from uniform TV(P_b, U)"},
         xaxis={"title": {"text": "baseline TV(P_b, U) per row"}, "type": "log"},
         yaxis={"title": {"text": "measured TV(P_a, P_b) per row"}, "type": "log"},
-        height=480,
+        height=540,
         template="plotly_white",
-        legend={"x": 0.01, "y": 0.99},
-        margin={"l": 70, "r": 20, "t": 60, "b": 60},
+        legend={"orientation": "h", "x": 0.0, "xanchor": "left", "y": -0.18, "yanchor": "top"},  # below, never over data
+        margin={"l": 70, "r": 20, "t": 60, "b": 110},
     )
     return fig
 
@@ -284,7 +354,7 @@ def layers_figure(layers: Sequence[Mapping[str, Any]]) -> Any:
         ax.set_title(f"{literal(layer['label'])}: {layer['what']} vs distance, per query")
         ax.grid(True, alpha=0.3)
         if tv.shape[0] <= 8:
-            ax.legend(fontsize=7)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)  # beside, not over
         ax = row[1]
         for tag, key, marker in (("TV", "mean_tv", "o"), ("baseline TV(P_dist, U)", "baseline", "s")):
             ax.scatter(layer["key_norm_spread"], layer[key], marker=marker, s=30, label=tag)
@@ -292,7 +362,7 @@ def layers_figure(layers: Sequence[Mapping[str, Any]]) -> Any:
         ax.set_ylabel("mean over queries (probability)")
         ax.set_title(f"{literal(layer['label'])}: per head vs key-norm spread")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)  # beside, not over
     return fig
 
 
@@ -300,4 +370,4 @@ def model_figure(results: Sequence[model_report.LayerResult]) -> Any:
     """The model report's figure ``layers.png``: :func:`layers_figure` of
     :func:`hypviz.reports.model_report.layer_panels` (per layer: per-row TV against the query norm, per-head mean TV
     against the key-norm spread)."""
-    return layers_figure(model_report.layer_panels(results))
+    return readable(layers_figure(model_report.layer_panels(results)))

@@ -20,11 +20,11 @@ from importlib import resources
 from typing import Any, Sequence
 
 from hypviz import attention
-from hypviz.reports.model_report import LayerResult, worst_queries
-from hypviz.reports.point_report import ROW_FIELDS, Result, fmt, per_head
+from hypviz.reports.model_report import LayerResult, layer_sentence, worst_queries
+from hypviz.reports.point_report import FAR_RATIO, ROW_FIELDS, Result, fmt, kind_words, per_head, sentences
 from hypviz.reports.figures import MAX_SCATTER
 
-__all__ = ["template", "page", "model_page", "table", "verdict_html"]
+__all__ = ["template", "page", "model_page", "table", "verdict_html", "ratio_html"]
 
 
 @lru_cache(maxsize=None)
@@ -66,6 +66,14 @@ def _bound_html(comp: attention.Comparison) -> str:
     return text if met == comp.n_rows else f'<span class="bad">{text}</span>'
 
 
+def ratio_html(ratio: float | None, reference: str, what: str = "map") -> str:
+    """A gap / baseline ratio as a table cell; at or above :data:`hypviz.reports.point_report.FAR_RATIO` with its
+    meaning beside it (the reference's ``what`` is nearly uniform, so the gap is the other map's own structure)."""
+    if ratio is None or not ratio >= FAR_RATIO:
+        return fmt(ratio)
+    return f'{fmt(ratio)} <small>(the {html.escape(kind_words(reference))} {what} is nearly uniform here)</small>'
+
+
 def _b64(png: bytes) -> str:
     return base64.b64encode(png).decode("ascii")
 
@@ -88,6 +96,13 @@ def _facts(result: Result) -> str:
     )
 
 
+def _sentences_html(result: Result) -> str:
+    """One paragraph per comparison: its verdict in one plain sentence (:func:`hypviz.reports.point_report.sentences`)."""
+    e = html.escape
+    return "".join(f'<p class="words"><b>{e(comp.a)} vs {e(comp.b)}</b> ({verdict_html(comp.verdict)}): {e(words)}</p>'
+                   for comp, words in zip(result.comparisons, sentences(result)))
+
+
 def _verdict_table(result: Result) -> str:
     rows = [
         [
@@ -96,7 +111,7 @@ def _verdict_table(result: Result) -> str:
             fmt(comp.mean_tv),
             fmt(comp.mean_tv_uniform_a),
             fmt(comp.mean_tv_uniform_b),
-            fmt(comp.gap_ratio),
+            ratio_html(comp.gap_ratio, comp.b),
             fmt(comp.top1_agreement),
             fmt(comp.topk_agreement),
             fmt(comp.rank_correlation),
@@ -115,7 +130,7 @@ def _head_tables(result: Result) -> str:
     for comp in result.comparisons:
         rows = [
             [e(label), verdict_html(h["verdict"], h["row_verdicts"]), fmt(h["mean_tv"]), fmt(h["max_tv"]), fmt(h["mean_tv_uniform_a"]),
-             fmt(h["mean_tv_uniform_b"]), fmt(h["gap_ratio"]), fmt(h["top1_agreement"]), fmt(h["rank_correlation"]),
+             fmt(h["mean_tv_uniform_b"]), ratio_html(h["gap_ratio"], comp.b), fmt(h["top1_agreement"]), fmt(h["rank_correlation"]),
              fmt(h["bound_met_fraction"])]
             for label, h in zip(result.inputs.head_labels, per_head(comp))
         ]
@@ -152,6 +167,7 @@ def page(result: Result, images: dict[str, bytes], plotly_div: str, plotly_js: s
         version=e(meta["version"]),
         created=e(meta["created"]),
         facts=e(_facts(result)),
+        sentences=_sentences_html(result),
         verdict_table=_verdict_table(result),
         reference=e(result.settings.reference),
         verdict_rule=_rule_html(),
@@ -175,6 +191,24 @@ def page(result: Result, images: dict[str, bytes], plotly_div: str, plotly_js: s
 # --------------------------------------------------------------------------- #
 # hypviz compare CAPTURE.pt
 # --------------------------------------------------------------------------- #
+def _layer_sentences_html(results: Sequence[LayerResult]) -> str:
+    """One paragraph per layer: its family (and detail), whether it was verified and which step was checked (or why
+    not), then its verdicts in plain words (:func:`hypviz.reports.model_report.layer_sentence`)."""
+    e = html.escape
+    out = []
+    for lr in results:
+        rec = lr.record
+        detail = getattr(rec, "detail", None)
+        checked = getattr(rec, "checked", None)
+        family = e(rec.mode) + (f" ({e(detail)})" if detail else "")
+        if lr.verified:
+            check = f'<span class="ok">{e(lr.verification)}</span>' + (f"; step checked: {e(checked)}" if checked else "")
+        else:
+            check = f'<span class="warn">not verified</span>: {e(lr.reason)}'
+        out.append(f'<p class="words"><b>{e(lr.label)}</b> &middot; {family} &middot; {check}<br>{e(layer_sentence(lr))}</p>')
+    return "".join(out)
+
+
 def _model_heads_table(results: Sequence[LayerResult]) -> str:
     e = html.escape
     rows = []
@@ -187,11 +221,13 @@ def _model_heads_table(results: Sequence[LayerResult]) -> str:
                 own = ["distance softmax itself (exact)", '<span class="ok">same map</span>', "0", "", "", "", ""]
             else:
                 oh = own_heads[h]
-                own = [e(lr.record.kind), verdict_html(oh["verdict"], oh["row_verdicts"]), fmt(oh["mean_tv"]),
+                at_default = (f" <small>(at hypviz's default &tau; = &radic;d = {fmt(lr.temperature)}, not the layer's)</small>"
+                              if lr.default_tau else "")
+                own = [e(lr.record.kind), verdict_html(oh["verdict"], oh["row_verdicts"]) + at_default, fmt(oh["mean_tv"]),
                        fmt(oh["mean_tv_uniform_a"]), fmt(oh["mean_tv_uniform_b"]), fmt(oh["top1_agreement"]),
                        fmt(oh["rank_correlation"])]
             out_ratio = (own_heads[h] if own_heads is not None else th)["output_ratio"]
-            rows.append([e(lr.label), e(lr.verification), str(h), *own, fmt(out_ratio) if lr.record.values is not None else "no values recorded",
+            rows.append([e(lr.label), e(lr.verification), str(h), *own, ratio_html(out_ratio, "distance", "map's output") if lr.record.values is not None else "no values recorded",
                          verdict_html(th["verdict"], th["row_verdicts"]), fmt(th["mean_tv"]), fmt(th["mean_tv_uniform_a"])])
     return table(["layer", "verified (error)", "head", "model's map", "verdict", "TV", "TV(model, U)", "TV(dist, U)", "top-1",
                   "Spearman", "output gap / baseline", "spatial softmax verdict", "its TV", "TV(spatial, U)"], rows, left=4)
@@ -203,20 +239,23 @@ def model_page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any])
     e = html.escape
     worst = [[e(w["layer"]), str(w["head"]), str(w["query"]), fmt(w["query_norm"]), fmt(w["tv"]),
               fmt(w["tv_uniform_reference"]), e(w["comparison"])] for w in worst_queries(results)]
-    layers = [[e(lr.label), e(lr.record.mode), e(lr.record.kind), fmt(lr.record.k), e(lr.tau_text),
+    layers = [[e(lr.label), e(lr.record.mode), e(getattr(lr.record, "detail", None) or ""), e(lr.record.kind), fmt(lr.record.k), e(lr.tau_text),
                fmt(lr.record.power), fmt(lr.record.norm_scale), str(lr.record.n_heads), str(lr.record.n_queries),
                str(lr.record.n_keys), str(lr.record.dim),
                {True: "train", False: "eval", None: "not recorded"}[getattr(lr.record, "training", None)],
                e(getattr(lr.record, "dtype", None) or "not recorded"), e(lr.verification),
+               e(getattr(lr.record, "checked", None) or "") if lr.verified else f"not verified: {e(lr.reason)}",
                e(getattr(lr.record, "verify_note", None) or "not verified")] for lr in results]
     return template("model_report.html").substitute(
         path=e(meta.get("path", "")),
         version=e(meta["version"]),
         created=e(meta["created"]),
+        layer_sentences=_layer_sentences_html(results),
         heads_table=_model_heads_table(results),
         verdict_rule=_rule_html(),
         layers_png=_b64(png),
         worst_table=table(["layer", "head", "query (index)", "|q_s|", "TV", "TV(dist, U)", "comparison"], worst, left=1),
-        layers_table=table(["layer", "mode", "kind", "k", "tau", "power", "norm_scale", "heads", "queries", "keys", "d",
-                            "train/eval", "dtype", "verified (error)", "how"], layers, left=3),
+        layers_table=table(["layer", "family", "detail", "kind", "k", "tau", "power", "norm_scale", "heads", "queries", "keys",
+                            "d", "train/eval", "dtype", "verified (error)", "step checked, or why not verified", "how"],
+                           layers, left=4),
     )

@@ -44,10 +44,10 @@ import numpy as np
 
 from hypviz import attention
 from hypviz.base import kinds
-from hypviz.reports.point_report import fmt, json_ready, per_head
+from hypviz.reports.point_report import fmt, json_ready, kind_words, per_head, sentence, tau_words
 
-__all__ = ["REFERENCE", "THREAD", "LayerResult", "analyse", "per_head", "worst_queries", "metrics", "row_arrays",
-           "layer_panels", "summary"]
+__all__ = ["REFERENCE", "THREAD", "LayerResult", "analyse", "per_head", "layer_sentence", "worst_queries", "metrics",
+           "row_arrays", "layer_panels", "summary"]
 
 _WORST = 10  # worst queries listed per report
 REFERENCE = "distance"  # every layer's map is compared with the distance softmax (Hypformer's full attention) ...
@@ -116,6 +116,20 @@ class LayerResult:
         if getattr(self.record, "head_temperatures", None) is not None:
             sign += " (geometric mean; one per head: " + ", ".join(fmt(t) for t in self.record.head_temperatures) + ")"
         return fmt(self.temperature) + (f" ({src})" if src in ("measured", "default") else "") + sign
+
+    @property
+    def default_tau(self) -> bool:
+        r"""Whether the distance reference was read at hypviz's default :math:`\tau = \sqrt{d}` (the layer records no
+        temperature of its own and none was given)."""
+        return self.record.temperature is None and abs(self.temperature - math.sqrt(self.record.dim)) <= 1e-12 * self.temperature
+
+    @property
+    def reason(self) -> str:
+        """Why the layer is not verified, from its verification note (``""`` for a verified layer)."""
+        if self.verified:
+            return ""
+        note = str(getattr(self.record, "verify_note", None) or "").strip()
+        return note[len("not verified:"):].strip() if note.startswith("not verified:") else (note or "no verification recorded")
 
     @property
     def own_is_reference(self) -> bool | None:
@@ -220,6 +234,26 @@ def _own_given(rec: Any, tau: float) -> attention.Comparison:
     return attention.compare_maps(p_own, p_ref, a=rec.kind, b=REFERENCE, values=rec.values, k=rec.k)
 
 
+def layer_sentence(lr: LayerResult) -> str:
+    """The layer's verdict in plain words, before its numbers: whether hypviz rebuilt its output (and if not, why:
+    then nothing is said about its own map), its own map against the distance softmax (:func:`hypviz.reports.
+    point_report.sentence`, over all its heads' rows; hypviz's default temperature named when the verdict was read
+    at it), and the thread's spatial softmax against the same reference."""
+    note = tau_words(lr.temperature, lr.record.dim) if lr.default_tau else ""
+    if not lr.verified:
+        own = (f"hypviz did not rebuild this layer's output ({lr.reason}), so nothing is said about the layer's own map. "
+               "For comparison, ")
+    elif lr.own is None:
+        own = "The layer's map is the distance softmax itself (its output rebuilt and verified). For comparison, "
+    else:
+        words = sentence(lr.own.row_verdicts, lr.own.a, REFERENCE, lr.own.gap_ratio,
+                         a_name=f"layer's {kind_words(lr.own.a)}", tau_note=note)
+        own = f"{words} For comparison, "
+        note = ""  # said once, next to the first verdict it affects
+    thread = sentence(lr.thread.row_verdicts, THREAD, REFERENCE, lr.thread.gap_ratio, tau_note=note)
+    return own + thread[0].lower() + thread[1:]
+
+
 def _key_spread(rec: Any) -> np.ndarray:
     """Per head: the spread ``max - min`` of the keys' time coordinates (norms), the bias's driver."""
     kt = rec.keys[..., 0].double()
@@ -281,6 +315,7 @@ def metrics(results: Sequence[LayerResult], meta: dict[str, Any]) -> dict[str, A
             "model_vs_distance": None if lr.own is None or not lr.verified else {
                 "summary": lr.own.to_dict(), "heads": per_head(lr.own)},
             "model_map_is_distance": lr.own_is_reference,
+            "in_words": layer_sentence(lr),
             "model_verdict": ("not verified: no verdict" if not lr.verified else
                               "model's map = distance softmax" if lr.own is None else "per head in model_vs_distance"),
             "batch": getattr(rec, "batch", None),
@@ -341,7 +376,8 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
     r"""The one-screen text the command prints: one line per layer, one per head (at most ``max_rows`` heads).
 
     The layer line says whether hypviz reproduced the layer's output, as the bound that was checked
-    (the errors themselves are in ``metrics.json`` and ``report.html``).  Each head line gives the model's map's verdict with its mean TV and baseline
+    (the errors themselves are in ``metrics.json`` and ``report.html``), the next says the layer's verdicts in plain
+    words (:func:`layer_sentence`).  Each head line gives the model's map's verdict with its mean TV and baseline
     :math:`\mathrm{TV}(P^{\mathrm{dist}}, U)`, and the spatial softmax's verdict with its mean TV.
     """
     lines = [f"hypviz compare (model): {len(results)} attention layer call(s)"]
@@ -355,6 +391,7 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
                      f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {lr.tau_text}, {mode}, "
                      + (f"{lr.verification_bound}" + (f"; checked: {checked}" if checked else "") if lr.verified
                         else str(getattr(rec, "verify_note", None) or "not verified")))
+        lines.append(f"    in words: {layer_sentence(lr)}")
         own = per_head(lr.own) if lr.own is not None else None
         for h, th in enumerate(per_head(lr.thread)):
             count += 1

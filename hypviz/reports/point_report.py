@@ -45,7 +45,9 @@ import torch
 from hypviz import attention
 from hypviz.reports.inputs import Inputs, Settings
 
-__all__ = ["ROW_FIELDS", "Result", "fmt", "per_head", "analyse", "json_ready", "metrics", "row_arrays", "summary"]
+__all__ = ["ROW_FIELDS", "FAR_RATIO", "Result", "fmt", "kind_words", "share_words", "ratio_words", "tau_words", "sentence",
+           "sentences", "per_head",
+           "analyse", "json_ready", "metrics", "row_arrays", "summary"]
 
 ROW_FIELDS = (
     "tv",
@@ -103,6 +105,108 @@ class Result:
 def fmt(x: float | None) -> str:
     """A number as the reports print it: 3 significant digits, ``"n/a"`` for None."""
     return "n/a" if x is None else f"{x:.3g}"
+
+
+# --------------------------------------------------------------------------- #
+# the verdict in words: one plain sentence per comparison, before the numbers
+# --------------------------------------------------------------------------- #
+FAR_RATIO = 10.0
+r"""A gap / baseline ratio :math:`\operatorname{mean}\mathrm{TV}(P_a, P_b) / \operatorname{mean}\mathrm{TV}(P_b, U)` at or
+above this is said in words (:func:`ratio_words`): the reference is then nearly uniform next to the gap."""
+
+
+def kind_words(kind: str) -> str:
+    """A kind's plain name, as the sentences say it: the part of its registered plain title before the colon
+    (``"spatial"``, ``"focused (Hypformer, linear)"``; :mod:`hypviz.base.kinds`), else the name itself."""
+    from hypviz.base import kinds
+
+    try:
+        plain = kinds.get(kind).plain
+    except (KeyError, ValueError, TypeError):
+        return str(kind)
+    return plain.split(":", 1)[0].strip() or str(kind)
+
+
+def share_words(fraction: float) -> str:
+    """A fraction of rows in words: ``"all the rows"``, ``"nearly all the rows"`` (more than 99 %), ``"half the rows"``,
+    ``"a quarter of the rows"``, ``"three quarters of the rows"``, ``"a few rows (under 1 %)"`` or ``"37 % of the rows"``
+    (whole percent)."""
+    f = float(fraction)
+    pct = round(100 * f)
+    if f >= 1.0:
+        return "all the rows"
+    if pct >= 100:
+        return "nearly all the rows"
+    if pct == 0:
+        return "a few rows (under 1 %)"
+    return {50: "half the rows", 25: "a quarter of the rows", 75: "three quarters of the rows"}.get(pct, f"{pct} % of the rows")
+
+
+def ratio_words(gap_ratio: float | None, a: str, b: str) -> str:
+    r"""A gap / baseline ratio far above 1 (at least :data:`FAR_RATIO`) in words, else ``""``:
+    ``"The mean gap is 2,060 times the distance map's own distance from uniform: the distance map is nearly uniform
+    here, so the gap measures the spatial map's own structure."`` (3 significant digits)."""
+    if gap_ratio is None or not math.isfinite(gap_ratio) or gap_ratio < FAR_RATIO:
+        return ""
+    shown = float(f"{gap_ratio:.3g}")
+    number = f"{shown:,.0f}" if shown >= 100 else f"{shown:.3g}"
+    return (f"The mean gap is {number} times the {b} map's own distance from uniform: the {b} map is nearly uniform here, "
+            f"so the gap measures the {a} map's own structure.")
+
+
+def tau_words(temperature: float, dim: int) -> str:
+    r"""The note that names a default temperature next to a verdict read against it:
+    ``"at hypviz's default tau = sqrt(d) = 2 (d = 4; not a temperature you gave)"``."""
+    return f"at hypviz's default tau = sqrt(d) = {fmt(temperature)} (d = {dim}; not a temperature you gave)"
+
+
+def sentence(fractions: dict[str, float], a: str, b: str, gap_ratio: float | None = None, *, a_name: str | None = None,
+             tau_note: str = "") -> str:
+    r"""One plain sentence for a comparison of map ``a`` with the reference ``b``, from its row-verdict fractions.
+
+    The fractions (row verdict -> fraction of rows, :attr:`hypviz.attention.Comparison.row_verdicts`) are said
+    largest first, each as a clause: *identical* "equals the ``b`` map up to rounding", *close* "is close to",
+    *different* "weighs the keys differently from", *uninformative* "both maps are nearly uniform", *unresolved*
+    "rounding at this precision cannot tell whether it is close"; the kinds by their plain titles
+    (:func:`kind_words`), the shares in words (:func:`share_words`), the last of two or more clauses as the rest
+    ("the other half").  With ``gap_ratio`` (mean TV over the reference's mean :math:`\mathrm{TV}(P_b, U)`) at or
+    above :data:`FAR_RATIO`, a second sentence says what it means (:func:`ratio_words`).  For example
+    ``{"different": 0.5, "uninformative": 0.5}`` of spatial against distance gives "The spatial map weighs the keys
+    differently from the distance map on half the rows; on the other half both maps are nearly uniform."
+    ``a_name`` replaces the plain name of ``a`` (a model's own map: ``"layer's"``); ``tau_note`` (the temperature the
+    verdict was read at, when it is a default: :func:`tau_words`) opens the sentence, next to the verdict it affects.
+    """
+    wa, wb = (kind_words(a) if a_name is None else a_name), kind_words(b)
+    order = attention.ROW_VERDICTS
+    parts = sorted(((n, float(f)) for n, f in fractions.items() if float(f) > 0),  # near-uniform rows said last
+                   key=lambda nf: (nf[0] == "uninformative", -nf[1], order.index(nf[0]) if nf[0] in order else len(order)))
+    if not parts:
+        return f"No rows compared the {wa} map with the {wb} map."
+    said = {
+        "identical": f"equals the {wb} map up to rounding",
+        "close": f"is close to the {wb} map",
+        "different": f"weighs the keys differently from the {wb} map",
+        "unresolved": f"may or may not be close to the {wb} map (rounding at this precision cannot tell; a finer dtype can)",
+    }
+    clauses = []
+    for i, (name, f) in enumerate(parts):
+        share = share_words(f)
+        if i and i == len(parts) - 1:
+            pct = round(100 * f)
+            share = "the other half" if pct == 50 else "the rest (under 1 %)" if pct == 0 else f"the other {pct} %"
+        if name == "uninformative":
+            clauses.append(f"the {wa} and {wb} maps are both nearly uniform on {share}, where any two maps are close in "
+                           "TV: the comparison says nothing there" if i == 0 else
+                           f"on {share} both maps are nearly uniform")
+        elif i == 0:
+            clauses.append(f"the {wa} map {said.get(name, name)} on {share}")
+        else:
+            clauses.append(f"on {share} it {said.get(name, name)}")
+    text = "; ".join(clauses)
+    text = (f"{tau_note}, {text}" if tau_note else text) + "."
+    text = text[0].upper() + text[1:]
+    extra = ratio_words(gap_ratio, wa, wb)
+    return f"{text} {extra}" if extra else text
 
 
 def _flat(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -230,12 +334,12 @@ def metrics(result: Result, options: dict[str, Any] | None = None) -> dict[str, 
 
     comp0 = result.comparisons[0]
     heads_out = []
-    for comp in result.comparisons:
+    for comp, words in zip(result.comparisons, sentences(result)):
         summary = comp.to_dict()
         heads = per_head(comp)
         for label, h in zip(result.inputs.head_labels, heads):
             h["head"] = label
-        heads_out.append({"a": comp.a, "b": comp.b, "summary": summary, "heads": heads})
+        heads_out.append({"a": comp.a, "b": comp.b, "in_words": words, "summary": summary, "heads": heads})
     return json_ready(
         {
             "generator": "hypviz",
@@ -284,10 +388,23 @@ def row_arrays(result: Result) -> dict[str, np.ndarray]:
     return out
 
 
+def sentences(result: Result) -> list[str]:
+    """One plain sentence per comparison of ``result`` (:func:`sentence`), naming hypviz's default temperature
+    :math:`\\sqrt{d}` next to the verdict when no temperature was given and a map of the comparison reads one."""
+    from hypviz.base import kinds
+
+    out = []
+    for comp in result.comparisons:
+        uses_tau = any(getattr(kinds.get(kd), "temperature", True) for kd in (comp.a, comp.b) if kd in kinds.names())
+        note = tau_words(comp.temperature, comp.dim) if result.settings.temperature is None and uses_tau else ""
+        out.append(sentence(comp.row_verdicts, comp.a, comp.b, comp.gap_ratio, tau_note=note))
+    return out
+
+
 def summary(result: Result, out: Path, files: list[str], show_inputs: bool = False, max_heads: int = 8) -> str:
     r"""The one-screen text the command prints.
 
-    One line per comparison (verdict, mean TV, baseline :math:`\mathrm{TV}(P_b, U)`, gap / baseline,
+    First one plain sentence per comparison (:func:`sentences`), then one line per comparison (verdict, mean TV, baseline :math:`\mathrm{TV}(P_b, U)`, gap / baseline,
     top-1 agreement, how many rows meet the bound), then up to ``max_heads`` per-head lines of the
     first comparison, and where the files are.
     """
@@ -301,6 +418,8 @@ def summary(result: Result, out: Path, files: list[str], show_inputs: bool = Fal
         f"  {heads_txt}{comp0.n_queries} queries x {comp0.n_keys} keys, d = {comp0.dim}, k = {fmt(comp0.k)}, "
         f"tau = {fmt(comp0.temperature)}, {comp0.dtype} on {comp0.device}",
     ]
+    for comp, words in zip(result.comparisons, sentences(result)):
+        lines.append(f"  {comp.a} vs {comp.b}: {words}")
     width = max(len(f"{c.a} vs {c.b}") for c in result.comparisons)
     for comp in result.comparisons:
         if comp.bound_applies:
