@@ -32,8 +32,6 @@ GLOSSARY = ROOT / "docs" / "locale" / "zh_CN" / "GLOSSARY.md"
 NOT_YET_TRANSLATED = (
     "notebooks/04_small_norm_taylor",
     "notebooks/05_attention_maps",
-    "notebooks/09_check_your_own_model",
-    "notebooks/10_linear_distance_attention",
     "api/attention",
     "api/capture",
     "api/lorentz",
