@@ -30,7 +30,6 @@ GLOSSARY = ROOT / "docs" / "locale" / "zh_CN" / "GLOSSARY.md"
 # The list only shrinks: a listed page that becomes fully translated fails
 # test_listed_pages_are_not_yet_translated until it is taken off.
 NOT_YET_TRANSLATED = (
-    "notebooks/05_attention_maps",
     "notebooks/09_check_your_own_model",
     "notebooks/10_linear_distance_attention",
     "api/attention",
@@ -130,14 +129,18 @@ def test_listed_pages_are_not_yet_translated(templates):
 
 
 def test_no_english_passed_off_as_a_translation(templates):
-    """A msgstr that repeats an English sentence of its msgid is a copy, not a translation."""
+    """A msgstr that repeats an English sentence of its msgid is a copy, not a translation.
+
+    A display equation is translated to itself (test_display_maths_is_left_as_it_is), ``\\text{for any
+    norm}`` included: it is not a copy.
+    """
     copied = []
     for page in templates:
         catalogue = _catalogue(page)
         if catalogue is None:
             continue
         for message in catalogue:
-            if message.id and message.string == message.id and _english_prose(message.id):
+            if message.id and message.string == message.id and _english_prose(message.id) and not _maths_block(message.id):
                 copied.append(f"{page}: {message.id[:100]!r}")
     assert not copied, "English copied as its own translation:\n" + "\n".join(copied)
 
