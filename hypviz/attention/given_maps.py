@@ -357,7 +357,7 @@ def compare_maps(
         x, y = _gather(*src_a, grid, i, j).double(), _gather(*src_b, grid, i, j).double()
         kb = None  # this block's kept keys
         if src_k is not None:
-            kb = _gather(*src_k, grid, i, j)
+            kb = _gather(*src_k, grid, i, j).to(x.device)
         elif ksrc is not None:
             kb = _sparse_rows(*ksrc[1], torch.arange(i, j, dtype=torch.long) % n, m).to(x.device)
         if kb is not None:
