@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypviz import attention as att
 from hypviz.attention.comparison import VERDICTS
 
-FUZZ = dict(deadline=None, database=None, derandomize=True, max_examples=200,
+FUZZ = dict(deadline=None, database=None, derandomize=True, max_examples=120,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 SYMMETRIC = ("tv", "tv_uniform_a", "tv_uniform_b", "peak_a", "peak_b", "top1_weight", "topk_overlap", "tv_tolerance")
