@@ -1,6 +1,6 @@
 """The command's ranges and the options it would ignore.
 
-* ``--features`` takes 1 to 2**16 (``10**30`` and ``10**8`` are one line naming it and its range, before any
+* ``--features`` takes 1 to 2**22, the API's maximum (``10**30`` and ``10**8`` are one line naming it and its range, before any
   work); ``--seed`` and ``--rf-seed`` take 0 to 2**64 - 1, as :func:`hypviz.base.validate.seed` does.
 * A kind's option (``--power``, ``--norm-scale``, ``--features``, ``--rf-seed``) given while no compared kind
   reads it is said to be ignored, in one line on stderr; given to a capture file it is refused.
@@ -40,7 +40,7 @@ def files(tmp_path):
 
 
 @pytest.mark.parametrize("option, value", [
-    ("--features", str(10**30)), ("--features", str(10**8)), ("--features", str(2**16 + 1)), ("--features", "0"),
+    ("--features", str(10**30)), ("--features", str(10**8)), ("--features", str(2**22 + 1)), ("--features", "0"),
     ("--features", "-3"), ("--features", "1e3"), ("--features", "9" * 5000),
 ])
 def test_features_out_of_range_is_one_line_naming_it_and_its_range(option, value, files, capsys):
@@ -48,7 +48,7 @@ def test_features_out_of_range_is_one_line_naming_it_and_its_range(option, value
     code, stdout, err = run(capsys, "compare", qp, kp, "--kinds", "distance_rf", *FAST, option, value, "--out", out)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and len(lines[0]) < 300, err
-    assert "argument --features: expected an integer from 1 to 2**16 = 65536" in lines[0]
+    assert "argument --features: expected an integer from 1 to 2**22 = 4194304" in lines[0]
     assert "frame" not in err and "Overflow" not in err and not out.exists()
 
 

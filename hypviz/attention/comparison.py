@@ -25,6 +25,7 @@ __all__ = [
     "MAJORITY",
     "VERDICTS",
     "ROW_VERDICTS",
+    "TOPK_MAX",
     "verdict",
     "row_verdicts",
     "overall_verdict",
@@ -49,6 +50,9 @@ r"""A row's rounding tolerance *resolves* it when it is at most this fraction of
 MAJORITY = 0.9
 """The verdict of a whole comparison is the row verdict of at least this fraction of its rows, else ``"mixed"`` (:func:`overall_verdict`)."""
 #: The row verdicts of :func:`verdict`, in the order of their codes.
+#: The largest ``topk`` of a comparison (:func:`hypviz.attention.compare`, :func:`hypviz.attention.compare_maps`):
+#: a k beyond the number of keys is capped at it, so this bound refuses only the absurd (an int of 2**70).
+TOPK_MAX = 2**31 - 1
 ROW_VERDICTS: tuple[str, ...] = ("identical", "close", "different", "uninformative", "unresolved")
 #: Every verdict a comparison can get: the row verdicts and ``"mixed"`` (:func:`overall_verdict`).
 VERDICTS: tuple[str, ...] = ROW_VERDICTS + ("mixed",)

@@ -12,11 +12,12 @@ import math
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
 from hypviz.base import validate
 from hypviz.attention.row_blocks import output_stats
-from hypviz.attention.comparison import TOP_SHARE, Comparison
+from hypviz.attention.comparison import TOP_SHARE, TOPK_MAX, Comparison
 from hypviz.lorentz import check_points
 from hypviz.lorentz.points import row_name, as_tensor
 
@@ -98,13 +99,55 @@ def _row_source(t: torch.Tensor, batch: torch.Size, n: int) -> tuple[torch.Tenso
 
 
 def _gather(rows: torch.Tensor, strides: torch.Tensor, shape: tuple[int, ...], start: int, stop: int) -> torch.Tensor:
-    """Rows ``start:stop`` of the broadcast ``(*batch, N)`` row grid, from the map's own rows, in float64."""
+    """Rows ``start:stop`` of the broadcast ``(*batch, N)`` row grid, from the map's own rows (in their dtype)."""
     flat = torch.arange(start, stop, dtype=torch.long)
     own = torch.zeros_like(flat)
     for size, stride in zip(reversed(shape), reversed(strides.tolist())):
         own += (flat % size) * stride
         flat = flat // size
-    return rows.index_select(0, own.to(rows.device)).double()
+    return rows.index_select(0, own.to(rows.device))
+
+
+def _keep_source(keep: Any, n: int, m: int) -> tuple[str, Any, tuple[int, ...]]:
+    """``keep`` read once: ``("dense", its (..., N, M) boolean tensor)`` or ``("sparse", (crow, col))`` for a sparse
+    ``(N, M)`` adjacency (its non-zero entries kept, never densified whole); and its leading axes."""
+    if isinstance(keep, torch.Tensor) and keep.layout != torch.strided:
+        if keep.dim() != 2 or tuple(keep.shape) != (n, m):
+            raise ValueError(f"keep must be an (N, M) = ({n}, {m}) adjacency when sparse, got shape {tuple(keep.shape)}")
+        coo = keep.detach().to_sparse_coo().coalesce().cpu()
+        r, c = coo.indices()
+        nz = coo.values() != 0
+        r, c = r[nz], c[nz]
+        crow = torch.zeros(n + 1, dtype=torch.long)
+        crow[1:] = torch.bincount(r, minlength=n).cumsum(0)
+        return "sparse", (crow, c), ()
+    if isinstance(keep, torch.Tensor):
+        t = keep.detach()
+    else:
+        try:
+            t = torch.as_tensor(np.asarray(keep))
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"keep must be a boolean array or tensor (True where a row may attend a key), got {type(keep).__name__}") from None
+    if t.dtype != torch.bool:
+        raise TypeError(f"keep must be a boolean array or tensor (True where a row may attend a key) or a sparse adjacency, "
+                        f"got dtype {str(t.dtype).replace('torch.', '')}")
+    if t.dim() < 2:
+        raise ValueError(f"keep must have shape (..., N, M) broadcastable to the maps' ({n}, {m}), got shape {tuple(t.shape)}")
+    try:
+        t = torch.broadcast_to(t, (*t.shape[:-2], n, m))
+    except RuntimeError:
+        raise ValueError(f"keep must have shape (..., N, M) broadcastable to the maps' ({n}, {m}), got shape {tuple(t.shape)}") from None
+    return "dense", t, tuple(t.shape[:-2])
+
+
+def _sparse_rows(crow: torch.Tensor, col: torch.Tensor, q: torch.Tensor, m: int) -> torch.Tensor:
+    """The dense boolean rows ``q`` of a CSR adjacency ``(crow, col)``: only these rows are densified."""
+    counts = crow[q + 1] - crow[q]
+    owner = torch.repeat_interleave(torch.arange(q.numel()), counts)
+    offset = torch.arange(int(counts.sum())) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    out = torch.zeros(q.numel(), m, dtype=torch.bool)
+    out[owner, col[torch.repeat_interleave(crow[q], counts) + offset]] = True
+    return out
 
 
 def _logit_scale(x: torch.Tensor) -> torch.Tensor:
@@ -114,19 +157,23 @@ def _logit_scale(x: torch.Tensor) -> torch.Tensor:
     return (x * gap).sum(dim=-1).clamp_min(1.0)
 
 
-def _favourite(x: torch.Tensor, y: torch.Tensor, rel: float, ux: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _favourite(
+    x: torch.Tensor, y: torch.Tensor, rel: float, ux: torch.Tensor, inv: Any, keep: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Direction ``x -> y`` of ``top1_weight`` (:func:`hypviz.attention.verdict`) and whether ``y`` has its own top on ``x``'s top set.
 
     :math:`T_x` = keys within a relative ``rel`` of :math:`\max x` (ties within rounding); the ratio
     :math:`\operatorname{mean}_{j \in T_x} \min(1, y_j / ((1 - \mathrm{rel}) \max y))` as
     :func:`hypviz.attention.row_blocks.top_set`, 1 when the set carries less than
-    :data:`hypviz.attention.comparison.TOP_SHARE` of ``x``'s excess over uniform.
+    :data:`hypviz.attention.comparison.TOP_SHARE` of ``x``'s excess over uniform (``inv`` = 1 / the number
+    of keys each row attends; only the kept keys count when ``keep`` is given).
     """
-    m = x.shape[-1]
     mx, my = x.amax(dim=-1, keepdim=True), y.amax(dim=-1, keepdim=True)
     top = x >= mx * (1.0 - rel)
+    if keep is not None:
+        top = top & keep
     ratio = ((y / (my * (1.0 - rel))).clamp_max(1.0) * top).sum(dim=-1) / top.sum(dim=-1)
-    excess = ((x - 1.0 / m).clamp_min(0.0) * top).sum(dim=-1)
+    excess = ((x - inv).clamp_min(0.0) * top).sum(dim=-1)
     counted = (excess >= TOP_SHARE * ux) & (ux > 0)
     shared = ((y >= my * (1.0 - rel)) & top).any(dim=-1)
     return torch.where(counted, ratio, torch.ones_like(ratio)), shared
@@ -138,6 +185,7 @@ def compare_maps(
     *,
     a: str = "P_a",
     b: str = "P_b",
+    keep: ArrayLike | None = None,
     values: ArrayLike | None = None,
     k: float | None = None,
     topk: int = 5,
@@ -181,6 +229,16 @@ def compare_maps(
         float32 or float64); leading axes broadcast.
     a, b : str
         Names for the two maps in the summary.
+    keep : boolean array or tensor, shape (..., N, M) broadcastable, or a sparse (N, M) tensor, optional
+        The keys each row may attend (a causal or padding mask, True where kept; or a graph's adjacency,
+        its non-zero entries kept, read row block by row block, never densified whole).  Each row is then
+        judged over its kept keys :math:`K_i` only: both maps must put at most ``atol`` of weight off
+        :math:`K_i` (else ``ValueError``), are renormalised over :math:`K_i`, and the uniform baseline is
+        :math:`U_i = 1/|K_i|` on :math:`K_i`: :math:`\mathrm{TV}(P, U) = \tfrac12 \sum_{j \in K_i} |P_j - 1/|K_i||`,
+        the peak :math:`|K_i| \max_j P_j`, top-k (k capped at :math:`|K_i|`), top sets and Spearman over
+        :math:`K_i`.  A row with one kept key is identical in both maps (TV 0); a row that keeps no key is
+        judged over all :math:`M` keys (a softmax with every key masked is uniform, as ``masked_fill``
+        makes it).  Default: every key kept.
     values : array or tensor, shape (..., M, c), optional
         Value vectors (finite): the attention outputs :math:`o = P V` are compared too (``output_gap``,
         ``output_uniform_a``, ``output_uniform_b``: each against the uniform row's output).
@@ -217,8 +275,9 @@ def compare_maps(
         For maps that are not ``(..., N, M)`` or hold no row, whose ``(N, M)`` differ or whose leading
         axes do not broadcast, with NaN or infinite weights, negative weights, or rows not summing to 1
         (the message names the worst row); for values with the wrong number of rows, NaN or infinite, or
-        off the hyperboloid, a bad ``topk``, ``atol``, ``tolerance``, ``precision`` or ``logit_scale``.
-        ``TypeError`` for non-float input.
+        off the hyperboloid, a bad ``topk``, ``k``, ``atol``, ``tolerance``, ``precision`` or ``logit_scale``;
+        for a ``keep`` that does not broadcast, or a row whose weight off its kept keys exceeds ``atol``.
+        ``TypeError`` for non-float input, or a ``keep`` neither boolean nor sparse.
     """
     start = time.perf_counter()
     ta, tb = _map(P_a, "P_a"), _map(P_b, "P_b")
@@ -240,13 +299,20 @@ def compare_maps(
     fixed = None if tolerance is None else validate.number(tolerance, "tolerance", 0.0)
     comp = _precision(precision)
     scale = None if logit_scale is None else validate.positive(logit_scale, "logit_scale", " (the size of the logits)")
-    t_k = min(validate.integer(topk, "topk", 1), m)
+    t_k = min(validate.integer(topk, "topk", 1, maximum=TOPK_MAX), m)
+    kf = None if k is None else validate.positive(k, "k", " (the curvature parameter of hyperboloid values)")
     if spearman is not None and not isinstance(spearman, bool):
         raise ValueError(f"spearman must be True, False or None (automatic), got {spearman!r}")
     rank = m <= 4096 if spearman is None else spearman
     _check_map(pa.detach(), "P_a", atol)
     _check_map(pb.detach(), "P_b", atol)
-    kf = None
+    ksrc = None
+    if keep is not None:
+        ksrc = _keep_source(keep, n, m)
+        try:
+            batch = torch.broadcast_shapes(batch, ksrc[2])
+        except RuntimeError:
+            raise ValueError(f"the leading axes of the maps {tuple(batch)} and of keep {tuple(ksrc[1].shape)} do not broadcast") from None
     v = None
     if values is not None:
         v = as_tensor(values, "values").detach()
@@ -254,8 +320,7 @@ def compare_maps(
             raise ValueError(f"values must have shape (..., M = {m}, c), one row per key, got shape {tuple(v.shape)}")
         if not bool(torch.isfinite(v).all()):
             raise ValueError("values must hold finite numbers, got NaN or inf")
-        if k is not None:
-            kf = validate.positive(k, "k")
+        if kf is not None:
             v = check_points(v, kf, name="values")
         try:
             batch = torch.broadcast_shapes(batch, v.shape[:-2])
@@ -266,6 +331,9 @@ def compare_maps(
     heads = math.prod(batch)
     grid = (*batch, n)
     src_a, src_b = _row_source(pa.detach(), batch, n), _row_source(pb.detach(), batch, n)
+    src_k = None
+    if ksrc is not None and ksrc[0] == "dense":
+        src_k = _row_source(_own(ksrc[1]), batch, n)
     v_head = None
     if v is not None:  # each broadcast head's own values, by index: no broadcast expanded
         lead = v.shape[:-2]
@@ -286,48 +354,76 @@ def compare_maps(
     stat = 16.0 * torch.finfo(torch.float64).eps * math.log2(m + 1)
     for i in range(0, total, rows):
         j = min(i + rows, total)
-        x, y = _gather(*src_a, grid, i, j), _gather(*src_b, grid, i, j)
+        x, y = _gather(*src_a, grid, i, j).double(), _gather(*src_b, grid, i, j).double()
+        kb = None  # this block's kept keys
+        if src_k is not None:
+            kb = _gather(*src_k, grid, i, j).to(x.device)
+        elif ksrc is not None:
+            kb = _sparse_rows(*ksrc[1], torch.arange(i, j, dtype=torch.long) % n, m).to(x.device)
+        if kb is not None:
+            kb = kb | ~kb.any(dim=-1, keepdim=True)  # a row that keeps no key: all keys (a fully masked softmax is uniform)
+            for p_, nm in ((x, "P_a"), (y, "P_b")):
+                off = torch.where(kb, 0.0, p_.abs()).sum(dim=-1)
+                if bool((off > atol).any()):
+                    w = int(torch.where(off > atol, off, -1.0).argmax())
+                    raise ValueError(f"{nm} must put no weight on the keys keep masks out (at most atol = {atol:.3g} a row), "
+                                     f"got {float(off[w]):.3g} in {row_name(i + w, torch.Size(grid))}")
+            x, y = torch.where(kb, x, 0.0), torch.where(kb, y, 0.0)
+            cnt = kb.sum(dim=-1, keepdim=True).double()
+        else:
+            cnt = torch.full((j - i, 1), float(m), dtype=torch.float64, device=x.device)
+        inv = 1.0 / cnt
         x = x.clamp_min(0.0) / x.clamp_min(0.0).sum(dim=-1, keepdim=True)
         y = y.clamp_min(0.0) / y.clamp_min(0.0).sum(dim=-1, keepdim=True)
         sl = slice(i, j)
         out["tv"][sl] = 0.5 * (x - y).abs().sum(dim=-1)
         ratio = torch.where(y > 0, y * (torch.log(y) - torch.log(x)), torch.zeros_like(y))
         out["kl"][sl] = ratio.sum(dim=-1).clamp_min(0.0)  # inf where P_a = 0 < P_b
-        ua = out["ua"][sl] = 0.5 * (x - 1.0 / m).abs().sum(dim=-1)
-        ub = out["ub"][sl] = 0.5 * (y - 1.0 / m).abs().sum(dim=-1)
+        du, dv = (x - inv).abs(), (y - inv).abs()
+        if kb is not None:
+            du, dv = torch.where(kb, du, 0.0), torch.where(kb, dv, 0.0)
+        ua = out["ua"][sl] = 0.5 * du.sum(dim=-1)
+        ub = out["ub"][sl] = 0.5 * dv.sum(dim=-1)
         both = (x > 0) & (y > 0)
         g = torch.log(y) - torch.log(x)
         out["gap"][sl] = torch.where(
-            both.all(dim=-1),
+            (both if kb is None else both | ~kb).all(dim=-1),
             torch.where(both, g, -math.inf).amax(dim=-1) - torch.where(both, g, math.inf).amin(dim=-1),
             math.inf,
         )
-        va, ia = torch.topk(x, t_k, dim=-1)
-        vb, ib = torch.topk(y, t_k, dim=-1)
-        out["pa"][sl], out["pb"][sl] = va[:, 0] * m, vb[:, 0] * m
-        wa, sa = _favourite(x, y, rel, ua)
-        wb, sb = _favourite(y, x, rel, ub)
+        xs, ys = (x, y) if kb is None else (torch.where(kb, x, -1.0), torch.where(kb, y, -1.0))  # masked keys last
+        va, ia = torch.topk(xs, t_k, dim=-1)
+        vb, ib = torch.topk(ys, t_k, dim=-1)
+        out["pa"][sl], out["pb"][sl] = va[:, 0] * cnt[:, 0], vb[:, 0] * cnt[:, 0]
+        wa, sa = _favourite(x, y, rel, ua, inv, kb)
+        wb, sb = _favourite(y, x, rel, ub, inv, kb)
         out["top1"][sl] = (sa | sb).double()
         out["fav"][sl] = torch.minimum(wa, wb)
-        b_in_a = torch.gather(x, -1, ib) >= va[:, -1:] * (1.0 - rel)
-        a_in_b = torch.gather(y, -1, ia) >= vb[:, -1:] * (1.0 - rel)
-        out["overlap"][sl] = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1)).double() / t_k
+        kk = cnt.clamp_max(t_k).long()  # top-k capped at the kept keys
+        first = torch.arange(t_k, device=x.device) < kk
+        ta_, tb_ = torch.gather(va, -1, kk - 1), torch.gather(vb, -1, kk - 1)
+        b_in_a = (torch.gather(x, -1, ib) >= ta_ * (1.0 - rel)) & first
+        a_in_b = (torch.gather(y, -1, ia) >= tb_ * (1.0 - rel)) & first
+        out["overlap"][sl] = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1)).double() / kk[:, 0]
         if fixed is None:
             tol = torch.full_like(ua, stat)
             for p, (store, ec) in zip((x, y), levels):
                 tol += store + ec * (_logit_scale(p) if scale is None else scale)
             out["tol"][sl] = tol
-        if rank:
-            ra = x.argsort(dim=-1).argsort(dim=-1).double()
-            rb = y.argsort(dim=-1).argsort(dim=-1).double()
+        if rank:  # masked keys rank lowest in both maps, in key order (stable): only the kept keys' ranks differ
+            st = kb is not None
+            ra = xs.argsort(dim=-1, stable=st).argsort(dim=-1).double()
+            rb = ys.argsort(dim=-1, stable=st).argsort(dim=-1).double()
             ssd = (ra - rb).square().sum(dim=-1)
-            out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
+            c1 = cnt[:, 0]
+            out["rho"][sl] = torch.where(c1 > 1, 1.0 - 6.0 * ssd / (c1 * (c1 * c1 - 1.0)).clamp_min(1.0), 1.0)
         if v is not None:
             h0, h1 = i // n, (j - 1) // n
             for h in range(h0, h1 + 1):  # the values of each head the block touches
                 r0, r1 = max(i, h * n), min(j, (h + 1) * n)
                 vh = v[int(v_head[h])].double()
-                og, oua, oub = output_stats(x[r0 - i : r1 - i], y[r0 - i : r1 - i], vh, vh.mean(dim=0), kf)
+                vu = vh.mean(dim=0) if kb is None else (kb[r0 - i : r1 - i].double() * inv[r0 - i : r1 - i]) @ vh
+                og, oua, oub = output_stats(x[r0 - i : r1 - i], y[r0 - i : r1 - i], vh, vu, kf)
                 out["og"][r0:r1], out["oua"][r0:r1], out["oub"][r0:r1] = og, oua, oub
     shape = grid
     if fixed is not None:

@@ -125,13 +125,14 @@ def norm_scale_eps(eps: float, norm_scale: float) -> float:
 
 
 def options(kind: Kind, power: Any = 2.0, norm_scale: Any = 1.0, features: Any = 256, seed: Any = 0,
-            bias: Any = 0.0) -> dict[str, Any]:
-    """The checked parameters ``kind`` reads (its :attr:`~hypviz.base.kinds.Kind.options`), by name."""
+            bias: Any = 0.0, seed_name: str = "seed") -> dict[str, Any]:
+    """The checked parameters ``kind`` reads (its :attr:`~hypviz.base.kinds.Kind.options`), by name (``seed_name``
+    names the seed's argument in a message)."""
     checkers: dict[str, Callable[[], Any]] = {
         "power": lambda: check_power(power),
         "norm_scale": lambda: check_norm_scale(norm_scale),
-        "features": lambda: validate.integer(features, "features", 1, " (the number of random features)"),
-        "seed": lambda: validate.integer(seed, "seed"),
+        "features": lambda: validate.features(features),
+        "seed": lambda: validate.seed(seed, seed_name),
         "bias": lambda: validate.number(bias, "bias"),
     }
     return {name: checkers[name]() for name in kind.options}

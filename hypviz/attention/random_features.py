@@ -85,14 +85,13 @@ AGGREGATIONS: tuple[str, ...] = ("centroid", "spatial")
 _BLOCK_BYTES = 4 * 2**20  # streaming: bytes of one block of feature rows
 
 
-_MAX_FEATURES = 2**22  # D: 4M directions (of d + 1 float64 coordinates each) at most
 _CACHE_BYTES = 64 * 2**20  # the direction cache holds at most this many bytes
 _cache: "collections.OrderedDict[tuple[int, int, int, bool], torch.Tensor]" = collections.OrderedDict()
 
 
 def _check_options(features: Any, seed: Any, orthogonal: Any, control_variate: Any) -> tuple[int, int, bool, bool]:
-    d_feat = validate.integer(features, "features", 1, " (the number D of random features)", maximum=_MAX_FEATURES)
-    s = validate.integer(seed, "seed", 0, maximum=2**63 - 1)
+    d_feat = validate.features(features)
+    s = validate.seed(seed)
     for value, name in ((orthogonal, "orthogonal"), (control_variate, "control_variate")):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False, got {value!r}")

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from hypviz.attention.checks import check_kind, check_temperature, checked_inputs, flatten_batch, resolve_device
-from hypviz.attention.comparison import Comparison
+from hypviz.attention.comparison import TOPK_MAX, Comparison
 from hypviz.attention.kernels import Operands, SharedLogits, check_logit_range, operands, options, rows_for, softmax_rows_
 from hypviz.attention.row_blocks import (
     TILT_MAX_GAP,
@@ -299,10 +299,12 @@ def compare(
         v = None if v is None else lift(v[..., 1:].float(), kf)
     d = q.shape[-1] - 1
     tau = check_temperature(temperature, d)
-    seed_f = seed if rf_seed is None else rf_seed
-    opts = {**options(kind_a, power, norm_scale, features, seed_f), **options(kind_b, power, norm_scale, features, seed_f)}
+    seed = validate.seed(seed, "seed")
+    seed_f, seed_name = (seed, "seed") if rf_seed is None else (validate.seed(rf_seed, "rf_seed"), "rf_seed")
+    opts = {**options(kind_a, power, norm_scale, features, seed_f, seed_name=seed_name),
+            **options(kind_b, power, norm_scale, features, seed_f, seed_name=seed_name)}
     p_f, s_f = opts.get("power"), opts.get("norm_scale")
-    topk = validate.integer(topk, "topk", 1)
+    topk = validate.integer(topk, "topk", 1, maximum=TOPK_MAX)
     block_rows = validate.integer(block_rows, "block_rows", 1, " (None: automatic)", allow_none=True)
     memory_budget = validate.integer(memory_budget, "memory_budget", 1, " (bytes; None: automatic)", allow_none=True)
     if spearman is not None and not isinstance(spearman, bool):
@@ -312,7 +314,6 @@ def compare(
     n_total, row_index = q.shape[-2], None
     if rows is not None:
         rows = validate.integer(rows, "rows", 2, " (query rows to sample; None: all)", allow_none=True)
-        seed = validate.integer(seed, "seed")
         if rows < n_total:
             gen = torch.Generator().manual_seed(int(seed))
             row_index = torch.randperm(n_total, generator=gen)[: int(rows)].sort().values

@@ -11,10 +11,14 @@ import math
 import numbers
 from typing import Any
 
-__all__ = ["SEED_MAX", "positive", "number", "integer", "seed", "choice", "float_dtype"]
+__all__ = ["SEED_MAX", "FEATURES_MAX", "positive", "number", "integer", "seed", "features", "choice", "float_dtype"]
 
 #: The largest seed: ``torch.Generator.manual_seed`` takes ``0 .. 2**64 - 1``.
 SEED_MAX = 2**64 - 1
+
+#: The largest number D of random features (``"distance_rf"``), for the API and the CLI's ``--features`` alike:
+#: 2**22 directions of d + 1 float64 coordinates (the operands' size is then checked against the memory budget).
+FEATURES_MAX = 2**22
 
 
 def _fail(name: str, expected: str, value: Any, hint: str = "", exc: type[Exception] = ValueError) -> Exception:
@@ -98,6 +102,12 @@ def integer(
 def seed(value: Any, name: str = "seed") -> int:
     """``value`` as a seed of ``torch.Generator.manual_seed``: an integer from 0 to :data:`SEED_MAX` = 2**64 - 1."""
     return integer(value, name, 0, " = 2**64 - 1", maximum=SEED_MAX)
+
+
+def features(value: Any, name: str = "features") -> int:
+    """``value`` as a number of random features: an integer from 1 to :data:`FEATURES_MAX` = 2**22."""
+    return integer(value, name, 1, f" = 2**{FEATURES_MAX.bit_length() - 1} (the number D of random features)",
+                   maximum=FEATURES_MAX)
 
 
 def choice(value: Any, name: str, allowed: tuple[str, ...]) -> str:

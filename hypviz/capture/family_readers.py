@@ -73,7 +73,7 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import nn
 
-from hypviz.capture.readers import Recorder, copy_tensor, dropout_active, dtype_name, read_points, verified
+from hypviz.capture.readers import PerThread, Recorder, copy_tensor, dropout_active, dtype_name, read_points, verified
 from hypviz.capture.records import LayerRecord, add_mode
 from hypviz.lorentz import from_poincare
 
@@ -181,8 +181,21 @@ class Reader:
 
     def __init__(self, cap: Recorder, name: str, layer: nn.Module):
         self.cap, self.name, self.layer = cap, name, layer
-        self.calls = 0
-        self.cur: dict[str, Any] = {}
+        self._per_thread = PerThread(dict)  # a model called from several threads: each call recorded whole
+
+    @property
+    def cur(self) -> dict[str, Any]:
+        """The calling thread's call in progress (empty outside a call)."""
+        return self._per_thread.value
+
+    @cur.setter
+    def cur(self, state: dict[str, Any]) -> None:
+        self._per_thread.value = state
+
+    @property
+    def calls(self) -> int:
+        """Calls recorded so far (across threads); the call in progress is numbered this."""
+        return self._per_thread.calls
 
     # ---- what a subclass may override ----
     @classmethod
@@ -296,10 +309,11 @@ class Reader:
         half = dtype in ("float16", "bfloat16")
         k = fields["k"]
         multi = q.shape[0] > 1
+        call = self._per_thread.next_call()  # numbered under a lock: calls from several threads get distinct numbers
         for b in range(q.shape[0]):
             qb, kb = read_points(q[b], k, half), read_points(kk[b], k, half)
             vb = None if v is None else read_points(v[b], k, half)
-            rec = LayerRecord(name=self.name, queries=qb, keys=kb, values=vb, call=self.calls, dtype=dtype,
+            rec = LayerRecord(name=self.name, queries=qb, keys=kb, values=vb, call=call, dtype=dtype,
                               training=bool(self.layer.training), batch=b if multi else None,
                               mask=None if mask is None else mask[b], **fields).check()
             if note is not None or seen is None:
@@ -309,7 +323,6 @@ class Reader:
             else:
                 rec = verified(rec, seen[b], aux(b) if aux else None)
             self.cap.raw.append(rec)
-        self.calls += 1
         if dropout_active(self.layer):
             self.cap.dropout.append(self.name)
 

@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import inspect
 import math
+import threading
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -174,6 +175,43 @@ def _verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: b
                     "layer computes")
 
 
+class PerThread:
+    """One layer call's state per calling thread: a model called from several threads at once (each thread's forward
+    runs its hooks in that thread) records each call whole, never one call's heads mixed with another's.
+
+    ``value`` is the calling thread's state (``default()`` when it has none); ``next_call()`` numbers calls
+    across threads under a lock.
+    """
+
+    def __init__(self, default: Callable[[], Any]):
+        self._state: dict[int, Any] = {}
+        self._default = default
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    @property
+    def value(self) -> Any:
+        return self._state.get(threading.get_ident(), self._default())
+
+    @value.setter
+    def value(self, state: Any) -> None:
+        self._state[threading.get_ident()] = state
+
+    def states(self) -> list[Any]:
+        """Every thread's current state (a snapshot)."""
+        return list(self._state.values())
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def next_call(self) -> int:
+        """The next call's number (0, 1, ...), whichever thread asks."""
+        with self._lock:
+            call, self._calls = self._calls, self._calls + 1
+            return call
+
+
 class HypformerReader:
     """Hooks and per-call buffers of one Hypformer-style layer.
 
@@ -212,9 +250,21 @@ class HypformerReader:
         self.use_wv = isinstance(wv, nn.ModuleList) and bool(getattr(layer, "use_weight", True))
         if self.use_wv and len(wv) != self.h:
             raise ValueError(f"layer {name!r}: Wq has {self.h} heads but Wv has {len(wv)}; expected one map per head")
-        self.current: dict[str, Any] | None = None
-        self.calls = 0
+        self._per_thread = PerThread(lambda: None)
         self.source_index: tuple[str | None, int] | None = None
+
+    @property
+    def current(self) -> dict[str, Any] | None:
+        """The calling thread's call in progress (None outside a call)."""
+        return self._per_thread.value
+
+    @current.setter
+    def current(self, state: dict[str, Any] | None) -> None:
+        self._per_thread.value = state
+
+    @property
+    def calls(self) -> int:
+        return self._per_thread.calls
 
     def register(self) -> list[Any]:
         handles = [
@@ -304,8 +354,7 @@ class HypformerReader:
                 cur["self_term"] = None
         elif module.attention_type == "linear_focused" and vmap is None and cur["values"] and all(cur["values"]):
             cur["self_term"] = torch.zeros(())  # a layer without v_map_mlp adds no self term
-        call = self.calls
-        self.calls += 1
+        call = self._per_thread.next_call()
         try:
             self.cap.raw.append(self._build(cur, call))
         except (TypeError, ValueError) as exc:
@@ -412,9 +461,12 @@ class GenericReader:
     def __init__(self, cap: Recorder, name: str, modules: tuple[str, ...]):
         self.cap, self.name, self.modules = cap, name, modules
         self.roles = ROLES[: len(modules)]
-        self.queue: dict[str, list[torch.Tensor]] = {r: [] for r in self.roles}
+        self._per_thread = PerThread(lambda: {r: [] for r in self.roles})  # each calling thread's outputs, in order
         self.dtypes: list[str | None] = []
-        self.calls = 0
+
+    @property
+    def calls(self) -> int:
+        return self._per_thread.calls
 
     def push(self, role: str, module_name: str, output: Any) -> None:
         if not isinstance(output, torch.Tensor) or not output.is_floating_point():
@@ -424,16 +476,17 @@ class GenericReader:
                 "expected a floating-point tensor of points"
             )
             return
-        self.queue[role].append(copy_tensor(output))
+        queue = self._per_thread.value
+        self._per_thread.value = queue
+        queue[role].append(copy_tensor(output))
         if role == "queries":
             self.dtypes.append(dtype_name(output))
-        if all(self.queue[r] for r in self.roles):
-            outs = {r: self.queue[r].pop(0) for r in self.roles}
-            self.cap.raw.append((self, self.calls, outs))
-            self.calls += 1
+        if all(queue[r] for r in self.roles):
+            outs = {r: queue[r].pop(0) for r in self.roles}
+            self.cap.raw.append((self, self._per_thread.next_call(), outs))
 
     def leftovers(self) -> str | None:
-        counts = {r: len(q) for r, q in self.queue.items()}
+        counts = {r: sum(len(q[r]) for q in self._per_thread.states()) for r in self.roles}
         if not any(counts.values()):
             return None
         ran = ", ".join(f"{r} module {m!r} {self.calls + counts[r]} times" for r, m in zip(self.roles, self.modules))

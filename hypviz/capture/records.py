@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import uuid
 from pathlib import Path
@@ -64,11 +65,16 @@ EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
 
 
 def opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool = True) -> float | None:
+    """``value`` as a float: a real number (a Python or numpy int or float; never a bool, a string or a tensor),
+    finite (and > 0 with ``positive``), or None with ``none_ok``; else a one-line ``ValueError`` (wrong value) or
+    ``TypeError`` (wrong type) naming ``name``."""
     what = ("a positive finite number" if positive else "a finite number") + (" or None" if none_ok else "")
     if value is None and none_ok:
         return None
     if value is None or isinstance(value, bool):
         raise ValueError(f"{name} must be {what}, got {short(value)}")
+    if not isinstance(value, numbers.Real):  # a string, a tensor (even of one value), a complex number ...
+        raise TypeError(f"{name} must be {what}, got {_what(value)}")
     try:
         v = float(value)
     except (TypeError, ValueError, RuntimeError):
@@ -76,6 +82,13 @@ def opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool = 
     if not math.isfinite(v) or (positive and v <= 0.0):
         raise ValueError(f"{name} must be {what}, got {short(value)}")
     return v
+
+
+def _what(value: Any) -> str:
+    """A wrong-typed value, named by its type (and shape, for a tensor), in a message."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {short(value)}"
 
 
 @dataclasses.dataclass(eq=False, repr=False)
@@ -188,7 +201,7 @@ class LayerRecord:
             raise TypeError(f"LayerRecord.name must be a string, got {type(self.name).__name__}")
         if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
             raise ValueError(f"LayerRecord {short(self.name)}: call must be an integer >= 0, got {short(self.call)}")
-        self.k = check_k(self.k)
+        self.k = check_k(opt_float(self.k, f"LayerRecord {short(self.name)}: k", positive=True, none_ok=False))
         if self.mode not in _MODES:
             raise ValueError(
                 f"LayerRecord {short(self.name)}: mode must be one of {', '.join(map(repr, _MODES))}, "
@@ -211,6 +224,9 @@ class LayerRecord:
         if any(getattr(self, o) is None for o in needs):
             raise ValueError(f"LayerRecord {short(self.name)}: kind {self.kind!r} needs {' and '.join(needs)}, got None")
         self.bias = opt_float(self.bias, f"LayerRecord {short(self.name)}: bias")
+        if isinstance(self.scale_sign, bool) or not isinstance(self.scale_sign, numbers.Integral):
+            raise TypeError(f"LayerRecord {short(self.name)}: scale_sign must be 1 or -1, got {_what(self.scale_sign)}")
+        self.scale_sign = int(self.scale_sign)
         if self.scale_sign not in (1, -1):
             raise ValueError(f"LayerRecord {short(self.name)}: scale_sign must be 1 or -1, got {short(self.scale_sign)}")
         self.verify_error = opt_float(self.verify_error, f"LayerRecord {short(self.name)}: verify_error")

@@ -206,7 +206,7 @@ def _seed(text: str) -> int:
     return value
 
 
-FEATURES_MAX = 2**16  # --features: the random-feature operands take (queries + keys) x D numbers a head
+FEATURES_MAX = validate.FEATURES_MAX  # --features: the API's maximum, one constant
 
 
 def _features(text: str) -> int:
@@ -217,7 +217,8 @@ def _features(text: str) -> int:
     if not 1 <= value <= FEATURES_MAX:
         shown = text if len(text) <= 30 else text[:30] + "..."
         raise argparse.ArgumentTypeError(
-            f"expected an integer from 1 to 2**16 = {FEATURES_MAX} (random features of each query and key), got {shown!r}"
+            f"expected an integer from 1 to 2**{FEATURES_MAX.bit_length() - 1} = {FEATURES_MAX} "
+            f"(random features of each query and key), got {shown!r}"
         )
     return value
 

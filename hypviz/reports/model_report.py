@@ -188,7 +188,8 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
 
 def _restricted(rec: Any, tau: float, verified: bool) -> tuple[attention.Comparison | None, attention.Comparison]:
     """The model's map (when verified and not the distance softmax itself) and the spatial softmax, each against the
-    distance softmax, all restricted to the keys the layer attends (its mask, or the adjacency's non-zero entries),
+    distance softmax, all restricted to the keys the layer attends (its mask, or the adjacency's non-zero entries)
+    and judged against the uniform row over those keys (``compare_maps(keep=...)``),
     each head at its own temperature where the layer learns one (``head_temperatures``)."""
     import torch
 
@@ -211,11 +212,12 @@ def _restricted(rec: Any, tau: float, verified: bool) -> tuple[attention.Compari
                                 for h, t in enumerate(taus)]))
     p_thr = restrict(torch.cat([attention.attention_map(q[h:h + 1], kk[h:h + 1], THREAD, k=rec.k, temperature=t)
                                 for h, t in enumerate(taus)]))
-    thread = attention.compare_maps(p_thr, p_ref, a=THREAD, b=REFERENCE, values=rec.values, k=rec.k)
+    # judged over the keys each row attends: its uniform baseline is the uniform row over those keys
+    thread = attention.compare_maps(p_thr, p_ref, a=THREAD, b=REFERENCE, keep=keep, values=rec.values, k=rec.k)
     own = None
     if verified and not (rec.kind == REFERENCE and getattr(rec, "scale_sign", 1) > 0):
-        own = attention.compare_maps(restrict(layer_map(rec)), p_ref, a=rec.kind, b=REFERENCE, values=rec.values,
-                                     k=rec.k)
+        own = attention.compare_maps(restrict(layer_map(rec)), p_ref, a=rec.kind, b=REFERENCE, keep=keep,
+                                     values=rec.values, k=rec.k)
     return own, thread
 
 
