@@ -41,7 +41,7 @@ Two ways a layer is found:
 * **The field's other families, by structure** (:mod:`hypviz.capture.family_readers`, which names the file and
   commit each reader was written from): HyperCore's ``LorentzMultiheadAttention`` and HELM's copy of it
   (:math:`\tau = \mathrm{scale}/2`, masks, RoPE, heads concatenated by ``final_linear``), HELM's HMLA
-  ``LorentzMLA`` (latent queries and keys, RoPE on part of the dimensions), HyboNet's machine-translation
+  ``LorentzMLA`` (latent keys, latent queries when ``q_lora_rank > 0``, RoPE on part of the dimensions), HyboNet's machine-translation
   ``LorentzMultiHeadedAttention`` (:math:`\tau = \mathrm{scale}/2`, ``mid_point`` per head, padding mask,
   ``layer_cache``), the Lorentz GCN gate as HyboNet and HyperCore ship it (kind ``"sigmoid"``, rows not
   normalised, times the adjacency) and HNN++-style Poincare-ball attention (kind ``"poincare"``,

@@ -495,8 +495,8 @@ class HMLAReader(Reader):
         seen = _heads(copy_tensor(cur["concat_in"]), h).double()
         rope = _num(getattr(self.layer, "qk_rope_head_dim", None))
         self.emit(q, kk, v, seen, dtype=dtype_name(got[0]), mask=_keep(mask, q.shape[0], q.shape[2], kk.shape[2]),
-                  detail=f"latent queries and keys, RoPE on the last {int(rope) - 1 if rope else '?'} spatial dims "
-                         "of each head")
+                  detail=f"{'latent queries' if _num(getattr(self.layer, 'q_lora_rank', None)) else 'queries from wq'}"
+                         f" and latent keys, RoPE on the last {int(rope) - 1 if rope else '?'} spatial dims of each head")
 
 
 class HyboNetReader(Reader):
