@@ -55,6 +55,7 @@ QUICK = frozenset(f"tests/{name}.py" for name in (
     "test_bounds", "test_data", "test_gradients", "test_identities", "test_kinds", "test_layering",
     "test_lorentz", "test_lorentz_oracle", "test_packaging", "test_random_features", "test_toymodel",
     "test_verdict", "test_cli_inputs", "test_compare_measures", "test_readme", "test_notebook_pipeline",
+    "test_test_command",
 ))
 
 
