@@ -138,14 +138,22 @@ def built_site(kind: str, work: Path) -> Path:
     _requires_sphinx()
     if kind not in ("real", "tiny"):
         raise ValueError(f"kind must be 'real' or 'tiny', got {kind!r}")
-    done = work / f"{kind}.built"
+    done, out = work / f"{kind}.built", work / kind / "html"
     with _run_lock(work, f"site-{kind}"):
         if not done.is_file():
             nbs = tiny_notebooks(work / "tiny-notebooks") if kind == "tiny" else site.NOTEBOOKS
-            site.build(work / kind / "html", notebooks_dir=nbs, warnings_as_errors=False,
-                       warnings_file=work / f"{kind}-warnings.txt", log=lambda *_: None)
-            done.write_text("built\n")
-    return work / kind / "html"
+            if kind == "tiny":  # what test_build_replaces_the_output_whole_... checks: a stale page, the notebooks
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "stale.html").write_text("from an earlier build")
+                (work / "tiny-notebooks-before.json").write_text(json.dumps(_digests(nbs)))
+            index = site.build(out, notebooks_dir=nbs, warnings_as_errors=False,
+                               warnings_file=work / f"{kind}-warnings.txt", log=lambda *_: None)
+            done.write_text(str(index))
+    return out
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
 def site_warnings(kind: str, work: Path) -> list[str]:
@@ -379,18 +387,13 @@ def test_tiny_site_maths_links_and_long_lines(tiny):
 # --------------------------------------------------------------------------- #
 # the build script
 # --------------------------------------------------------------------------- #
-def test_build_replaces_the_output_whole_and_leaves_no_temporary_folders(tmp_path):
-    _requires_sphinx()
-    nbs = tiny_notebooks(tmp_path / "nbs")
-    before = {p.name: p.read_bytes() for p in nbs.iterdir()}
-    out = tmp_path / "build" / "html"
-    out.mkdir(parents=True)
-    (out / "stale.html").write_text("from an earlier build")
-    index = site.build(out, notebooks_dir=nbs, warnings_as_errors=False, log=lambda *_: None)
-    assert index == out / "index.html" and index.is_file()
-    assert not (out / "stale.html").exists()
-    assert sorted(p.name for p in (tmp_path / "build").iterdir()) == ["html"], "temporary folders left behind"
-    assert {p.name: p.read_bytes() for p in nbs.iterdir()} == before, "the build must not touch the notebooks"
+def test_build_replaces_the_output_whole_and_leaves_no_temporary_folders(tiny, run_folder):
+    """The tiny site (``built_site``) was built into a folder holding a page of an earlier build."""
+    assert (run_folder / "tiny.built").read_text() == str(tiny / "index.html") and (tiny / "index.html").is_file()
+    assert not (tiny / "stale.html").exists()
+    assert sorted(p.name for p in tiny.parent.iterdir()) == ["html"], "temporary folders left behind"
+    before = json.loads((run_folder / "tiny-notebooks-before.json").read_text())
+    assert _digests(run_folder / "tiny-notebooks") == before, "the build must not touch the notebooks"
     assert not list((ROOT / "docs").rglob("_readme.md")) and not (ROOT / "docs" / "notebooks").exists()
 
 
