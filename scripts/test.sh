@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 venv="${HYPVIZ_VENV:-.venv}"
 export MPLBACKEND=Agg PYTHONHASHSEED=0
+# More processes than CPUs here (the workers, the perturbed runs, their kernels): torch's OpenMP threads
+# sleep when idle instead of spinning (no effect on any result, only on the CPU time spent waiting).
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 workers="${HYPVIZ_TEST_WORKERS:-$("$venv/bin/python" -c 'import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())')}"
 exec "$venv/bin/python" -m pytest tests notebooks \
     --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \

@@ -31,22 +31,34 @@ def points():
 
 
 # --------------------------------------------------------------------------- #
-# the test command's order and tiers (bash scripts/test.sh; CONTRIBUTING, "Running the tests")
+# the test command's order and tiers (bash scripts/test.sh; CONTRIBUTING.md, "Tests")
 # --------------------------------------------------------------------------- #
 #: Files that run first, in this order.  ``bash scripts/test.sh`` hands whole files to its workers
 #: (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``) in the order of the collection, so
 #: the longest go first and the short ones fill the gaps at the end.  The perturbed notebook runs
 #: (``test_portability``) lead: their three processes then share the CPUs with everything else
-#: instead of starting after it.  The site's tests come early and apart, since the second of them
-#: waits for the one build of the site that the first starts (``run_folder``).
+#: instead of starting after it.  The site's tests come early, the browser's after them, so that
+#: the one build of the site (``run_folder``) is made before the browser asks for it.  The rest
+#: is by measured time, longest first; files not named follow in the collection's order.
 FIRST = (
     "tests/test_portability.py",
     "tests/test_site.py",
-    "tests/test_benchmarks.py",
-    "tests/test_cli_faults.py",
-    "notebooks/",
     "tests/test_browser.py",
-    "tests/test_compare_paths.py",
+    "notebooks/10_linear_distance_attention.ipynb",
+    "notebooks/08_where_it_breaks.ipynb",
+    "tests/test_hostile_paths.py",
+    "tests/test_benchmarks.py",
+    "notebooks/05_attention_maps.ipynb",
+    "notebooks/04_small_norm_taylor.ipynb",
+    "tests/test_symbolic.py",
+    "tests/test_cli_faults.py",
+    "tests/test_cli.py",
+    "notebooks/",
+    "tests/test_sampled_compare.py",
+    "tests/test_gpu_script.py",
+    "tests/test_plots_manifold.py",
+    "tests/test_plots_explorables.py",
+    "tests/test_plots_attention.py",
 )
 
 #: The quick tier (``-m quick``): the files that together run in well under 2 minutes on 2 cores

@@ -21,11 +21,11 @@ def test_every_file_the_order_and_the_quick_tier_name_exists():
 
 def test_the_perturbed_runs_go_first_and_each_file_keeps_its_place():
     ranks = {path: conftest._rank(path) for path in (
-        "tests/test_portability.py", "tests/test_site.py", "notebooks/05_attention_maps.ipynb",
-        "notebooks/01_lorentzian_inner_product.ipynb", "tests/test_lorentz.py", "tests/test_kinds.py")}
+        "tests/test_portability.py", "tests/test_site.py", "tests/test_browser.py", "notebooks/01_lorentzian_inner_product.ipynb",
+        "notebooks/02_squared_lorentzian_distance.ipynb", "tests/test_lorentz.py", "tests/test_kinds.py")}
     assert ranks["tests/test_portability.py"] == 0
-    assert ranks["tests/test_portability.py"] < ranks["tests/test_site.py"] < ranks["notebooks/05_attention_maps.ipynb"]
-    assert ranks["notebooks/01_lorentzian_inner_product.ipynb"] == ranks["notebooks/05_attention_maps.ipynb"]
+    assert ranks["tests/test_site.py"] < ranks["tests/test_browser.py"] < ranks["notebooks/01_lorentzian_inner_product.ipynb"]
+    assert ranks["notebooks/01_lorentzian_inner_product.ipynb"] == ranks["notebooks/02_squared_lorentzian_distance.ipynb"]
     assert ranks["tests/test_lorentz.py"] == ranks["tests/test_kinds.py"] == len(conftest.FIRST)
 
 
