@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# The whole test suite: unit + property + oracle tests (tests/) and nbval over notebooks/.
-#   bash scripts/test.sh [extra pytest arguments]
+# The whole test suite: unit + property + oracle tests (tests/) and nbval over notebooks/, spread
+# over the machine's CPUs by pytest-xdist.
+#   bash scripts/test.sh [extra pytest arguments]      e.g. -m quick (the edit-test loop's tier)
+# Whole files go to the workers (--dist loadfile: a notebook's cells run in order in one kernel, a
+# module's fixtures are made once), in the order tests/conftest.py gives them (the perturbed notebook
+# runs and the longest files first: --no-loadscope-reorder keeps it).  HYPVIZ_TEST_WORKERS sets the
+# number of workers (default: the CPUs this process may use; 0 runs everything in this process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 venv="${HYPVIZ_VENV:-.venv}"
 export MPLBACKEND=Agg PYTHONHASHSEED=0
+# More processes than CPUs here (the workers, the perturbed runs, their kernels): torch's OpenMP threads
+# sleep when idle instead of spinning (no effect on any result, only on the CPU time spent waiting).
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+workers="${HYPVIZ_TEST_WORKERS:-$("$venv/bin/python" -c 'import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())')}"
 exec "$venv/bin/python" -m pytest tests notebooks \
     --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
+    -n "$workers" --dist loadfile --no-loadscope-reorder \
     -p no:cacheprovider "$@"

@@ -8,6 +8,9 @@ that they lie on the float32 hyperboloid.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -25,3 +28,72 @@ def lifted_points(n: int, d: int, r: float, *, k: float = 1.0, seed: int = 0, le
 def points():
     """The suite's point generator (:func:`lifted_points`)."""
     return lifted_points
+
+
+# --------------------------------------------------------------------------- #
+# the test command's order and tiers (bash scripts/test.sh; CONTRIBUTING.md, "Tests")
+# --------------------------------------------------------------------------- #
+#: Files that run first, in this order.  ``bash scripts/test.sh`` hands whole files to its workers
+#: (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``) in the order of the collection, so
+#: the longest go first and the short ones fill the gaps at the end.  The perturbed notebook runs
+#: (``test_portability``) lead: their three processes then share the CPUs with everything else
+#: instead of starting after it.  The site's tests come early, the browser's after them, so that
+#: the one build of the site (``run_folder``) is made before the browser asks for it.  The rest
+#: is by measured time, longest first; files not named follow in the collection's order.
+FIRST = (
+    "tests/test_portability.py",
+    "tests/test_site.py",
+    "tests/test_browser.py",
+    "notebooks/10_linear_distance_attention.ipynb",
+    "notebooks/08_where_it_breaks.ipynb",
+    "tests/test_hostile_paths.py",
+    "tests/test_benchmarks.py",
+    "notebooks/05_attention_maps.ipynb",
+    "notebooks/04_small_norm_taylor.ipynb",
+    "tests/test_symbolic.py",
+    "tests/test_cli_faults.py",
+    "tests/test_cli.py",
+    "notebooks/",
+    "tests/test_sampled_compare.py",
+    "tests/test_gpu_script.py",
+    "tests/test_plots_manifold.py",
+    "tests/test_plots_explorables.py",
+    "tests/test_plots_attention.py",
+)
+
+#: The quick tier (``-m quick``): the files that together run in well under 2 minutes on 2 cores
+#: and cover every layer's unit tests; ``-m "not quick"`` is the rest.
+QUICK = frozenset(f"tests/{name}.py" for name in (
+    "test_bounds", "test_data", "test_gradients", "test_identities", "test_kinds", "test_layering",
+    "test_lorentz", "test_lorentz_oracle", "test_packaging", "test_random_features", "test_toymodel",
+    "test_verdict", "test_cli_inputs", "test_compare_measures", "test_readme", "test_notebook_pipeline",
+    "test_test_command",
+))
+
+
+def _path(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def _rank(path: str) -> int:
+    return next((i for i, first in enumerate(FIRST) if path == first or (first.endswith("/") and path.startswith(first))),
+                len(FIRST))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the quick tier and put the long files first (a stable sort: each file keeps its own order)."""
+    for item in items:
+        if _path(item) in QUICK:
+            item.add_marker(pytest.mark.quick)
+    items.sort(key=lambda item: _rank(_path(item)))
+
+
+@pytest.fixture(scope="session")
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder shared by every process of this test run: with pytest-xdist, the folder above the
+    workers' own temporary folders (``.../pytest-N`` holding ``popen-gw0``, ``popen-gw1``, ...);
+    without it, this process's own.  pytest removes it with its other old temporary folders."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+

@@ -396,20 +396,20 @@ def test_demo_report_renders_offline(browser, tmp_path, capsys):
 # --------------------------------------------------------------------------- #
 # the documentation site
 # --------------------------------------------------------------------------- #
-def _built(kind: str) -> Path:
+def _built(kind: str, work: Path) -> Path:
     from test_site import built_site
 
-    return built_site(kind)
+    return built_site(kind, work)
 
 
 @pytest.fixture(scope="module")
-def real_site() -> Path:
-    return _built("real")
+def real_site(run_folder) -> Path:
+    return _built("real", run_folder)
 
 
 @pytest.fixture(scope="module")
-def tiny_site() -> Path:
-    return _built("tiny")
+def tiny_site(run_folder) -> Path:
+    return _built("tiny", run_folder)
 
 
 def _pages(site: Path) -> list[Path]:

@@ -439,10 +439,18 @@ def killed(tmp_path_factory, pts):
             _old_report(d / "r")
         jobs[name] = (d, [sys.executable, "-m", "hypviz.cli", "compare", "q.npy", "k.npy", "--out", "r", "--force", *FAST],
                       {**ENV, publishing.PAUSE_ENV: stage})
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(subprocess.run, cmd, cwd=d, env=env, capture_output=True, text=True, timeout=120)
-                   for name, (d, cmd, env) in jobs.items()}
-        return {name: (jobs[name][0], f.result()) for name, f in futures.items()}
+    # the children must start with SIGINT at its default, as from a shell: a test runner's worker may
+    # ignore it (pytest-xdist's do), and an ignored SIGINT is inherited and, rightly, left ignored by
+    # hypviz (nohup); a Python-level handler here becomes the default in a child that execs
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            futures = {name: pool.submit(subprocess.run, cmd, cwd=d, env=env, capture_output=True, text=True, timeout=120)
+                       for name, (d, cmd, env) in jobs.items()}
+            return {name: (jobs[name][0], f.result()) for name, f in futures.items()}
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("case", list(STAGES))

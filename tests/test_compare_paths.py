@@ -41,8 +41,12 @@ FIELDS = ("kl", "tv", "tv_uniform_a", "tv_uniform_b", "logit_gap", "delta", "tv_
     ],
 )
 def test_one_product_equals_two_products(points, monkeypatch, dtype, a, b, r, k, tau):
-    q = points(300, 16, r, k=k, seed=1, lead=(2,), dtype=dtype)
-    kk = points(700, 16, r, k=k, seed=2, lead=(2,), dtype=dtype)
+    # sizes: two batch entries of 150 rows are three row blocks of 64 (the last one partial), and 300
+    # keys of dimension 16; a wrong rank-one update, block boundary or batch index moves a field by
+    # O(1), far above the tolerances, whose rounding terms shrink with the sizes, so these sizes decide
+    # as well as larger ones (each top-1 disagreement is 1/300 of the rows: the 0.99 bar allows 3)
+    q = points(150, 16, r, k=k, seed=1, lead=(2,), dtype=dtype)
+    kk = points(300, 16, r, k=k, seed=2, lead=(2,), dtype=dtype)
     one, two = both_paths(monkeypatch, q, kk, a, b, k=k, temperature=tau, block_rows=64, spearman=True)
     rtol = 1e-9 if dtype == torch.float64 else 2e-4
     for name in FIELDS:
@@ -55,7 +59,7 @@ def test_one_product_equals_two_products(points, monkeypatch, dtype, a, b, r, k,
     assert torch.equal(one.bound_met, two.bound_met)
     # discrete statistics: tie-aware, so the two rounding patterns agree on (almost) every row
     assert float((one.top1 == two.top1).double().mean()) >= 0.99
-    assert float((one.topk_overlap - two.topk_overlap).abs().max()) <= 0.2 + 1e-12
+    assert float((one.topk_overlap - two.topk_overlap).abs().max()) <= 0.2 + 1e-6  # one key of the top 5 (0.2 in float32)
     assert torch.allclose(one.spearman.double(), two.spearman.double(), atol=1e-2)
 
 

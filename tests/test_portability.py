@@ -11,8 +11,10 @@ environments that change the floating-point summation order:
 ``blas-compatible``    ``MKL_CBWR=COMPATIBLE`` (MKL's code path for any x86-64 CPU), torch's AVX2
                        kernels instead of AVX-512, and 64 KiB row blocks in ``attention.compare``
 
-The three runs start together (one subprocess each) and each test waits for its own.  Deselect
-with ``-m "not portability"`` for a quick local run; CI runs them.
+The three runs start together (one subprocess each) and each test waits for its own.  The test
+command puts this file first (``tests/conftest.py``), so that the three runs share the CPUs with the
+rest of the suite instead of starting after it.  Deselect with ``-m "not portability"`` for a quick
+local run; CI runs them.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def runs(tmp_path_factory):
     procs = {}
     for name, extra in PERTURBATIONS.items():
         log = tmp_path_factory.mktemp(name) / "nbval.log"
-        env = {**os.environ, **extra, "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg"}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}  # a plain run, not a worker
+        env.update(extra, PYTHONHASHSEED="0", MPLBACKEND="Agg")
         cmd = [
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval", "--nbval-current-env",
             "--nbval-sanitize-with", str(ROOT / "notebooks" / "sanitize.cfg"), *map(str, NOTEBOOKS),

@@ -1,7 +1,8 @@
 """scripts/site.py and docs/: the documentation site (Sphinx + MyST-NB + sphinx-book-theme).
 
-The real site is built once per test process from the repository (docs/, notebooks/, README.md),
-with warnings as errors, as the main job builds it; a tiny site is built from two made-up
+The real site is built once per test run from the repository (docs/, notebooks/, README.md), by
+whichever process (pytest-xdist worker) needs it first, with its warnings listed (the main job
+builds it with warnings as errors; one test below fails on any warning); a tiny site is built from two made-up
 notebooks that hold every kind of output the engine must handle (a plotly figure with a slider
 and frames, a plotly + PNG bundle, a PNG, LaTeX, a long printed line, links between notebooks).
 ``tests/test_browser.py`` opens the same two builds in Chromium (``built_site`` below).
@@ -11,15 +12,14 @@ These tests read the HTML; they need Sphinx (the ``docs`` extra) and skip withou
 from __future__ import annotations
 
 import argparse
-import atexit
 import base64
+import contextlib
 import hashlib
 import importlib.util
 import json
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -110,43 +110,58 @@ def tiny_notebooks(folder: Path) -> Path:
 
 
 # --------------------------------------------------------------------------- #
-# builds, once per process (test_browser.py uses them too)
+# builds, once per test run, shared by its processes (test_browser.py uses them too)
 # --------------------------------------------------------------------------- #
-_BUILDS: dict[str, Path] = {}
-_WORK: list[Path] = []
+@contextlib.contextmanager
+def _run_lock(folder: Path, name: str):
+    """Hold the exclusive lock ``folder/name.lock`` (``fcntl.flock``): one process of the run at a time."""
+    import fcntl
+
+    with open(folder / f"{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _workdir() -> Path:
-    if not _WORK:
-        _WORK.append(Path(tempfile.mkdtemp(prefix="hypviz-site-tests-")))
-        atexit.register(shutil.rmtree, _WORK[0], True)
-    return _WORK[0]
+def built_site(kind: str, work: Path) -> Path:
+    """The folder of the ``"real"`` site (the repository's) or the ``"tiny"`` one, built once per test run.
 
-
-def built_site(kind: str) -> Path:
-    """The folder of the ``"real"`` site (the repository's) or the ``"tiny"`` one, built once.
-
+    ``work`` is the run's shared folder (the ``run_folder`` fixture of ``conftest.py``): the first
+    process of the run (pytest-xdist worker) that needs a site builds it there, under a lock, from
+    the repository as it is now; the others wait for it and read the same build.  A site is never
+    taken from an earlier run or from ``build/html``, so no stale site can pass a test.
     Both are built with warnings allowed and listed in ``KIND-warnings.txt`` (:func:`site_warnings`):
     a docstring that Sphinx warns about fails one test below, not every test of the site.
     """
     _requires_sphinx()
-    if kind not in _BUILDS:
-        if kind not in ("real", "tiny"):
-            raise ValueError(kind)
-        work = _workdir()
-        nbs = tiny_notebooks(work / "tiny-notebooks") if kind == "tiny" else site.NOTEBOOKS
-        site.build(work / kind / "html", notebooks_dir=nbs, warnings_as_errors=False,
-                   warnings_file=work / f"{kind}-warnings.txt", log=lambda *_: None)
-        _BUILDS[kind] = work / kind / "html"
-    return _BUILDS[kind]
+    if kind not in ("real", "tiny"):
+        raise ValueError(f"kind must be 'real' or 'tiny', got {kind!r}")
+    done, out = work / f"{kind}.built", work / kind / "html"
+    with _run_lock(work, f"site-{kind}"):
+        if not done.is_file():
+            nbs = tiny_notebooks(work / "tiny-notebooks") if kind == "tiny" else site.NOTEBOOKS
+            if kind == "tiny":  # what test_build_replaces_the_output_whole_... checks: a stale page, the notebooks
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "stale.html").write_text("from an earlier build")
+                (work / "tiny-notebooks-before.json").write_text(json.dumps(_digests(nbs)))
+            index = site.build(out, notebooks_dir=nbs, warnings_as_errors=False,
+                               warnings_file=work / f"{kind}-warnings.txt", log=lambda *_: None)
+            done.write_text(str(index))
+    return out
 
 
-def site_warnings(kind: str) -> list[str]:
+def _digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def site_warnings(kind: str, work: Path) -> list[str]:
     """The warnings of both builds of ``kind`` (English, then the second language's)."""
-    built_site(kind)
+    built_site(kind, work)
     lines = []
     for name in (f"{kind}-warnings.txt", f"{kind}-warnings-{site.SECOND_LANGUAGE}.txt"):
-        path = _workdir() / name
+        path = work / name
         if path.is_file():
             lines += [line for line in path.read_text().splitlines() if line.strip()]
     return lines
@@ -196,27 +211,27 @@ def _figure_payloads(html: str) -> list[dict]:
 # the real site
 # --------------------------------------------------------------------------- #
 @pytest.fixture(scope="module")
-def real():
-    return built_site("real")
+def real(run_folder):
+    return built_site("real", run_folder)
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return built_site("tiny")
+def tiny(run_folder):
+    return built_site("tiny", run_folder)
 
 
-def test_real_site_builds_without_a_sphinx_warning(real):
+def test_real_site_builds_without_a_sphinx_warning(real, run_folder):
     """The main job builds with -W: a docstring or notebook that Sphinx warns about fails it."""
-    warnings = site_warnings("real")
+    warnings = site_warnings("real", run_folder)
     assert not warnings, "Sphinx warned (the main job would fail):\n" + "\n".join(warnings)
 
 
-def test_tiny_site_pages_build_without_a_warning(tiny):
+def test_tiny_site_pages_build_without_a_warning(tiny, run_folder):
     """The engine itself (conf.py, the extensions, the pages, the notebooks' outputs) warns about nothing.
 
     Docstring warnings are left to the test above: they come from the package, not the engine.
     """
-    warnings = [w for w in site_warnings("tiny") if not _docstring_warning(w) and not _real_notebook_link(w)]
+    warnings = [w for w in site_warnings("tiny", run_folder) if not _docstring_warning(w) and not _real_notebook_link(w)]
     assert not warnings, "\n".join(warnings)
 
 
@@ -320,8 +335,7 @@ def test_real_site_figures_and_assets_are_local(real):
             assert site.network_references(_text(page)) == [], page
 
 
-def test_real_site_search_index_finds_the_pages():
-    real = built_site("real")
+def test_real_site_search_index_finds_the_pages(real):
     text = _text(real / "searchindex.js")
     index = json.loads(text[text.index("(") + 1 : text.rindex(")")])
     docnames = index["docnames"]
@@ -373,18 +387,13 @@ def test_tiny_site_maths_links_and_long_lines(tiny):
 # --------------------------------------------------------------------------- #
 # the build script
 # --------------------------------------------------------------------------- #
-def test_build_replaces_the_output_whole_and_leaves_no_temporary_folders(tmp_path):
-    _requires_sphinx()
-    nbs = tiny_notebooks(tmp_path / "nbs")
-    before = {p.name: p.read_bytes() for p in nbs.iterdir()}
-    out = tmp_path / "build" / "html"
-    out.mkdir(parents=True)
-    (out / "stale.html").write_text("from an earlier build")
-    index = site.build(out, notebooks_dir=nbs, warnings_as_errors=False, log=lambda *_: None)
-    assert index == out / "index.html" and index.is_file()
-    assert not (out / "stale.html").exists()
-    assert sorted(p.name for p in (tmp_path / "build").iterdir()) == ["html"], "temporary folders left behind"
-    assert {p.name: p.read_bytes() for p in nbs.iterdir()} == before, "the build must not touch the notebooks"
+def test_build_replaces_the_output_whole_and_leaves_no_temporary_folders(tiny, run_folder):
+    """The tiny site (``built_site``) was built into a folder holding a page of an earlier build."""
+    assert (run_folder / "tiny.built").read_text() == str(tiny / "index.html") and (tiny / "index.html").is_file()
+    assert not (tiny / "stale.html").exists()
+    assert sorted(p.name for p in tiny.parent.iterdir()) == ["html"], "temporary folders left behind"
+    before = json.loads((run_folder / "tiny-notebooks-before.json").read_text())
+    assert _digests(run_folder / "tiny-notebooks") == before, "the build must not touch the notebooks"
     assert not list((ROOT / "docs").rglob("_readme.md")) and not (ROOT / "docs" / "notebooks").exists()
 
 
