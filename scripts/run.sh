@@ -4,24 +4,31 @@
 # committed outputs into build/html/ (Sphinx + MyST-NB, offline; the test command's nbval run checks
 # those outputs), and write the demo attention report to build/demo/.
 #   bash scripts/run.sh
-# It talks: a line per step with the time since the start, and a "still ..." line at least every
-# 20 s while a long step (the installs, the site build) runs.  It is incremental: the installs are
+# It talks: a line per step with the time since the start, and a "still ..." line every 20 s while a long step (the installs, the site build) runs.  It is incremental: the installs are
 # skipped when a stamp of constraints.txt, pyproject.toml, the torch pin and the extras matches the
 # one written after the last successful install (in the venv), and scripts/site.py keeps a site
-# whose inputs are unchanged ("unchanged, kept").  HYPVIZ_REINSTALL=1 forces the installs.
+# whose inputs are unchanged ("unchanged, kept").  HYPVIZ_REINSTALL=1 forces the installs;
+# HYPVIZ_TICK sets the seconds between the "still ..." lines (default 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${HYPVIZ_VENV:-.venv}"
 extras=lab
 start=$SECONDS
 ticker=""
+tick="${HYPVIZ_TICK:-20}"
 
 say() { printf 'hypviz [%3ds] %s\n' "$((SECONDS - start))" "$*"; }
-# a background "still <what>" line every 20 s until stop_ticker; it ends with this script
+# a background "still <what>" line every $tick s until stop_ticker; it ends with this script
 start_ticker() {
     local what="$1" began=$SECONDS
-    ( trap 'exit 0' TERM
-      while sleep 20; do printf 'hypviz [%3ds] ... still %s (%ds so far)\n' "$((SECONDS - start))" "$what" "$((SECONDS - began))"; done ) &
+    # (sleep in the background and wait for it: a TERM interrupts the wait at once; sleep holds no
+    # copy of stdout, so a pipe reading this script's output closes when the script ends)
+    ( trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+      while :; do
+          sleep "$tick" </dev/null >/dev/null 2>&1 & nap=$!
+          wait "$nap"
+          printf 'hypviz [%3ds] ... still %s (%ds so far)\n' "$((SECONDS - start))" "$what" "$((SECONDS - began))"
+      done ) &
     ticker=$!
 }
 stop_ticker() {
