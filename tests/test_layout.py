@@ -196,3 +196,23 @@ def test_the_chrome_stays_in_the_article_header(browser, page, width):
     finally:
         tab.close()
 
+
+
+@pytest.mark.parametrize("page", ["index.html", "zh_CN/index.html"])
+def test_the_headline_figure_enlarges_on_click(browser, page):
+    """The landing page's headline figure opens in the overlay at more than its shown width (its full resolution)."""
+    tab = browser.tab((_site() / page).as_uri(), width=1280)
+    try:
+        _wait_fitted(tab, page)
+        shown = json.loads(tab.eval(
+            "(() => { const i = document.querySelector('img.hypviz-headline, figure.hypviz-headline img');"
+            " i.scrollIntoView(); const r = i.getBoundingClientRect();"
+            " return JSON.stringify({x: r.left + r.width / 2, y: r.top + r.height / 2, w: r.width, natural: i.naturalWidth,"
+            " enlarge: i.getAttribute('data-hypviz-enlarge')}); })()"))
+        assert shown["enlarge"] == "yes", f"{page}: the headline figure is not set up to enlarge"
+        tab.click(shown["x"], shown["y"])
+        assert tab.wait_for("!!document.querySelector('div.hypviz-lightbox img')", timeout=10), f"{page}: no overlay after a click"
+        big = tab.eval("document.querySelector('div.hypviz-lightbox img').getBoundingClientRect().width")
+        assert big > shown["w"] + 50 and big <= shown["natural"] + 1, (page, big, shown)
+    finally:
+        tab.close()

@@ -210,6 +210,7 @@ def alt_text(source: str, before: str = "", section: str = "", language: str | N
     if chinese:
         prefix, titled = ALT_WORDS["zh_CN"]
         where = f"{prefix}（{_plain(section)}）" if section else prefix
+        sentence = sentence.rstrip("。！？；：，")
         if sentence:
             text = f"{where}：{sentence[:250]}"
             return f"{text}（{titled}：{'; '.join(titles)[:200]}）" if titles else text
