@@ -2,7 +2,8 @@
 
 Every page of the repository's site (both languages; built once by ``tests/test_site.py``'s
 ``built_site``) is loaded in one browser tab after another and measured at 1280 and at 800 px
-(the same tab, resized): a code cell's output, a display equation or a table fails when its
+(the same tab, resized): a page fails when it scrolls sideways, and a code cell's output, an
+equation (display or inline) or a table fails when its
 content is clipped (an overflow box whose ``scrollWidth`` exceeds its ``clientWidth`` by more than
 1 px: the only way to read the rest would be a scrollbar) or when its right edge is beyond the
 content column.  ``_static/hypviz_fit.js`` scales wide equations and tables down to the column and
@@ -41,7 +42,7 @@ CLIP_PROBE = r"""
     return `${el.tagName.toLowerCase()}.${String(el.className).split(' ')[0]} ${where} "${text}"`;
   };
   const selectors = ['div.cell_output pre', 'div.cell_output .output', 'div.cell_output table', 'article table',
-                     'mjx-container[display="true"]', 'div.math', 'div.cell_output .text_latex'];
+                     'mjx-container', 'div.math', 'div.cell_output .text_latex'];
   const seen = new Set(), problems = [];
   let checked = 0, scaled = 0, minScale = 1;
   for (const el of article.querySelectorAll(selectors.join(', '))) {
@@ -67,6 +68,8 @@ CLIP_PROBE = r"""
     const ox = getComputedStyle(el).overflowX;
     if (ox !== 'visible' && el.scrollWidth > el.clientWidth + 1) problems.push(`${name(el)}: ${el.scrollWidth - el.clientWidth} px clipped (overflow-x ${ox})`);
   }
+  const root = document.documentElement;
+  if (root.scrollWidth > root.clientWidth + 1) problems.push(`the page scrolls sideways (${root.scrollWidth} > ${root.clientWidth} px)`);
   return JSON.stringify({checked, scaled, minScale, problems: problems.slice(0, 12), count: problems.length,
                          fitted: document.documentElement.getAttribute('data-hypviz-fitted')});
 })()

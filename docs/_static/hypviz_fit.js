@@ -1,5 +1,5 @@
-/* Nothing hidden sideways (see docs/_ext/hypviz_site.py): a display equation or a table wider than
- * its column is scaled down to fit it.
+/* Nothing hidden sideways (see docs/_ext/hypviz_site.py): a display equation, an inline formula
+ * longer than a whole line, or a table wider than its column is scaled down to fit it.
  *
  * For a display equation (a MathJax SVG, sized in ex), the font size of its container becomes
  *     f = max(MIN_SCALE, (w_column - 2) / w_equation) * f_0
@@ -24,10 +24,13 @@
     }
   }
   function fit() {
-    var maths = document.querySelectorAll('mjx-container[display="true"]');
+    // display equations, and inline ones too long for a line (a formula in a printed Markdown output)
+    var maths = document.querySelectorAll("mjx-container");
     Array.prototype.forEach.call(maths, function (m) {
-      var box = m.closest("div.math, div.output, .cell_output, dd, li, td, article") || m.parentElement;
-      m.style.display = "block";
+      var display = m.getAttribute("display") === "true";
+      var box = (display ? m.closest("div.math, div.output, .cell_output, dd, li, td, article")
+                         : m.closest("p, li, dd, td, div.output, .cell_output, article")) || m.parentElement;
+      if (display) { m.style.display = "block"; }
       var svg = m.querySelector("svg");
       m.style.fontSize = "";
       if (!svg) { return; }
