@@ -104,6 +104,9 @@ html_theme_options = {
     # the language switch (English / Simplified Chinese) before the theme's buttons, on every page
     "article_header_end": ["hypviz-lang-switch.html", "article-header-buttons.html"],
 }
+# one search box: the top bar's (and, on narrow screens, the article header's magnifier, which opens
+# the same search); the theme's second field at the top of the navigation sidebar is left out
+html_sidebars = {"**": ["navbar-logo.html", "icon-links.html", "sbt-sidebar-nav.html"]}
 # light by default (the notebooks' PNG figures have white backgrounds); the reader can switch
 html_context = {"default_mode": "light"}
 

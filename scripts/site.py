@@ -19,11 +19,20 @@ Sphinx warnings are errors (``-W --keep-going``: every warning is shown, then th
 and renamed into place only when the build succeeded and the result passed its checks (an
 ``index.html``, a page per notebook, nothing loaded from the network), so ``--out`` is never
 half-written.  A failure ends with one line saying what went wrong, and exit status 1.
+
+The build is incremental as a whole: the finished site holds a stamp of its inputs
+(:func:`input_stamp`: a SHA-256 over the path and bytes of every file under ``docs/`` -- the
+pages, ``conf.py``, the extensions, the static files, the templates and the translation
+catalogues --, the ``NN_*.ipynb`` notebooks, README.md, the ``hypviz/`` sources the API pages are
+read from, this script, and the versions of the documentation tools).  When ``--out`` already
+holds a site with the same stamp, nothing is rebuilt ("unchanged, kept"); any changed, added or
+removed input changes the stamp, so a stale site is never kept.  ``--force`` rebuilds anyway.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -40,6 +49,11 @@ README = ROOT / "README.md"
 DEFAULT_OUT = ROOT / "build" / "html"
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 SECOND_LANGUAGE = "zh_CN"  # built into OUT/zh_CN from docs/locale/zh_CN/LC_MESSAGES/*.po
+PACKAGE = ROOT / "hypviz"  # the API pages are autodoc'd from its sources
+STAMP_NAME = ".hypviz-inputs"  # in the finished site: the stamp of the inputs it was built from
+TOOLS = ("sphinx", "myst-nb", "myst-parser", "sphinx-book-theme", "pydata-sphinx-theme", "sphinx-mathjax-offline",
+         "sphinx-copybutton", "plotly", "docutils")  # their versions are inputs too
+_SKIPPED_PARTS = {"_build", "__pycache__", ".ipynb_checkpoints"}
 
 # What a page may not load from the network: script sources, module imports, stylesheets and
 # other <link>ed resources, CSS imports and url()s, images, frames, media.
@@ -90,6 +104,74 @@ def stage_sources(target: Path, docs: Path = DOCS, notebooks_dir: Path = NOTEBOO
     return notebooks
 
 
+def _tool_versions() -> list[str]:
+    from importlib import metadata
+
+    found = []
+    for name in TOOLS:
+        try:
+            found.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name}: not installed")
+    return found
+
+
+def input_stamp(
+    docs: Path = DOCS,
+    notebooks_dir: Path = NOTEBOOKS,
+    readme: Path = README,
+    package: Path = PACKAGE,
+    *,
+    options: str = "",
+    tools: list[str] | None = None,
+) -> str:
+    """The SHA-256 (hex) of everything the site is built from.
+
+    .. math:: \\mathrm{stamp} = \\mathrm{SHA256}\\big(\\Vert_{f} \\; (\\mathrm{role}(f),\\ \\mathrm{path}(f),\\ \\mathrm{bytes}(f))\\big)
+
+    over the files ``f`` of ``docs/`` (but ``_build``, ``__pycache__``, checkpoints), the
+    ``NN_*.ipynb`` notebooks of ``notebooks_dir``, ``readme``, the ``.py`` files of ``package``
+    and this script, in sorted order, each framed by its role, relative path and length (so a
+    renamed, added or removed file changes the stamp as an edited one does), followed by
+    ``options`` (the build's own settings) and ``tools`` (default: the installed versions of the
+    documentation tools, :data:`TOOLS`).
+    """
+    digest = hashlib.sha256()
+
+    def add(role: str, name: str, data: bytes) -> None:
+        for part in (role.encode(), name.encode("utf-8", "surrogateescape"), data):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+
+    docs, notebooks_dir, package = Path(docs), Path(notebooks_dir), Path(package)
+    for f in sorted(docs.rglob("*")):
+        rel = f.relative_to(docs)
+        if f.is_file() and not (_SKIPPED_PARTS & set(rel.parts)):
+            add("docs", rel.as_posix(), f.read_bytes())
+    for nb in sorted(notebooks_dir.glob(NOTEBOOK_GLOB)):
+        add("notebook", nb.name, nb.read_bytes())
+    add("readme", "README.md", Path(readme).read_bytes() if Path(readme).is_file() else b"<missing>")
+    if package.is_dir():
+        for f in sorted(package.rglob("*.py")):
+            rel = f.relative_to(package)
+            if "__pycache__" not in rel.parts:
+                add("package", rel.as_posix(), f.read_bytes())
+    add("script", "site.py", Path(__file__).read_bytes())
+    add("options", "", options.encode())
+    add("tools", "", "\n".join(_tool_versions() if tools is None else tools).encode())
+    return digest.hexdigest()
+
+
+def site_is_current(out: Path, stamp: str) -> bool:
+    """``out`` holds a finished site (both languages) built from inputs with this ``stamp``."""
+    out = Path(out)
+    try:
+        kept = (out / STAMP_NAME).read_text(encoding="utf-8").strip()
+    except OSError:
+        return False
+    return kept == stamp and (out / "index.html").is_file() and (out / SECOND_LANGUAGE / "index.html").is_file()
+
+
 def check_site(out: Path, notebooks: list[Path]) -> None:
     """The finished site has its pages and loads nothing from the network (raises SiteError)."""
     if not (out / "index.html").is_file():
@@ -131,11 +213,19 @@ def build(
     quiet: bool = True,
     warnings_file: Path | None = None,
     log=print,
+    force: bool = True,
 ) -> Path:
     """Build the site into ``out`` (replaced as a whole, only on success); return ``out / 'index.html'``.
 
     ``warnings_file``: Sphinx also writes its warnings there (empty when the build is clean).
+    ``force=False``: keep ``out`` as it is when it was built from the same inputs
+    (:func:`input_stamp`, :func:`site_is_current`).
     """
+    out = Path(out).resolve()
+    stamp = input_stamp(docs, notebooks_dir, readme, options=f"warnings_as_errors={warnings_as_errors}")
+    if not force and site_is_current(out, stamp):
+        log(f"site: unchanged, kept {_show(out / 'index.html')} (its inputs match the stamp {stamp[:12]}; --force rebuilds)")
+        return out / "index.html"
     try:
         from sphinx.cmd.build import build_main
     except ImportError as exc:
@@ -143,7 +233,6 @@ def build(
             f"Sphinx is not installed in this environment ({exc}): install the docs extra, "
             "e.g. bash scripts/setup.sh lab (hypviz[lab] includes hypviz[docs])"
         ) from None
-    out = Path(out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -181,6 +270,7 @@ def build(
         sources = html / "_sources"  # html_copy_source = False leaves it empty
         if sources.is_dir() and not any(sources.iterdir()):
             sources.rmdir()
+        (html / STAMP_NAME).write_text(stamp + "\n", encoding="utf-8")
         os.chmod(html, 0o755)
         _replace_dir(html, out)
         log(f"site: {len(notebooks)} notebooks, API and CLI pages, in English and {SECOND_LANGUAGE} -> {_show(out / 'index.html')} "
@@ -204,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", "-j", default="1", help="Sphinx's parallel jobs (default 1; 'auto' = one per core)")
     parser.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, help=f"where the {NOTEBOOK_GLOB} are (default notebooks/)")
     parser.add_argument("--verbose", action="store_true", help="show Sphinx's progress, not only its warnings")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the inputs match the existing site's stamp")
     args = parser.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")
     try:
@@ -213,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs=args.jobs,
             notebooks_dir=args.notebooks_dir,
             quiet=not args.verbose,
+            force=args.force,
         )
     except SiteError as exc:
         print(f"site.py: {exc}", file=sys.stderr)

@@ -20,10 +20,15 @@
   (``suptitle`` / ``set_title`` / ``title=`` in the cell's source) or else from the prose just
   before the cell (:func:`alt_text`), and ``_static/hypviz_figures.js`` opens any figure at its full
   resolution on click (Escape or a click closes it).
+* **Nothing hidden sideways.**  ``_static/hypviz_fit.js`` (on every page) scales a display
+  equation or a table wider than its column down to the column's width; the stylesheet wraps
+  printed lines that are longer than the column.
 * **Two languages.**  The site is built in English and, with the translation catalogues of
   ``docs/locale/`` (Sphinx's gettext internationalisation), in Simplified Chinese under
   ``zh_CN/``; every page's header links to the same page in the other language
-  (:func:`language_switch`, drawn by ``_templates/hypviz-lang-switch.html``).
+  (:func:`language_switch`, drawn by ``_templates/hypviz-lang-switch.html``).  On the Chinese
+  pages the figures' alt texts (:func:`alt_text`), MyST-NB's "Show/Hide code cell" buttons
+  (:data:`ZH_PROMPTS`) and the search box's placeholder are Chinese too.
 
 MyST-NB finds mime renderers through the ``myst_nb.mime_renderers`` entry point group only; this
 extension is not an installed package, so it appends its renderer to MyST-NB's list at set-up.
@@ -46,6 +51,7 @@ PLOTLY_MIME = "application/vnd.plotly.v1+json"
 PLOTLY_JS = "plotly.min.js"
 LOADER_JS = "hypviz_plotly.js"
 FIGURES_JS = "hypviz_figures.js"
+FIT_JS = "hypviz_fit.js"  # scales a display equation or table wider than its column down to fit
 LANGUAGES = {"en": "English", "zh_CN": "简体中文"}  # the site's languages; the second lives in zh_CN/
 SECOND_LANGUAGE = "zh_CN"
 MATHJAX_BUNDLE = "mathjax/tex-svg.js"
@@ -168,11 +174,30 @@ def _plain(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip(" .:;,")
 
 
-def alt_text(source: str, before: str = "", section: str = "") -> str:
+ALT_WORDS = {  # the alt text's framing words, per language: (prefix, the figure's titles)
+    "en": ("Figure", "titles"),
+    "zh_CN": ("图", "图中标题"),
+}
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of ``text`` (ending with . ! ? followed by a space, or with 。！？)."""
+    return re.split(r"(?<=[.!?])\s|(?<=[。！？])", text.strip(), maxsplit=1)[0]
+
+
+def alt_text(source: str, before: str = "", section: str = "", language: str | None = "en") -> str:
     """The alt text of a figure drawn by a cell with ``source``: its titles, else the prose before it.
 
-    ``before`` is the text of the paragraph just before the cell, ``section`` its section's title.
+    ``before`` is the text of the paragraph just before the cell, ``section`` its section's title,
+    ``language`` the page's language.  In English: ``Figure: <titles>``, else
+    ``Figure (<section>): <first sentence before>``.  On a Chinese page the figure's titles (drawn
+    in English by the package) do not describe it to a Chinese reader, so the (translated) prose
+    comes first: ``图（<section>）：<first sentence before>``, the titles after it
+    (``图中标题：<titles>``), and the titles alone only when there is no prose.
     """
+    if language not in (None, "en") and language not in ALT_WORDS:
+        raise ValueError(f"language must be one of {sorted(ALT_WORDS)}, got {language!r}")
+    chinese = (language or "en") == "zh_CN"
     titles = []
     for m in _TITLE_CALL.finditer(source or ""):
         prefix, title = m.group(1).lower(), m.group(3)
@@ -181,9 +206,19 @@ def alt_text(source: str, before: str = "", section: str = "") -> str:
         title = _plain(title)
         if len(title) >= 4 and title not in titles:
             titles.append(title)
+    sentence = _plain(_first_sentence(before)) if before.strip() else ""
+    if chinese:
+        prefix, titled = ALT_WORDS["zh_CN"]
+        where = f"{prefix}（{_plain(section)}）" if section else prefix
+        sentence = sentence.rstrip("。！？；：，")
+        if sentence:
+            text = f"{where}：{sentence[:250]}"
+            return f"{text}（{titled}：{'; '.join(titles)[:200]}）" if titles else text
+        if titles:
+            return f"{where}：{'; '.join(titles)[:300]}"
+        return where
     if titles:
         return "Figure: " + "; ".join(titles)[:300]
-    sentence = _plain(re.split(r"(?<=[.!?])\s", before.strip(), maxsplit=1)[0]) if before.strip() else ""
     if sentence:
         return f"Figure ({_plain(section)}): {sentence[:250]}" if section else f"Figure: {sentence[:250]}"
     return f"Figure: {_plain(section)}" if section else "Figure"
@@ -230,7 +265,8 @@ def _add_alt_text(app, doctree) -> None:
         if cell is None:
             continue
         before, title = _text_before(cell)
-        image["alt"] = alt_text(_cell_source(cell), before, title)
+        language = app.config.language if app.config.language in ALT_WORDS else "en"
+        image["alt"] = alt_text(_cell_source(cell), before, title, language)
 
 
 # ----------------------------------------------------------------------------- language switch
@@ -261,6 +297,38 @@ def _add_language_switch(app, pagename, templatename, context, doctree) -> None:
     context["hypviz_lang_switch"] = language_switch(pagename, app.config.language)
 
 
+ZH_PROMPTS = {  # MyST-NB's buttons of a folded cell, as the Chinese pages say them
+    "Show code cell source": "显示代码",
+    "Hide code cell source": "隐藏代码",
+    "Show code cell outputs": "显示输出",
+    "Hide code cell outputs": "隐藏输出",
+    "Show code cell output": "显示输出",
+    "Hide code cell output": "隐藏输出",
+    "Show code cell content": "显示代码单元",
+    "Hide code cell content": "隐藏代码单元",
+}
+ZH_SEARCH_TEXT = "搜索笔记本与 API"
+
+
+def translate_prompts(body: str) -> str:
+    """``body`` (a page's HTML) with MyST-NB's fold buttons (:data:`ZH_PROMPTS`) in Chinese."""
+    for english, chinese in ZH_PROMPTS.items():
+        body = body.replace(f'admonition-title">{english}</p>', f'admonition-title">{chinese}</p>')
+    return body.replace('aria-label="Toggle hidden content"', 'aria-label="显示或隐藏"')
+
+
+def _chinese_chrome(app, pagename, templatename, context, doctree) -> None:
+    """On the Chinese pages: the fold buttons in Chinese (the search box's text: :func:`_chinese_search_text`)."""
+    if app.builder.format == "html" and (app.config.language or "").startswith("zh") and "body" in context:
+        context["body"] = translate_prompts(context["body"])
+
+
+def _chinese_search_text(app, config) -> None:
+    """The search box's placeholder in the page's language (a theme option, read when the builder starts)."""
+    if (config.language or "").startswith("zh"):
+        config.html_theme_options = {**config.html_theme_options, "search_bar_text": ZH_SEARCH_TEXT}
+
+
 def _chinese_search_stemmer(app) -> None:
     """The Chinese search works offline: Sphinx's zh language data names a ``ChineseStemmer`` it never defines.
 
@@ -286,6 +354,7 @@ def _add_plotly_scripts(app, pagename, templatename, context, doctree) -> None:
         app.add_js_file(FIGURES_JS)
 
 
+
 def _use_offline_mathjax(app, config) -> None:
     # sphinx-mathjax-offline points mathjax_path at its tex-chtml.js; the SVG bundle needs no
     # font files and is the output plotly.js typesets figure titles with
@@ -309,8 +378,11 @@ def setup(app):
     _install_mime_renderer()
     app.add_directive("hypviz-submodules", SubmodulesDirective)
     app.connect("config-inited", _use_offline_mathjax, priority=900)
+    app.add_js_file(FIT_JS)  # every page: equations and tables fit the column
     app.connect("html-page-context", _add_plotly_scripts)
     app.connect("html-page-context", _add_language_switch)
+    app.connect("html-page-context", _chinese_chrome)
+    app.connect("config-inited", _chinese_search_text)
     app.connect("doctree-read", _add_alt_text)
     app.connect("builder-inited", _chinese_search_stemmer)
     app.connect("build-finished", _copy_plotly_js)
