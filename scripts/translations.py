@@ -20,9 +20,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import shutil
+import subprocess
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 # scripts/site.py, loaded by path (``import site`` would find the standard library's module)
@@ -38,20 +38,21 @@ def extract(pot_dir: Path) -> dict[str, Path]:
 
     A page is named by its document name, e.g. ``index`` or ``notebooks/01_lorentzian_inner_product``.
     """
-    from sphinx.cmd.build import build_main
-
     pot_dir = Path(pot_dir)
     pot_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hypviz-gettext-"))
     try:
         src = work / "src"
         site.stage_sources(src)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", PendingDeprecationWarning)
-            status = build_main(["-b", "gettext", "-q", "-D", "suppress_warnings=mystnb.mime_priority", "-d", str(work / "doctrees"), str(src), str(pot_dir)])
-        if status != 0:
-            raise RuntimeError(f"the gettext build failed (exit status {status})")
+        # in a process of its own: a Sphinx build run earlier in this process (the Chinese site, by
+        # the site tests) leaves its translators installed, and the extracted messages would differ
+        command = [sys.executable, "-W", "ignore::DeprecationWarning", "-W", "ignore::PendingDeprecationWarning",
+                   "-m", "sphinx", "-b", "gettext", "-q", "-D", "suppress_warnings=mystnb.mime_priority",
+                   "-d", str(work / "doctrees"), str(src), str(pot_dir)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"the gettext build failed (exit status {done.returncode}): "
+                               f"{(done.stderr.strip().splitlines() or [''])[-1]}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {str(p.relative_to(pot_dir).with_suffix("")): p for p in sorted(pot_dir.rglob("*.pot"))}
