@@ -94,10 +94,12 @@ CHROME_PROBE = r"""
 """
 
 
-def _site() -> Path:
+@pytest.fixture(scope="module")
+def site(run_folder) -> Path:
+    """The repository's site, built once per test run (``tests/test_site.py``'s ``built_site``)."""
     from test_site import built_site
 
-    return built_site("real")
+    return built_site("real", run_folder)
 
 
 @pytest.fixture(scope="module")
@@ -120,9 +122,8 @@ def _wait_fitted(tab, what: str) -> None:
 MEASURED: dict[str, dict] = {}
 
 
-def test_nothing_is_clipped_or_beyond_the_column(browser):
+def test_nothing_is_clipped_or_beyond_the_column(browser, site):
     """Every page, both languages, at 1280 and 800 px: no clipped or overflowing output, equation or table."""
-    site = _site()
     pages = _pages(site)
     assert len(pages) >= 2 * 12 and (site / "zh_CN" / "index.html") in pages, [p.name for p in pages]
     problems: dict[str, list[str]] = {}
@@ -174,10 +175,9 @@ def test_the_probe_sees_a_clipped_output(browser, tmp_path):
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("page", ["index.html", "notebooks/05_attention_maps.html", "zh_CN/notebooks/05_attention_maps.html"])
-def test_the_chrome_stays_in_the_article_header(browser, page, width):
+def test_the_chrome_stays_in_the_article_header(browser, site, page, width):
     """The language switch and the theme's buttons lie inside the sticky article header, at the top and
     scrolled down (none under the top bar, none hanging over the text); one search box is visible."""
-    site = _site()
     tab = browser.tab((site / page).as_uri(), width=width)
     try:
         _wait_fitted(tab, page)
@@ -202,9 +202,9 @@ def test_the_chrome_stays_in_the_article_header(browser, page, width):
 
 
 @pytest.mark.parametrize("page", ["index.html", "zh_CN/index.html"])
-def test_the_headline_figure_enlarges_on_click(browser, page):
+def test_the_headline_figure_enlarges_on_click(browser, site, page):
     """The landing page's headline figure opens in the overlay at more than its shown width (its full resolution)."""
-    tab = browser.tab((_site() / page).as_uri(), width=1280)
+    tab = browser.tab((site / page).as_uri(), width=1280)
     try:
         _wait_fitted(tab, page)
         shown = json.loads(tab.eval(

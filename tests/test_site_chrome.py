@@ -44,10 +44,10 @@ def test_fold_buttons_in_chinese():
 
 
 @pytest.fixture(scope="module")
-def zh() -> Path:
+def zh(run_folder) -> Path:
     from test_site import built_site
 
-    return built_site("real") / "zh_CN"
+    return built_site("real", run_folder) / "zh_CN"
 
 
 def test_the_built_chinese_pages_say_it_in_chinese(zh):

@@ -342,7 +342,7 @@ def layers_figure(layers: Sequence[Mapping[str, Any]]) -> Any:
     from matplotlib.figure import Figure
 
     n = len(layers)
-    fig = Figure(figsize=(10.0, 3.4 * n), layout="constrained")
+    fig = Figure(figsize=(9.5, 3.4 * n), layout="constrained")
     axes = np.atleast_2d(fig.subplots(n, 2, squeeze=False))
     for row, layer in zip(axes, layers):
         tv, norms = np.asarray(layer["tv"]), np.asarray(layer["query_norms"])
