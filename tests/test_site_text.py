@@ -160,3 +160,37 @@ def test_every_marker_in_the_notebooks_is_one_the_transform_drops():
         for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
             if cell["cell_type"] == "code" and "NBVAL_" in _source(cell).upper():
                 assert "NBVAL_" not in ext.strip_nbval_markers(_source(cell)).upper(), f"{path.name} cell {i}"
+
+
+def test_a_built_page_shows_the_cell_without_its_marker(tmp_path):
+    """A one-notebook Sphinx build with the site's extension: no marker on the page, the code still highlighted."""
+    pytest.importorskip("sphinx")
+    pytest.importorskip("myst_nb")
+    nbformat = pytest.importorskip("nbformat")
+    from sphinx.cmd.build import build_main
+
+    out = nbformat.v4.new_output
+    nb = nbformat.v4.new_notebook(metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python", "pygments_lexer": "ipython3"},
+    })
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# A page\n\nTimings follow."),
+        nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint('took 1 s')", metadata={"tags": ["hide-input"]},
+                                  outputs=[out("stream", name="stdout", text="took 1 s\n")]),
+        nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nelapsed = 1.0  # seconds"),
+    ]
+    src = tmp_path / "src"
+    src.mkdir()
+    nbformat.write(nb, src / "index.ipynb")
+    (src / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'docs' / '_ext')!r})\n"
+        "extensions = ['myst_nb', 'hypviz_site']\nnb_execution_mode = 'off'\nexclude_patterns = ['_build']\n",
+        encoding="utf-8",
+    )
+    assert build_main(["-q", "-b", "html", str(src), str(tmp_path / "html")]) == 0
+    html = (tmp_path / "html" / "index.html").read_text(encoding="utf-8")
+    assert "NBVAL" not in html
+    inputs = re.findall(r'<div class="cell_input[^"]*">\s*<div class="highlight-(\w+)', html)
+    assert inputs == ["ipython3", "ipython3"], inputs  # both cells shown and highlighted as code
+    assert "took" in html and "elapsed" in html
