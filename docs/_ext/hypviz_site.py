@@ -23,6 +23,8 @@
 * **Nothing hidden sideways.**  ``_static/hypviz_fit.js`` (on every page) scales a display
   equation or a table wider than its column down to the column's width; the stylesheet wraps
   printed lines that are longer than the column.
+* **No checker's markers.**  A code cell's ``# NBVAL_...`` lines (how nbval compares the cell) are
+  dropped from its shown source (:func:`strip_nbval_markers`); the notebooks keep them.
 * **Two languages.**  The site is built in English and, with the translation catalogues of
   ``docs/locale/`` (Sphinx's gettext internationalisation), in Simplified Chinese under
   ``zh_CN/``; every page's header links to the same page in the other language
@@ -224,6 +226,33 @@ def alt_text(source: str, before: str = "", section: str = "", language: str | N
     return f"Figure: {_plain(section)}" if section else "Figure"
 
 
+# ----------------------------------------------------------------------------- nbval markers
+NBVAL_MARKER = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+[ \t]*(?:\n|$)", re.MULTILINE)
+
+
+def strip_nbval_markers(source: str) -> str:
+    """``source`` without its nbval marker lines (a whole line ``# NBVAL_IGNORE_OUTPUT``, ``# NBVAL_SKIP``, ...).
+
+    The markers tell the notebook checker how to compare a cell; they say nothing to a reader.
+    Other lines, and a marker inside a line of code or a string, are kept.
+    """
+    return NBVAL_MARKER.sub("", source)
+
+
+def _hide_nbval_markers(app, doctree) -> None:
+    """Every notebook code cell's shown source loses its nbval marker lines (:func:`strip_nbval_markers`)."""
+    for block in list(doctree.findall(nodes.literal_block)):
+        parent = block.parent
+        if not (isinstance(parent, nodes.container) and parent.get("nb_element") == "cell_code_source"):
+            continue
+        text = block.astext()
+        shown = strip_nbval_markers(text)
+        if shown != text:
+            # rawsource and text stay equal, so Sphinx still highlights the block as code
+            block.rawsource = shown
+            block[:] = [nodes.Text(shown)]
+
+
 def _cell_source(cell) -> str:
     for child in cell.findall(nodes.literal_block):
         return child.astext()
@@ -383,6 +412,7 @@ def setup(app):
     app.connect("html-page-context", _add_language_switch)
     app.connect("html-page-context", _chinese_chrome)
     app.connect("config-inited", _chinese_search_text)
+    app.connect("doctree-read", _hide_nbval_markers, priority=400)
     app.connect("doctree-read", _add_alt_text)
     app.connect("builder-inited", _chinese_search_stemmer)
     app.connect("build-finished", _copy_plotly_js)
