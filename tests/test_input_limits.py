@@ -295,6 +295,19 @@ def test_running_out_of_memory_is_one_line(error, work, capsys, monkeypatch):
     assert not (work / "r").exists() and not [p for p in work.iterdir() if p.name.startswith(".")]
 
 
+def test_running_out_of_memory_with_features_given_names_them(work, capsys, monkeypatch):
+    """The random features may be what did not fit: a --features the user gave is named in the advice."""
+    import hypviz.reports.point_report as report
+
+    def greedy(*args, **kwargs):
+        raise MemoryError("Unable to allocate 2.03 GiB for an array with shape (64528, 65, 65) and data type float64")
+
+    monkeypatch.setattr(report, "analyse", greedy)
+    line = refused(*run(capsys, "compare", work / "q.npy", work / "k.npy", "--kinds", "distance_rf", "--features", "4096",
+                        "--out", work / "r"), "error: not enough memory", "fewer --features (now 4096)", "--rows")
+    assert "nothing written" in line and not (work / "r").exists()
+
+
 def test_a_huge_value_on_the_command_line_is_cut_in_its_one_line(work, capsys):
     line = refused(*run(capsys, "compare", work / "q.npy", work / "k.npy", "--kinds", "x" * 100_000, "--out", work / "r"),
                    "argument --kinds", longest=2200)

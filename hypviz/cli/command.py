@@ -768,9 +768,11 @@ def _call(args: argparse.Namespace, prog: str, debug: bool, previous: dict[int, 
         if out_of_memory and not debug and RUN.published is None:
             # the machine's limit, not hypviz's (those are checked first): say so in one line, like a full disk
             detail = show(one_line(exc)[:200]) or "no detail"
+            features = getattr(args, "features", None)  # given: the random features may be what did not fit
+            fewer = f"fewer --features (now {features}), " if features is not None else ""
             print(
-                f"{prog}: error: not enough memory ({detail}); nothing written; use --rows R for fewer query rows, "
-                f"smaller inputs, or a machine (or ulimit) with more memory",
+                f"{prog}: error: not enough memory ({detail}); nothing written; use {fewer}--rows R for fewer query "
+                f"rows, smaller inputs, or a machine (or ulimit) with more memory",
                 file=sys.stderr,
             )
             return 2, False
