@@ -35,7 +35,6 @@ NOT_YET_TRANSLATED = (
     "api/model_report",
     "api/plots",
     "api/report",
-    "api/symbolic",
 )
 
 # the landing page's quotation of the thread: its Chinese page shows the Chinese original above,
