@@ -30,7 +30,6 @@ GLOSSARY = ROOT / "docs" / "locale" / "zh_CN" / "GLOSSARY.md"
 # The list only shrinks: a listed page that becomes fully translated fails
 # test_listed_pages_are_not_yet_translated until it is taken off.
 NOT_YET_TRANSLATED = (
-    "api/attention",
     "api/capture",
     "api/model_report",
     "api/plots",
@@ -196,6 +195,8 @@ def test_glossary_terms_are_used_on_translated_pages(templates):
                 if not message.id or not message.string or message.id.startswith(NOT_TRANSLATED_BACK):
                     continue
                 if _maths_block(message.id):  # formulas stay as they are, \text{...} included
+                    continue
+                if re.fullmatch(r"[\w.]+", message.id):  # a module's name (an API page's title) is an identifier
                     continue
                 if pattern.search(_prose(message.id)) and chinese not in message.string:
                     inconsistent.append(f"{page}: {english!r} without {chinese!r}: {message.string[:90]!r}")

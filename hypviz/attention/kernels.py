@@ -7,7 +7,7 @@ Every comparable kind's log-weights are ONE matrix product of operands, then a f
     \log w_{ij} = f(A_i \cdot B_j) \quad (\text{up to a constant per row}), \qquad
     A_{ij} = \frac{w_{ij}}{\sum_l w_{il}},
 
-with :math:`f` the identity (softmax kinds; the distance clamped at 0) or :math:`\log` (feature kinds).
+with :math:`f(x) = x` (softmax kinds; the distance clamped at 0) or :math:`\log` (feature kinds).
 :class:`Operands` holds one map's ``A``, ``B`` and the per-row rounding bound of its log-weights;
 :class:`SharedLogits` holds two ``"bilinear"`` kinds from one product (the second a rank-one update of
 the first).  The kernels (:data:`KERNELS`, by the name a :class:`hypviz.base.kinds.Kind` gives) build
