@@ -33,7 +33,6 @@ NOT_YET_TRANSLATED = (
     "api/attention",
     "api/capture",
     "api/lorentz",
-    "api/model_report",
     "api/plots",
     "api/report",
     "api/symbolic",
@@ -51,8 +50,12 @@ def templates(tmp_path_factory) -> dict[str, Path]:
 
 
 def _prose(text: str) -> str:
-    """A message without its formulas, code, link targets, URLs and quoted titles or strings."""
+    """A message without its formulas, code, link targets, URLs, quoted titles or strings and dotted names.
+
+    A dotted name (``hypviz.attention.Comparison`` in a type expression) is an identifier, kept as it is.
+    """
     text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", text, flags=re.S)
+    text = re.sub(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+", " ", text)
     text = re.sub(r"``.*?``|`[^`]*`|<https?://[^>]*>|\]\([^)]*\)", " ", text, flags=re.S)
     return re.sub(r"\*\*\"[^\"]*\"\*\*|\"[^\"]*\"", " ", text)
 
