@@ -65,7 +65,7 @@ def _english_prose(text: str) -> bool:
     A type expression of the API pages (``torch.Tensor or None``, ``list of int``) is identifiers, not
     prose (its translation is itself: Sphinx links each type name).
     """
-    if re.fullmatch(r"(?:(?:list|tuple|dict|set) of )?[\w.]+(?: or [\w.]+)*", text):
+    if re.fullmatch(r"(?:(?:list|tuple|dict|set) of )?[\w.]+(?:(?:,| or) [\w.]+)*", text):
         return False
     return re.search(r"[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{2,}[,;:]?\s+[A-Za-z]{3,}", _prose(text)) is not None
 
