@@ -32,7 +32,6 @@ GLOSSARY = ROOT / "docs" / "locale" / "zh_CN" / "GLOSSARY.md"
 NOT_YET_TRANSLATED = (
     "api/attention",
     "api/lorentz",
-    "api/plots",
     "api/symbolic",
 )
 
