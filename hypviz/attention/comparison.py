@@ -54,7 +54,7 @@ MAJORITY = 0.9
 #: a k beyond the number of keys is capped at it, so this bound refuses only the absurd (an int of 2**70).
 TOPK_MAX = 2**31 - 1
 ROW_VERDICTS: tuple[str, ...] = ("identical", "close", "different", "uninformative", "unresolved")
-#: Every verdict a comparison can get: the row verdicts and ``"mixed"`` (:func:`overall_verdict`).
+#: Every verdict a comparison can get, the row verdicts and ``"mixed"`` (:func:`overall_verdict`).
 VERDICTS: tuple[str, ...] = ROW_VERDICTS + ("mixed",)
 
 
@@ -385,7 +385,7 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """The comparison's verdict: :func:`overall_verdict` of :attr:`row_verdicts` (a row verdict held by at least 90 % of the rows, else ``"mixed"``)."""
+        """The comparison's verdict, :func:`overall_verdict` of :attr:`row_verdicts` (a row verdict held by at least 90 % of the rows, else ``"mixed"``)."""
         return overall_verdict(self.row_verdicts)
 
     @property

@@ -131,7 +131,7 @@ class DiskScene:
 
     @property
     def coord(self) -> str:
-        """The coordinate's letter: ``"p"`` (Poincare) or ``"K"`` (Klein)."""
+        """The coordinate's letter, ``"p"`` (Poincare) or ``"K"`` (Klein)."""
         return MODEL_TEXT[self.model]["coord"]
 
 

@@ -27,7 +27,7 @@ PURPLE = "#CC79A7"  # Okabe and Ito's "reddish purple"
 
 #: the palette in Okabe and Ito's own order
 OKABE_ITO = (BLACK, ORANGE, SKY_BLUE, GREEN, VERMILLION, BLUE, PURPLE, YELLOW)
-#: the order of data series: the two strongest contrasts first, black and yellow last
+#: the order of data series, the two strongest contrasts first, black and yellow last
 CYCLE = (BLUE, VERMILLION, GREEN, ORANGE, SKY_BLUE, PURPLE, BLACK, YELLOW)
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 

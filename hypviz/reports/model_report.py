@@ -238,9 +238,9 @@ def _own_given(rec: Any, tau: float) -> attention.Comparison:
 
 def layer_sentence(lr: LayerResult) -> str:
     """The layer's verdict in plain words, before its numbers: whether hypviz rebuilt its output (and if not, why:
-    then nothing is said about its own map), its own map against the distance softmax (:func:`hypviz.reports.
-    point_report.sentence`, over all its heads' rows; hypviz's default temperature named when the verdict was read
-    at it), and the thread's spatial softmax against the same reference."""
+    then nothing is said about its own map), its own map against the distance softmax
+    (:func:`hypviz.reports.point_report.sentence`, over all its heads' rows; hypviz's default temperature named when
+    the verdict was read at it), and the thread's spatial softmax against the same reference."""
     note = tau_words(lr.temperature, lr.record.dim) if lr.default_tau else ""
     if not lr.verified:
         own = (f"hypviz did not rebuild this layer's output ({lr.reason}), so nothing is said about the layer's own map. "
