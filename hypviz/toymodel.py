@@ -28,7 +28,7 @@ __all__ = ["Manifold", "HypLinear", "HypAttention", "ToyHypformer", "lift", "cen
 EPS = 1e-6  # Hypformer's offset in the feature map and its normaliser
 
 
-def lift(xs: torch.Tensor, k: float) -> torch.Tensor:
+def lift(xs: torch.Tensor, *, k: float) -> torch.Tensor:
     r"""Prepend the time coordinate: ``(..., d) -> (..., d + 1)``.
 
     .. math::
@@ -38,7 +38,7 @@ def lift(xs: torch.Tensor, k: float) -> torch.Tensor:
     return torch.cat([torch.sqrt((xs * xs).sum(dim=-1, keepdim=True) + k), xs], dim=-1)
 
 
-def centroid(a: torch.Tensor, k: float) -> torch.Tensor:
+def centroid(a: torch.Tensor, *, k: float) -> torch.Tensor:
     r"""Lorentzian centroid of a weighted sum ``a (..., d + 1)`` of points: ``a`` rescaled onto the hyperboloid.
 
     .. math::
@@ -60,7 +60,7 @@ class Manifold:
         \mathrm{cinner}(x, y)_{ij} = \frac{\langle x_i, y_j\rangle_L}{k}
     """
 
-    def __init__(self, k: float):
+    def __init__(self, *, k: float):
         self.k = float(k)
 
     def cinner(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -79,13 +79,13 @@ class HypLinear(nn.Module):
     Only the spatial part :math:`x_s` enters.
     """
 
-    def __init__(self, d_in: int, d: int, k: float):
+    def __init__(self, d_in: int, d: int, *, k: float):
         super().__init__()
         self.linear, self.k = nn.Linear(d_in, d), float(k)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         r"""Map points ``(..., d_in + 1)`` to points ``(..., d + 1)``: :math:`\mathrm{lift}(W x_s + b)`."""
-        return lift(self.linear(x[..., 1:]), self.k)
+        return lift(self.linear(x[..., 1:]), k=self.k)
 
 
 class HypAttention(nn.Module):
@@ -129,13 +129,13 @@ class HypAttention(nn.Module):
     so does ``"linear_focused"`` with :math:`N \ne M`.
     """
 
-    def __init__(self, d_in: int, d: int, heads: int, k: float = 1.0, attention_type: str = "linear_focused",
+    def __init__(self, d_in: int, d: int, heads: int, *, k: float = 1.0, attention_type: str = "linear_focused",
                  power_k: float = 2.0):
         super().__init__()
         if attention_type not in ("linear_focused", "full"):
             raise ValueError(f"attention_type must be 'linear_focused' or 'full', got {attention_type!r}")
-        self.manifold, self.attention_type, self.power_k, self.d = Manifold(k), attention_type, float(power_k), d
-        self.Wq, self.Wk, self.Wv = (nn.ModuleList(HypLinear(d_in, d, k) for _ in range(heads)) for _ in range(3))
+        self.manifold, self.attention_type, self.power_k, self.d = Manifold(k=k), attention_type, float(power_k), d
+        self.Wq, self.Wk, self.Wv = (nn.ModuleList(HypLinear(d_in, d, k=k) for _ in range(heads)) for _ in range(3))
         self.v_map_mlp = nn.Linear(d, d)
         self.norm_scale = nn.Parameter(torch.ones(()))
         self.scale = nn.Parameter(torch.tensor([math.sqrt(d)]))
@@ -179,9 +179,9 @@ class HypAttention(nn.Module):
             fq, fk, vs = self.phi(q[..., 1:]), self.phi(kk[..., 1:]), v[..., 1:]
             num = fq @ (fk.transpose(-1, -2) @ vs)  # (H, N, d): right to left, no N x M array
             den = fq @ fk.sum(dim=-2).unsqueeze(-1)  # (H, N, 1)
-            return lift((num / (den + EPS) + self.v_map_mlp(vs)).mean(dim=0), k)
+            return lift((num / (den + EPS) + self.v_map_mlp(vs)).mean(dim=0), k=k)
         att = torch.softmax((2.0 + 2.0 * self.manifold.cinner(q, kk)) / self.scale + self.bias, dim=-1)  # (H, N, M)
-        return centroid(centroid(att @ v, k).mean(dim=0), k)
+        return centroid(centroid(att @ v, k=k).mean(dim=0), k=k)
 
 
 class ToyHypformer(nn.Module):
@@ -219,7 +219,7 @@ class ToyHypformer(nn.Module):
         self.drop = nn.Dropout(float(dropout))
         with torch.random.fork_rng(devices=[]):  # construction draws are replaced by reset_parameters(seed)
             self.embed = nn.Linear(features, d)
-            self.blocks = nn.ModuleList(HypAttention(d, d, heads, k, attention_type, power_k) for _ in range(layers))
+            self.blocks = nn.ModuleList(HypAttention(d, d, heads, k=k, attention_type=attention_type, power_k=power_k) for _ in range(layers))
             self.readout = nn.Linear(d, classes)
         self.reset_parameters(seed)
 
@@ -233,10 +233,10 @@ class ToyHypformer(nn.Module):
 
     def points(self, x: torch.Tensor) -> torch.Tensor:
         """The last layer's output points ``(N, d + 1)``."""
-        h = lift(self.embed(x), self.k)
+        h = lift(self.embed(x), k=self.k)
         for block in self.blocks:
             if self.drop.p > 0:
-                h = lift(self.drop(h[..., 1:]), self.k)
+                h = lift(self.drop(h[..., 1:]), k=self.k)
             h = block(h, h)
         return h
 

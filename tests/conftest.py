@@ -21,7 +21,7 @@ from hypviz import lorentz
 
 def lifted_points(n: int, d: int, r: float, *, k: float = 1.0, seed: int = 0, lead: tuple[int, ...] = (), dtype=torch.float64):
     x = data.lifted_gaussian((*lead, n), d, r, k=k, seed=seed)
-    return x if dtype == torch.float64 else lorentz.lift(x[..., 1:].to(dtype), k)
+    return x if dtype == torch.float64 else lorentz.lift(x[..., 1:].to(dtype), k=k)
 
 
 @pytest.fixture(scope="session")

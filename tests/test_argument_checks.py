@@ -26,7 +26,7 @@ SEED_RANGE = "must be an integer from 0 to 18446744073709551615 = 2**64 - 1, got
 
 @pytest.fixture
 def pts():
-    return lift(torch.randn(5, 3, generator=torch.Generator().manual_seed(0), dtype=F64), 1.0)
+    return lift(torch.randn(5, 3, generator=torch.Generator().manual_seed(0), dtype=F64), k=1.0)
 
 
 def _one_line(exc: pytest.ExceptionInfo, pattern: str) -> None:

@@ -16,7 +16,7 @@ from hypviz.attention.kernels import softmax_rows_
 
 def as64(x: torch.Tensor, k: float = 1.0) -> torch.Tensor:
     """The float64 point with the same spatial part (re-lifted, so it is on the hyperboloid in float64)."""
-    return L.lift(x[..., 1:].double(), k)
+    return L.lift(x[..., 1:].double(), k=k)
 
 
 # --------------------------------------------------------------------------- #

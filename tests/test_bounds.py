@@ -21,7 +21,7 @@ def _rows(scales, n_sets=4, n_q=16, n_k=24, d=16, k=1.0, spread=False, seed=0):
     ks = torch.randn(len(scales), n_sets, n_k, d, generator=g, dtype=torch.float64) * s / math.sqrt(d)
     if spread:  # very unequal key norms: large Delta
         ks = ks * torch.exp(torch.randn(len(scales), n_sets, n_k, 1, generator=g, dtype=torch.float64))
-    return lorentz.lift(qs, k), lorentz.lift(ks, k)
+    return lorentz.lift(qs, k=k), lorentz.lift(ks, k=k)
 
 
 @pytest.mark.parametrize("k", [0.5, 1.0, 3.0])
@@ -30,7 +30,7 @@ def test_bounds_hold_on_random_rows(k, spread):
     scales = np.logspace(-2, 1, 7)
     q, keys = _rows(scales, k=k, spread=spread, seed=int(10 * k) + spread)
     tau = 4.0
-    res = acc.softmax_gap_bounds(q, keys, tau, k)
+    res = acc.softmax_gap_bounds(q, keys, tau, k=k)
     assert res.tv.shape == (7, 4, 16) and res.tv.dtype == torch.float64
     assert bool((res.tv >= 0).all()) and bool((res.tv <= 1 + 1e-12).all())
     assert bool((res.kl >= -1e-15).all())
@@ -46,7 +46,7 @@ def test_bounds_hold_on_random_rows(k, spread):
 
 def test_delta_matches_its_definition():
     q, keys = _rows([1.0, 5.0], n_sets=2, seed=3)
-    res = acc.softmax_gap_bounds(q, keys, 2.5, 1.0)
+    res = acc.softmax_gap_bounds(q, keys, 2.5, k=1.0)
     b = q[..., :, :1] * keys[..., None, :, 0] / 2.5  # (.., n_q, n_k) bias
     delta = b.amax(-1) - b.amin(-1)
     assert torch.allclose(res.delta, delta, rtol=1e-12)
@@ -68,10 +68,10 @@ def test_float32_input_is_measured_in_float64():
     [(2.0, 2.0, 2, 1.0, 1.0), (3.0, 1.0, 4, 2.0, 0.5), (5.0, 1.0, 8, 8.0, 2.0), (8.0, 6.0, 3, 1.5, 1.0), (1.2, 1.1, 2, 0.25, 1.0)],
 )
 def test_two_point_rows_attain_the_tv_bound(qn, kn, d, tau, k):
-    q, keys = acc.worst_case_row(qn, kn, d=d, tau=tau, k=k)
-    lorentz.check_points(q, k)
-    lorentz.check_points(keys, k)
-    res = acc.softmax_gap_bounds(q, keys, tau, k)
+    q, keys = acc.worst_case_row(qn, kn, d=d, temperature=tau, k=k)
+    lorentz.check_points(q, k=k)
+    lorentz.check_points(keys, k=k)
+    res = acc.softmax_gap_bounds(q, keys, tau, k=k)
     ratio = float(res.tv / res.tv_bound)
     assert 1 - 1e-9 < ratio <= 1 + SLACK
     assert float(res.kl) <= float(res.kl_bound) * (1 + SLACK)

@@ -52,7 +52,7 @@ def test_focused_records_reproduce_the_layer_output(heads, k):
     assert (rec.n_heads, rec.n_queries, rec.n_keys, rec.dim) == (heads, 12, 12, 4)
     assert rec.k == k and rec.power == 3.0 and rec.norm_scale == pytest.approx(0.6) and rec.temperature is None
     for t in (rec.queries, rec.keys, rec.values):
-        L.check_points(t, k)
+        L.check_points(t, k=k)
         assert t.device.type == "cpu" and not t.requires_grad and t.dtype == torch.float64
     # the heads are the per-head maps' outputs, heads first
     layer = model.blocks[0]
@@ -93,7 +93,7 @@ def test_full_records_reproduce_the_layer_softmax(heads, k):
     assert layer.last_attention.shape == (heads, 9, 9)
     torch.testing.assert_close(p, layer.last_attention, rtol=1e-10, atol=1e-13)
     torch.testing.assert_close(rec.attention_map(), p, rtol=0, atol=0)
-    L.check_points(out.detach(), k)
+    L.check_points(out.detach(), k=k)
 
 
 def test_full_temperature_follows_the_layers_own_cinner():
@@ -270,9 +270,9 @@ class Proj(nn.Module):
         xs = self.spatial(x)
         if self.layout == "raw":  # not points: no time coordinate recomputed
             return torch.cat([torch.ones_like(xs[..., :1]), xs], dim=-1).transpose(0, 1)
-        pts = L.lift(xs, self.k)  # (N, H, d + 1)
+        pts = L.lift(xs, k=self.k)  # (N, H, d + 1)
         if self.layout == "poincare":
-            return L.to_poincare(pts, self.k).transpose(0, 1)  # (H, N, d)
+            return L.to_poincare(pts, k=self.k).transpose(0, 1)  # (H, N, d)
         if self.layout == "NHD":
             return pts
         pts = pts.transpose(0, 1)  # (H, N, d + 1)
@@ -318,7 +318,7 @@ def test_generic_layers_by_name(layout, heads, heads_axis):
     r0, r1 = cap.layers
     assert r0.queries.shape == (heads, 6, 4) and r0.values.shape == (heads, 6, 4) and r1.values is None
     assert r0.temperature == pytest.approx(math.sqrt(3)) and r0.k == 2.0
-    expect = L.lift(net.enc[0].q.spatial(x).detach().transpose(0, 1), 2.0)
+    expect = L.lift(net.enc[0].q.spatial(x).detach().transpose(0, 1), k=2.0)
     torch.testing.assert_close(r0.queries, expect, rtol=0, atol=0)
 
 
@@ -339,7 +339,7 @@ def test_generic_kind_options_and_leading_axes():
 
     class Batched(nn.Module):  # (B, H, N, d + 1): the leading axes are folded into the heads
         def forward(self, x):
-            return L.lift(x, 1.0)
+            return L.lift(x, k=1.0)
 
     m = nn.Module()
     m.q, m.k = Batched(), Batched()
@@ -348,7 +348,7 @@ def test_generic_kind_options_and_leading_axes():
         m.k(torch.randn(2, 3, 6, 4))
     assert cap.layers[0].queries.shape == (6, 5, 5) and cap.layers[0].keys.shape == (6, 6, 5)
     # (B, N, H, d + 1) with heads_axis=2: heads first, the batch axis folded into them
-    pts = L.lift(torch.randn(2, 5, 3, 4), 1.0)
+    pts = L.lift(torch.randn(2, 5, 3, 4), k=1.0)
     with capture.attention(m, {"att": ("q", "k")}, k=1.0, heads_axis=2) as cap:
         m.q(pts[..., 1:])
         m.k(pts[..., 1:])
@@ -366,7 +366,7 @@ def test_poincare_outputs_are_mapped_to_the_hyperboloid(k):
     assert r.queries.shape == (2, 7, 4)
     blk = net.enc[0]
     for got, proj in ((r.queries, blk.q), (r.keys, blk.k), (r.values, blk.v)):
-        expect = L.lift(proj.spatial(x).detach().transpose(0, 1), k)
+        expect = L.lift(proj.spatial(x).detach().transpose(0, 1), k=k)
         torch.testing.assert_close(got, expect, rtol=1e-9, atol=1e-12)
 
 
@@ -493,7 +493,7 @@ def test_bfloat16_capture_stored_float32_with_its_dtype_and_analysed():
     model = make("full", 2, 1.0, dtype=torch.bfloat16)
     _, (rec,) = capture_one(model, lifted_input(10, 4, 1.0, dtype=torch.bfloat16))
     assert rec.dtype == "bfloat16" and rec.queries.dtype == torch.float32
-    L.check_points(rec.queries, 1.0)  # time recomputed: on the hyperboloid in float32
+    L.check_points(rec.queries, k=1.0)  # time recomputed: on the hyperboloid in float32
     assert rec.verify_note.startswith("verified") and rec.verify_error <= math.sqrt(2.0**-7)
     ref = att.attention_map(rec.queries.double(), rec.keys.double(), "distance", k=1.0, temperature=rec.temperature)
     assert rec.attention_map().dtype == torch.float32

@@ -24,7 +24,7 @@ F64 = torch.float64
 
 
 def _fields(**extra):
-    q = lift(torch.randn(1, 4, 3, generator=torch.Generator().manual_seed(0), dtype=F64), 1.0)
+    q = lift(torch.randn(1, 4, 3, generator=torch.Generator().manual_seed(0), dtype=F64), k=1.0)
     return dict(name="l0", queries=q, keys=q, values=None, k=1.0, mode="full", kind="distance", temperature=2.0) | extra
 
 

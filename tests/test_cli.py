@@ -381,7 +381,7 @@ def test_spatial_parts_are_lifted_with_k(runs, files):
     assert meta["setup"]["temperature"] == 0.5 and meta["setup"]["reference"] == "lorentz"
     assert [(c["a"], c["b"]) for c in meta["comparisons"]] == [("spatial", "lorentz"), ("distance", "lorentz")]
     s = np.load(files / "spatial.npz")
-    q, k = lorentz.lift(s["queries"], 2.0), lorentz.lift(s["keys"], 2.0)
+    q, k = lorentz.lift(s["queries"], k=2.0), lorentz.lift(s["keys"], k=2.0)
     expected = attention.compare(q, k, "spatial", "lorentz", k=2.0, temperature=0.5, device="cpu")
     assert meta["comparisons"][0]["summary"]["mean_tv"] == pytest.approx(expected.mean_tv, rel=1e-5)
     assert "(spatial parts, lifted)" in proc.stdout

@@ -85,8 +85,8 @@ def test_a_time_coordinate_stored_last_is_recognised(tmp_path, capsys, pts):
 
 def test_poincare_ball_points_are_mapped(tmp_path, capsys, pts):
     q, kk = pts
-    np.save(tmp_path / "q.npy", lorentz.to_poincare(q, 2.0).numpy())
-    np.save(tmp_path / "k.npy", lorentz.to_poincare(kk, 2.0).numpy())
+    np.save(tmp_path / "q.npy", lorentz.to_poincare(q, k=2.0).numpy())
+    np.save(tmp_path / "k.npy", lorentz.to_poincare(kk, k=2.0).numpy())
     code, out, err = run(
         capsys, "compare", tmp_path / "q.npy", tmp_path / "k.npy", "--model", "poincare", "--k", "2", "--out", tmp_path / "r"
     )

@@ -25,7 +25,7 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "identities.md"
 def pair(k: float, seed: int, d: int = 5, r: float = 1.5):
     g = torch.Generator().manual_seed(seed)
     xs, ys = (torch.randn(64, d, generator=g, dtype=torch.float64) * r / math.sqrt(d) for _ in range(2))
-    return L.lift(xs, k), L.lift(ys, k)
+    return L.lift(xs, k=k), L.lift(ys, k=k)
 
 
 def mink(x, y):
@@ -38,7 +38,7 @@ def test_identities_1_to_4(k):
     sq = mink(x - y, x - y)  # the squared Lorentzian norm of the difference, by definition
     assert torch.allclose(sq, -2 * k - 2 * mink(x, y), rtol=1e-12, atol=1e-12)  # identity 1
     dist = math.sqrt(k) * torch.arccosh(-mink(x, y) / k)
-    assert torch.allclose(L.dist(x, y, k), dist, rtol=1e-9, atol=1e-9)  # identity 2, first part
+    assert torch.allclose(L.dist(x, y, k=k), dist, rtol=1e-9, atol=1e-9)  # identity 2, first part
     assert torch.allclose(sq, 4 * k * torch.sinh(dist / (2 * math.sqrt(k))) ** 2, rtol=1e-9, atol=1e-12)
     assert torch.allclose(sq, ((x[:, 1:] - y[:, 1:]) ** 2).sum(-1) - (x[:, 0] - y[:, 0]) ** 2, rtol=1e-12, atol=1e-12)  # 3
     q, kk = x, y

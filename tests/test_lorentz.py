@@ -38,7 +38,7 @@ def points(shape: tuple[int, ...], d: int, k: float = 1.0, scale: float = 1.0, s
            dtype=np.float64) -> np.ndarray:
     """Lifted points (time first) as a numpy array of ``dtype``, shape ``shape + (d + 1,)``."""
     xs = (scale * rng(seed).standard_normal(shape + (d,))).astype(dtype)
-    return L.lift(xs, k).numpy()
+    return L.lift(xs, k=k).numpy()
 
 
 def raises_one_line(exc: type[Exception], match: str, fn, *args, **kwargs) -> str:
@@ -63,21 +63,21 @@ def _calls(dtype):
     u = np.concatenate([np.zeros((4, 1), dtype), xs], axis=-1)
     p = (0.3 * xs / np.linalg.norm(xs, axis=-1, keepdims=True)).astype(dtype)
     return [
-        ("lift", lambda: L.lift(xs, k)),
+        ("lift", lambda: L.lift(xs, k=k)),
         ("inner", lambda: L.inner(x, y)),
-        ("sqdist", lambda: L.sqdist(x, y, k)),
-        ("dist", lambda: L.dist(x, y, k)),
+        ("sqdist", lambda: L.sqdist(x, y, k=k)),
+        ("dist", lambda: L.dist(x, y, k=k)),
         ("pairwise_inner", lambda: L.pairwise_inner(x, y)),
-        ("pairwise_sqdist", lambda: L.pairwise_sqdist(x, y, k)),
-        ("expmap0", lambda: L.expmap0(u, k)),
-        ("logmap0", lambda: L.logmap0(x, k)),
-        ("to_poincare", lambda: L.to_poincare(x, k)),
-        ("from_poincare", lambda: L.from_poincare(p, k)),
-        ("to_klein", lambda: L.to_klein(x, k)),
-        ("from_klein", lambda: L.from_klein(p, k)),
-        ("check_points", lambda: L.check_points(x, k)),
+        ("pairwise_sqdist", lambda: L.pairwise_sqdist(x, y, k=k)),
+        ("expmap0", lambda: L.expmap0(u, k=k)),
+        ("logmap0", lambda: L.logmap0(x, k=k)),
+        ("to_poincare", lambda: L.to_poincare(x, k=k)),
+        ("from_poincare", lambda: L.from_poincare(p, k=k)),
+        ("to_klein", lambda: L.to_klein(x, k=k)),
+        ("from_klein", lambda: L.from_klein(p, k=k)),
+        ("check_points", lambda: L.check_points(x, k=k)),
         ("as_tensor", lambda: L.as_tensor(x)),
-        ("geodesic", lambda: L.geodesic(x, y, 5, k)),
+        ("geodesic", lambda: L.geodesic(x, y, 5, k=k)),
     ]
 
 
@@ -102,16 +102,16 @@ def test_torch_in_keeps_dtype(torch_dtype):
 
 def test_origin():
     for k in (0.25, 1.0, 3.0):
-        o = L.origin(4, k)
+        o = L.origin(4, k=k)
         assert o.shape == (5,) and o.dtype == torch.float64
         assert o[0].item() == pytest.approx(math.sqrt(k), rel=1e-15)
         assert (o[1:] == 0).all()
         assert L.inner(o, o).item() == pytest.approx(-k, rel=1e-15)
-        L.check_points(o, k)
+        L.check_points(o, k=k)
     assert L.origin(2, dtype=torch.float32).dtype == torch.float32
     for bad in (0, -1, 2.5):
         raises_one_line(ValueError, r"d must be a positive integer", L.origin, bad)
-    raises_one_line(ValueError, r"k must be a positive", L.origin, 3, 0.0)
+    raises_one_line(ValueError, r"k must be a positive", L.origin, 3, k=0.0)
 
 
 # --------------------------------------------------------------------------- #
@@ -120,12 +120,12 @@ def test_origin():
 @pytest.mark.parametrize("k", [0.3, 1.0, 4.0])
 def test_lift_values_and_shape(k):
     xs = rng(0).standard_normal((2, 3, 5, 6))
-    x = L.lift(xs, k)
+    x = L.lift(xs, k=k)
     assert x.shape == (2, 3, 5, 7)
     np.testing.assert_array_equal(x[..., 1:].numpy(), xs)  # spatial part untouched
     np.testing.assert_allclose(x.numpy(), np_lift(xs, k), rtol=1e-15)
     np.testing.assert_allclose(L.inner(x, x).numpy(), -k, rtol=1e-12)
-    assert L.lift([[0.0, 0.0]], k)[0, 0].item() == pytest.approx(math.sqrt(k), rel=1e-15)  # nested list works
+    assert L.lift([[0.0, 0.0]], k=k)[0, 0].item() == pytest.approx(math.sqrt(k), rel=1e-15)  # nested list works
 
 
 def test_inner_values_and_broadcasting():
@@ -144,9 +144,9 @@ def test_sqdist_and_dist_values(k):
     x = points((6,), 4, k, scale=2.0, seed=1)
     y = points((6,), 4, k, scale=2.0, seed=2)
     textbook = -2 * k - 2 * np_inner(x, y)  # well-separated points: no cancellation worth mentioning
-    np.testing.assert_allclose(L.sqdist(x, y, k).numpy(), textbook, rtol=1e-10)
+    np.testing.assert_allclose(L.sqdist(x, y, k=k).numpy(), textbook, rtol=1e-10)
     d_ref = math.sqrt(k) * np.arccosh(-np_inner(x, y) / k)
-    np.testing.assert_allclose(L.dist(x, y, k).numpy(), d_ref, rtol=1e-10)
+    np.testing.assert_allclose(L.dist(x, y, k=k).numpy(), d_ref, rtol=1e-10)
 
 
 @pytest.mark.parametrize("k", [0.2, 1.0, 5.0])
@@ -155,7 +155,7 @@ def test_dist_from_origin_is_radial_arsinh(k):
     r = np.array([0.0, 1e-8, 1e-3, 0.5, 3.0, 20.0])
     xs = np.zeros((r.size, 3))
     xs[:, 1] = r
-    got = L.dist(L.origin(3, k), L.lift(xs, k), k)
+    got = L.dist(L.origin(3, k=k), L.lift(xs, k=k), k=k)
     np.testing.assert_allclose(got.numpy(), math.sqrt(k) * np.arcsinh(r / math.sqrt(k)), rtol=1e-12, atol=0)
 
 
@@ -173,13 +173,13 @@ def test_sqdist_batch_shapes_and_broadcasting():
     k = 1.5
     x = points((2, 3, 5), 4, k, seed=0)
     y = points((3, 1), 4, k, seed=1)
-    got = L.sqdist(x, y, k)
+    got = L.sqdist(x, y, k=k)
     assert got.shape == (2, 3, 5)
     xb, yb = np.broadcast_arrays(x, y)
-    ref = L.sqdist(xb.reshape(-1, 5), yb.reshape(-1, 5), k).reshape(2, 3, 5)
+    ref = L.sqdist(xb.reshape(-1, 5), yb.reshape(-1, 5), k=k).reshape(2, 3, 5)
     torch.testing.assert_close(got, ref, rtol=0, atol=0)
-    assert L.dist(x, y, k).shape == (2, 3, 5)
-    assert L.sqdist(x[0, 0, 0], y[0, 0], k).shape == ()  # single points give a scalar
+    assert L.dist(x, y, k=k).shape == (2, 3, 5)
+    assert L.sqdist(x[0, 0, 0], y[0, 0], k=k).shape == ()  # single points give a scalar
 
 
 @pytest.mark.parametrize("np_dtype,torch_dtype", DTYPES)
@@ -188,11 +188,11 @@ def test_pairwise_equals_broadcast(np_dtype, torch_dtype):
     x = points((2, 3, 6), 5, k, scale=1.5, seed=0, dtype=np_dtype)  # (..., N, d + 1)
     y = points((2, 3, 4), 5, k, scale=1.5, seed=1, dtype=np_dtype)  # (..., M, d + 1)
     pin = L.pairwise_inner(x, y)
-    psq = L.pairwise_sqdist(x, y, k)
+    psq = L.pairwise_sqdist(x, y, k=k)
     assert pin.shape == psq.shape == (2, 3, 6, 4)
     assert pin.dtype == psq.dtype == torch_dtype
     bin_ = L.inner(x[..., :, None, :], y[..., None, :, :])
-    bsq = L.sqdist(x[..., :, None, :], y[..., None, :, :], k)
+    bsq = L.sqdist(x[..., :, None, :], y[..., None, :, :], k=k)
     # the Gram-matrix form has an absolute error of a few ulps of |x|^2 + |y|^2 (see its docstring)
     eps = torch.finfo(torch_dtype).eps
     xt, yt = torch.from_numpy(x[..., 0]), torch.from_numpy(y[..., 0])
@@ -201,7 +201,7 @@ def test_pairwise_equals_broadcast(np_dtype, torch_dtype):
     assert ((psq - bsq).abs() <= 16 * eps * scale).all()
     assert (psq >= 0).all()
     # batch dims broadcast like matmul: (2, 3, N) against (M,)
-    assert L.pairwise_sqdist(x, y[0, 0], k).shape == (2, 3, 6, 4)
+    assert L.pairwise_sqdist(x, y[0, 0], k=k).shape == (2, 3, 6, 4)
     assert L.pairwise_inner(x[0, 0], y).shape == (2, 3, 6, 4)
 
 
@@ -217,41 +217,41 @@ def test_pairwise_sqdist_diagonal_is_small():
 def test_expmap0_values(k):
     us = rng(0).standard_normal((7, 3)) * np.array([[0.0], [1e-9], [1e-3], [0.5], [2.0], [5.0], [10.0]])
     u = np.concatenate([np.zeros((7, 1)), us], axis=-1)
-    x = L.expmap0(u, k)
+    x = L.expmap0(u, k=k)
     n = np.linalg.norm(us, axis=-1, keepdims=True)
     rk = math.sqrt(k)
     with np.errstate(invalid="ignore", divide="ignore"):
         xs_ref = np.where(n > 0, rk * np.sinh(n / rk) * us / n, 0.0)
     np.testing.assert_allclose(x[:, 1:].numpy(), xs_ref, rtol=1e-12, atol=0)
     np.testing.assert_allclose(x[:, 0].numpy(), rk * np.cosh(n[:, 0] / rk), rtol=1e-12)
-    torch.testing.assert_close(x[0], L.origin(3, k), rtol=4e-16, atol=0)  # u = 0 goes to the origin
+    torch.testing.assert_close(x[0], L.origin(3, k=k), rtol=4e-16, atol=0)  # u = 0 goes to the origin
     assert (x[0, 1:] == 0).all()
     # the distance from the origin is the tangent norm
-    np.testing.assert_allclose(L.dist(L.origin(3, k), x, k).numpy(), n[:, 0], rtol=1e-11, atol=1e-300)
+    np.testing.assert_allclose(L.dist(L.origin(3, k=k), x, k=k).numpy(), n[:, 0], rtol=1e-11, atol=1e-300)
 
 
 @pytest.mark.parametrize("k", [0.5, 1.0, 2.0])
 def test_logmap0_values_and_inverse(k):
     xs = rng(1).standard_normal((2, 5, 4)) * 3
-    x = L.lift(xs, k)
-    u = L.logmap0(x, k)
+    x = L.lift(xs, k=k)
+    u = L.logmap0(x, k=k)
     assert u.shape == (2, 5, 5)
     assert (u[..., 0] == 0).all()
     n = np.linalg.norm(xs, axis=-1, keepdims=True)
     rk = math.sqrt(k)
     np.testing.assert_allclose(u[..., 1:].numpy(), rk * np.arcsinh(n / rk) * xs / n, rtol=1e-12)
-    torch.testing.assert_close(L.expmap0(u, k), x, rtol=1e-12, atol=1e-12)
-    assert (L.logmap0(L.origin(4, k), k) == 0).all()
+    torch.testing.assert_close(L.expmap0(u, k=k), x, rtol=1e-12, atol=1e-12)
+    assert (L.logmap0(L.origin(4, k=k), k=k) == 0).all()
 
 
 @pytest.mark.parametrize("k", [0.5, 1.0, 2.0])
 def test_poincare_and_klein(k):
     xs = rng(2).standard_normal((3, 4, 2)) * 4
-    x = L.lift(xs, k)
+    x = L.lift(xs, k=k)
     xn = x.numpy()
     rk = math.sqrt(k)
-    p = L.to_poincare(x, k)
-    q = L.to_klein(x, k)
+    p = L.to_poincare(x, k=k)
+    q = L.to_klein(x, k=k)
     assert p.shape == q.shape == (3, 4, 2)
     np.testing.assert_allclose(p.numpy(), rk * xs / (xn[..., :1] + rk), rtol=1e-13)
     np.testing.assert_allclose(q.numpy(), rk * xs / xn[..., :1], rtol=1e-13)
@@ -259,23 +259,23 @@ def test_poincare_and_klein(k):
     # Klein from Poincare: K = 2k p / (k + |p|^2)
     p2 = (p * p).sum(-1, keepdim=True)
     torch.testing.assert_close(q, 2 * k * p / (k + p2), rtol=1e-12, atol=1e-14)
-    torch.testing.assert_close(L.from_poincare(p, k), x, rtol=1e-11, atol=1e-12)
-    torch.testing.assert_close(L.from_klein(q, k), x, rtol=1e-11, atol=1e-12)
+    torch.testing.assert_close(L.from_poincare(p, k=k), x, rtol=1e-11, atol=1e-12)
+    torch.testing.assert_close(L.from_klein(q, k=k), x, rtol=1e-11, atol=1e-12)
     # the centre of the disk is the origin
-    torch.testing.assert_close(L.from_poincare(np.zeros(2), k), L.origin(2, k))
-    torch.testing.assert_close(L.from_klein(np.zeros(2), k), L.origin(2, k))
+    torch.testing.assert_close(L.from_poincare(np.zeros(2), k=k), L.origin(2, k=k))
+    torch.testing.assert_close(L.from_klein(np.zeros(2), k=k), L.origin(2, k=k))
 
 
 def test_check_points_accepts_and_returns_tensor():
     x = points((3, 4), 5, 2.0, scale=10.0)
-    t = L.check_points(x, 2.0)
+    t = L.check_points(x, k=2.0)
     assert isinstance(t, torch.Tensor) and t.dtype == torch.float64 and t.shape == (3, 4, 6)
-    assert L.check_points(np.zeros((0, 3)), 1.0).shape == (0, 3)
+    assert L.check_points(np.zeros((0, 3)), k=1.0).shape == (0, 3)
     # a loose tolerance accepts what the default refuses
     off = x.copy()
     off[1, 2, 0] *= 1 + 1e-6
-    raises_one_line(ValueError, r"off the hyperboloid", L.check_points, off, 2.0)
-    L.check_points(off, 2.0, rtol=1e-5)
+    raises_one_line(ValueError, r"off the hyperboloid", L.check_points, off, k=2.0)
+    L.check_points(off, k=2.0, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------- #
@@ -424,19 +424,19 @@ def test_geodesic_endpoints_speed_and_sheet(np_dtype, torch_dtype, k, d):
     x = points((6,), d, k, scale=2.0, seed=1, dtype=np_dtype)  # numpy in
     y = points((6,), d, k, scale=2.0, seed=2, dtype=np_dtype)
     n = 33
-    g = L.geodesic(x, y, n, k)
+    g = L.geodesic(x, y, n, k=k)
     assert isinstance(g, torch.Tensor) and g.dtype == torch_dtype and g.shape == (6, n, d + 1)
-    L.check_points(g, k)  # every sample on <x, x>_L = -k, upper sheet
+    L.check_points(g, k=k)  # every sample on <x, x>_L = -k, upper sheet
     assert torch.equal(g[:, 0], torch.from_numpy(x)) and torch.equal(g[:, -1], torch.from_numpy(y))
-    total = L.dist(x, y, k)
+    total = L.dist(x, y, k=k)
     tol = dict(rtol=1e-9, atol=1e-9) if torch_dtype == torch.float64 else dict(rtol=2e-3, atol=2e-3)
     # constant speed: consecutive samples d(x, y) / (n - 1) apart
-    steps = L.dist(g[:, :-1], g[:, 1:], k)
+    steps = L.dist(g[:, :-1], g[:, 1:], k=k)
     torch.testing.assert_close(steps, (total / (n - 1))[:, None].expand(6, n - 1), **tol)
     # minimising: the triangle inequality is an equality along the curve
     t = torch.linspace(0, 1, n, dtype=torch_dtype)
-    torch.testing.assert_close(L.dist(torch.from_numpy(x)[:, None], g, k), t * total[:, None], **tol)
-    torch.testing.assert_close(L.dist(g, torch.from_numpy(y)[:, None], k), (1 - t) * total[:, None], **tol)
+    torch.testing.assert_close(L.dist(torch.from_numpy(x)[:, None], g, k=k), t * total[:, None], **tol)
+    torch.testing.assert_close(L.dist(g, torch.from_numpy(y)[:, None], k=k), (1 - t) * total[:, None], **tol)
 
 
 @pytest.mark.parametrize("k", [0.5, 1.0, 2.0])
@@ -449,13 +449,13 @@ def test_geodesic_matches_expmap_of_logmap_geoopt(k):
     t = torch.linspace(0, 1, n, dtype=torch.float64)[:, None, None]
     ref = man.expmap(x, t * man.logmap(x, y)).transpose(0, 1)  # (5, n, d + 1): expmap_x(t logmap_x(y))
     # t = 0 left out: geoopt clamps the tangent norm from below, so its expmap_x(0) is x only to ~1e-8
-    torch.testing.assert_close(L.geodesic(x, y, n, k)[:, 1:], ref[:, 1:], rtol=1e-11, atol=1e-11)
+    torch.testing.assert_close(L.geodesic(x, y, n, k=k)[:, 1:], ref[:, 1:], rtol=1e-11, atol=1e-11)
     # and the closed form of the docstring: cosh(t theta) x + sinh(t theta) u / sinh(theta), u = y + <x,y>_L x / k
-    theta = (L.dist(x, y, k) / math.sqrt(k))[:, None, None]
+    theta = (L.dist(x, y, k=k) / math.sqrt(k))[:, None, None]
     u = y + (L.inner(x, y) / k)[:, None] * x
     tt = t.transpose(0, 1)
     closed = torch.cosh(tt * theta) * x[:, None] + torch.sinh(tt * theta) / torch.sinh(theta) * u[:, None]
-    torch.testing.assert_close(L.geodesic(x, y, n, k), closed, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(L.geodesic(x, y, n, k=k), closed, rtol=1e-9, atol=1e-9)
 
 
 def test_geodesic_lies_in_the_plane_of_x_and_y():
@@ -463,7 +463,7 @@ def test_geodesic_lies_in_the_plane_of_x_and_y():
     k = 1.5
     x = torch.from_numpy(points((4,), 4, k, scale=2.0, seed=5))
     y = torch.from_numpy(points((4,), 4, k, scale=2.0, seed=6))
-    g = L.geodesic(x, y, 17, k)
+    g = L.geodesic(x, y, 17, k=k)
     basis = torch.stack([x, y], dim=-1)  # (4, 5, 2)
     coef = torch.linalg.lstsq(basis[:, None].expand(4, 17, 5, 2), g[..., None]).solution
     residual = (basis[:, None] @ coef)[..., 0] - g
@@ -472,21 +472,21 @@ def test_geodesic_lies_in_the_plane_of_x_and_y():
 
 def test_geodesic_broadcasting_far_coincident_and_large_n():
     k = 2.0
-    far = L.lift(torch.tensor([[30.0, 0.0], [0.0, -30.0]], dtype=torch.float64), k)
-    g = L.geodesic(far[0], far[1], 17, k)
+    far = L.lift(torch.tensor([[30.0, 0.0], [0.0, -30.0]], dtype=torch.float64), k=k)
+    g = L.geodesic(far[0], far[1], 17, k=k)
     assert g.shape == (17, 3) and torch.isfinite(g).all()
-    L.check_points(g, k)
-    torch.testing.assert_close(L.dist(far[0], g[8], k), L.dist(g[8], far[1], k), rtol=1e-8, atol=1e-8)
+    L.check_points(g, k=k)
+    torch.testing.assert_close(L.dist(far[0], g[8], k=k), L.dist(g[8], far[1], k=k), rtol=1e-8, atol=1e-8)
     # hundreds of sqrt(k) apart: no overflow in sinh
-    very = L.expmap0(torch.tensor([[0.0, 300.0, 0.0], [0.0, 0.0, -300.0]], dtype=torch.float64) / 1e3, k)
-    assert torch.isfinite(L.geodesic(very[0], very[1], 5, k)).all()
-    same = L.geodesic(far[0], far[0], 5, k)
+    very = L.expmap0(torch.tensor([[0.0, 300.0, 0.0], [0.0, 0.0, -300.0]], dtype=torch.float64) / 1e3, k=k)
+    assert torch.isfinite(L.geodesic(very[0], very[1], 5, k=k)).all()
+    same = L.geodesic(far[0], far[0], 5, k=k)
     assert torch.equal(same, far[0].expand(5, 3))
     # one point against a batch: (3,) with (2, 4, 3) -> (2, 4, n, 3)
     batch = torch.from_numpy(points((2, 4), 2, k, seed=9))
-    out = L.geodesic(L.origin(2, k), batch, 6, k)
+    out = L.geodesic(L.origin(2, k=k), batch, 6, k=k)
     assert out.shape == (2, 4, 6, 3)
-    torch.testing.assert_close(out[1, 2], L.geodesic(L.origin(2, k), batch[1, 2], 6, k))
+    torch.testing.assert_close(out[1, 2], L.geodesic(L.origin(2, k=k), batch[1, 2], 6, k=k))
 
 
 def test_geodesic_bad_input():
@@ -494,12 +494,12 @@ def test_geodesic_bad_input():
     x = points((3,), 2, k, seed=1)
     y = points((3,), 2, k, seed=2)
     for bad_n in (1, 0, 2.5, True, "8"):
-        raises_one_line(ValueError, r"n: expected an integer number of samples >= 2", L.geodesic, x, y, bad_n, k)
-    raises_one_line(ValueError, r"^y: points are off the hyperboloid", L.geodesic, x, y * 2, 5, k)
-    raises_one_line(ValueError, r"different numbers of coordinates", L.geodesic, x, points((3,), 3, k), 5, k)
-    raises_one_line(TypeError, r"float64 but y is torch.float32", L.geodesic, x, y.astype(np.float32), 5, k)
-    raises_one_line(ValueError, r"batch shapes that do not broadcast", L.geodesic, x, points((4,), 2, k), 5, k)
-    raises_one_line(ValueError, r"k must be a positive", L.geodesic, x, y, 5, 0.0)
+        raises_one_line(ValueError, r"n: expected an integer number of samples >= 2", L.geodesic, x, y, bad_n, k=k)
+    raises_one_line(ValueError, r"^y: points are off the hyperboloid", L.geodesic, x, y * 2, 5, k=k)
+    raises_one_line(ValueError, r"different numbers of coordinates", L.geodesic, x, points((3,), 3, k), 5, k=k)
+    raises_one_line(TypeError, r"float64 but y is torch.float32", L.geodesic, x, y.astype(np.float32), 5, k=k)
+    raises_one_line(ValueError, r"batch shapes that do not broadcast", L.geodesic, x, points((4,), 2, k), 5, k=k)
+    raises_one_line(ValueError, r"k must be a positive", L.geodesic, x, y, 5, k=0.0)
 
 
 # --------------------------------------------------------------------------- #
@@ -512,28 +512,28 @@ def test_cuda_matches_cpu(torch_dtype):
     xs = (3 * torch.randn(8, 5, generator=g)).to(torch_dtype)
     ys = (3 * torch.randn(6, 5, generator=g)).to(torch_dtype)
     k = 0.5
-    x, y = L.lift(xs, k), L.lift(ys, k)
-    xc, yc = L.lift(xs.cuda(), k), L.lift(ys.cuda(), k)
+    x, y = L.lift(xs, k=k), L.lift(ys, k=k)
+    xc, yc = L.lift(xs.cuda(), k=k), L.lift(ys.cuda(), k=k)
     tol = dict(rtol=1e-5, atol=1e-5) if torch_dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
     pairs = [
         (xc, x),
-        (L.sqdist(xc[:, None], yc[None], k), L.sqdist(x[:, None], y[None], k)),
-        (L.dist(xc[:, None], yc[None], k), L.dist(x[:, None], y[None], k)),
+        (L.sqdist(xc[:, None], yc[None], k=k), L.sqdist(x[:, None], y[None], k=k)),
+        (L.dist(xc[:, None], yc[None], k=k), L.dist(x[:, None], y[None], k=k)),
         (L.pairwise_inner(xc, yc), L.pairwise_inner(x, y)),
-        (L.pairwise_sqdist(xc, yc, k), L.pairwise_sqdist(x, y, k)),
-        (L.logmap0(xc, k), L.logmap0(x, k)),
-        (L.expmap0(L.logmap0(xc, k), k), x),
-        (L.from_poincare(L.to_poincare(xc, k), k), x),
-        (L.from_klein(L.to_klein(xc, k), k), x),
-        (L.geodesic(xc[:6], yc, 5, k), L.geodesic(x[:6], y, 5, k)),
+        (L.pairwise_sqdist(xc, yc, k=k), L.pairwise_sqdist(x, y, k=k)),
+        (L.logmap0(xc, k=k), L.logmap0(x, k=k)),
+        (L.expmap0(L.logmap0(xc, k=k), k=k), x),
+        (L.from_poincare(L.to_poincare(xc, k=k), k=k), x),
+        (L.from_klein(L.to_klein(xc, k=k), k=k), x),
+        (L.geodesic(xc[:6], yc, 5, k=k), L.geodesic(x[:6], y, 5, k=k)),
     ]
     for got, ref in pairs:
         assert got.device.type == "cuda" and got.dtype == torch_dtype
         torch.testing.assert_close(got.cpu(), ref, **tol)
-    raises_one_line(ValueError, r"x is on cuda.* but y is on cpu", L.sqdist, xc, y, k)
+    raises_one_line(ValueError, r"x is on cuda.* but y is on cpu", L.sqdist, xc, y, k=k)
     bad = xc.clone()
     bad[5, 0] += 1
-    raises_one_line(ValueError, r"worst is row 5", L.check_points, bad, k)
+    raises_one_line(ValueError, r"worst is row 5", L.check_points, bad, k=k)
 
 
 def _not_dense(kind: str, x: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ def mp_reference(xs: np.ndarray, ys: np.ndarray, k: float) -> tuple[np.ndarray, 
     """Squared distance and distance of lift(xs), lift(ys) at DIGITS digits (textbook route), returned as float64."""
     assert DIGITS >= 50
     xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)  # float32 -> float64 is exact
-    sq, d = oracle.distances_mpmath(xs, ys, k, dps=DIGITS, formula="textbook")
+    sq, d = oracle.distances_mpmath(xs, ys, k=k, dps=DIGITS, formula="textbook")
     return np.array([float(v) for v in sq]), np.array([float(v) for v in d])
 
 
@@ -71,9 +71,9 @@ def test_float32_nearby_pairs_within_1e_4_and_textbook_is_not(k):
     worst = {"sqdist": 0.0, "dist": 0.0, "textbook": 0.0}
     for xs, ys, sq_ref, d_ref in _sample(np.float32, k, seed0=100):
         assert (sq_ref > 0).all()
-        x, y = L.lift(xs, k), L.lift(ys, k)  # float32 points, time coordinate rounded to float32
+        x, y = L.lift(xs, k=k), L.lift(ys, k=k)  # float32 points, time coordinate rounded to float32
         assert x.dtype == torch.float32
-        sq, d = L.sqdist(x, y, k), L.dist(x, y, k)
+        sq, d = L.sqdist(x, y, k=k), L.dist(x, y, k=k)
         assert sq.dtype == d.dtype == torch.float32
         textbook = -2 * k - 2 * L.inner(x, y)  # identity 1 evaluated in float32
         worst["sqdist"] = max(worst["sqdist"], relerr(sq, sq_ref).max())
@@ -88,9 +88,9 @@ def test_float32_nearby_pairs_within_1e_4_and_textbook_is_not(k):
 @pytest.mark.parametrize("k", KS)
 def test_float64_nearby_pairs_within_1e_10(k):
     for xs, ys, sq_ref, d_ref in _sample(np.float64, k, seed0=200):
-        x, y = L.lift(xs, k), L.lift(ys, k)
-        assert relerr(L.sqdist(x, y, k), sq_ref).max() < 1e-10
-        assert relerr(L.dist(x, y, k), d_ref).max() < 1e-10
+        x, y = L.lift(xs, k=k), L.lift(ys, k=k)
+        assert relerr(L.sqdist(x, y, k=k), sq_ref).max() < 1e-10
+        assert relerr(L.dist(x, y, k=k), d_ref).max() < 1e-10
 
 
 @pytest.mark.parametrize("np_dtype,tol", [(np.float32, 1e-4), (np.float64, 1e-10)])
@@ -106,9 +106,9 @@ def test_far_pairs_and_batch_against_mpmath(np_dtype, tol):
     ys = np.concatenate([rng.standard_normal((n, d)) * 5, -u * r * 1.001, np.zeros((n, d)), u * r * 0.5])
     xs, ys = xs.astype(np_dtype), ys.astype(np_dtype)
     sq_ref, d_ref = mp_reference(xs, ys, k)
-    x, y = L.lift(xs, k).reshape(4, n, d + 1), L.lift(ys, k).reshape(4, n, d + 1)
-    assert relerr(L.sqdist(x, y, k).reshape(-1), sq_ref).max() < tol
-    assert relerr(L.dist(x, y, k).reshape(-1), d_ref).max() < tol
+    x, y = L.lift(xs, k=k).reshape(4, n, d + 1), L.lift(ys, k=k).reshape(4, n, d + 1)
+    assert relerr(L.sqdist(x, y, k=k).reshape(-1), sq_ref).max() < tol
+    assert relerr(L.dist(x, y, k=k).reshape(-1), d_ref).max() < tol
 
 
 # --------------------------------------------------------------------------- #
@@ -135,7 +135,7 @@ def test_geoopt_projx_is_lift(manifold):
     k, M = manifold
     xs = _geo_points(0)
     junk_time = torch.randn(xs.shape[0], 1, dtype=torch.float64)
-    torch.testing.assert_close(M.projx(torch.cat([junk_time, xs], -1)), L.lift(xs, k), **GEOOPT_TOL)
+    torch.testing.assert_close(M.projx(torch.cat([junk_time, xs], -1)), L.lift(xs, k=k), **GEOOPT_TOL)
 
 
 def test_geoopt_inner_and_dist(manifold):
@@ -146,14 +146,14 @@ def test_geoopt_inner_and_dist(manifold):
     torch.testing.assert_close(L.inner(x, y), gmath.inner(x, y), **GEOOPT_TOL)
     torch.testing.assert_close(L.inner(x, x), gmath.inner(x, x), **GEOOPT_TOL)
     # geoopt's arcosh is not accurate for coincident points: compare on distinct ones
-    d = L.dist(x, y, k)
+    d = L.dist(x, y, k=k)
     assert d.min() > 1e-2
     torch.testing.assert_close(d, M.dist(x, y), **GEOOPT_TOL)
     # pairwise: geoopt broadcasts, hypviz builds the matrix from products
     gd = M.dist(x[:, None], y[None])
-    torch.testing.assert_close(L.dist(x[:, None], y[None], k), gd, **GEOOPT_TOL)
+    torch.testing.assert_close(L.dist(x[:, None], y[None], k=k), gd, **GEOOPT_TOL)
     rk = math.sqrt(k)
-    pd = 2 * rk * torch.asinh(torch.sqrt(L.pairwise_sqdist(x, y, k)) / (2 * rk))
+    pd = 2 * rk * torch.asinh(torch.sqrt(L.pairwise_sqdist(x, y, k=k)) / (2 * rk))
     torch.testing.assert_close(pd, gd, **GEOOPT_TOL)
     torch.testing.assert_close(L.pairwise_inner(x, y), gmath.inner(x[:, None], y[None]), **GEOOPT_TOL)
 
@@ -162,11 +162,11 @@ def test_geoopt_expmap0_logmap0(manifold):
     k, M = manifold
     u = torch.nn.functional.pad(_geo_points(3, r_max=3.0), (1, 0))
     u = u[u[:, 1:].norm(dim=-1) > 1e-3]  # geoopt clamps tiny norms
-    x = L.expmap0(u, k)
+    x = L.expmap0(u, k=k)
     torch.testing.assert_close(x, M.expmap0(u), **GEOOPT_TOL)
-    torch.testing.assert_close(L.logmap0(x, k), M.logmap0(x), **GEOOPT_TOL)
+    torch.testing.assert_close(L.logmap0(x, k=k), M.logmap0(x), **GEOOPT_TOL)
     y = M.projx(torch.nn.functional.pad(_geo_points(4), (1, 0)))
-    torch.testing.assert_close(L.logmap0(y, k), M.logmap0(y), **GEOOPT_TOL)
+    torch.testing.assert_close(L.logmap0(y, k=k), M.logmap0(y), **GEOOPT_TOL)
     # and each is on the other's manifold
     M.assert_check_point_on_manifold(x)
-    L.check_points(M.expmap0(u), k)
+    L.check_points(M.expmap0(u), k=k)

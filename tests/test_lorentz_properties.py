@@ -106,8 +106,8 @@ def terms(x: torch.Tensor, y: torch.Tensor, k: float) -> torch.Tensor:
 @given(pairs())
 def test_identity1_sqdist_is_minus_2k_minus_2_inner(args):
     k, xs, ys = args
-    x, y = L.lift(xs, k), L.lift(ys, k)
-    D = L.sqdist(x, y, k)
+    x, y = L.lift(xs, k=k), L.lift(ys, k=k)
+    D = L.sqdist(x, y, k=k)
     textbook = -2 * k - 2 * L.inner(x, y)  # cancels for nearby points: compare on the scale of its terms
     assert ((D - textbook).abs() <= 32 * EPS64 * terms(x, y, k)).all()
 
@@ -116,8 +116,8 @@ def test_identity1_sqdist_is_minus_2k_minus_2_inner(args):
 @given(pairs())
 def test_identity2_arcosh_and_sinh(args):
     k, xs, ys = args
-    x, y = L.lift(xs, k), L.lift(ys, k)
-    D, d = L.sqdist(x, y, k), L.dist(x, y, k)
+    x, y = L.lift(xs, k=k), L.lift(ys, k=k)
+    D, d = L.sqdist(x, y, k=k), L.dist(x, y, k=k)
     rk = math.sqrt(k)
     # sqdist == 4k sinh^2(d / (2 sqrt k)), to a few ulps
     torch.testing.assert_close(4 * k * torch.sinh(d / (2 * rk)) ** 2, D, rtol=1e-13, atol=1e-300)
@@ -134,9 +134,9 @@ def test_identity2_arcosh_and_sinh(args):
 @given(pairs())
 def test_identity3_decomposition(args):
     k, xs, ys = args
-    x, y = L.lift(xs, k).numpy(), L.lift(ys, k).numpy()
+    x, y = L.lift(xs, k=k).numpy(), L.lift(ys, k=k).numpy()
     xt, yt = x[:, 0], y[:, 0]
-    D = L.sqdist(x, y, k).numpy()
+    D = L.sqdist(x, y, k=k).numpy()
     ee = ((xs - ys) ** 2).sum(-1)
     # |x - y|^2_L == |x_s - y_s|^2 - (x_t - y_t)^2  (right side cancels: tolerance on its terms)
     assert (np.abs(D - (ee - (xt - yt) ** 2)) <= 32 * EPS64 * (ee + (xt + yt) * np.abs(xt - yt))).all()
@@ -151,11 +151,11 @@ def test_identity3_decomposition(args):
 @given(pairs(kind="equal_norm"))
 def test_identity3_equal_norms_give_euclidean_distance(args):
     k, xs, ys = args
-    x, y = L.lift(xs, k), L.lift(ys, k)
+    x, y = L.lift(xs, k=k), L.lift(ys, k=k)
     ee = torch.from_numpy(((xs - ys) ** 2).sum(-1))
     r = torch.from_numpy(np.linalg.norm(xs, axis=-1))
     torch.testing.assert_close(x[:, 0], y[:, 0], rtol=4 * EPS64, atol=0)
-    D = L.sqdist(x, y, k)
+    D = L.sqdist(x, y, k=k)
     assert ((D - ee).abs() <= 16 * EPS64 * ee + (16 * EPS64 * r) ** 2).all()
 
 
@@ -166,9 +166,9 @@ def test_identity3_equal_norms_give_euclidean_distance(args):
 @given(pairs())
 def test_identity4_spatial_dot_is_distance_plus_time_product(args):
     k, qs, ks = args
-    q, kk = L.lift(qs, k), L.lift(ks, k)
+    q, kk = L.lift(qs, k=k), L.lift(ks, k=k)
     lhs = (q[:, 1:] * kk[:, 1:]).sum(-1)
-    rhs = -0.5 * L.sqdist(q, kk, k) + (q[:, 0] * kk[:, 0] - k)
+    rhs = -0.5 * L.sqdist(q, kk, k=k) + (q[:, 0] * kk[:, 0] - k)
     assert ((lhs - rhs).abs() <= 32 * EPS64 * terms(q, kk, k)).all()
 
 
@@ -182,11 +182,11 @@ def attention_inputs(draw):
 
 
 def _check_identity5(k, queries, keys, tau, dtype, eps):
-    q, kk = L.lift(queries.astype(dtype), k), L.lift(keys.astype(dtype), k)
+    q, kk = L.lift(queries.astype(dtype), k=k), L.lift(keys.astype(dtype), k=k)
     scale = (q[:, None, 0] * kk[None, :, 0] + q[:, None, 1:].norm(dim=-1) * kk[None, :, 1:].norm(dim=-1) + k) / tau
     tol = 64 * eps * scale.max()  # bound on the logit errors; softmax moves by at most about that much
     lorentz = torch.softmax(L.pairwise_inner(q, kk) / tau, dim=-1)
-    D = L.sqdist(q[:, None], kk[None], k)
+    D = L.sqdist(q[:, None], kk[None], k=k)
     distance = torch.softmax(-0.5 * D / tau, dim=-1)
     assert ((lorentz - distance).abs() <= tol).all()
     # identity 4 under a softmax: spatial dot products = distance logits + a key-norm bias
@@ -194,7 +194,7 @@ def _check_identity5(k, queries, keys, tau, dtype, eps):
     biased = torch.softmax((-0.5 * D + q[:, None, 0] * kk[None, :, 0]) / tau, dim=-1)
     assert ((spatial_ - biased).abs() <= tol).all()
     # the pairwise (matrix-product) distances give the same distance attention
-    assert ((torch.softmax(-0.5 * L.pairwise_sqdist(q, kk, k) / tau, dim=-1) - distance).abs() <= tol).all()
+    assert ((torch.softmax(-0.5 * L.pairwise_sqdist(q, kk, k=k) / tau, dim=-1) - distance).abs() <= tol).all()
 
 
 @SETTINGS
@@ -216,7 +216,7 @@ def _on_hyperboloid(x: torch.Tensor, k: float, eps: float = EPS64) -> None:
     lorentz_norm = L.inner(x, x)
     assert ((lorentz_norm + k).abs() <= 32 * eps * (x * x).sum(-1)).all()
     assert (x[..., 0] > 0).all()
-    L.check_points(x, k)
+    L.check_points(x, k=k)
 
 
 @st.composite
@@ -230,19 +230,19 @@ def ball_points(draw):
 @given(pairs(kind="independent"), ball_points())
 def test_points_land_on_the_hyperboloid(args, ball):
     k, xs, us = args
-    _on_hyperboloid(L.lift(xs, k), k)
-    _on_hyperboloid(L.lift(xs.astype(np.float32), k), k, eps=EPS32)
-    _on_hyperboloid(L.expmap0(np.pad(us, ((0, 0), (1, 0))), k), k)
+    _on_hyperboloid(L.lift(xs, k=k), k)
+    _on_hyperboloid(L.lift(xs.astype(np.float32), k=k), k, eps=EPS32)
+    _on_hyperboloid(L.expmap0(np.pad(us, ((0, 0), (1, 0))), k=k), k)
     kb, p = ball
-    _on_hyperboloid(L.from_poincare(p, kb), kb)
-    _on_hyperboloid(L.from_klein(p, kb), kb)
+    _on_hyperboloid(L.from_poincare(p, k=kb), kb)
+    _on_hyperboloid(L.from_klein(p, k=kb), kb)
 
 
 @SETTINGS
 @given(pairs())
 def test_inner_of_two_points_is_at_most_minus_k(args):
     k, xs, ys = args
-    x, y = L.lift(xs, k), L.lift(ys, k)
+    x, y = L.lift(xs, k=k), L.lift(ys, k=k)
     assert (L.inner(x, y) <= -k + 32 * EPS64 * terms(x, y, k)).all()
 
 
@@ -251,43 +251,43 @@ def test_inner_of_two_points_is_at_most_minus_k(args):
 def test_expmap0_logmap0_inverse(k, d, data):
     us = data.draw(spatial(3, d))
     u = torch.from_numpy(np.pad(us, ((0, 0), (1, 0))))
-    x = L.expmap0(u, k)
-    torch.testing.assert_close(L.logmap0(x, k), u, rtol=1e-12, atol=1e-13)
+    x = L.expmap0(u, k=k)
+    torch.testing.assert_close(L.logmap0(x, k=k), u, rtol=1e-12, atol=1e-13)
     # the distance from the origin is the tangent norm
-    torch.testing.assert_close(L.dist(L.origin(d, k), x, k), u.norm(dim=-1), rtol=1e-12, atol=1e-13)
-    y = L.lift(data.draw(spatial(3, d)), k)
-    torch.testing.assert_close(L.expmap0(L.logmap0(y, k), k), y, rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(L.dist(L.origin(d, k=k), x, k=k), u.norm(dim=-1), rtol=1e-12, atol=1e-13)
+    y = L.lift(data.draw(spatial(3, d)), k=k)
+    torch.testing.assert_close(L.expmap0(L.logmap0(y, k=k), k=k), y, rtol=1e-12, atol=1e-13)
 
 
 @SETTINGS
 @given(pairs(kind="independent"), ball_points())
 def test_poincare_klein_round_trips(args, ball):
     k, xs, _ = args
-    x = L.lift(xs, k)
-    p, q = L.to_poincare(x, k), L.to_klein(x, k)
+    x = L.lift(xs, k=k)
+    p, q = L.to_poincare(x, k=k), L.to_klein(x, k=k)
     rk = math.sqrt(k)
     assert (p.norm(dim=-1) < rk).all() and (q.norm(dim=-1) < rk).all()
     # near the rim k - |p|^2 cancels: the round trip loses about x_t / sqrt(k) ulps
     rtol = 64 * EPS64 * (1 + float(x[:, 0].max()) / rk)
-    torch.testing.assert_close(L.from_poincare(p, k), x, rtol=rtol, atol=1e-13)
-    torch.testing.assert_close(L.from_klein(q, k), x, rtol=rtol, atol=1e-13)
+    torch.testing.assert_close(L.from_poincare(p, k=k), x, rtol=rtol, atol=1e-13)
+    torch.testing.assert_close(L.from_klein(q, k=k), x, rtol=rtol, atol=1e-13)
     # Klein from Poincare: K = 2k p / (k + |p|^2)
     torch.testing.assert_close(q, 2 * k * p / (k + (p * p).sum(-1, keepdim=True)), rtol=1e-13, atol=1e-15)
     kb, pb = ball
-    torch.testing.assert_close(L.to_poincare(L.from_poincare(pb, kb), kb), torch.from_numpy(pb), rtol=1e-12, atol=1e-14)
-    torch.testing.assert_close(L.to_klein(L.from_klein(pb, kb), kb), torch.from_numpy(pb), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(L.to_poincare(L.from_poincare(pb, k=kb), k=kb), torch.from_numpy(pb), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(L.to_klein(L.from_klein(pb, k=kb), k=kb), torch.from_numpy(pb), rtol=1e-12, atol=1e-14)
 
 
 @SETTINGS
 @given(pairs())
 def test_sqdist_nonnegative_and_symmetric(args):
     k, xs, ys = args
-    x, y = L.lift(xs, k), L.lift(ys, k)
-    D = L.sqdist(x, y, k)
+    x, y = L.lift(xs, k=k), L.lift(ys, k=k)
+    D = L.sqdist(x, y, k=k)
     assert (D >= 0).all()
-    torch.testing.assert_close(L.sqdist(y, x, k), D, rtol=1e-14, atol=0)
-    torch.testing.assert_close(L.dist(y, x, k), L.dist(x, y, k), rtol=1e-14, atol=0)
-    assert (L.sqdist(x, x, k) == 0).all()
+    torch.testing.assert_close(L.sqdist(y, x, k=k), D, rtol=1e-14, atol=0)
+    torch.testing.assert_close(L.dist(y, x, k=k), L.dist(x, y, k=k), rtol=1e-14, atol=0)
+    assert (L.sqdist(x, x, k=k) == 0).all()
 
 
 @SETTINGS
@@ -295,8 +295,8 @@ def test_sqdist_nonnegative_and_symmetric(args):
 def test_triangle_inequality(args, data):
     k, xs, ys = args
     zs = data.draw(partner(ys))
-    x, y, z = L.lift(xs, k), L.lift(ys, k), L.lift(zs, k)
-    dxy, dyz, dxz = L.dist(x, y, k), L.dist(y, z, k), L.dist(x, z, k)
+    x, y, z = L.lift(xs, k=k), L.lift(ys, k=k), L.lift(zs, k=k)
+    dxy, dyz, dxz = L.dist(x, y, k=k), L.dist(y, z, k=k), L.dist(x, z, k=k)
     assert (dxz <= dxy + dyz + 1e-12 * (dxy + dyz) + 1e-300).all()
 
 
@@ -306,10 +306,10 @@ def test_float32_sqdist_and_dist_close_to_float64(args):
     # same (float32-rounded) spatial inputs; the float32 error is a few ulps times |x_s| / sqrt(k)
     k, xs, ys = args
     xs32, ys32 = xs.astype(np.float32), ys.astype(np.float32)
-    D32 = L.sqdist(L.lift(xs32, k), L.lift(ys32, k), k)
-    d32 = L.dist(L.lift(xs32, k), L.lift(ys32, k), k)
-    x64, y64 = L.lift(xs32.astype(np.float64), k), L.lift(ys32.astype(np.float64), k)
-    D64, d64 = L.sqdist(x64, y64, k), L.dist(x64, y64, k)
+    D32 = L.sqdist(L.lift(xs32, k=k), L.lift(ys32, k=k), k=k)
+    d32 = L.dist(L.lift(xs32, k=k), L.lift(ys32, k=k), k=k)
+    x64, y64 = L.lift(xs32.astype(np.float64), k=k), L.lift(ys32.astype(np.float64), k=k)
+    D64, d64 = L.sqdist(x64, y64, k=k), L.dist(x64, y64, k=k)
     amp = 1 + (x64[:, 1:].norm(dim=-1) + y64[:, 1:].norm(dim=-1)) / math.sqrt(k)
     assert ((D32.double() - D64).abs() <= 16 * EPS32 * amp * D64 + 1e-37).all()
     assert ((d32.double() - d64).abs() <= 16 * EPS32 * amp * d64 + 1e-18).all()

@@ -157,8 +157,8 @@ def test_weight_on_masked_keys_and_bad_masks_are_one_line_errors():
 def test_a_causal_layer_in_a_model_report_is_judged_over_the_keys_it_attends():
     g = torch.Generator().manual_seed(7)
     h, n, d, tau = 2, 7, 3, 0.6
-    q = lift(torch.randn(h, n, d, generator=g, dtype=F64), 1.0)
-    kk = lift(torch.randn(h, n, d, generator=g, dtype=F64), 1.0)
+    q = lift(torch.randn(h, n, d, generator=g, dtype=F64), k=1.0)
+    kk = lift(torch.randn(h, n, d, generator=g, dtype=F64), k=1.0)
     keep = torch.ones(n, n, dtype=torch.bool).tril()
     rec = records.LayerRecord(name="dec", queries=q, keys=kk, values=None, k=1.0, mode="full", kind="distance",
                               temperature=tau, mask=keep)

@@ -15,7 +15,7 @@ from hypviz import lorentz
 
 def pts(n: int, d: int, k: float, dtype, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return lorentz.lift(torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype), k)
+    return lorentz.lift(torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype), k=k)
 
 
 @pytest.mark.parametrize("dtype,tau", [(torch.float32, 1e-39), (torch.float64, 1e-308)])
@@ -32,7 +32,7 @@ def test_a_temperature_that_overflows_the_logits_is_refused_with_the_limit(dtype
 def test_large_k_in_float32_gives_the_float64_answer_and_meets_the_bound(k):
     q, kk = pts(16, 8, k, torch.float32, 3), pts(20, 8, k, torch.float32, 4)
     res = attention.compare(q, kk, "spatial", "distance", k=k)
-    ref = attention.compare(lorentz.lift(q[:, 1:].double(), k), lorentz.lift(kk[:, 1:].double(), k), k=k)
+    ref = attention.compare(lorentz.lift(q[:, 1:].double(), k=k), lorentz.lift(kk[:, 1:].double(), k=k), k=k)
     assert res.all_bounds_met
     assert torch.allclose(res.tv.double(), ref.tv, rtol=1e-3, atol=1e-6)
     assert torch.allclose(res.delta.double(), ref.delta, rtol=1e-5)

@@ -158,8 +158,8 @@ def test_comparison_sweep_draws_the_gap_next_to_its_baseline(points):
 
 
 def _disk_setup(k=1.0):
-    keys = L.lift(torch.randn(30, 2, generator=torch.Generator().manual_seed(6), dtype=torch.float64) * 1.2, k)
-    q = L.lift(torch.tensor([1.1, 0.4], dtype=torch.float64), k)
+    keys = L.lift(torch.randn(30, 2, generator=torch.Generator().manual_seed(6), dtype=torch.float64) * 1.2, k=k)
+    q = L.lift(torch.tensor([1.1, 0.4], dtype=torch.float64), k=k)
     return q, keys
 
 
@@ -173,7 +173,7 @@ def test_disk_level_sets_show_what_each_map_rewards(k):
     (cbar,) = colourbars(fig)
     assert "attention weight" in cbar.get_ylabel() and r"\kappa" in cbar.get_ylabel()
     weights = [att.attention_map(q[None], keys, kind, k=k, temperature=tau)[0].numpy() for kind in ("spatial", "distance")]
-    disk = L.to_poincare(keys, k).numpy()
+    disk = L.to_poincare(keys, k=k).numpy()
     root_k = math.sqrt(k)
     clims = set()
     for ax, w, kind in zip(panels, weights, ("spatial", "distance")):
@@ -193,7 +193,7 @@ def test_disk_level_sets_show_what_each_map_rewards(k):
         for level, path in zip(cs.levels, cs.get_paths()):
             if len(path.vertices) == 0:
                 continue
-            pts = L.from_poincare(torch.as_tensor(path.vertices, dtype=torch.float64), k)
+            pts = L.from_poincare(torch.as_tensor(path.vertices, dtype=torch.float64), k=k)
             field = att.scores(q[None], pts, kind, k=k)[0] * (1.0 if kind == "spatial" else -2.0)
             span = ks.max() - ks.min()
             assert np.allclose(field.numpy(), level, atol=0.02 * span)

@@ -43,7 +43,7 @@ def test_the_estimator_is_unbiased_over_seeds(points):
     ests = []
     for s in range(seeds):
         om = rf.random_directions(8, 5, seed=s, orthogonal=False)
-        a_op, b_op = rf.feature_operands(q[None], kk[None], 1.0, tau, om, control_variate=False)
+        a_op, b_op = rf.feature_operands(q[None], kk[None], k=1.0, temperature=tau, omega=om, control_variate=False)
         # undo the stabiliser: every product carries exp(-rho), rho = max over features of (log phi(a) + max_j log phi(b_j))
         a, b, logkey = rf._centred(q[None], kk[None], 1.0, tau)
         la = a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)
@@ -178,7 +178,7 @@ def test_the_control_variate_is_used_only_where_its_estimated_variance_is_lower(
     # control variate Y_w = X_w - (1 + w.a) sum_j (1 + w.b_j) e^{lk_j}
     q, kk = points(40, 6, r, seed=4), points(30, 6, r, seed=5)
     tau, om = 2.0, rf.random_directions(64, 7, seed=6)
-    a_op, _ = rf.feature_operands(q[None], kk[None], 1.0, tau, om)
+    a_op, _ = rf.feature_operands(q[None], kk[None], k=1.0, temperature=tau, omega=om)
     used = (a_op[0, :, 64:].abs().sum(-1) > 0) if a_op.shape[-1] > 64 else torch.zeros(40, dtype=torch.bool)
     a, b, lk = rf._centred(q, kk, 1.0, tau)
     fa, fb = torch.exp(a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)), torch.exp(b @ om.T - 0.5 * b.square().sum(-1, keepdim=True))

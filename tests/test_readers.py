@@ -316,7 +316,7 @@ def test_poincare_reader_distance_not_squared_and_gyromidpoint(c, scale):
     kk = layer.key(x).permute(0, 2, 1, 3)[0].detach()
     ref = torch.softmax(-layer.manifold.dist_matmul(q, kk.transpose(-1, -2)) / (scale or 1.0), dim=-1)
     assert torch.allclose(r.attention_map(), ref, atol=1e-10)
-    sq = attention_map(from_poincare(q, 1 / c), from_poincare(kk, 1 / c), "distance", k=1 / c, temperature=scale or 1.0)
+    sq = attention_map(from_poincare(q, k=1 / c), from_poincare(kk, k=1 / c), "distance", k=1 / c, temperature=scale or 1.0)
     assert not torch.allclose(sq, ref, atol=1e-3)
 
 

@@ -75,7 +75,7 @@ def test_predicted_ratio_formula():
     for qn, kn, k in [(5.0, 0.3, 1.0), (2.0, 1.0, 1.0), (1.0, 4.0, 1.0), (3.0, 3.0, 2.0), (7.0, 0.5, 0.25)]:
         rho = qn / kn
         want = 1 / math.sqrt(1 + 2 * rho**2 * (k + kn**2) / (k + qn**2))
-        assert acc.predicted_gap_ratio(rho, qn, k) == pytest.approx(want, rel=1e-12)
+        assert acc.predicted_gap_ratio(rho, qn, k=k) == pytest.approx(want, rel=1e-12)
     # the measured pairs: (2, 1) -> 0.488, (1, 4) -> 0.696, and 1/sqrt(3) at rho = 1 for any norm
     assert acc.predicted_gap_ratio(2.0, 2.0) == pytest.approx(1 / math.sqrt(4.2))
     assert acc.predicted_gap_ratio(0.25, 1.0) == pytest.approx(1 / math.sqrt(2.0625))
@@ -106,7 +106,7 @@ def test_the_derivation_gives_the_same_formula():
 @pytest.mark.parametrize("qn, kn", [(2.0, 1.0), (1.0, 4.0), (4.0, 1.0), (6.0, 6.0), (0.5, 3.0)])
 def test_the_general_prediction_holds_at_large_norms(qn, kn):
     # first order in the logits (tau = 800 max(1, qn kn): maps near uniform) but norms far from small, both large included
-    study = acc.gaussian_gap_study(qn, kn, n=32, m=256, d=64, tau=800.0 * max(1.0, qn * kn), seeds=10)
+    study = acc.gaussian_gap_study(qn, kn, n=32, m=256, d=64, temperature=800.0 * max(1.0, qn * kn), seeds=10)
     assert abs(study.ratio.mean - study.prediction) < 0.01, (study.ratio.text(), study.prediction)
     small = 1 / math.sqrt(1 + 2 * (qn / kn) ** 2)
     if abs(small - study.prediction) > 0.05:  # where the small-norm formula is wrong, the measurement says so
@@ -125,7 +125,7 @@ def _dense_ratio_and_top1(q, kap, tau):
 
 
 def test_gap_study_per_seed_values_match_dense_maps():
-    study = acc.gaussian_gap_study(0.5, 0.5, n=32, m=48, d=16, tau=4.0, seeds=3, first_seed=7)
+    study = acc.gaussian_gap_study(0.5, 0.5, n=32, m=48, d=16, temperature=4.0, seeds=3, first_seed=7)
     for i, s in enumerate(range(7, 10)):
         gen = torch.Generator().manual_seed(s)
         q = data.lifted_gaussian(32, 16, 0.5, seed=gen)
@@ -139,7 +139,7 @@ def test_gap_study_per_seed_values_match_dense_maps():
 @pytest.mark.parametrize("rho", [0.5, 1.0, 2.0])
 def test_gap_study_agrees_with_the_first_order_prediction(rho):
     # small norms (first-order regime), M = 512 keys, d = 64: the measured mean is within 0.02 of the prediction
-    study = acc.gaussian_gap_study(0.05 * rho, 0.05, n=32, m=512, d=64, tau=8.0, seeds=20)
+    study = acc.gaussian_gap_study(0.05 * rho, 0.05, n=32, m=512, d=64, temperature=8.0, seeds=20)
     assert abs(study.ratio.mean - study.prediction) < 0.02, (study.ratio.text(), study.prediction)
 
 
@@ -154,7 +154,7 @@ def test_top1_agreement_falls_with_the_number_of_keys():
 @pytest.mark.parametrize("kwargs, match", [
     ({"query_norm": 0.0}, "query_norm must be"),
     ({"seeds": 1}, "seeds must be"),
-    ({"tau": -1.0}, "tau must be"),
+    ({"temperature": -1.0}, "temperature must be"),
 ])
 def test_gap_study_refuses_bad_arguments(kwargs, match):
     args = {"query_norm": 1.0, "key_norm": 1.0, "n": 4, "m": 4, "d": 2, "seeds": 2, **kwargs}

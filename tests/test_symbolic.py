@@ -190,7 +190,7 @@ def test_a_failing_definition_step_still_fails_by_name():
 # k = 1 reproduces the thread's formulas exactly
 # --------------------------------------------------------------------------- #
 def test_thread_formulas_at_k1():
-    der = hs.thread_approximation(1)
+    der = hs.thread_approximation(k=1)
     rq, rk = sp.Symbol("q_norm", nonnegative=True), sp.Symbol("v_norm", nonnegative=True)  # query q, key kappa
     dot = sp.Symbol("qv_dot", real=True)
     inner, sq = sp.Symbol("qv_inner"), sp.Symbol("qv_sqdist")
@@ -204,7 +204,7 @@ def test_thread_formulas_at_k1():
 
 def test_general_k_reduces_to_k1():
     k = sp.Symbol("k", positive=True)
-    general, one = hs.thread_approximation(), hs.thread_approximation(1)
+    general, one = hs.thread_approximation(), hs.thread_approximation(k=1)
     assert general.step_names == one.step_names
     for name in general.step_names:
         assert sp.simplify(sp.sympify(general.step(name).rhs).subs(k, 1) - one.step(name).rhs) == 0, name
@@ -374,17 +374,17 @@ def kk(request):
 
 def _points(n, d, scale, k, seed):
     g = torch.Generator().manual_seed(seed)
-    return lorentz.lift(torch.randn(n, d, generator=g, dtype=torch.float64) * scale, k)
+    return lorentz.lift(torch.randn(n, d, generator=g, dtype=torch.float64) * scale, k=k)
 
 
 def test_identities_1_to_4_with_lorentz(kk):
     xp, yp = _points(50, 5, 1.3, kk, 0), _points(50, 5, 1.3, kk, 1)
     xt, yt, xs, ys = xp[:, 0], yp[:, 0], xp[:, 1:], yp[:, 1:]
     inner = lorentz.inner(xp, yp)
-    sq = lorentz.sqdist(xp, yp, kk)
+    sq = lorentz.sqdist(xp, yp, k=kk)
     assert torch.allclose(lorentz.inner(xp, xp), torch.full_like(xt, -kk), atol=1e-12)  # on the hyperboloid
     assert torch.allclose(sq, -2 * kk - 2 * inner, rtol=1e-10)  # identity 1
-    dist = lorentz.dist(xp, yp, kk)
+    dist = lorentz.dist(xp, yp, k=kk)
     assert torch.allclose(dist, math.sqrt(kk) * torch.acosh(-inner / kk), rtol=1e-9)  # identity 2
     assert torch.allclose(sq, 4 * kk * torch.sinh(dist / (2 * math.sqrt(kk))) ** 2, rtol=1e-10)
     es = ((xs - ys) ** 2).sum(-1)
@@ -398,9 +398,9 @@ def test_equal_norms_make_the_distances_equal(kk):
     xp = _points(20, 4, 2.0, kk, 3)
     g = torch.Generator().manual_seed(4)
     rot, _ = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=torch.float64))
-    yp = lorentz.lift(xp[:, 1:] @ rot, kk)  # same spatial norms
+    yp = lorentz.lift(xp[:, 1:] @ rot, k=kk)  # same spatial norms
     es = ((xp[:, 1:] - yp[:, 1:]) ** 2).sum(-1)
-    assert torch.allclose(lorentz.sqdist(xp, yp, kk), es, rtol=1e-10)
+    assert torch.allclose(lorentz.sqdist(xp, yp, k=kk), es, rtol=1e-10)
 
 
 def test_approximation_error_is_fourth_order(kk):
@@ -409,8 +409,8 @@ def test_approximation_error_is_fourth_order(kk):
     lead = (a.dot(a) - b.dot(b)) ** 2 / (4 * kk)
     deviation = []
     for eps in (1e-1, 1e-2):
-        xp, yp = lorentz.lift(eps * a, kk), lorentz.lift(eps * b, kk)
-        err = ((xp[1:] - yp[1:]) ** 2).sum() - lorentz.sqdist(xp, yp, kk)
+        xp, yp = lorentz.lift(eps * a, k=kk), lorentz.lift(eps * b, k=kk)
+        err = ((xp[1:] - yp[1:]) ** 2).sum() - lorentz.sqdist(xp, yp, k=kk)
         assert err >= 0 and err <= lead * eps**4 * (1 + 1e-9)  # the bound of the derivation
         deviation.append(float(abs(err / eps**4 - lead)))
     assert deviation[1] < deviation[0] / 50  # err / eps^4 -> lead, with an O(eps^2) correction
@@ -423,7 +423,7 @@ def test_softmax_identities_with_lorentz(kk):
     q, keys = _points(6, 8, 0.7, kk, 6), _points(9, 8, 0.7, kk, 7)
     tau = math.sqrt(8)
     spatial = q[:, 1:] @ keys[:, 1:].T / tau
-    distance = -0.5 * lorentz.pairwise_sqdist(q, keys, kk) / tau
+    distance = -0.5 * lorentz.pairwise_sqdist(q, keys, k=kk) / tau
     bias = q[:, :1] * keys[:, 0][None, :] / tau
     lorentzian = lorentz.pairwise_inner(q, keys) / tau
     sm = lambda z: torch.softmax(z, dim=-1)  # noqa: E731
@@ -435,7 +435,7 @@ def test_softmax_identities_with_lorentz(kk):
 
 def test_kl_identity_numerically():
     q, keys = _points(5, 6, 1.5, 1.0, 8), _points(7, 6, 1.5, 1.0, 9)
-    res = acc.softmax_gap_bounds(q, keys, tau=2.0, k=1.0)
+    res = acc.softmax_gap_bounds(q, keys, temperature=2.0, k=1.0)
     p = torch.softmax(-0.5 * lorentz.pairwise_sqdist(q, keys) / 2.0, dim=-1)
     b = q[:, :1] * keys[:, 0][None, :] / 2.0
     kl = torch.log((p * b.exp()).sum(-1)) - (p * b).sum(-1)
@@ -447,7 +447,7 @@ def test_kl_and_tv_are_accurate_near_the_origin():
     g = torch.Generator().manual_seed(11)
     q = lorentz.lift(torch.randn(2, 8, generator=g, dtype=torch.float64) * 0.001)
     keys = lorentz.lift(torch.randn(12, 8, generator=g, dtype=torch.float64) * 0.001)
-    res = acc.softmax_gap_bounds(q, keys, tau=2.0)
+    res = acc.softmax_gap_bounds(q, keys, temperature=2.0)
     with mpmath.workdps(60):
         for i in range(2):
             qs = [mpmath.mpf(v) for v in q[i, 1:].tolist()]
@@ -472,7 +472,7 @@ def test_kl_and_tv_are_accurate_near_the_origin():
 
 def test_tv_uniform_and_direct_softmax_agree():
     q, keys = _points(4, 6, 2.0, 1.0, 12), _points(10, 6, 2.0, 1.0, 13)
-    res = acc.softmax_gap_bounds(q, keys, tau=1.5)
+    res = acc.softmax_gap_bounds(q, keys, temperature=1.5)
     p = torch.softmax(-0.5 * lorentz.pairwise_sqdist(q, keys) / 1.5, dim=-1)
     s = torch.softmax(q[:, 1:] @ keys[:, 1:].T / 1.5, dim=-1)
     assert torch.allclose(res.tv, 0.5 * (p - s).abs().sum(-1), rtol=1e-10, atol=1e-14)
@@ -519,21 +519,21 @@ def test_kl_supremum_is_the_max_over_theta():
 def test_two_point_rows_attain_the_kl_supremum(qn, kn, d, tau, k):
     kf = k
     delta = math.sqrt(qn**2 + kf) * (math.sqrt(kn**2 + kf) - math.sqrt(kf)) / tau
-    q, keys = acc.worst_case_row(qn, kn, d=d, tau=tau, k=k, p1=_theta_star(delta))
-    res = acc.softmax_gap_bounds(q, keys, tau, k)
+    q, keys = acc.worst_case_row(qn, kn, d=d, temperature=tau, k=k, p1=_theta_star(delta))
+    res = acc.softmax_gap_bounds(q, keys, tau, k=k)
     assert float(res.delta) == pytest.approx(delta, rel=1e-12)
     sup = float(attention.kl_supremum(res.delta))
     assert abs(float(res.kl) / sup - 1) < 1e-9
     # any other weight on the far key gives less
     for factor in (0.8, 1.25):
-        q2, k2 = acc.worst_case_row(qn, kn, d=d, tau=tau, k=k, p1=_theta_star(delta) * factor)
-        assert float(acc.softmax_gap_bounds(q2, k2, tau, k).kl) < sup * (1 - 1e-6)
+        q2, k2 = acc.worst_case_row(qn, kn, d=d, temperature=tau, k=k, p1=_theta_star(delta) * factor)
+        assert float(acc.softmax_gap_bounds(q2, k2, tau, k=k).kl) < sup * (1 - 1e-6)
 
 
 def test_random_rows_stay_below_the_kl_supremum():
     q, keys = _points(64, 8, 3.0, 1.0, 14), _points(32, 8, 3.0, 1.0, 15)
     keys = lorentz.lift(keys[:, 1:] * torch.exp(torch.randn(32, 1, generator=torch.Generator().manual_seed(16), dtype=torch.float64)))
-    res = acc.softmax_gap_bounds(q, keys, tau=2.0)
+    res = acc.softmax_gap_bounds(q, keys, temperature=2.0)
     sup = attention.kl_supremum(res.delta)
     assert bool((res.kl <= sup * (1 + 1e-12)).all())
     assert bool((sup <= res.kl_bound * (1 + 1e-15)).all())
@@ -559,7 +559,7 @@ def test_euclidean_limit_numerically():
 def test_lorentzian_weights_without_softmax_grow_with_distance(kk):
     q, keys = _points(5, 6, 1.0, kk, 17), _points(9, 6, 1.0, kk, 18)
     inner = lorentz.pairwise_inner(q, keys)
-    sq = lorentz.pairwise_sqdist(q, keys, kk)
+    sq = lorentz.pairwise_sqdist(q, keys, k=kk)
     assert bool((inner <= -kk * (1 - 1e-12)).all())
     w = inner / inner.sum(-1, keepdim=True)
     assert torch.allclose(w, (kk + sq / 2) / (kk + sq / 2).sum(-1, keepdim=True), rtol=1e-10)

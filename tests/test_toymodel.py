@@ -18,12 +18,12 @@ from hypviz import toymodel
 
 def _points(n: int, d: int, k: float, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return lorentz.lift(0.9 * torch.randn(n, d, generator=g, dtype=torch.float64), k)
+    return lorentz.lift(0.9 * torch.randn(n, d, generator=g, dtype=torch.float64), k=k)
 
 
 def _layer(mode: str, k: float, heads: int = 3, d_in: int = 5, d: int = 4, **kw) -> toymodel.HypAttention:
     torch.manual_seed(1)
-    layer = toymodel.HypAttention(d_in, d, heads, k, mode, **kw).double()
+    layer = toymodel.HypAttention(d_in, d, heads, k=k, attention_type=mode, **kw).double()
     with torch.no_grad():  # move the learned scalars away from their initial values
         layer.norm_scale.fill_(0.7)
         layer.scale.fill_(1.7)
@@ -41,7 +41,7 @@ def test_the_focused_output_is_hypviz_focused_attention_plus_the_value_map(k):
     x, src = _points(7, 5, k, 0), _points(7, 5, k, 1)  # N = M: v_map_mlp(v_i) is added to query i
     q, kk, v = _qkv(layer, x, src)
     per_head = attention.focused_linear_attention(q, kk, v, power=3.0, norm_scale=0.7, k=k, eps=1e-6)
-    expected = lorentz.lift((per_head + layer.v_map_mlp(v[..., 1:])).mean(dim=0), k)
+    expected = lorentz.lift((per_head + layer.v_map_mlp(v[..., 1:])).mean(dim=0), k=k)
     out = layer(x, src)
     assert torch.allclose(out, expected, rtol=1e-10, atol=1e-12)
     assert torch.allclose(lorentz.inner(out, out), torch.full((7,), -k, dtype=torch.float64), rtol=1e-12)
@@ -59,7 +59,7 @@ def test_the_full_map_is_the_distance_softmax_at_k_scale_over_2_with_centroids(k
     att = attention.attention_map(q, kk, "distance", k=k, temperature=k * 1.7 / 2)  # the bias 0.3 cancels
     logits = (2 + 2 * layer.manifold.cinner(q, kk)) / layer.scale + layer.bias
     assert torch.allclose(torch.softmax(logits, dim=-1), att, rtol=1e-10, atol=1e-14)
-    expected = toymodel.centroid(toymodel.centroid(att @ v, k).mean(dim=0), k)
+    expected = toymodel.centroid(toymodel.centroid(att @ v, k=k).mean(dim=0), k=k)
     out = layer(x, src)
     assert torch.allclose(out, expected, rtol=1e-10, atol=1e-12)
     assert torch.allclose(lorentz.inner(out, out), torch.full((6,), -k, dtype=torch.float64), rtol=1e-12)
@@ -68,7 +68,7 @@ def test_the_full_map_is_the_distance_softmax_at_k_scale_over_2_with_centroids(k
 
 def test_cinner_is_the_lorentzian_inner_product_over_k():
     x, y = _points(4, 3, 2.0, 4), _points(5, 3, 2.0, 5)
-    assert torch.allclose(toymodel.Manifold(2.0).cinner(x, y), lorentz.pairwise_inner(x, y) / 2.0, rtol=1e-12)
+    assert torch.allclose(toymodel.Manifold(k=2.0).cinner(x, y), lorentz.pairwise_inner(x, y) / 2.0, rtol=1e-12)
 
 
 def test_capture_recognises_both_layer_types_without_arguments():
@@ -90,7 +90,7 @@ def test_capture_recognises_both_layer_types_without_arguments():
             else:
                 assert (rec.power, rec.norm_scale) == (3.0, block.norm_scale.item())
         rec = cap.layers[0]
-        h0 = toymodel.lift(model.embed(x), 2.0).detach()
+        h0 = toymodel.lift(model.embed(x), k=2.0).detach()
         assert torch.equal(rec.queries, torch.stack([w(h0) for w in model.blocks[0].Wq]).detach())
     assert cap.layers[0].temperature == pytest.approx(1.3, rel=1e-12)
 
@@ -114,7 +114,7 @@ def test_training_lowers_the_loss_deterministically_and_leaves_the_global_rng_al
 
 def test_bad_attention_type_and_cross_attention_in_focused_mode_are_refused():
     with pytest.raises(ValueError, match="attention_type"):
-        toymodel.HypAttention(3, 3, 1, 1.0, "softmax")
+        toymodel.HypAttention(3, 3, 1, k=1.0, attention_type="softmax")
     layer = _layer("linear_focused", 1.0, d_in=3)
     with pytest.raises(ValueError, match="N = M"):
         layer(_points(4, 3, 1.0, 0), _points(5, 3, 1.0, 1))

@@ -126,7 +126,7 @@ def test_outputs_are_the_centroids_of_the_two_maps(points):
 
     def centroid(m):
         norm = (m[..., :1].square() - m[..., 1:].square().sum(-1, keepdim=True)).sqrt()
-        return L.lift(m[..., 1:] / norm, 1.0)
+        return L.lift(m[..., 1:] / norm, k=1.0)
 
     for a, b in [("spatial", "distance"), ("focused", "distance"), ("lorentz", "distance")]:
         res = att.compare(q, kk, a, b, temperature=1.0, values=v, block_rows=7)

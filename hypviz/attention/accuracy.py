@@ -78,13 +78,13 @@ class BoundCheck(NamedTuple):
 
 def _as_points64(x: Any, k: float, name: str) -> torch.Tensor:
     """Rows of points as float64, their time coordinates recomputed from the spatial parts."""
-    t = lorentz.check_points(x, k, name=name)
+    t = lorentz.check_points(x, k=k, name=name)
     if t.dim() < 2:
         raise ValueError(f"{name}: expected (..., N, d + 1) rows of points, got shape {tuple(t.shape)}")
-    return lorentz.lift(t[..., 1:].to(torch.float64), k)
+    return lorentz.lift(t[..., 1:].to(torch.float64), k=k)
 
 
-def softmax_gap_bounds(queries: Any, keys: Any, tau: float, k: float = 1.0) -> BoundCheck:
+def softmax_gap_bounds(queries: Any, keys: Any, temperature: float, *, k: float = 1.0) -> BoundCheck:
     r"""Measure how far spatial-dot attention is from distance attention, row by row, with the bounds.
 
     .. math::
@@ -115,7 +115,7 @@ def softmax_gap_bounds(queries: Any, keys: Any, tau: float, k: float = 1.0) -> B
         Points on the hyperboloid :math:`\langle x, x\rangle_L = -k`.
     keys : array or tensor, shape (..., N_k, d + 1)
         Points of the same hyperboloid, batch shape broadcasting with the queries'.
-    tau : float
+    temperature : float
         The softmax temperature (e.g. :math:`\sqrt{d}`), :math:`> 0`.
     k : float
         The curvature parameter.
@@ -132,9 +132,9 @@ def softmax_gap_bounds(queries: Any, keys: Any, tau: float, k: float = 1.0) -> B
         different ``d``.
     """
     kf = lorentz.check_k(k)
-    tau_f = float(tau)
+    tau_f = float(temperature)
     if not math.isfinite(tau_f) or tau_f <= 0:
-        raise ValueError(f"tau must be a positive temperature, got {tau!r}")
+        raise ValueError(f"tau must be a positive temperature, got {temperature!r}")
     q = _as_points64(queries, kf, "queries")
     kk = _as_points64(keys, kf, "keys")
     if q.shape[-1] != kk.shape[-1]:
@@ -144,7 +144,7 @@ def softmax_gap_bounds(queries: Any, keys: Any, tau: float, k: float = 1.0) -> B
 
 
 def worst_case_row(
-    query_norm: float = 2.0, key_norm: float = 2.0, d: int = 2, tau: float = 1.0, k: float = 1.0, p1: float | None = None
+    query_norm: float = 2.0, key_norm: float = 2.0, d: int = 2, temperature: float = 1.0, *, k: float = 1.0, p1: float | None = None
 ):
     r"""Real points attaining :math:`\mathrm{TV}(P, S) = \tanh(\Delta/4)` (or the KL supremum): one query, two keys.
 
@@ -177,7 +177,7 @@ def worst_case_row(
         raise ValueError(f"worst_case_row needs d >= 2 (the key is rotated in a plane), got d = {d}")
     qt = math.sqrt(query_norm**2 + kf)
     kt = math.sqrt(key_norm**2 + kf)
-    delta = qt * (kt - math.sqrt(kf)) / tau
+    delta = qt * (kt - math.sqrt(kf)) / temperature
     if p1 is None:
         logit = -delta / 2  # log(p* / (1 - p*)) at the maximiser
     else:
@@ -185,7 +185,7 @@ def worst_case_row(
             raise ValueError(f"p1 must lie strictly between 0 and 1, got {p1!r}")
         logit = math.log(p1 / (1.0 - p1))
     # s_1 - s_2 = (a_1 - a_2) + (b_1 - b_2) with s_2 = 0 (key 2 at the origin), a_1 - a_2 = logit, b_1 - b_2 = Delta
-    need = tau * (logit + delta)
+    need = temperature * (logit + delta)
     if query_norm * key_norm <= 0 or abs(need) > query_norm * key_norm:
         raise ValueError(
             f"no worst-case angle for |q_s| = {query_norm}, |kappa_s| = {key_norm}, k = {kf}: "
@@ -197,13 +197,13 @@ def worst_case_row(
     qs[0, 0] = query_norm
     ks = torch.zeros(2, d, dtype=torch.float64)
     ks[0, 0], ks[0, 1] = key_norm * cos, key_norm * sin
-    return lorentz.lift(qs, kf), lorentz.lift(ks, kf)
+    return lorentz.lift(qs, k=kf), lorentz.lift(ks, k=kf)
 
 
 # =========================================================================== #
 # float32 / float64 accuracy of the squared distance (notebook 02)
 # =========================================================================== #
-def sqdist_textbook(x: Any, y: Any, k: float = 1.0) -> torch.Tensor:
+def sqdist_textbook(x: Any, y: Any, *, k: float = 1.0) -> torch.Tensor:
     r"""The textbook squared distance (identity 1), in the inputs' dtype; cancels badly for nearby points.
 
     .. math::
@@ -246,6 +246,7 @@ def sqdist_accuracy(
     norm: float = 5.0,
     d: int = 4,
     n_pairs: int = 16,
+    *,
     k: float = 1.0,
     dtypes: Sequence[str] = ("float32", "float64"),
     seed: int = 0,
@@ -277,13 +278,13 @@ def sqdist_accuracy(
         npd = np.dtype(name)
         xd = x.astype(npd).reshape(-1, d)
         yd = y.astype(npd).reshape(-1, d)
-        xp, yp = lorentz.lift(torch.from_numpy(xd), kf), lorentz.lift(torch.from_numpy(yd), kf)
+        xp, yp = lorentz.lift(torch.from_numpy(xd), k=kf), lorentz.lift(torch.from_numpy(yd), k=kf)
         computed = {
-            "textbook": sqdist_textbook(xp, yp, kf).numpy(),
+            "textbook": sqdist_textbook(xp, yp, k=kf).numpy(),
             # identity 3 in the points' own precision (hypviz.lorentz.sqdist itself evaluates float32 in float64)
-            "stable": hyperboloid.sqdist_unchecked(xp, yp, kf).numpy(),
+            "stable": hyperboloid.sqdist_unchecked(xp, yp, k=kf).numpy(),
         }
-        ref = sqdist_mpmath(xd, yd, kf, dps)
+        ref = sqdist_mpmath(xd, yd, k=kf, dps=dps)
         with mpmath.workdps(dps):
             sep = np.array([float(mpmath.sqrt(mpmath.fsum((mpmath.mpf(a) - mpmath.mpf(b)) ** 2 for a, b in zip(r1, r2))))
                             for r1, r2 in zip(xd.tolist(), yd.tolist())])
@@ -385,7 +386,7 @@ def seed_interval(values: Any, confidence: float = 0.95) -> SeedInterval:
     return SeedInterval(x, n, mean, sd, float(x.min()), float(x.max()), mean - half, mean + half, c)
 
 
-def predicted_gap_ratio(rho: Any, query_norm: Any = 0.0, k: float = 1.0) -> Any:
+def predicted_gap_ratio(rho: Any, query_norm: Any = 0.0, *, k: float = 1.0) -> Any:
     r"""First-order prediction of :math:`\mathrm{TV}(S, P)/\mathrm{TV}(P, U)` for isotropic Gaussian queries and keys.
 
     .. math::
@@ -448,7 +449,7 @@ def gaussian_gap_study(
     n: int = 256,
     m: int = 256,
     d: int = 64,
-    tau: float = 8.0,
+    temperature: float = 8.0,
     k: float = 1.0,
     seeds: int = 20,
     first_seed: int = 0,
@@ -460,7 +461,7 @@ def gaussian_gap_study(
     with :math:`s` draws ``n`` queries, then ``m`` keys, with :func:`hypviz.data.lifted_gaussian`
     (isotropic Gaussian spatial parts of mean norms ``query_norm`` and ``key_norm``, lifted to
     :math:`\langle x, x\rangle_L = -k`, float64); :func:`hypviz.attention.compare` of
-    ``"spatial"`` (:math:`S`) against ``"distance"`` (:math:`P`) at temperature ``tau`` gives, per seed,
+    ``"spatial"`` (:math:`S`) against ``"distance"`` (:math:`P`) at ``temperature`` gives, per seed,
 
     .. math::
 
@@ -473,7 +474,7 @@ def gaussian_gap_study(
     Raises
     ------
     ValueError
-        For non-positive norms, ``tau`` or ``k``, or counts below their minimum (``n, m, d >= 1``,
+        For non-positive norms, ``temperature`` or ``k``, or counts below their minimum (``n, m, d >= 1``,
         ``seeds >= 2``).
     """
     qn = validate.positive(query_norm, "query_norm")
@@ -481,7 +482,7 @@ def gaussian_gap_study(
     n = validate.integer(n, "n", 1)
     m = validate.integer(m, "m", 1)
     d = validate.integer(d, "d", 1)
-    tau_f = validate.positive(tau, "tau")
+    tau_f = validate.positive(temperature, "temperature")
     kf = lorentz.check_k(k)
     seeds = validate.integer(seeds, "seeds", 2)
     first_seed = validate.integer(first_seed, "first_seed", 0)
@@ -497,4 +498,4 @@ def gaussian_gap_study(
     setup = {"query_norm": qn, "key_norm": kn, "rho": qn / kn, "n": n, "m": m, "d": d, "tau": tau_f, "k": kf,
              "seeds": seeds, "first_seed": first_seed}
     return GapStudy(seed_interval(tv / tvu, confidence), seed_interval(top1, confidence), seed_interval(tv, confidence),
-                    seed_interval(tvu, confidence), setup, predicted_gap_ratio(qn / kn, qn, kf))
+                    seed_interval(tvu, confidence), setup, predicted_gap_ratio(qn / kn, qn, k=kf))

@@ -85,7 +85,7 @@ def _on_hyperboloid(t: torch.Tensor, kf: float, name: str) -> torch.Tensor:
     were made in float32: their time coordinate is recomputed from the spatial part in float64.
     """
     try:
-        return check_points(t, kf, name=name)
+        return check_points(t, k=kf, name=name)
     except ValueError:
         if t.dtype != torch.float64 or not bool(torch.isfinite(t).all()):
             raise
@@ -93,16 +93,17 @@ def _on_hyperboloid(t: torch.Tensor, kf: float, name: str) -> torch.Tensor:
         if not torch.equal(as32.to(torch.float64), t):
             raise
         try:
-            check_points(as32, kf, name=name)
+            check_points(as32, k=kf, name=name)
         except ValueError:
             raise
-        return lift(t[..., 1:], kf)
+        return lift(t[..., 1:], k=kf)
 
 
 
 def checked_inputs(
     queries: ArrayLike,
     keys: ArrayLike,
+    *,
     k: float,
     values: ArrayLike | None = None,
     heads_axis: int | None = None,
@@ -154,6 +155,14 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     ------
     ValueError
         For any other device, for CUDA on a machine without it, or for a CUDA index the machine does not have.
+
+    Examples
+    --------
+    >>> from hypviz.attention import resolve_device
+    >>> resolve_device("cpu")
+    device(type='cpu')
+    >>> resolve_device("auto").type in ("cpu", "cuda", "mps")
+    True
     """
     if isinstance(device, str) and device == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")

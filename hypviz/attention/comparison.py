@@ -110,6 +110,17 @@ def verdict(
     :data:`TOP1_WEIGHT`, :data:`TOP_SHARE` and :data:`RESOLVE`; notebook 05 derives them and shows the
     calibration table (:func:`hypviz.attention.calibration.cases`) the tests hold this rule to.  A whole
     comparison is read from the fractions of its rows (:func:`overall_verdict`), never from row means.
+
+    Examples
+    --------
+    A row 0.05 apart in TV, with both maps 0.4 from uniform and the same favourite key, is close;
+    0.3 apart it is different:
+
+    >>> from hypviz.attention import verdict
+    >>> verdict(0.05, 0.4, 0.4, peak_a=3.0, peak_b=3.0, top1_weight=1.0)
+    'close'
+    >>> verdict(0.3, 0.4, 0.4, peak_a=3.0, peak_b=3.0, top1_weight=1.0)
+    'different'
     """
     return ROW_VERDICTS[
         int(
@@ -135,7 +146,19 @@ def row_verdicts(
     top1_weight: torch.Tensor,
     tolerance: torch.Tensor,
 ) -> torch.Tensor:
-    """The rule of :func:`verdict` on every row at once: codes, indices into :data:`ROW_VERDICTS` (``int8``, the rows' shape)."""
+    """The rule of :func:`verdict` on every row at once: codes, indices into :data:`ROW_VERDICTS` (``int8``, the rows' shape).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz.attention import ROW_VERDICTS, row_verdicts
+    >>> def rows(*v):
+    ...     return torch.tensor(v, dtype=torch.float64)
+    >>> codes = row_verdicts(rows(0.0, 0.05, 0.3), rows(0.4, 0.4, 0.4), rows(0.4, 0.4, 0.4),
+    ...                      rows(3.0, 3.0, 3.0), rows(3.0, 3.0, 3.0), rows(1.0, 1.0, 1.0), rows(0.0, 0.0, 0.0))
+    >>> [ROW_VERDICTS[int(c)] for c in codes]
+    ['identical', 'close', 'different']
+    """
     tv, ua, ub, tol = tv.double(), ua.double(), ub.double(), tolerance.double()
     near = (ua < UNIFORM_TV) & (peak_a.double() < UNIFORM_PEAK) & (ub < UNIFORM_TV) & (peak_b.double() < UNIFORM_PEAK)
     cut = CLOSE_RATIO * torch.minimum(ua, ub)
@@ -166,6 +189,14 @@ def overall_verdict(fractions: dict[str, float]) -> str:
     but the precision cannot tell); otherwise ``"mixed"``: rows differ in substance, and the fractions
     say how.  A minority of rows (up to 10 %) can therefore never be hidden by a mean, and the
     fractions are always reported.
+
+    Examples
+    --------
+    >>> from hypviz.attention import overall_verdict
+    >>> overall_verdict({"close": 0.95, "different": 0.05})
+    'close'
+    >>> overall_verdict({"close": 0.5, "different": 0.5})
+    'mixed'
     """
     f = {name: float(fractions.get(name, 0.0)) for name in ROW_VERDICTS}
     agree = f["identical"] + f["close"]
@@ -184,7 +215,14 @@ def overall_verdict(fractions: dict[str, float]) -> str:
 
 
 def verdict_text(fractions: dict[str, float]) -> str:
-    """:func:`overall_verdict` in words: ``"close (40% near uniform)"`` when near-uniform rows count towards *close*."""
+    """:func:`overall_verdict` in words: ``"close (40% near uniform)"`` when near-uniform rows count towards *close*.
+
+    Examples
+    --------
+    >>> from hypviz.attention import verdict_text
+    >>> verdict_text({"close": 0.6, "uninformative": 0.4})
+    'close (40% near uniform)'
+    """
     v = overall_verdict(fractions)
     f = float(fractions.get("uninformative", 0.0))
     if v == "close" and f > 0.0:
@@ -194,7 +232,14 @@ def verdict_text(fractions: dict[str, float]) -> str:
 
 
 def describe_fractions(fractions: dict[str, float]) -> str:
-    """``"83% different, 17% uninformative"``: the nonzero fractions, largest first, in whole percent (``<1%`` for a few rows)."""
+    """``"83% different, 17% uninformative"``: the nonzero fractions, largest first, in whole percent (``<1%`` for a few rows).
+
+    Examples
+    --------
+    >>> from hypviz.attention import describe_fractions
+    >>> describe_fractions({"different": 0.83, "uninformative": 0.17})
+    '83% different, 17% uninformative'
+    """
     parts = []
     for name, f in sorted(fractions.items(), key=lambda kv: (-kv[1], ROW_VERDICTS.index(kv[0]))):
         if f > 0:
@@ -204,7 +249,17 @@ def describe_fractions(fractions: dict[str, float]) -> str:
 
 
 def verdict_rule() -> dict[str, str]:
-    """The rule of :func:`verdict` and :func:`overall_verdict` in words, with the thresholds (for ``metrics.json`` and the reports)."""
+    """The rule of :func:`verdict` and :func:`overall_verdict` in words, with the thresholds (for ``metrics.json`` and the reports).
+
+    Examples
+    --------
+    >>> from hypviz.attention import verdict_rule
+    >>> rule = verdict_rule()
+    >>> sorted(rule)
+    ['close', 'different', 'identical', 'mixed', 'uninformative', 'unresolved']
+    >>> rule["different"]
+    'otherwise'
+    """
     return {
         "identical": f"TV(P_a, P_b) = 0, or TV(P_a, P_b) <= the rounding level of the computation (tv_tolerance) on a row it "
                      f"resolves: tv_tolerance <= {RESOLVE} x {CLOSE_RATIO} x min(TV(P_a, uniform), TV(P_b, uniform))",
@@ -285,6 +340,21 @@ class Comparison:
     (``None`` without a focused map), ``n_queries_total`` and ``row_index`` (the sampled rows, or
     ``None`` when every row was computed), ``elapsed_s``.  The bound being met is a fact about the
     theory; whether the maps agree is :attr:`verdict`.
+
+    Examples
+    --------
+    Made by :func:`compare` (or :func:`compare_maps`); one entry per query row:
+
+    >>> from hypviz import data
+    >>> from hypviz.attention import compare
+    >>> queries, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> res = compare(queries, keys, "spatial", "distance", temperature=1.0)
+    >>> res.tv.shape, res.n_queries, res.n_keys
+    (torch.Size([4]), 4, 6)
+    >>> res.verdict
+    'different'
+    >>> bool((res.tv <= res.tv_bound).all())
+    True
     """
 
     a: str

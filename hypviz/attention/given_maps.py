@@ -278,6 +278,20 @@ def compare_maps(
         off the hyperboloid, a bad ``topk``, ``k``, ``atol``, ``tolerance``, ``precision`` or ``logit_scale``;
         for a ``keep`` that does not broadcast, or a row whose weight off its kept keys exceeds ``atol``.
         ``TypeError`` for non-float input, or a ``keep`` neither boolean nor sparse.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import data
+    >>> queries, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> from hypviz.attention import attention_map, compare, compare_maps
+    >>> P_a = attention_map(queries, keys, "spatial", temperature=1.0)
+    >>> P_b = attention_map(queries, keys, "distance", temperature=1.0)
+    >>> res = compare_maps(P_a, P_b, a="spatial", b="distance")
+    >>> res.verdict
+    'different'
+    >>> bool(torch.allclose(res.tv, compare(queries, keys, "spatial", "distance", temperature=1.0).tv))
+    True
     """
     start = time.perf_counter()
     ta, tb = _map(P_a, "P_a"), _map(P_b, "P_b")
@@ -321,7 +335,7 @@ def compare_maps(
         if not bool(torch.isfinite(v).all()):
             raise ValueError("values must hold finite numbers, got NaN or inf")
         if kf is not None:
-            v = check_points(v, kf, name="values")
+            v = check_points(v, k=kf, name="values")
         try:
             batch = torch.broadcast_shapes(batch, v.shape[:-2])
         except RuntimeError:
@@ -423,7 +437,7 @@ def compare_maps(
                 r0, r1 = max(i, h * n), min(j, (h + 1) * n)
                 vh = v[int(v_head[h])].double()
                 vu = vh.mean(dim=0) if kb is None else (kb[r0 - i : r1 - i].double() * inv[r0 - i : r1 - i]) @ vh
-                og, oua, oub = output_stats(x[r0 - i : r1 - i], y[r0 - i : r1 - i], vh, vu, kf)
+                og, oua, oub = output_stats(x[r0 - i : r1 - i], y[r0 - i : r1 - i], vh, vu, k=kf)
                 out["og"][r0:r1], out["oua"][r0:r1], out["oub"][r0:r1] = og, oua, oub
     shape = grid
     if fixed is not None:

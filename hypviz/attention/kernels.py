@@ -182,13 +182,13 @@ def log_rounding(a: torch.Tensor, b: torch.Tensor, mixed: torch.Tensor | None = 
 class Kernel:
     """How a family of kinds is computed: :meth:`operands` for compare's row blocks, :meth:`dense` for the map."""
 
-    def operands(self, kind: Kind, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]) -> Operands:
+    def operands(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> Operands:
         raise ValueError(f"kind {kind.name!r} is not compared row by row (its rows are not log-linear in one product)")
 
-    def dense(self, kind: Kind, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]) -> torch.Tensor:
+    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError(f"kind {kind.name!r}: kernel {type(self).__name__} has no dense map")
 
-    def scores(self, kind: Kind, q: torch.Tensor, kk: torch.Tensor, kf: float) -> torch.Tensor:
+    def scores(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float) -> torch.Tensor:
         raise ValueError(f"kind {kind.name!r} has no scores (it is not a softmax of scores); "
                          f"scores exist for {', '.join(map(repr, kinds.softmax_names()))}")
 
@@ -208,51 +208,51 @@ class Bilinear(Kernel):
     operands plus the column :math:`c\, q_t / \tau` against :math:`\kappa_t`.
     """
 
-    def _ab(self, kind: Kind, q: torch.Tensor, kk: torch.Tensor, kf: float, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def _ab(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
         if kind.bias == 1.0:
-            return q[..., 1:] * scale, kk[..., 1:]
-        a, b = distance_operands(q, kk, kf, scale)
+            return q[..., 1:] * (1.0 / temperature), keys[..., 1:]
+        a, b = distance_operands(q, keys, k=k, temperature=temperature)
         if kind.bias == 0.0:
             return a, b
-        return torch.cat([a, q[..., :1] * (kind.bias * scale)], dim=-1), torch.cat([b, kk[..., :1]], dim=-1)
+        return torch.cat([a, q[..., :1] * (kind.bias * (1.0 / temperature))], dim=-1), torch.cat([b, keys[..., :1]], dim=-1)
 
-    def operands(self, kind, q, kk, kf, tau, opts):
-        a, b = self._ab(kind, q, kk, kf, 1.0 / tau)
+    def operands(self, kind, q, keys, *, k, temperature, opts):
+        a, b = self._ab(kind, q, keys, k=k, temperature=temperature)
         err = logit_error(a, b)
         return Operands(kind.name, a, b, err, log=False, clamp=kind.bias == 0.0 and kind.constant == 0.0,
                         rounding=logit_rounding(a, b, err))
 
-    def dense(self, kind, q, kk, kf, tau, opts):
-        a, b = self._ab(kind, q, kk, kf, 1.0 / tau)
+    def dense(self, kind, q, keys, *, k, temperature, opts):
+        a, b = self._ab(kind, q, keys, k=k, temperature=temperature)
         logits = a @ b.transpose(-1, -2)  # (..., N, M): the only N x M allocation
         if kind.bias == 0.0 and kind.constant == 0.0:
             logits.clamp_max_(0.0)  # -1/2 |q - kappa|^2_L <= 0
         return _softmax(logits)
 
-    def scores(self, kind, q, kk, kf):
+    def scores(self, kind, q, keys, *, k):
         r"""Raw scores :math:`-\frac12\|q - \kappa\|_L^2 + c\, q_t \kappa_t - o k`, by the direct product where one exists."""
         if kind.bias == 1.0 and kind.constant == 1.0:  # q_s . kappa_s
-            return q[..., 1:] @ kk[..., 1:].transpose(-1, -2)
+            return q[..., 1:] @ keys[..., 1:].transpose(-1, -2)
         if kind.bias == 0.0 and kind.constant == 1.0:  # <q, kappa>_L
-            return torch.cat([-q[..., :1], q[..., 1:]], dim=-1) @ kk.transpose(-1, -2)
-        a, b = self._ab(kind, q, kk, kf, 1.0)
+            return torch.cat([-q[..., :1], q[..., 1:]], dim=-1) @ keys.transpose(-1, -2)
+        a, b = self._ab(kind, q, keys, k=k, temperature=1.0)
         s = a @ b.transpose(-1, -2)
         if kind.bias == 0.0 and kind.constant == 0.0:
             return s.clamp_max_(0.0)  # -1/2 |q - kappa|^2_L <= 0
-        return s.sub_(kind.constant * kf)
+        return s.sub_(kind.constant * k)
 
 
 class Focused(Kernel):
     """Hypformer's focused map: ``log-weights = log(fp(q_s) . fp(kappa_s))`` (``norm_scale`` cancels; :func:`feature_map`)."""
 
-    def operands(self, kind, q, kk, kf, tau, opts):
-        a, b = feature_map(q[..., 1:], opts["power"]), feature_map(kk[..., 1:], opts["power"])
+    def operands(self, kind, q, keys, *, k, temperature, opts):
+        a, b = feature_map(q[..., 1:], opts["power"]), feature_map(keys[..., 1:], opts["power"])
         # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c, plus the log's own rounding
         gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
         return Operands(kind.name, a, b, gamma + log_rounding(a, b), log=True, clamp=False)
 
-    def dense(self, kind, q, kk, kf, tau, opts, eps: float = 0.0):
-        fq, fk = feature_map(q[..., 1:], opts["power"]), feature_map(kk[..., 1:], opts["power"])
+    def dense(self, kind, q, keys, *, k, temperature, opts, eps: float = 0.0):
+        fq, fk = feature_map(q[..., 1:], opts["power"]), feature_map(keys[..., 1:], opts["power"])
         a = fq @ fk.transpose(-1, -2)
         return a.div_(a.sum(dim=-1, keepdim=True).add_(norm_scale_eps(eps, opts["norm_scale"])))
 
@@ -260,9 +260,9 @@ class Focused(Kernel):
 class RandomFeatures(Kernel):
     """The distance map by positive random features (:mod:`hypviz.attention.random_features`): ``log(A @ B^T)``."""
 
-    def operands(self, kind, q, kk, kf, tau, opts):
+    def operands(self, kind, q, keys, *, k, temperature, opts):
         omega = random_directions(opts["features"], q.shape[-1], seed=opts["seed"], dtype=q.dtype).to(q.device)
-        a, b = feature_operands(q, kk, kf, tau, omega)
+        a, b = feature_operands(q, keys, k=k, temperature=temperature, omega=omega)
         # the log of A @ B^T: on rows of positive terms (no control variate) off by <= gamma_c; on rows with
         # the control variate (terms of both signs) gamma_c sum_c |A_ic| max_j |B_jc|, relative to the row's mean weight
         gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
@@ -274,30 +274,30 @@ class RandomFeatures(Kernel):
         # plus the log's own rounding; on mixed rows the smallest weight is only known to be >= the clamp
         return Operands(kind.name, a, b, err + log_rounding(a, b, mixed), log=True, clamp=False)
 
-    def dense(self, kind, q, kk, kf, tau, opts):
-        return distance_rf_map(q, kk, k=kf, temperature=tau, features=opts["features"], seed=opts["seed"])
+    def dense(self, kind, q, keys, *, k, temperature, opts):
+        return distance_rf_map(q, keys, k=k, temperature=temperature, features=opts["features"], seed=opts["seed"])
 
 
-def _sqdist(q: torch.Tensor, kk: torch.Tensor, kf: float) -> torch.Tensor:
+def _sqdist(q: torch.Tensor, keys: torch.Tensor, *, k: float) -> torch.Tensor:
     """``|q - kappa|^2_L = -2k - 2 <q, kappa>_L >= 0`` by one product (clamped: rounding can make it negative)."""
-    inner_ = q[..., 1:] @ kk[..., 1:].transpose(-1, -2) - q[..., :1] @ kk[..., :1].transpose(-1, -2)
-    return (-2.0 * kf - 2.0 * inner_).clamp_min(0.0)
+    inner_ = q[..., 1:] @ keys[..., 1:].transpose(-1, -2) - q[..., :1] @ keys[..., :1].transpose(-1, -2)
+    return (-2.0 * k - 2.0 * inner_).clamp_min(0.0)
 
 
 class Gate(Kernel):
     r"""The Lorentz GCN's gate :math:`\sigma(-\frac12\|q - \kappa\|_L^2/\tau + b)`: rows not normalised."""
 
-    def dense(self, kind, q, kk, kf, tau, opts):
-        return torch.sigmoid(-0.5 * _sqdist(q, kk, kf) / tau + opts["bias"])
+    def dense(self, kind, q, keys, *, k, temperature, opts):
+        return torch.sigmoid(-0.5 * _sqdist(q, keys, k=k) / temperature + opts["bias"])
 
 
 class Geodesic(Kernel):
     r"""The softmax of the hyperbolic distance itself, :math:`-d(q, \kappa)/\tau`, :math:`d = \sqrt k \operatorname{arcosh}(1 + \|q-\kappa\|_L^2/2k)`."""
 
-    def dense(self, kind, q, kk, kf, tau, opts):
-        u = _sqdist(q, kk, kf) / (2.0 * kf)  # arcosh(1 + u) = log1p(u + sqrt(u (u + 2))), accurate for small u
-        dist = math.sqrt(kf) * torch.log1p(u + torch.sqrt(u * (u + 2.0)))
-        return torch.softmax(-dist / tau, dim=-1)
+    def dense(self, kind, q, keys, *, k, temperature, opts):
+        u = _sqdist(q, keys, k=k) / (2.0 * k)  # arcosh(1 + u) = log1p(u + sqrt(u (u + 2))), accurate for small u
+        dist = math.sqrt(k) * torch.log1p(u + torch.sqrt(u * (u + 2.0)))
+        return torch.softmax(-dist / temperature, dim=-1)
 
 
 #: The kernels, by the name a :class:`~hypviz.base.kinds.Kind` gives in its ``kernel``.
@@ -327,22 +327,22 @@ def kernel_for(kind: Kind) -> Kernel:
                          f"(registered: {', '.join(KERNELS)})") from None
 
 
-def operands(name: str, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]) -> Operands:
+def operands(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> Operands:
     """:class:`Operands` of the kind ``name`` (flattened ``(H, n, d + 1)`` checked points)."""
     kind = kinds.get(name)
-    return kernel_for(kind).operands(kind, q, kk, kf, tau, opts)
+    return kernel_for(kind).operands(kind, q, keys, k=k, temperature=temperature, opts=opts)
 
 
-def dense_map(name: str, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]) -> torch.Tensor:
+def dense_map(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> torch.Tensor:
     """The map of the kind ``name``, ``(..., N, M)``, from checked points."""
     kind = kinds.get(name)
-    return kernel_for(kind).dense(kind, q, kk, kf, tau, opts)
+    return kernel_for(kind).dense(kind, q, keys, k=k, temperature=temperature, opts=opts)
 
 
-def raw_scores(name: str, q: torch.Tensor, kk: torch.Tensor, kf: float) -> torch.Tensor:
+def raw_scores(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float) -> torch.Tensor:
     """The scores of the softmax kind ``name``, ``(..., N, M)``, from checked points."""
     kind = kinds.get(name)
-    return kernel_for(kind).scores(kind, q, kk, kf)
+    return kernel_for(kind).scores(kind, q, keys, k=k)
 
 
 class SharedLogits:
@@ -355,11 +355,11 @@ class SharedLogits:
     bounds each row's rounding of the logits of the kind with that :math:`\alpha` (any summation order).
     """
 
-    def __init__(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float):
-        self.A = q[..., 1:] * (1.0 / tau)  # (H, N, d)
-        self.B = kk[..., 1:]  # (H, M, d), a view
-        self.c = q[..., 0] * (1.0 / tau)  # (H, N)
-        self.w = torch.linalg.vector_norm(kk[..., 1:], dim=-1).square_().div_(kk[..., 0] + math.sqrt(kf))  # (H, M)
+    def __init__(self, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float):
+        self.A = q[..., 1:] * (1.0 / temperature)  # (H, N, d)
+        self.B = keys[..., 1:]  # (H, M, d), a view
+        self.c = q[..., 0] * (1.0 / temperature)  # (H, N)
+        self.w = torch.linalg.vector_norm(keys[..., 1:], dim=-1).square_().div_(keys[..., 0] + math.sqrt(k))  # (H, M)
         self._err_s = logit_error(self.A, self.B)  # gamma * sum |A| max|B|
         self._size = self._err_s / ((self.A.shape[-1] + 3) * torch.finfo(q.dtype).eps)  # sum_c |A_ic| max_j |B_jc| >= |S_ij|
         self._cw = self.c.abs() * self.w.amax(dim=-1, keepdim=True) if self.w.numel() else torch.zeros_like(self.c)
@@ -392,10 +392,10 @@ class SharedLogits:
         return s
 
 
-def check_logit_range(largest: float, dtype: torch.dtype, tau: float, largest_at_1: Callable[[], float]) -> None:
+def check_logit_range(largest: float, dtype: torch.dtype, temperature: float, largest_at_1: Callable[[], float]) -> None:
     """Refuse a temperature whose logits overflow ``dtype`` (the softmax would be NaN), naming the smallest usable one.
 
-    ``largest``: a bound on ``|logit|`` at ``tau``; ``largest_at_1``: the same at ``tau = 1`` in float64
+    ``largest``: a bound on ``|logit|`` at ``temperature``; ``largest_at_1``: the same at ``temperature = 1`` in float64
     (computed only when refusing).
     """
     if largest < torch.finfo(dtype).max / 16:
@@ -403,6 +403,6 @@ def check_logit_range(largest: float, dtype: torch.dtype, tau: float, largest_at
     big1 = largest_at_1()
     name = str(dtype).replace("torch.", "")
     raise ValueError(
-        f"temperature {tau:g} makes the logits overflow {name} (largest |s / tau| about {big1 / tau:.3g}, "
+        f"temperature {temperature:g} makes the logits overflow {name} (largest |s / tau| about {big1 / temperature:.3g}, "
         f"{name} holds {torch.finfo(dtype).max:.3g}); the smallest usable is about {16 * big1 / torch.finfo(dtype).max:.3g}"
     )

@@ -64,10 +64,22 @@ def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) ->
     ValueError
         For another ``kind``, points off the hyperboloid, ``d`` that differ, leading axes that do not
         broadcast, inputs on two devices, or :math:`k \le 0`; ``TypeError`` when the dtypes differ.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import data
+    >>> queries, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> from hypviz.attention import scores
+    >>> s = scores(queries, keys, "distance")
+    >>> s.shape, bool((s <= 0).all())
+    (torch.Size([4, 6]), True)
+    >>> bool(torch.allclose(scores(queries, keys, "lorentz"), s - 1.0))  # identity 1 at k = 1
+    True
     """
     check_kind(kind, allowed=tuple(n for n in kinds.names() if kinds.get(n).kernel == "bilinear"))
-    q, kk, _, kf, _ = checked_inputs(queries, keys, k)
-    return raw_scores(kind, q, kk, kf)
+    q, kk, _, kf, _ = checked_inputs(queries, keys, k=k)
+    return raw_scores(kind, q, kk, k=kf)
 
 
 
@@ -151,12 +163,24 @@ def attention_map(
         ``norm_scale``, a bad ``heads_axis``, or inputs :func:`scores` refuses, and for a scalar
         parameter given as a tensor that requires grad (like ``k``); ``TypeError`` when the dtypes
         differ, or for tensors without dense data (meta, sparse, nested).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import data
+    >>> queries, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> from hypviz.attention import attention_map
+    >>> P = attention_map(queries, keys, "distance", temperature=0.5)
+    >>> P.shape, bool(torch.allclose(P.sum(dim=-1), torch.ones(4, dtype=P.dtype)))
+    (torch.Size([4, 6]), True)
+    >>> bool(torch.allclose(attention_map(queries, keys, "lorentz", temperature=0.5), P))  # identity 5
+    True
     """
     kd = kinds.get(kind)
-    q, kk, _, kf, _ = checked_inputs(queries, keys, k, heads_axis=heads_axis)
+    q, kk, _, kf, _ = checked_inputs(queries, keys, k=k, heads_axis=heads_axis)
     tau = check_temperature(temperature, q.shape[-1] - 1) if kd.temperature else 0.0
     opts = options(kd, power=power, norm_scale=norm_scale, features=features, seed=seed, bias=bias)
-    return dense_map(kind, q, kk, kf, tau, opts)
+    return dense_map(kind, q, kk, k=kf, temperature=tau, opts=opts)
 
 
 def focused_linear_map(
@@ -194,10 +218,20 @@ def focused_linear_map(
     ValueError
         For points or shapes :func:`scores` refuses, a non-positive ``power``, a non-finite
         ``norm_scale`` or a negative or non-finite ``eps``; ``TypeError`` when the dtypes differ.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import data
+    >>> queries, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> from hypviz.attention import focused_linear_map
+    >>> A = focused_linear_map(queries, keys)
+    >>> A.shape, bool((A >= 0).all()), bool(torch.allclose(A.sum(dim=-1), torch.ones(4, dtype=A.dtype)))
+    (torch.Size([4, 6]), True, True)
     """
-    q, kk, _, kf, _ = checked_inputs(queries, keys, k)
+    q, kk, _, kf, _ = checked_inputs(queries, keys, k=k)
     opts = dict(power=check_power(power), norm_scale=check_norm_scale(norm_scale))
-    return KERNELS["focused"].dense(kinds.get("focused"), q, kk, kf, 0.0, opts, eps=check_eps(eps))
+    return KERNELS["focused"].dense(kinds.get("focused"), q, kk, k=kf, temperature=0.0, opts=opts, eps=check_eps(eps))
 
 
 def focused_linear_attention(
@@ -222,7 +256,7 @@ def focused_linear_attention(
     associativity it equals ``focused_linear_map(queries, keys) @ V_s`` up to rounding (the tests
     hold float32 to a relative :math:`10^{-5}`).  ``values (..., M, d_v + 1)`` are points (checked);
     the result is the spatial output ``(..., N, d_v)`` (Hypformer then adds a learned map of
-    :math:`V_s`, averages the heads and lifts with ``hypviz.lorentz.lift(out, k)``).
+    :math:`V_s`, averages the heads and lifts with ``hypviz.lorentz.lift(out, k=k)``).
     ``eps = 1e-6`` reproduces Hypformer's normaliser exactly; the default 0 makes the identity with
     the map exact.
 
@@ -230,8 +264,19 @@ def focused_linear_attention(
     ------
     ValueError
         As :func:`focused_linear_map`, and when ``values`` has not one row per key.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import data
+    >>> queries, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> from hypviz.attention import focused_linear_attention, focused_linear_map
+    >>> values = data.wrapped_normal(6, 2, 0.5, seed=2)
+    >>> out = focused_linear_attention(queries, keys, values)
+    >>> out.shape, bool(torch.allclose(out, focused_linear_map(queries, keys) @ values[:, 1:]))
+    (torch.Size([4, 2]), True)
     """
-    q, kk, v, _, _ = checked_inputs(queries, keys, k, values)
+    q, kk, v, _, _ = checked_inputs(queries, keys, k=k, values=values)
     p, s, e = check_power(power), check_norm_scale(norm_scale), check_eps(eps)
     fq, fk = feature_map(q[..., 1:], p), feature_map(kk[..., 1:], p)
     kv = fk.transpose(-1, -2) @ v[..., 1:]  # (..., d, d_v)

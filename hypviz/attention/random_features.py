@@ -159,7 +159,7 @@ def performer_weights(queries: ArrayLike, keys: ArrayLike, omega: torch.Tensor, 
     pair by pair, :math:`O(NMD)`, and without stabilisers: for the modest norms of a check, not for
     attention (:func:`distance_linear_attention`).
     """
-    q, kk, _, _, _ = checked_inputs(queries, keys, k)
+    q, kk, _, _, _ = checked_inputs(queries, keys, k=k)
     tau = validate.positive(temperature, "temperature")
     om = torch.as_tensor(omega, dtype=q.dtype, device=q.device)
     if om.dim() != 2 or om.shape[-1] != q.shape[-1]:
@@ -271,7 +271,7 @@ def _any_control(q: torch.Tensor, kf: float, tau: float, reach: torch.Tensor, sp
 
 
 def feature_operands(
-    queries: torch.Tensor, keys: torch.Tensor, kf: float, tau: float, omega: torch.Tensor, control_variate: bool = True
+    queries: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, omega: torch.Tensor, control_variate: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Unchecked: operands ``A (H, N, C)``, ``B (H, M, C)`` with :math:`\hat w_{ij} = c_i\, A_i \cdot B_j` (:math:`c_i > 0` per row).
 
@@ -282,20 +282,20 @@ def feature_operands(
     :math:`A B^\top` is the implicit map of :func:`distance_linear_attention`, which streams the same
     operands.
     """
-    a, b, logkey = _centred(queries, keys, kf, tau)
+    a, b, logkey = _centred(queries, keys, k, temperature)
     _, lb = _key_logs(b, logkey, omega)
     shift = lb.amax(dim=-2, keepdim=True)  # (H, 1, D): the keys' stabiliser per feature
     c0 = logkey.amax(dim=-1, keepdim=True).unsqueeze(-1)  # (H, 1, 1)
     reach = b.norm(dim=-1).amax(dim=-1, keepdim=True)  # (H, 1)
     spread = _spread(omega)
-    control = _any_control(queries, kf, tau, reach, spread, control_variate)
+    control = _any_control(queries, k, temperature, reach, spread, control_variate)
     bb = _key_block(b, logkey, omega, shift, c0, control)
     return _query_block(a, omega, shift, c0, reach, bb.sum(dim=-2), spread, control), bb
 
 
 def _setup(queries, keys, values, k, temperature, features, seed, orthogonal, control_variate):
     d_feat, s, orth, control = _check_options(features, seed, orthogonal, control_variate)
-    q, kk, v, kf, batch = checked_inputs(queries, keys, k, values)
+    q, kk, v, kf, batch = checked_inputs(queries, keys, k=k, values=values)
     tau = check_temperature(temperature, q.shape[-1] - 1)
     omega = random_directions(d_feat, q.shape[-1], seed=s, orthogonal=orth, dtype=q.dtype).to(q.device)
     return q, kk, v, kf, batch, tau, omega, control
@@ -351,7 +351,7 @@ def distance_rf_map(
     """
     q, kk, _, kf, batch, tau, omega, control = _setup(queries, keys, None, k, temperature, features, seed, orthogonal, control_variate)
     qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
-    a_op, b_op = feature_operands(qf, kfl, kf, tau, omega, control)
+    a_op, b_op = feature_operands(qf, kfl, k=kf, temperature=tau, omega=omega, control_variate=control)
     w = a_op @ b_op.transpose(-1, -2)
     return (w / w.sum(dim=-1, keepdim=True)).reshape(*batch, q.shape[-2], kk.shape[-2])
 
@@ -406,6 +406,18 @@ def distance_linear_attention(
     ------
     ValueError
         As :func:`distance_rf_map`, for ``values`` without one row per key, or another ``aggregation``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import data
+    >>> queries, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> from hypviz import lorentz
+    >>> from hypviz.attention import distance_linear_attention
+    >>> values = data.wrapped_normal(6, 2, 0.5, seed=2)
+    >>> out = distance_linear_attention(queries, keys, values, temperature=1.0, features=64)
+    >>> out.shape, lorentz.check_points(out).shape  # the centroid is a point of the hyperboloid
+    (torch.Size([4, 3]), torch.Size([4, 3]))
     """
     agg = validate.choice(aggregation, "aggregation", AGGREGATIONS)
     q, kk, v, kf, batch, tau, omega, control = _setup(queries, keys, values, k, temperature, features, seed, orthogonal, control_variate)
@@ -438,5 +450,5 @@ def distance_linear_attention(
         if agg == "centroid":
             norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
             o = o[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(torch.finfo(o.dtype).tiny).sqrt())
-        res[:, i : i + block] = lift(o, kf)
+        res[:, i : i + block] = lift(o, k=kf)
     return res.reshape(*batch, q.shape[-2], res.shape[-1])

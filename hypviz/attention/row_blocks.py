@@ -232,12 +232,12 @@ def block_stats(
 
 
 def output_stats(
-    pa: torch.Tensor, pb: torch.Tensor, v: torch.Tensor, v_uniform: torch.Tensor, kf: float | None
+    pa: torch.Tensor, pb: torch.Tensor, v: torch.Tensor, v_uniform: torch.Tensor, *, k: float | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""Distances between the two attention outputs of a row block, and of each from the uniform row's output.
 
     The outputs are the weighted averages :math:`m = \sum_j P_{ij} v_j` (``pa @ v``, ``pb @ v``;
-    ``v_uniform`` is :math:`\operatorname{mean}_j v_j`).  With ``kf`` (values on the hyperboloid
+    ``v_uniform`` is :math:`\operatorname{mean}_j v_j`).  With ``k`` (values on the hyperboloid
     :math:`\langle v, v\rangle_L = -k`) each average is taken to the manifold as the Lorentzian
     centroid :math:`\sqrt{k}\, m / \sqrt{-\langle m, m\rangle_L}` (the aggregation of Hypformer's
     full mode) and distances are geodesic; without it they are Euclidean.  Returns ``(gap,
@@ -245,12 +245,12 @@ def output_stats(
     """
     oa, ob = pa @ v, pb @ v
     ou = v_uniform.expand_as(oa)
-    if kf is None:
+    if k is None:
         return (oa - ob).norm(dim=-1), (oa - ou).norm(dim=-1), (ob - ou).norm(dim=-1)
 
     def centroid(m: torch.Tensor) -> torch.Tensor:  # its spatial part, lifted (time recomputed)
         norm2 = m[..., :1].square() - m[..., 1:].square().sum(dim=-1, keepdim=True)
-        return lift(m[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(torch.finfo(m.dtype).tiny).sqrt()), kf)
+        return lift(m[..., 1:] * (math.sqrt(k) / norm2.clamp_min(torch.finfo(m.dtype).tiny).sqrt()), k=k)
 
     ca, cb, cu = centroid(oa), centroid(ob), centroid(ou)
-    return dist(ca, cb, kf), dist(ca, cu, kf), dist(cb, cu, kf)
+    return dist(ca, cb, k=k), dist(ca, cu, k=k), dist(cb, cu, k=k)

@@ -286,17 +286,31 @@ def compare(
     with :math:`n = \|\kappa_s\|^2`, without the cancellation of two rounded time coordinates.  The
     working memory is three ``block_rows x M`` buffers (plus temporaries of that size for the
     Spearman ranks); nothing of size ``N x M`` is allocated.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import data
+    >>> queries, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> from hypviz.attention import compare
+    >>> res = compare(queries, keys, "spatial", "distance", temperature=1.0)
+    >>> res.verdict, res.tv.shape
+    ('different', torch.Size([4]))
+    >>> round(float(res.tv.mean()), 2), round(float(res.tv_uniform_b.mean()), 2)
+    (0.06, 0.13)
+    >>> bool(res.all_bounds_met)  # TV <= tanh(Delta / 4) on every row
+    True
     """
     start = time.perf_counter()
     kind_a = kinds.get(check_kind(a, "a", kinds.comparable()))
     kind_b = kinds.get(check_kind(b, "b", kinds.comparable()))
-    q, kk, v, kf, batch = checked_inputs(queries, keys, k, values, heads_axis=heads_axis, detach=True)
+    q, kk, v, kf, batch = checked_inputs(queries, keys, k=k, values=values, heads_axis=heads_axis, detach=True)
     half = str(q.dtype).replace("torch.", "") if q.dtype in (torch.float16, torch.bfloat16) else None
     if half is not None:
         # half precision resolves logits to ~1e-3 and overflows the statistics' sums: compute in float32,
         # from the spatial parts (time recomputed, so that the points lie on float32's hyperboloid)
-        q, kk = lift(q[..., 1:].float(), kf), lift(kk[..., 1:].float(), kf)
-        v = None if v is None else lift(v[..., 1:].float(), kf)
+        q, kk = lift(q[..., 1:].float(), k=kf), lift(kk[..., 1:].float(), k=kf)
+        v = None if v is None else lift(v[..., 1:].float(), k=kf)
     d = q.shape[-1] - 1
     tau = check_temperature(temperature, d)
     seed = validate.seed(seed, "seed")
@@ -342,21 +356,21 @@ def compare(
     shared = kinds.shares_one_product(a, b)
     if shared:
         alphas = (1.0 - kind_a.bias, 1.0 - kind_b.bias)
-        sh = SharedLogits(qf, kfl, kf, tau)
+        sh = SharedLogits(qf, kfl, k=kf, temperature=tau)
         big = float(max(sh.largest(alpha).max() for alpha in alphas)) if qf.numel() else 0.0
         check_logit_range(big, q.dtype, tau, lambda: float(max(
-            SharedLogits(qf.double(), kfl.double(), kf, 1.0).largest(alpha).max() for alpha in alphas)))
+            SharedLogits(qf.double(), kfl.double(), k=kf, temperature=1.0).largest(alpha).max() for alpha in alphas)))
         err_a, err_b = sh.err(alphas[0]), sh.err(alphas[1])
         rnd_a, rnd_b = sh.rounding(alphas[0]), sh.rounding(alphas[1])
 
         def largest() -> float:
             return big
     else:
-        ka = operands(a, qf, kfl, kf, tau, opts)
-        kb = operands(b, qf, kfl, kf, tau, opts)
+        ka = operands(a, qf, kfl, k=kf, temperature=tau, opts=opts)
+        kb = operands(b, qf, kfl, k=kf, temperature=tau, opts=opts)
         soft = [name for name, op in ((a, ka), (b, kb)) if not op.log]  # softmax logits can overflow; logs of products cannot
         check_logit_range(max([op.largest() for op in (ka, kb) if not op.log], default=0.0), q.dtype, tau, lambda: max(
-            operands(name, qf.double(), kfl.double(), kf, 1.0, opts).largest() for name in soft))
+            operands(name, qf.double(), kfl.double(), k=kf, temperature=1.0, opts=opts).largest() for name in soft))
         err_a, err_b = ka.err, kb.err
         rnd_a, rnd_b = ka.rounding, kb.rounding
 
@@ -524,7 +538,7 @@ def _compare_outputs(
                     kd.logits(kd.A[h, i:j].to(dev), kd.B[h].to(dev).transpose(0, 1), torch.empty(j - i, kd.B.shape[-2], dtype=v.dtype, device=dev))
                     for kd in pair
                 )
-            gap, ua, ub = output_stats(torch.softmax(la, dim=-1), torch.softmax(lb, dim=-1), vh, vu, kf)
+            gap, ua, ub = output_stats(torch.softmax(la, dim=-1), torch.softmax(lb, dim=-1), vh, vu, k=kf)
             res["output_gap"][h, i:j], res["output_uniform_a"][h, i:j], res["output_uniform_b"][h, i:j] = gap, ua, ub
     return res
 

@@ -38,6 +38,18 @@ class TopKeys(NamedTuple):
     the level of rounding, as for exactly symmetric keys of a tree embedding), strongest first, keys
     tied with each other listed by index; ``weights``: ``row[indices]``; ``temperature``: the
     :math:`\tau` used (``None`` for ``"focused"``, which has none).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import data
+    >>> queries, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> from hypviz.attention import top_attention
+    >>> tk = top_attention(queries, keys, top=3, temperature=1.0)["distance"]
+    >>> tk.kind, tk.row.shape, tk.indices.tolist()
+    ('distance', torch.Size([6]), [0, 1, 2])
+    >>> bool(torch.equal(tk.weights, tk.row[tk.indices]))
+    True
     """
 
     kind: str
@@ -50,7 +62,7 @@ class TopKeys(NamedTuple):
 
 
 def _pointset(x: ArrayLike, k: float, name: str) -> torch.Tensor:
-    t = L.check_points(x, k, name=name)
+    t = L.check_points(x, k=k, name=name)
     if t.dim() != 2:
         raise ValueError(f"{name}: expected one set of points, shape ({name[0].upper()}, d + 1), got {tuple(t.shape)}")
     if t.shape[0] == 0:
@@ -78,8 +90,8 @@ def _tolerance(value: Any) -> float:
 def top_attention(
     queries: ArrayLike,
     keys: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     query: int = 0,
     kinds: Sequence[str] = ("spatial", "distance"),
     top: int = 8,
@@ -131,6 +143,18 @@ def top_attention(
         For points off the hyperboloid, queries and keys of different ``d``, a ``query`` index out of
         range, ``top < 1``, a ``tie_rtol`` outside :math:`[0, 1)`, a non-positive ``temperature`` or
         an unknown kind.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import data
+    >>> queries, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> from hypviz.attention import top_attention
+    >>> top = top_attention(queries, keys, query=0, top=3, temperature=1.0)
+    >>> sorted(top)
+    ['distance', 'spatial']
+    >>> [round(w, 3) for w in top["distance"].weights.tolist()]
+    [0.276, 0.211, 0.185]
     """
     kf = L.check_k(k)
     q = _pointset(queries, kf, "queries")

@@ -28,6 +28,12 @@ def tv_supremum(delta: ArrayLike) -> torch.Tensor:
 
     with equality for a two-point row (notebook 04 derives it).  Returns a tensor of the dtype of
     a floating-point ``delta`` (torch's default dtype for a Python number or integers).
+
+    Examples
+    --------
+    >>> from hypviz.attention import tv_supremum
+    >>> [round(float(t), 4) for t in tv_supremum([0.0, 2.0])]  # tanh(Delta / 4)
+    [0.0, 0.4621]
     """
     d = torch.as_tensor(delta)
     return torch.tanh(d / 4)
@@ -51,6 +57,12 @@ def kl_supremum(delta: ArrayLike) -> torch.Tensor:
     float64 without cancellation (a series below :math:`\Delta = 0.05`; negative values count as 0)
     and returned in the dtype of ``delta`` (torch's default dtype for a Python float, float64 for
     integers).
+
+    Examples
+    --------
+    >>> from hypviz.attention import kl_supremum, tv_supremum
+    >>> [round(float(t), 4) for t in kl_supremum([0.0, 2.0])]
+    [0.0, 0.4745]
     """
     d0 = torch.as_tensor(delta)
     d = d0.double().clamp_min(0.0)

@@ -17,6 +17,14 @@ def peak_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tup
     allocated before, do not count; scratch space inside a single kernel (e.g. BLAS packing
     buffers) is not visible.  Deterministic, unlike the resident set size, and cheap enough for
     a notebook.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz.attention import peak_tensor_memory
+    >>> out, peak = peak_tensor_memory(torch.zeros, 1000, dtype=torch.float64)
+    >>> out.shape, peak >= 8000  # at least the 1000 float64 of the result
+    (torch.Size([1000]), True)
     """
     import weakref
 

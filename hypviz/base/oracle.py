@@ -80,7 +80,7 @@ def _pair_sqdist(a: list, b: list, kk: Any, formula: str) -> tuple[Any, Any]:
     return es - dt * dt, None
 
 
-def sqdist_mpmath(xs: np.ndarray, ys: np.ndarray, k: float = 1.0, dps: int = 50, formula: str = "stable") -> list:
+def sqdist_mpmath(xs: np.ndarray, ys: np.ndarray, *, k: float = 1.0, dps: int = 50, formula: str = "stable") -> list:
     r"""Reference :math:`\|x - y\|_L^2` at ``dps`` digits from the exact float values of the spatial parts.
 
     ``xs``, ``ys`` are ``(N, d)`` arrays of spatial parts; the time coordinates are recomputed at
@@ -114,7 +114,7 @@ def sqdist_mpmath(xs: np.ndarray, ys: np.ndarray, k: float = 1.0, dps: int = 50,
 
 
 def distances_mpmath(
-    xs: np.ndarray, ys: np.ndarray, k: float = 1.0, dps: int = 50, formula: str = "stable"
+    xs: np.ndarray, ys: np.ndarray, *, k: float = 1.0, dps: int = 50, formula: str = "stable"
 ) -> tuple[list, list]:
     r"""Reference squared distances and geodesic distances at ``dps`` digits, in one pass over the pairs.
 

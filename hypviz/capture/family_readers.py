@@ -282,7 +282,7 @@ class Reader:
                   mask=_keep(cur.get("mask"), q.shape[0], q.shape[2], pts["keys"].shape[2],
                              true_masks=self.mask_true_masks))
 
-    def emit(self, q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor | None, seen: torch.Tensor | None, *,
+    def emit(self, q: torch.Tensor, keys: torch.Tensor, v: torch.Tensor | None, seen: torch.Tensor | None, *,
              dtype: str | None, mask: torch.Tensor | None = None, note: str | None = None,
              aux: Callable[[int], dict[str, Any]] | None = None, **fields: Any) -> None:
         """Records of one call, one per batch element of ``q`` ``(B, H, N, D)``; ``seen`` ``(B, ...)`` the checked
@@ -311,8 +311,8 @@ class Reader:
         multi = q.shape[0] > 1
         call = self._per_thread.next_call()  # numbered under a lock: calls from several threads get distinct numbers
         for b in range(q.shape[0]):
-            qb, kb = read_points(q[b], k, half), read_points(kk[b], k, half)
-            vb = None if v is None else read_points(v[b], k, half)
+            qb, kb = read_points(q[b], k=k, half=half), read_points(keys[b], k=k, half=half)
+            vb = None if v is None else read_points(v[b], k=k, half=half)
             rec = LayerRecord(name=self.name, queries=qb, keys=kb, values=vb, call=call, dtype=dtype,
                               training=bool(self.layer.training), batch=b if multi else None,
                               mask=None if mask is None else mask[b], **fields).check()
@@ -614,7 +614,7 @@ class PoincareReader(Reader):
         k = 1.0 / c
         s = _num(getattr(self.layer, "scale", None))
         tau, sign = (1.0, 1) if s is None else (abs(s), 1 if s > 0 else -1)
-        q, kk, v = (from_poincare(_heads(copy_tensor(cur[r]), h).double(), k) for r in ("queries", "keys", "values"))
+        q, kk, v = (from_poincare(_heads(copy_tensor(cur[r]), h).double(), k=k) for r in ("queries", "keys", "values"))
         if cur["queries"].dtype != torch.float64:
             q, kk, v = q.float(), kk.float(), v.float()
         seen = _heads(copy_tensor(out), h)

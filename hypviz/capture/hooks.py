@@ -154,7 +154,7 @@ class Capture(Recorder):
                 for n in names:
                     m, r = self._by_name[n], found[n]
                     if r == "hypformer":
-                        self._hyp.append(HypformerReader(self, _display(n), m, self.k))
+                        self._hyp.append(HypformerReader(self, _display(n), m, k=self.k))
                     else:
                         self._hyp.append(r(self, _display(n), m))  # type: ignore[operator]
                 for h in self._hyp:
@@ -249,8 +249,8 @@ class Capture(Recorder):
             v = v.expand(kk.shape[0], *v.shape[1:]).clone()
         dtype = g.dtypes.pop(0) if g.dtypes else None
         if dtype in ("float16", "bfloat16") and self.model == "lorentz":  # time recomputed from the rounded spatial part
-            q, kk = read_points(q, self.k, True), read_points(kk, self.k, True)
-            v = None if v is None else read_points(v, self.k, True)
+            q, kk = read_points(q, k=self.k, half=True), read_points(kk, k=self.k, half=True)
+            v = None if v is None else read_points(v, k=self.k, half=True)
         extra: dict[str, Any] = {}
         kd = registry.get(self.kind)
         if not kd.temperature:
@@ -267,7 +267,7 @@ class Capture(Recorder):
             raise ValueError(f"{where}: {exc}") from None
         try:
             for role, m in zip(g.roles, g.modules):
-                check_points(getattr(rec, role), rec.k, name=f"{where} {role} (module {m!r})")
+                check_points(getattr(rec, role), k=rec.k, name=f"{where} {role} (module {m!r})")
         except ValueError as exc:
             hint = "" if self.model == "poincare" else "; for Poincare-ball outputs pass model='poincare'"
             raise ValueError(f"{exc}{hint}") from None
@@ -280,7 +280,7 @@ class Capture(Recorder):
         """
         if self.model == "poincare":
             try:
-                t = from_poincare(t, self.k)
+                t = from_poincare(t, k=self.k)
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc} (model='poincare', k={self.k:g})") from None
         if t.dim() < 2 or t.shape[-1] < 2:

@@ -105,7 +105,7 @@ def dtype_name(t: Any) -> str | None:
     return str(t.dtype).replace("torch.", "") if isinstance(t, torch.Tensor) else None
 
 
-def read_points(t: torch.Tensor, k: float, half: bool) -> torch.Tensor:
+def read_points(t: torch.Tensor, *, k: float, half: bool) -> torch.Tensor:
     r"""Recorded points; from a half-precision model the time coordinate is recomputed, :math:`\sqrt{|x_s|^2 + k}`,
     in float32 (rounding to 8 or 11 bits leaves the points off the hyperboloid by up to ~4e-3 relative)."""
     if not half:
@@ -221,7 +221,7 @@ class HypformerReader:
     ``final_linear``, whose input is what is checked.
     """
 
-    def __init__(self, cap: Recorder, name: str, layer: nn.Module, k: float | None):
+    def __init__(self, cap: Recorder, name: str, layer: nn.Module, *, k: float | None):
         self.cap, self.name, self.layer = cap, name, layer
         self.h = len(layer.Wq)
         if len(layer.Wk) != self.h:
@@ -396,8 +396,8 @@ class HypformerReader:
         kf = self.k_given if kf is None else kf
         half = cur.get("dtype") in ("float16", "bfloat16")
         if half and kf is not None:
-            q, kk = read_points(q, kf, True), read_points(kk, kf, True)
-            v = None if v is None else read_points(v, kf, True)
+            q, kk = read_points(q, k=kf, half=True), read_points(kk, k=kf, half=True)
+            v = None if v is None else read_points(v, k=kf, half=True)
         extra: dict[str, Any] = {}
         seen = cur.get("output")
         concat = bool(getattr(layer, "trans_heads_concat", False)) and cur.get("concat_in") is not None

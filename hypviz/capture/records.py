@@ -373,7 +373,7 @@ class LayerRecord:
         for role in ROLES:
             t = getattr(self, role)
             if t is not None:
-                check_points(t, self.k, name=f"{label} {role}")
+                check_points(t, k=self.k, name=f"{label} {role}")
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -90,12 +90,12 @@ def _inner(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return -a[..., :1] * b[..., :1] + (a[..., 1:] * b[..., 1:]).sum(dim=-1, keepdim=True)
 
 
-def lorentz_centroid(a: torch.Tensor, k: float) -> torch.Tensor:
+def lorentz_centroid(a: torch.Tensor, *, k: float) -> torch.Tensor:
     r"""``a (..., d + 1)`` rescaled onto :math:`\langle x, x\rangle_L = -k`: :math:`\sqrt{k}\,a/\sqrt{|\langle a, a\rangle_L|}`."""
     return math.sqrt(k) * a / _inner(a, a).abs().sqrt()
 
 
-def gyromidpoint(values_ball: torch.Tensor, weights: torch.Tensor, k: float) -> torch.Tensor:
+def gyromidpoint(values_ball: torch.Tensor, weights: torch.Tensor, *, k: float) -> torch.Tensor:
     r"""Weighted Möbius gyromidpoint ``(..., N, d)`` of ball points ``(..., M, d)`` (radius :math:`\sqrt{k}`), weights ``(..., N, M)``.
 
     .. math::
@@ -155,12 +155,12 @@ def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tenso
                                        norm_scale=rec.norm_scale, k=k, eps=1e-6)
         if agg == "focused_heads":
             return out + aux["self_term"].to(_F64)
-        return lift((out + aux["self_term"].to(_F64)).mean(dim=0), k)
+        return lift((out + aux["self_term"].to(_F64)).mean(dim=0), k=k)
     w = layer_map(rec) if weights is None else weights
     if agg == "centroid_mean_heads":
-        return lorentz_centroid(lorentz_centroid(w @ v, k).mean(dim=0), k)
+        return lorentz_centroid(lorentz_centroid(w @ v, k=k).mean(dim=0), k=k)
     if agg == "centroid_heads":
-        return lorentz_centroid(w @ v, k)
+        return lorentz_centroid(w @ v, k=k)
     if agg == "gate_centroid":
         s = (w @ v).mean(dim=0)
         return math.sqrt(k) * s / _inner(s, s).abs().clamp_min(1e-6).sqrt()
@@ -172,7 +172,7 @@ def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tenso
         return s / _inner(s, s).abs().clamp_min(1e-8).sqrt()
     if agg == "gyromidpoint_heads":
         rk = math.sqrt(k)  # the ball points of the values (to_poincare without its float64 hyperboloid check)
-        return gyromidpoint(rk * v[..., 1:] / (v[..., :1] + rk), w, k)
+        return gyromidpoint(rk * v[..., 1:] / (v[..., :1] + rk), w, k=k)
     raise ValueError(f"layer {rec.name!r}: aggregation must be one of {', '.join(AGGREGATIONS)}, got {agg!r}")
 
 

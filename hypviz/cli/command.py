@@ -618,7 +618,7 @@ def _for_display(rec: Any) -> Any:
         for role in ("queries", "keys", "values"):
             t = getattr(rec, role)
             if t is not None:
-                setattr(rec, role, lift(t[..., 1:].float(), rec.k))
+                setattr(rec, role, lift(t[..., 1:].float(), k=rec.k))
     return rec
 
 

@@ -68,7 +68,7 @@ def _uniform(shape: tuple[int, ...], bound: float, gen: Any, dtype: torch.dtype)
 def wrapped_normal(
     n: int | Sequence[int],
     d: int,
-    scale: float = 1.0,
+    std: float = 1.0,
     *,
     k: float = 1.0,
     seed: Any = 0,
@@ -79,12 +79,12 @@ def wrapped_normal(
 
     .. math::
 
-        u_s \sim \mathcal{N}(0, \mathrm{scale}^2 I_d), \qquad
+        u_s \sim \mathcal{N}(0, \sigma^2 I_d), \qquad
         x_s = \sqrt{k}\,\sinh\Bigl(\frac{\|u_s\|}{\sqrt{k}}\Bigr)\frac{u_s}{\|u_s\|}, \qquad
         x_t = \sqrt{\|x_s\|^2 + k},
 
-    i.e. :math:`x = \exp_o((0, u_s))` (:func:`hypviz.lorentz.expmap0`), so ``logmap0(x)`` is the
-    Gaussian sample and :math:`d(o, x) = \|u_s\|` (about :math:`\mathrm{scale}\sqrt{d}`).
+    with :math:`\sigma` = ``std``, i.e. :math:`x = \exp_o((0, u_s))` (:func:`hypviz.lorentz.expmap0`), so ``logmap0(x)`` is the
+    Gaussian sample and :math:`d(o, x) = \|u_s\|` (about :math:`\sigma\sqrt{d}`).
     Drawn in float64, then cast to ``dtype``.
 
     Parameters
@@ -93,7 +93,7 @@ def wrapped_normal(
         Number of points, or a batch shape.
     d : int
         Dimension of the hyperbolic space (points have ``d + 1`` coordinates).
-    scale : float
+    std : float
         Standard deviation of each tangent coordinate, :math:`> 0`.
     k, seed, dtype, device
         Curvature parameter, random seed, ``torch.float32`` or ``torch.float64``, device.
@@ -105,11 +105,11 @@ def wrapped_normal(
     """
     shape = _check_shape(n)
     d = validate.integer(d, "d", 1)
-    s = validate.positive(scale, "scale")
+    s = validate.positive(std, "std")
     kf = check_k(k)
     dtype = validate.float_dtype(dtype)
     u = s * _standard_normal(shape + (d,), _generator(seed), torch.float64)
-    x = expmap0(torch.nn.functional.pad(u, (1, 0)), kf)
+    x = expmap0(torch.nn.functional.pad(u, (1, 0)), k=kf)
     return x.to(dtype=dtype, device=device)
 
 
@@ -152,7 +152,7 @@ def lifted_gaussian(
     kf = check_k(k)
     dtype = validate.float_dtype(dtype)
     xs = (r / _mean_chi(d)) * _standard_normal(shape + (d,), _generator(seed), torch.float64)
-    return lift(xs, kf).to(dtype=dtype, device=device)
+    return lift(xs, k=kf).to(dtype=dtype, device=device)
 
 
 # --------------------------------------------------------------------------- #
@@ -204,7 +204,7 @@ def htc_layer(
         ``weight`` differs from ``x`` in dtype or device.
     """
     ki, ko = check_k(k_in), check_k(k_out)
-    p = check_points(x, ki, name="x")
+    p = check_points(x, k=ki, name="x")
     w = as_tensor(weight, "weight")
     if w.dim() != 2 or w.shape[1] != p.shape[-1] or w.shape[0] < 1:
         raise ValueError(
@@ -262,7 +262,7 @@ def random_htc_qk(
         device of ``points``.
     """
     ki = check_k(k_in)
-    p = check_points(points, ki, name="points")
+    p = check_points(points, k=ki, name="points")
     d_out = validate.integer(d_out, "d_out", 1)
     a = validate.positive(gain, "gain") * math.sqrt(6.0 / (p.shape[-1] + d_out))
     gen = _generator(seed)

@@ -45,27 +45,27 @@ PARENT_GAP: float = 1.35
 _MAX_NODES = 5000
 
 
-def distortion(d_hyp: ArrayLike, d_graph: ArrayLike, scale: float = 1.0) -> tuple[float, float]:
+def distortion(d_hyp: ArrayLike, d_graph: ArrayLike, edge_length: float = 1.0) -> tuple[float, float]:
     r"""Worst-case and average distortion of an embedding (Sala et al. 2018's definitions).
 
     Over all pairs :math:`i < j`, with
-    :math:`\rho_{ij} = d_{\mathrm{hyp}}(i, j) / (\mathrm{scale}\; d_{\mathrm{graph}}(i, j))`,
+    :math:`\rho_{ij} = d_{\mathrm{hyp}}(i, j) / (\ell\; d_{\mathrm{graph}}(i, j))` (:math:`\ell` = ``edge_length``),
 
     .. math::
 
         \text{worst} = \frac{\max_{i<j} \rho_{ij}}{\min_{i<j} \rho_{ij}}, \qquad
         \text{average} = \operatorname{mean}_{i<j} \bigl|\rho_{ij} - 1\bigr|.
 
-    The worst case is :math:`\ge 1`, invariant to ``scale``, and 1 for a scaled isometry (``inf``
+    The worst case is :math:`\ge 1`, invariant to ``edge_length``, and 1 for a scaled isometry (``inf``
     when some :math:`\rho_{ij} = 0`); the average is the mean relative error against the graph
-    metric scaled by ``scale`` (0 is exact).
+    metric scaled by ``edge_length`` (0 is exact).
 
     Parameters
     ----------
     d_hyp, d_graph : array or tensor, shape (N, N)
         Hyperbolic distances and graph (hop) distances, :math:`N \ge 2`; only the upper triangle is
         read, and ``d_graph`` must be positive and finite there.
-    scale : float
+    edge_length : float
         The edge length the graph metric is scaled by.
 
     Returns
@@ -76,7 +76,7 @@ def distortion(d_hyp: ArrayLike, d_graph: ArrayLike, scale: float = 1.0) -> tupl
     ------
     ValueError
         For shapes other than two ``(N, N)`` matrices, a non-positive or infinite graph distance (a
-        disconnected graph), a NaN/Inf hyperbolic distance, or :math:`\mathrm{scale} \le 0`.
+        disconnected graph), a NaN/Inf hyperbolic distance, or :math:`\ell \le 0`.
     """
     h = as_tensor(d_hyp, "d_hyp").to(torch.float64)
     g = as_tensor(d_graph, "d_graph").to(torch.float64)
@@ -84,7 +84,7 @@ def distortion(d_hyp: ArrayLike, d_graph: ArrayLike, scale: float = 1.0) -> tupl
         raise ValueError(
             f"d_hyp and d_graph: expected two (N, N) matrices with N >= 2, got {tuple(h.shape)} and {tuple(g.shape)}"
         )
-    s = validate.positive(scale, "scale")
+    s = validate.positive(edge_length, "edge_length")
     iu = torch.triu_indices(h.shape[0], h.shape[0], offset=1)
     hh, gg = h[iu[0], iu[1]], g[iu[0], iu[1]]
     if not bool(torch.isfinite(gg).all()) or not bool((gg > 0).all()):
@@ -124,12 +124,12 @@ class TreeEmbedding:
         The node placed at the origin.
     depth : torch.Tensor
         ``(N,)`` int64 hop distance of each node from the root in the tree.
-    scale : float
+    edge_length : float
         Edge length (hyperbolic distance, in the units of :func:`hypviz.lorentz.dist`).
     k : float
         Curvature parameter.
     worst_distortion, average_distortion : float
-        :func:`distortion` of all pairwise geodesic distances against ``scale`` times the tree's
+        :func:`distortion` of all pairwise geodesic distances against ``edge_length`` times the tree's
         hop distance.
     graph_edges : torch.Tensor or None
         For a graph embedded through a spanning tree: ``(E', 2)`` row indices of all its edges.
@@ -144,7 +144,7 @@ class TreeEmbedding:
     edges: torch.Tensor
     root: Hashable
     depth: torch.Tensor
-    scale: float
+    edge_length: float
     k: float
     worst_distortion: float
     average_distortion: float
@@ -172,7 +172,7 @@ class TreeEmbedding:
     def __repr__(self) -> str:
         text = (
             f"TreeEmbedding(nodes={len(self.nodes)}, edges={self.edges.shape[0]}, k={self.k:.4g}, "
-            f"scale={self.scale:.4g}, max_radius={self.max_radius:.4g}, max_norm={self.max_norm:.4g}, "
+            f"edge_length={self.edge_length:.4g}, max_radius={self.max_radius:.4g}, max_norm={self.max_norm:.4g}, "
             f"worst_distortion={self.worst_distortion:.4g}, average_distortion={self.average_distortion:.4g}"
         )
         if self.graph_edges is not None:
@@ -259,7 +259,7 @@ def _sarkar_points(layout: _Layout, tau: float, k: float) -> torch.Tensor:
         local = _rotation(layout.angle[level]) @ step_tail
         frames[level] = frames[layout.parent[level]] @ local
     spatial = math.sqrt(k) * frames[:, 1:, 0]
-    return lift(torch.from_numpy(np.ascontiguousarray(spatial)), k)
+    return lift(torch.from_numpy(np.ascontiguousarray(spatial)), k=k)
 
 
 def _check_tree(tree: Any, name: str = "tree") -> nx.Graph:
@@ -283,15 +283,15 @@ def _check_tree(tree: Any, name: str = "tree") -> nx.Graph:
     return und
 
 
-def _measure(points: torch.Tensor, k: float, hops: np.ndarray, scale: float) -> tuple[float, float]:
-    return distortion(dist(points[:, None], points[None], k), torch.from_numpy(hops), scale)
+def _measure(points: torch.Tensor, k: float, hops: np.ndarray, edge_length: float) -> tuple[float, float]:
+    return distortion(dist(points[:, None], points[None], k=k), torch.from_numpy(hops), edge_length)
 
 
 def embed_tree(
     tree: nx.Graph,
     root: Hashable | None = None,
     *,
-    scale: float | None = None,
+    edge_length: float | None = None,
     k: float = 1.0,
     parent_gap: float = PARENT_GAP,
     max_distortion: float = 1.1,
@@ -299,7 +299,7 @@ def embed_tree(
     r"""Embed a networkx tree in the hyperbolic plane (Sarkar's combinatorial construction).
 
     The root sits at the origin; every node's :math:`n` children lie on the circle of radius
-    ``scale`` around it, spread over the arc facing away from its parent: seen from the node, with
+    ``edge_length`` around it, spread over the arc facing away from its parent: seen from the node, with
     its parent in direction 0, child :math:`j` is in direction
 
     .. math::
@@ -319,7 +319,7 @@ def embed_tree(
     root : node, optional
         The node placed at the origin; default the tree's centre (``nx.center``, first one), which
         minimises the largest radius.
-    scale : float, optional
+    edge_length : float, optional
         Edge length (hyperbolic distance).  Default: the smallest edge length (to 0.1 %, found by a
         safeguarded regula falsi on the measured worst-case distortion, searched from
         :math:`\sqrt{k}` up) whose worst-case distortion is at most ``max_distortion``, capped so that
@@ -332,20 +332,20 @@ def embed_tree(
         :math:`g` above, :math:`> 0`.  The default 1.35 minimises the edge length the branching-3,
         depth-5 tree needs for worst-case distortion 1.1 (5.37 against Sarkar's even spacing's 6.7).
     max_distortion : float
-        Target worst-case distortion for the default ``scale``, :math:`> 1`; unused when ``scale`` is given.
+        Target worst-case distortion for the default ``edge_length``, :math:`> 1`; unused when ``edge_length`` is given.
 
     Returns
     -------
     TreeEmbedding
         ``points`` are ``(N, 3)`` float64 (time first), row ``i`` is ``list(tree.nodes)[i]``; the
-        distortions are measured with :func:`hypviz.lorentz.dist` against ``scale`` times the hop
+        distortions are measured with :func:`hypviz.lorentz.dist` against ``edge_length`` times the hop
         distance.
 
     Raises
     ------
     ValueError
         For a graph that is not a tree, fewer than 2 or more than 5000 nodes, a ``root`` that is not
-        a node, ``max_distortion <= 1``, or an explicit ``scale`` that puts a node beyond
+        a node, ``max_distortion <= 1``, or an explicit ``edge_length`` that puts a node beyond
         ``MAX_RADIUS * sqrt(k)``; ``TypeError`` for anything but a networkx (Di)Graph.
     """
     und = _check_tree(tree)
@@ -363,17 +363,17 @@ def embed_tree(
     root_k = math.sqrt(kf)
     height = int(layout.depth.max())
 
-    if scale is None:
+    if edge_length is None:
         tau = _default_tau(layout, kf, hops, height, target)
     else:
-        tau = validate.positive(scale, "scale") / root_k
+        tau = validate.positive(edge_length, "edge_length") / root_k
     points = _sarkar_points(layout, tau, kf)
     radius = math.asinh(float(torch.linalg.vector_norm(points[:, 1:], dim=-1).max()) / root_k)
     if radius > MAX_RADIUS * (1.0 + 1e-9):
         raise ValueError(
-            f"scale={scale!r} puts nodes {radius * root_k:.4g} from the origin, beyond "
+            f"edge_length={edge_length!r} puts nodes {radius * root_k:.4g} from the origin, beyond "
             f"MAX_RADIUS*sqrt(k) = {MAX_RADIUS * root_k:.4g} where float64 coordinates stop giving accurate "
-            f"distances; use scale <= {MAX_RADIUS * root_k / height:.4g} for this tree"
+            f"distances; use edge_length <= {MAX_RADIUS * root_k / height:.4g} for this tree"
         )
     worst, average = _measure(points, kf, hops, tau * root_k)
     index = {v: i for i, v in enumerate(layout.nodes)}
@@ -384,7 +384,7 @@ def embed_tree(
         edges=edges,
         root=root,
         depth=torch.from_numpy(layout.depth.copy()),
-        scale=tau * root_k,
+        edge_length=tau * root_k,
         k=kf,
         worst_distortion=worst,
         average_distortion=average,
@@ -440,7 +440,7 @@ def balanced_tree(
     branching: int,
     depth: int,
     *,
-    scale: float | None = None,
+    edge_length: float | None = None,
     k: float = 1.0,
     parent_gap: float = PARENT_GAP,
     max_distortion: float = 1.1,
@@ -466,14 +466,14 @@ def balanced_tree(
             f"balanced_tree({b}, {h}) has {count} nodes; at most {_MAX_NODES} (all-pairs distortion is O(N^2))"
         )
     return embed_tree(
-        nx.balanced_tree(b, h), 0, scale=scale, k=k, parent_gap=parent_gap, max_distortion=max_distortion
+        nx.balanced_tree(b, h), 0, edge_length=edge_length, k=k, parent_gap=parent_gap, max_distortion=max_distortion
     )
 
 
 def karate_club(
     *,
     root: int = 0,
-    scale: float | None = None,
+    edge_length: float | None = None,
     k: float = 1.0,
     parent_gap: float = PARENT_GAP,
     max_distortion: float = 1.1,
@@ -499,9 +499,9 @@ def karate_club(
     spanning = nx.Graph()
     spanning.add_nodes_from(graph.nodes)
     spanning.add_edges_from(nx.bfs_tree(graph, root).edges())
-    emb = embed_tree(spanning, root, scale=scale, k=k, parent_gap=parent_gap, max_distortion=max_distortion)
+    emb = embed_tree(spanning, root, edge_length=edge_length, k=k, parent_gap=parent_gap, max_distortion=max_distortion)
     graph_hops = _hop_matrix(graph, emb.nodes)
-    g_worst, g_avg = _measure(emb.points, emb.k, graph_hops, emb.scale)
+    g_worst, g_avg = _measure(emb.points, emb.k, graph_hops, emb.edge_length)
     index = {v: i for i, v in enumerate(emb.nodes)}
     graph_edges = torch.tensor([[index[a], index[b]] for a, b in graph.edges()], dtype=torch.int64)
     clubs = tuple(graph.nodes[v]["club"] for v in emb.nodes)
@@ -511,7 +511,7 @@ def karate_club(
         edges=emb.edges,
         root=emb.root,
         depth=emb.depth,
-        scale=emb.scale,
+        edge_length=emb.edge_length,
         k=emb.k,
         worst_distortion=emb.worst_distortion,
         average_distortion=emb.average_distortion,

@@ -41,7 +41,7 @@ ArrayLike = Any  # numpy array, torch tensor, or a nested list of floats
 # --------------------------------------------------------------------------- #
 # points
 # --------------------------------------------------------------------------- #
-def origin(d: int, k: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def origin(d: int, *, k: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     r"""The origin of the ``d``-dimensional hyperboloid, shape ``(d + 1,)``.
 
     .. math::
@@ -59,7 +59,7 @@ def origin(d: int, k: float = 1.0, dtype: torch.dtype = torch.float64) -> torch.
     return o
 
 
-def lift(x_s: ArrayLike, k: float = 1.0) -> torch.Tensor:
+def lift(x_s: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     r"""Lift spatial parts ``(..., d)`` onto the hyperboloid, ``(..., d + 1)``, time first.
 
     .. math::
@@ -97,7 +97,7 @@ def inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
 _NARROW = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def sqdist_unchecked(a: torch.Tensor, b: torch.Tensor, k: float) -> torch.Tensor:
+def sqdist_unchecked(a: torch.Tensor, b: torch.Tensor, *, k: float) -> torch.Tensor:
     # identity 3: D = |x - y|^2_L = |x_s - y_s|^2 - (x_t - y_t)^2 with x_t - y_t = (x_s - y_s).(x_s + y_s) / (x_t + y_t).
     # Write e = x_s - y_s, s = x_s + y_s, T = x_t + y_t.  Two exact forms of the same D:
     #   (A) D = |e|^2 - (e.s / T)^2                          cancels when x - y is nearly light-like
@@ -122,7 +122,7 @@ def sqdist_unchecked(a: torch.Tensor, b: torch.Tensor, k: float) -> torch.Tensor
     return torch.where(use_b, d_b, d_a).clamp_min(0.0)
 
 
-def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
+def sqdist(x: ArrayLike, y: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     r"""Squared Lorentzian distance of points on :math:`\langle x, x\rangle_L = -k`, never negative.
 
     .. math::
@@ -159,18 +159,18 @@ def sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
         batch shapes do not broadcast; ``TypeError`` when their dtypes differ.
     """
     kf = check_k(k)
-    a = check_points(x, kf, name="x")
-    b = check_points(y, kf, name="y")
+    a = check_points(x, k=kf, name="x")
+    b = check_points(y, k=kf, name="y")
     check_pair(a, b)
     if a.dtype in _NARROW and a.device.type != "mps":
         # evaluated in float64 from the spatial parts (time recomputed): far from the origin the rounded
         # float32 time coordinate no longer determines the point, and |x_s|^4 overflows float32 from |x_s| ~ 1e9
-        wide = sqdist_unchecked(lift(a[..., 1:].double(), kf), lift(b[..., 1:].double(), kf), kf)
+        wide = sqdist_unchecked(lift(a[..., 1:].double(), k=kf), lift(b[..., 1:].double(), k=kf), k=kf)
         return wide.to(a.dtype)
-    return sqdist_unchecked(a, b, kf)
+    return sqdist_unchecked(a, b, k=kf)
 
 
-def dist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
+def dist(x: ArrayLike, y: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     r"""Geodesic distance on the hyperboloid (batch shapes broadcast).
 
     .. math::
@@ -184,7 +184,7 @@ def dist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
     """
     kf = check_k(k)
     root_k = math.sqrt(kf)
-    sq = sqdist(x, y, kf)
+    sq = sqdist(x, y, k=kf)
     positive = sq > 0
     root = torch.sqrt(torch.where(positive, sq, torch.ones_like(sq)))  # no sqrt'(0) = inf in the graph
     return torch.where(positive, 2.0 * root_k * torch.asinh(root / (2.0 * root_k)), torch.zeros_like(sq))
@@ -215,34 +215,34 @@ def pairwise_inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
     return a_j @ b.transpose(-1, -2)
 
 
-def pairwise_sqdist(x: ArrayLike, y: ArrayLike, k: float = 1.0) -> torch.Tensor:
+def pairwise_sqdist(x: ArrayLike, y: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     r"""All squared Lorentzian distances :math:`\|x_i - y_j\|_L^2`, shape ``(..., N, M)``, never negative.
 
     .. math::
 
         \|x_i - y_j\|_L^2 = (A B^\top)_{ij}
 
-    with ``(A, B) = distance_operands(x, y, k, scale=-2)`` (``d + 3`` columns each, see
+    with ``(A, B) = distance_operands(x, y, k=k, temperature=-0.5)`` (``d + 3`` columns each, see
     :func:`distance_operands`), clamped at 0 in place: no ``N x M x d`` intermediate and no second
     ``N x M`` array.
 
     The error is *absolute*, a few ulps times :math:`\|x_s\|^2 + \|y_s\|^2` (enough for attention
     logits, where only differences along a row matter).  For the relative accuracy on nearby pairs
-    of :func:`sqdist`, call ``sqdist(x[..., :, None, :], y[..., None, :, :], k)``, which costs
+    of :func:`sqdist`, call ``sqdist(x[..., :, None, :], y[..., None, :, :], k=k)``, which costs
     ``N x M x d`` memory.
     """
     kf = check_k(k)
-    a = check_points(x, kf, name="x")
-    b = check_points(y, kf, name="y")
+    a = check_points(x, k=kf, name="x")
+    b = check_points(y, k=kf, name="y")
     a, b = _pairwise_operands(a, b)
-    left, right = distance_operands(a, b, kf, scale=-2.0)
+    left, right = distance_operands(a, b, k=kf, temperature=-0.5)  # -1/2 D / (-1/2) = D
     return (left @ right.transpose(-1, -2)).clamp_min_(0.0)
 
 
 def distance_operands(
-    x: torch.Tensor, y: torch.Tensor, k: float = 1.0, scale: float = 1.0
+    x: torch.Tensor, y: torch.Tensor, *, k: float = 1.0, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Operands ``(A, B)`` with :math:`A B^\top = \mathrm{scale}\cdot\bigl(-\tfrac12\|x_i - y_j\|_L^2\bigr)`.
+    r"""Operands ``(A, B)`` with :math:`A B^\top = -\tfrac12\|x_i - y_j\|_L^2 / \tau` (:math:`\tau` = ``temperature``).
 
     With the time coordinate measured from the origin's,
     :math:`u = x_t - \sqrt{k} = \|x_s\|^2 / (x_t + \sqrt{k})` (no cancellation), identity 1 becomes
@@ -257,7 +257,7 @@ def distance_operands(
 
     .. math::
 
-        A = \mathrm{scale}\,[x_s,\; u_x,\; u_x,\; 1], \qquad
+        A = [x_s,\; u_x,\; u_x,\; 1] / \tau, \qquad
         B = [y_s,\; -u_y,\; -\sqrt{k},\; -\sqrt{k}\,u_y],
 
     of shapes ``(..., N, d + 3)`` and ``(..., M, d + 3)``.  ``x`` and ``y`` must be tensors of
@@ -268,7 +268,7 @@ def distance_operands(
     yt, ys = y[..., :1], y[..., 1:]
     ux = (xs * xs).sum(dim=-1, keepdim=True) / (xt + root_k)
     uy = (ys * ys).sum(dim=-1, keepdim=True) / (yt + root_k)
-    left = torch.cat([xs, ux, ux, torch.ones_like(ux)], dim=-1) * scale
+    left = torch.cat([xs, ux, ux, torch.ones_like(ux)], dim=-1) * (1.0 / temperature)
     right = torch.cat([ys, -uy, torch.full_like(uy, -root_k), -root_k * uy], dim=-1)
     return left, right
 
@@ -276,7 +276,7 @@ def distance_operands(
 # --------------------------------------------------------------------------- #
 # maps between the hyperboloid, the tangent space at the origin and the disks
 # --------------------------------------------------------------------------- #
-def expmap0(u: ArrayLike, k: float = 1.0) -> torch.Tensor:
+def expmap0(u: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     r"""Exponential map at the origin: tangent vector :math:`u = (0, u_s)` to a point of the hyperboloid.
 
     .. math::
@@ -317,7 +317,7 @@ def expmap0(u: ArrayLike, k: float = 1.0) -> torch.Tensor:
     return torch.cat([torch.sqrt((xs * xs).sum(dim=-1, keepdim=True) + kf), xs], dim=-1)
 
 
-def logmap0(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
+def logmap0(x: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     r"""Logarithmic map at the origin, the inverse of :func:`expmap0`; shape ``(..., d + 1)``.
 
     .. math::
@@ -328,7 +328,7 @@ def logmap0(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
     so that :math:`\|u_s\| = d(o, x)`.  The points are checked with :func:`check_points`.
     """
     kf = check_k(k)
-    p = check_points(x, kf)
+    p = check_points(x, k=kf)
     root_k = math.sqrt(kf)
     xs = p[..., 1:]
     norm = torch.linalg.vector_norm(xs, dim=-1, keepdim=True)
@@ -338,7 +338,7 @@ def logmap0(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
     return torch.cat([torch.zeros_like(p[..., :1]), xs * ratio], dim=-1)
 
 
-def to_poincare(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
+def to_poincare(x: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     r"""Hyperboloid to the Poincare ball of radius :math:`\sqrt{k}`, shape ``(..., d)``.
 
     .. math::
@@ -346,7 +346,7 @@ def to_poincare(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
         p = \frac{\sqrt{k}\,x_s}{x_t + \sqrt{k}}
     """
     kf = check_k(k)
-    p = check_points(x, kf)
+    p = check_points(x, k=kf)
     root_k = math.sqrt(kf)
     return root_k * p[..., 1:] / (p[..., :1] + root_k)
 
@@ -364,7 +364,7 @@ def _check_ball(p: torch.Tensor, kf: float, name: str) -> torch.Tensor:
     return sq
 
 
-def from_poincare(p: ArrayLike, k: float = 1.0) -> torch.Tensor:
+def from_poincare(p: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     r"""Poincare ball of radius :math:`\sqrt{k}` to the hyperboloid, the inverse of :func:`to_poincare`.
 
     .. math::
@@ -384,7 +384,7 @@ def from_poincare(p: ArrayLike, k: float = 1.0) -> torch.Tensor:
     return torch.cat([torch.sqrt((xs * xs).sum(dim=-1, keepdim=True) + kf), xs], dim=-1)
 
 
-def to_klein(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
+def to_klein(x: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     r"""Hyperboloid to the Klein (Beltrami-Klein) ball of radius :math:`\sqrt{k}`, shape ``(..., d)``.
 
     .. math::
@@ -392,11 +392,11 @@ def to_klein(x: ArrayLike, k: float = 1.0) -> torch.Tensor:
         K = \frac{\sqrt{k}\,x_s}{x_t}
     """
     kf = check_k(k)
-    p = check_points(x, kf)
+    p = check_points(x, k=kf)
     return math.sqrt(kf) * p[..., 1:] / p[..., :1]
 
 
-def from_klein(q: ArrayLike, k: float = 1.0) -> torch.Tensor:
+def from_klein(q: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     r"""Klein ball of radius :math:`\sqrt{k}` to the hyperboloid, the inverse of :func:`to_klein`.
 
     .. math::
@@ -430,7 +430,7 @@ def _sinh_ratio(s: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     return torch.where(pos, ratio, s.expand_as(ratio))
 
 
-def geodesic(x: ArrayLike, y: ArrayLike, n: int = 64, k: float = 1.0) -> torch.Tensor:
+def geodesic(x: ArrayLike, y: ArrayLike, n: int = 64, *, k: float = 1.0) -> torch.Tensor:
     r"""``n`` points along the geodesic from ``x`` to ``y``, both included, at constant speed.
 
     With :math:`\theta = d(x, y)/\sqrt{k}` and :math:`t_i = i/(n - 1)`, :math:`i = 0, \dots, n - 1`,
@@ -471,18 +471,18 @@ def geodesic(x: ArrayLike, y: ArrayLike, n: int = 64, k: float = 1.0) -> torch.T
     kf = check_k(k)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 2:
         raise ValueError(f"n: expected an integer number of samples >= 2 along a geodesic, got {n!r}")
-    a = check_points(x, kf, name="x")
-    b = check_points(y, kf, name="y")
+    a = check_points(x, k=kf, name="x")
+    b = check_points(y, k=kf, name="y")
     check_pair(a, b)
     a, b = torch.broadcast_tensors(a, b)
     m = int(n)
-    sq = sqdist_unchecked(a, b, kf)
+    sq = sqdist_unchecked(a, b, k=kf)
     positive = sq > 0  # no sqrt'(0) = inf in the graph: at x = y the gradient is finite (the ratios are even in theta)
     root = torch.where(positive, torch.sqrt(torch.where(positive, sq, torch.ones_like(sq))), torch.zeros_like(sq))
     theta = (2.0 * torch.asinh(root / (2.0 * math.sqrt(kf))))[..., None, None]
     t = torch.linspace(0.0, 1.0, m, dtype=a.dtype, device=a.device)[:, None]
     pts = _sinh_ratio(1.0 - t, theta) * a[..., None, :] + _sinh_ratio(t, theta) * b[..., None, :]
-    out = lift(pts[..., 1:], kf)
+    out = lift(pts[..., 1:], k=kf)
     out[..., 0, :] = a
     out[..., -1, :] = b
     return out

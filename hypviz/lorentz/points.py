@@ -144,7 +144,7 @@ def row_name(flat_index: int, batch_shape: torch.Size) -> str:
 
 
 def check_points(
-    x: ArrayLike, k: float = 1.0, atol: float | None = None, rtol: float | None = None, name: str = "x"
+    x: ArrayLike, *, k: float = 1.0, atol: float | None = None, rtol: float | None = None, name: str = "x"
 ) -> torch.Tensor:
     r"""Validate points on the upper sheet of :math:`\langle x, x\rangle_L = -k`; return them as a tensor.
 
@@ -252,4 +252,4 @@ def _diagnose(flat: torch.Tensor, rtol: float) -> str:
             f"the LAST coordinate looks like the time coordinate (<x,x>_L = -{c:.6g} with it): hypviz expects time "
             "first, so move it to the front, e.g. torch.cat([x[..., -1:], x[..., :-1]], -1)"
         )
-    return "lift spatial parts with hypviz.lorentz.lift(x_s, k)"
+    return "lift spatial parts with hypviz.lorentz.lift(x_s, k=k)"

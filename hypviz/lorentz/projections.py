@@ -59,7 +59,7 @@ class DisplayProjection(NamedTuple):
     kept: float
     note: str
 
-    def apply(self, x: torch.Tensor, k: float) -> torch.Tensor:
+    def apply(self, x: torch.Tensor, *, k: float) -> torch.Tensor:
         r"""Carry more points of the same space (e.g. geodesic samples) through the same projection.
 
         .. math::
@@ -70,11 +70,11 @@ class DisplayProjection(NamedTuple):
         """
         if self.basis is None:
             return x
-        u = L.logmap0(x, k)[..., 1:] @ self.basis.to(x.dtype)
-        return L.expmap0(torch.nn.functional.pad(u, (1, 0)), k)
+        u = L.logmap0(x, k=k)[..., 1:] @ self.basis.to(x.dtype)
+        return L.expmap0(torch.nn.functional.pad(u, (1, 0)), k=k)
 
 
-def project_for_display(points: ArrayLike, k: float = 1.0) -> DisplayProjection:
+def project_for_display(points: ArrayLike, *, k: float = 1.0) -> DisplayProjection:
     r"""Bring points of a ``d``-dimensional hyperboloid to the 2-D one for display.
 
     :math:`d = 2`: returned unchanged.  :math:`d > 2`: with :math:`U` the ``(N, d)`` matrix of the
@@ -97,7 +97,7 @@ def project_for_display(points: ArrayLike, k: float = 1.0) -> DisplayProjection:
         For :math:`d < 2` or points off the hyperboloid.
     """
     kf = L.check_k(k)
-    x = L.check_points(points, kf, name="points")
+    x = L.check_points(points, k=kf, name="points")
     x = x.reshape(-1, x.shape[-1])
     d = x.shape[-1] - 1
     if d < 2:
@@ -107,7 +107,7 @@ def project_for_display(points: ArrayLike, k: float = 1.0) -> DisplayProjection:
         )
     if d == 2:
         return DisplayProjection(x, None, 1.0, "")
-    us = L.logmap0(x, kf)[:, 1:]
+    us = L.logmap0(x, k=kf)[:, 1:]
     _, s, vh = torch.linalg.svd(us, full_matrices=False)
     basis = vh[:2].T.clone()  # (d, 2)
     for j in range(2):  # deterministic sign: the largest entry of each direction is positive
@@ -120,7 +120,7 @@ def project_for_display(points: ArrayLike, k: float = 1.0) -> DisplayProjection:
         f"display projection: d={d} -> 2 by PCA of logmap0(x) at the origin, "
         f"{100 * kept:.1f}% of tangent variance kept, expmap0 back"
     )
-    proj = L.expmap0(torch.nn.functional.pad(us @ basis, (1, 0)), kf)
+    proj = L.expmap0(torch.nn.functional.pad(us @ basis, (1, 0)), k=kf)
     return DisplayProjection(proj, basis, kept, note)
 
 
@@ -131,15 +131,15 @@ def _axis_point(axis: int, distance: float, k: float, dtype: torch.dtype) -> tor
     """The point of the plane at signed hyperbolic ``distance`` from the origin along spatial ``axis``."""
     u = torch.zeros(3, dtype=dtype)
     u[1 + axis] = distance
-    return L.expmap0(u, k)
+    return L.expmap0(u, k=k)
 
 
 def geodesic_grid(
+    *,
     k: float,
     radius: float,
     spacing: float,
     n: int = 48,
-    *,
     reach: float | None = None,
     dtype: torch.dtype = torch.float64,
 ) -> torch.Tensor:
@@ -166,11 +166,11 @@ def geodesic_grid(
     radius = float(radius)
     reach = radius if reach is None else max(float(reach), radius)
     reach = min(reach, GRID_MAX_REACH * root_k)
-    rho = float(L.to_klein(_axis_point(0, reach, kf, dtype), kf)[0])  # Klein radius of the cut
+    rho = float(L.to_klein(_axis_point(0, reach, kf, dtype), k=kf)[0])  # Klein radius of the cut
     m = int(math.floor(radius / float(spacing) - 1e-9))
     ends_a, ends_b = [], []
     for j in range(-m, m + 1):
-        c = float(L.to_klein(_axis_point(0, j * spacing, kf, dtype), kf)[0])
+        c = float(L.to_klein(_axis_point(0, j * spacing, kf, dtype), k=kf)[0])
         h = math.sqrt(max(rho * rho - c * c, 0.0))
         if h <= 1e-9 * root_k:
             continue
@@ -179,12 +179,13 @@ def geodesic_grid(
             ends_b.append([c, h] if axis == 0 else [h, c])
     if not ends_a:
         return torch.zeros(0, n, 3, dtype=dtype)
-    xa = L.from_klein(torch.tensor(ends_a, dtype=dtype), kf)
-    xb = L.from_klein(torch.tensor(ends_b, dtype=dtype), kf)
-    return L.geodesic(xa, xb, n, kf)
+    xa = L.from_klein(torch.tensor(ends_a, dtype=dtype), k=kf)
+    xb = L.from_klein(torch.tensor(ends_b, dtype=dtype), k=kf)
+    return L.geodesic(xa, xb, n, k=kf)
 
 
 def polar_sheet(
+    *,
     k: float, radius: float, n_radial: int, n_angle: int, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     r"""The 2-D sheet up to hyperbolic ``radius``, shape ``(n_radial, n_angle, 3)``.
@@ -201,10 +202,11 @@ def polar_sheet(
     phi = torch.linspace(0.0, 2.0 * math.pi, int(n_angle), dtype=dtype)
     rr, pp = torch.meshgrid(r, phi, indexing="ij")
     u = torch.stack([torch.zeros_like(rr), rr * torch.cos(pp), rr * torch.sin(pp)], dim=-1)
-    return L.expmap0(u, kf)
+    return L.expmap0(u, k=kf)
 
 
 def poincare_polar_grid(
+    *,
     k: float, n_radial: int, n_angle: int, edge: float, dtype: torch.dtype = torch.float64
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""A polar grid of the Poincare disk of radius :math:`\sqrt{k}`, evenly spaced in geodesic distance.
@@ -232,11 +234,11 @@ def poincare_polar_grid(
     rad = root_k * torch.tanh(rho / 2.0)
     ang = torch.linspace(0.0, 2.0 * math.pi, int(n_angle), dtype=dtype)
     px, py = rad[:, None] * torch.cos(ang)[None, :], rad[:, None] * torch.sin(ang)[None, :]
-    points = L.from_poincare(torch.stack([px, py], dim=-1).reshape(-1, 2), kf)
+    points = L.from_poincare(torch.stack([px, py], dim=-1).reshape(-1, 2), k=kf)
     return px, py, points
 
 
-def disk_boundary(k: float, n: int = 121) -> np.ndarray:
+def disk_boundary(*, k: float, n: int = 121) -> np.ndarray:
     r"""``n`` points of the boundary circle of the Poincare and Klein disks (the ideal points), shape ``(n, 2)``.
 
     .. math::

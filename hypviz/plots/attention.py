@@ -278,8 +278,8 @@ def disk_level_sets_mpl(
         raise ValueError(f"disk_level_sets_mpl: keys must be points of the hyperbolic plane, shape (M, 3); got {tuple(kk.shape)}")
     if kk.dtype != q.dtype:
         kk = kk.to(q.dtype)
-    L.check_points(q, kf, name="query")
-    L.check_points(kk, kf, name="keys")
+    L.check_points(q, k=kf, name="query")
+    L.check_points(kk, k=kf, name="keys")
     if not (isinstance(grid, (tuple, list)) and len(grid) == 2 and all(int(g) >= 4 for g in grid)):
         raise ValueError(f"disk_level_sets_mpl: grid must be (radii, angles), each >= 4; got {grid!r}")
     if not 0.0 < float(edge) < 1.0:
@@ -287,7 +287,7 @@ def disk_level_sets_mpl(
     root_k = math.sqrt(kf)
 
     # a polar grid of the disk, evenly spaced in geodesic distance from the origin (fine where the fields steepen)
-    px, py, points = poincare_polar_grid(kf, int(grid[0]), int(grid[1]), float(edge), dtype=q.dtype)
+    px, py, points = poincare_polar_grid(k=kf, n_radial=int(grid[0]), n_angle=int(grid[1]), edge=float(edge), dtype=q.dtype)
     qq = q[None, :]
     fields = (
         att.scores(qq, points, "spatial", k=kf)[0],  # q_s . x_s
@@ -296,8 +296,8 @@ def disk_level_sets_mpl(
     key_scores = (att.scores(qq, kk, "spatial", k=kf)[0], -2.0 * att.scores(qq, kk, "distance", k=kf)[0])
     weights = [att.attention_map(qq, kk, kind, k=kf, temperature=temperature)[0] for kind in ("spatial", "distance")]
     w_np = [w.detach().cpu().double().numpy() for w in weights]
-    disk_q = L.to_poincare(q, kf).detach().cpu().double().numpy()
-    disk_k = L.to_poincare(kk, kf).detach().cpu().double().numpy()
+    disk_q = L.to_poincare(q, k=kf).detach().cpu().double().numpy()
+    disk_k = L.to_poincare(kk, k=kf).detach().cpu().double().numpy()
     gx, gy = px.detach().cpu().double().numpy(), py.detach().cpu().double().numpy()
     if isinstance(levels, (int, np.integer)) and not isinstance(levels, bool):
         level_sets = [_level_values(s.detach().cpu().double().numpy(), levels) for s in key_scores]

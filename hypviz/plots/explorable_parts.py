@@ -56,11 +56,11 @@ def sig(values: ArrayLike, digits: int) -> list:
     return np.array(flat, dtype=object).reshape(arr.shape).tolist()
 
 
-def decimals_for(scale: float, digits: int) -> int:
-    """Decimals that keep ``digits`` significant digits of ``scale`` (the largest magnitude drawn)."""
-    if not (math.isfinite(scale) and scale > 0):
+def decimals_for(magnitude: float, digits: int) -> int:
+    """Decimals that keep ``digits`` significant digits of ``magnitude`` (the largest magnitude drawn)."""
+    if not (math.isfinite(magnitude) and magnitude > 0):
         return digits
-    return max(0, digits - 1 - math.floor(math.log10(scale)))
+    return max(0, digits - 1 - math.floor(math.log10(magnitude)))
 
 
 def fixed(values: ArrayLike, decimals: int) -> list:
@@ -95,7 +95,7 @@ def label(x: float, digits: int = 3) -> str:
 # --------------------------------------------------------------------------- #
 # input checks: one-line ValueErrors naming the parameter
 # --------------------------------------------------------------------------- #
-def checked_points(x: ArrayLike, name: str, kf: float, d: int | None = None) -> torch.Tensor:
+def checked_points(x: ArrayLike, name: str, *, k: float, d: int | None = None) -> torch.Tensor:
     """``(N, d + 1)`` points on ``<x, x>_L = -k`` as float64 (points made in float32 are checked there and re-lifted)."""
     t = L.as_tensor(x, name)
     if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 2:
@@ -104,10 +104,10 @@ def checked_points(x: ArrayLike, name: str, kf: float, d: int | None = None) -> 
         raise ValueError(f"{name}: expected {d + 1} coordinates per point (d = {d}), got shape {tuple(t.shape)}")
     if not t.is_floating_point():
         raise ValueError(f"{name}: expected floating-point coordinates, got {t.dtype}")
-    L.check_points(t, kf, name=name)
+    L.check_points(t, k=k, name=name)
     t = t.detach().cpu()
     if t.dtype != torch.float64:
-        t = L.lift(t[:, 1:].to(torch.float64), kf)
+        t = L.lift(t[:, 1:].to(torch.float64), k=k)
     return t
 
 

@@ -143,8 +143,8 @@ def norm_temperature_explorer(
     import plotly.graph_objects as go
 
     kf = L.check_k(k)
-    q0 = checked_points(queries, "queries", kf)
-    k0 = checked_points(keys, "keys", kf, d=q0.shape[1] - 1)
+    q0 = checked_points(queries, "queries", k=kf)
+    k0 = checked_points(keys, "keys", k=kf, d=q0.shape[1] - 1)
     rs = checked_grid(radii, "radii")
     taus = checked_grid(temperatures, "temperatures")
     qi = checked_index(query, "query", q0.shape[0], "queries")
@@ -161,7 +161,7 @@ def norm_temperature_explorer(
     gap, base, ratio = np.zeros((T, R)), np.zeros((T, R)), np.zeros((T, R))
     w_s, w_d = np.zeros((T, R, M)), np.zeros((T, R, M))
     for i, r in enumerate(rs.tolist()):
-        Q, K = L.lift(r * q0[:, 1:], kf), L.lift(r * k0[:, 1:], kf)
+        Q, K = L.lift(r * q0[:, 1:], k=kf), L.lift(r * k0[:, 1:], k=kf)
         for t, tau in enumerate(taus.tolist()):
             c = att.compare(Q, K, "spatial", "distance", k=kf, temperature=tau, device="cpu", spearman=False)
             gap[t, i], base[t, i] = c.mean_tv, c.mean_tv_uniform_b
@@ -295,7 +295,7 @@ def key_spread_explorer(
     import plotly.graph_objects as go
 
     kf = L.check_k(k)
-    q = checked_points(queries, "queries", kf)
+    q = checked_points(queries, "queries", k=kf)
     d = q.shape[1] - 1
     u = L.as_tensor(directions, "directions")
     if u.dim() != 2 or u.shape[1] != d or u.shape[0] < 2:
@@ -324,7 +324,7 @@ def key_spread_explorer(
     gap, base, ratio = np.zeros(S), np.zeros(S), np.zeros(S)
     w_s, w_d = np.zeros((S, M)), np.zeros((S, M))
     for i, s in enumerate(ss.tolist()):
-        K = L.lift(u * (m * (1.0 + s * w))[:, None], kf)
+        K = L.lift(u * (m * (1.0 + s * w))[:, None], k=kf)
         c = att.compare(q, K, "spatial", "distance", k=kf, temperature=tau, device="cpu", spearman=False)
         gap[i], base[i] = c.mean_tv, c.mean_tv_uniform_b
         ratio[i] = math.nan if c.gap_ratio is None else c.gap_ratio
@@ -424,8 +424,8 @@ def disk_query_explorer(
     import plotly.graph_objects as go
 
     kf = L.check_k(k)
-    qs = checked_points(queries, "queries", kf, d=2)
-    kk = checked_points(keys, "keys", kf, d=2)
+    qs = checked_points(queries, "queries", k=kf, d=2)
+    kk = checked_points(keys, "keys", k=kf, d=2)
     if qs.shape[0] < 2:
         raise ValueError(f"queries: expected at least 2 positions of the query (one per slider step), got {qs.shape[0]}")
     tau = checked_positive(temperature, "temperature")
@@ -435,9 +435,9 @@ def disk_query_explorer(
     root_k = math.sqrt(kf)
 
     weights = {kind: att.attention_map(qs, kk, kind, k=kf, temperature=tau).numpy() for kind in ("spatial", "distance")}
-    dists = L.dist(qs[:, None, :], kk[None, :, :], kf).numpy()  # (P, M) geodesic distances
-    disk_q = L.to_poincare(qs, kf).numpy()
-    disk_k = L.to_poincare(kk, kf).numpy()
+    dists = L.dist(qs[:, None, :], kk[None, :, :], k=kf).numpy()  # (P, M) geodesic distances
+    disk_q = L.to_poincare(qs, k=kf).numpy()
+    disk_k = L.to_poincare(kk, k=kf).numpy()
     key_norm = kk[:, 1:].norm(dim=-1).numpy()
     q_norm = qs[:, 1:].norm(dim=-1).numpy()
     w_max = max(float(weights["spatial"].max()), float(weights["distance"].max()))
@@ -551,8 +551,8 @@ def attention_heatmap_explorer(
     checked_kind(a, "a")
     checked_kind(b, "b")
     kf = L.check_k(k)
-    q = checked_points(queries, "queries", kf)
-    kk = checked_points(keys, "keys", kf, d=q.shape[1] - 1)
+    q = checked_points(queries, "queries", k=kf)
+    kk = checked_points(keys, "keys", k=kf, d=q.shape[1] - 1)
     digits = check_digits(digits)
     tau = math.sqrt(q.shape[1] - 1) if temperature is None else checked_positive(temperature, "temperature")
     maps = [att.attention_map(q, kk, kind, k=kf, temperature=tau, power=power, norm_scale=norm_scale).numpy()

@@ -313,8 +313,8 @@ def draw_attention_mpl(
 # --------------------------------------------------------------------------- #
 def hyperboloid_figure_mpl(
     points: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     value_label: str = "value",
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
@@ -339,14 +339,14 @@ def hyperboloid_figure_mpl(
     ValueError
         As :func:`~hypviz.plots.scenes.hyperboloid_scene`; ``TypeError`` for an ``ax`` that is not 3-D.
     """
-    scene = hyperboloid_scene(points, k, **scene_options)
+    scene = hyperboloid_scene(points, k=k, **scene_options)
     return draw_hyperboloid_mpl(scene, value_label=value_label, cmap=cmap, title=title, figsize=figsize, ax=ax)
 
 
 def disk_figure_mpl(
     points: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     value_label: str = "value",
     legend: bool = True,
     cmap: str = style.SEQUENTIAL,
@@ -376,25 +376,25 @@ def disk_figure_mpl(
     ValueError
         For a ``model`` other than ``"poincare"`` and ``"klein"``, or as :func:`hyperboloid_figure_mpl`.
     """
-    scene = disk_scene(points, k, **scene_options)
+    scene = disk_scene(points, k=k, **scene_options)
     return draw_disk_mpl(scene, value_label=value_label, legend=legend, cmap=cmap, title=title, figsize=figsize,
                          ax=ax)
 
 
-def poincare_figure_mpl(points: ArrayLike, k: float = 1.0, *, ax: Axes | None = None, **kwargs: Any) -> Figure:
+def poincare_figure_mpl(points: ArrayLike, *, k: float = 1.0, ax: Axes | None = None, **kwargs: Any) -> Figure:
     """:func:`disk_figure_mpl` with ``model="poincare"`` (``ax`` and the other keywords as there)."""
-    return disk_figure_mpl(points, k, model="poincare", ax=ax, **kwargs)
+    return disk_figure_mpl(points, k=k, model="poincare", ax=ax, **kwargs)
 
 
-def klein_figure_mpl(points: ArrayLike, k: float = 1.0, *, ax: Axes | None = None, **kwargs: Any) -> Figure:
+def klein_figure_mpl(points: ArrayLike, *, k: float = 1.0, ax: Axes | None = None, **kwargs: Any) -> Figure:
     """:func:`disk_figure_mpl` with ``model="klein"`` (``ax`` and the other keywords as there)."""
-    return disk_figure_mpl(points, k, model="klein", ax=ax, **kwargs)
+    return disk_figure_mpl(points, k=k, model="klein", ax=ax, **kwargs)
 
 
 def three_models_figure_mpl(
     points: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     value_label: str = "value",
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
@@ -411,15 +411,15 @@ def three_models_figure_mpl(
     ``scene_options`` are the keywords of :func:`~hypviz.plots.scenes.three_models_scene`
     (``values``, ``edges``, ``grid``, ``radius``, ``n_geodesic``, ``show_origin``), passed to it.
     """
-    scene = three_models_scene(points, k, **scene_options)
+    scene = three_models_scene(points, k=k, **scene_options)
     return draw_three_models_mpl(scene, value_label=value_label, cmap=cmap, title=title, figsize=figsize, axes=axes)
 
 
 def attention_on_manifold_mpl(
     queries: ArrayLike,
     keys: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
     panel_size: float = 3.7,
@@ -483,5 +483,5 @@ def attention_on_manifold_mpl(
     matplotlib.figure.Figure
         One disk axes per kind, then the colourbar axes.
     """
-    scene = attention_scene(queries, keys, k, **scene_options)
+    scene = attention_scene(queries, keys, k=k, **scene_options)
     return draw_attention_mpl(scene, cmap=cmap, title=title, panel_size=panel_size, axes=axes)

@@ -373,8 +373,8 @@ def draw_attention_plotly(
 # --------------------------------------------------------------------------- #
 def hyperboloid_figure_plotly(
     points: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     value_label: str = "value",
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
@@ -394,15 +394,15 @@ def hyperboloid_figure_plotly(
     ``vmax``, ``sheet_resolution``), passed to it; here ``n_geodesic = 48``, ``sheet_resolution =
     (20, 37)`` by default (a lighter figure).
     """
-    scene = hyperboloid_scene(points, k, **{"n_geodesic": 48, "sheet_resolution": (20, 37), **scene_options})
+    scene = hyperboloid_scene(points, k=k, **{"n_geodesic": 48, "sheet_resolution": (20, 37), **scene_options})
     return draw_hyperboloid_plotly(scene, value_label=value_label, cmap=cmap, title=title, decimals=decimals,
                                    height=height)
 
 
 def disk_figure_plotly(
     points: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     value_label: str = "value",
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
@@ -418,24 +418,24 @@ def disk_figure_plotly(
     ``values``, ``edges``, ``grid``, ``radius``, ``n_geodesic``, ``show_origin``, ``vmin``,
     ``vmax``), passed to it; here ``n_geodesic = 48`` by default (a lighter figure).
     """
-    scene = disk_scene(points, k, **{"n_geodesic": 48, **scene_options})
+    scene = disk_scene(points, k=k, **{"n_geodesic": 48, **scene_options})
     return draw_disk_plotly(scene, value_label=value_label, cmap=cmap, title=title, decimals=decimals, height=height)
 
 
-def poincare_figure_plotly(points: ArrayLike, k: float = 1.0, **kwargs: Any) -> go.Figure:
+def poincare_figure_plotly(points: ArrayLike, *, k: float = 1.0, **kwargs: Any) -> go.Figure:
     """:func:`disk_figure_plotly` with ``model="poincare"``."""
-    return disk_figure_plotly(points, k, model="poincare", **kwargs)
+    return disk_figure_plotly(points, k=k, model="poincare", **kwargs)
 
 
-def klein_figure_plotly(points: ArrayLike, k: float = 1.0, **kwargs: Any) -> go.Figure:
+def klein_figure_plotly(points: ArrayLike, *, k: float = 1.0, **kwargs: Any) -> go.Figure:
     """:func:`disk_figure_plotly` with ``model="klein"``."""
-    return disk_figure_plotly(points, k, model="klein", **kwargs)
+    return disk_figure_plotly(points, k=k, model="klein", **kwargs)
 
 
 def three_models_figure_plotly(
     points: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     value_label: str = "value",
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
@@ -453,7 +453,7 @@ def three_models_figure_plotly(
     ``sheet_resolution``), passed to it; here ``n_geodesic = 40``, ``sheet_resolution = (16, 31)``
     by default (a lighter figure).
     """
-    scene = three_models_scene(points, k, **{"n_geodesic": 40, "sheet_resolution": (16, 31), **scene_options})
+    scene = three_models_scene(points, k=k, **{"n_geodesic": 40, "sheet_resolution": (16, 31), **scene_options})
     return draw_three_models_plotly(scene, value_label=value_label, cmap=cmap, title=title, decimals=decimals,
                                     height=height)
 
@@ -461,8 +461,8 @@ def three_models_figure_plotly(
 def attention_on_manifold_plotly(
     queries: ArrayLike,
     keys: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     cmap: str = style.SEQUENTIAL,
     title: str | None = None,
     decimals: int = 6,
@@ -479,5 +479,5 @@ def attention_on_manifold_plotly(
     ``kinds``, ``top``, ``temperature``, ``model``, ``grid``, ``radius``, ``n_geodesic``,
     ``max_linewidth``), passed to it.
     """
-    scene = attention_scene(queries, keys, k, **scene_options)
+    scene = attention_scene(queries, keys, k=k, **scene_options)
     return draw_attention_plotly(scene, cmap=cmap, title=title, decimals=decimals, panel_height=panel_height)

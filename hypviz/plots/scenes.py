@@ -228,10 +228,10 @@ def _geometry(
     labels: Sequence[str] | None,
 ) -> _Geometry:
     kf = L.check_k(k)
-    x_full = L.check_points(points, kf, name="points")
+    x_full = L.check_points(points, k=kf, name="points")
     x_full = x_full.reshape(-1, x_full.shape[-1]).detach().cpu().to(torch.float64)
     n_points = x_full.shape[0]
-    proj = D.project_for_display(x_full, kf)
+    proj = D.project_for_display(x_full, k=kf)
     vals = None
     if values is not None:
         vals = np.asarray(L.as_tensor(values, "values").detach().cpu().to(torch.float64).reshape(-1))
@@ -246,15 +246,15 @@ def _geometry(
         raise ValueError(f"edges: indices must lie in 0..{n_points - 1}, got {int(e.min())}..{int(e.max())}")
     if e.shape[0]:
         idx = torch.as_tensor(e, dtype=torch.long)
-        samples = L.geodesic(x_full[idx[:, 0]], x_full[idx[:, 1]], n_geodesic, kf)
-        samples = proj.apply(samples, kf)
+        samples = L.geodesic(x_full[idx[:, 0]], x_full[idx[:, 1]], n_geodesic, k=kf)
+        samples = proj.apply(samples, k=kf)
     else:
         samples = torch.zeros(0, n_geodesic, 3, dtype=torch.float64)
     if radius is None:
-        origin = L.origin(2, kf)
-        far = float(L.dist(proj.points, origin, kf).max()) if n_points else 0.0
+        origin = L.origin(2, k=kf)
+        far = float(L.dist(proj.points, origin, k=kf).max()) if n_points else 0.0
         if samples.shape[0]:
-            far = max(far, float(L.dist(samples, origin, kf).max()))
+            far = max(far, float(L.dist(samples, origin, k=kf).max()))
         radius = max(1.15 * far, 1.0 * math.sqrt(kf))
     radius = float(radius)
     if not math.isfinite(radius) or radius <= 0:
@@ -281,7 +281,7 @@ def _nice_spacing(radius: float) -> float:
 def _grid(geo: _Geometry, grid: bool, reach: float | None = None) -> torch.Tensor:
     if not grid:
         return torch.zeros(0, geo.n_geodesic, 3, dtype=torch.float64)
-    return D.geodesic_grid(geo.k, geo.radius, _nice_spacing(geo.radius), geo.n_geodesic, reach=reach)
+    return D.geodesic_grid(k=geo.k, radius=geo.radius, spacing=_nice_spacing(geo.radius), n=geo.n_geodesic, reach=reach)
 
 
 def _value_range(values: np.ndarray | None, vmin: float | None, vmax: float | None) -> tuple[float, float] | None:
@@ -303,8 +303,8 @@ def _to_model(x: torch.Tensor, k: float, model: str) -> np.ndarray:
     if x.shape[0] == 0:
         return np.zeros((*x.shape[:-1], 2))
     if model == "poincare":
-        return L.to_poincare(x, k).numpy()
-    return L.to_klein(x, k).numpy()
+        return L.to_poincare(x, k=k).numpy()
+    return L.to_klein(x, k=k).numpy()
 
 
 # --------------------------------------------------------------------------- #
@@ -317,8 +317,8 @@ def _xyz(a: np.ndarray) -> np.ndarray:
 
 def _hyperboloid(geo: _Geometry, grid: bool, show_origin: bool, sheet_resolution: tuple[int, int],
                  value_range: tuple[float, float] | None) -> HyperboloidScene:
-    sheet = D.polar_sheet(geo.k, geo.radius, sheet_resolution[0], sheet_resolution[1]).numpy()
-    origin = _xyz(L.origin(2, geo.k).numpy()) if show_origin else None
+    sheet = D.polar_sheet(k=geo.k, radius=geo.radius, n_radial=sheet_resolution[0], n_angle=sheet_resolution[1]).numpy()
+    origin = _xyz(L.origin(2, k=geo.k).numpy()) if show_origin else None
     return HyperboloidScene(
         geo.k, geo.radius, _xyz(sheet), _xyz(_grid(geo, grid).numpy()), _xyz(geo.edges.numpy()),
         _xyz(geo.x.numpy()), origin, geo.values, value_range, geo.labels, geo.note,
@@ -329,7 +329,7 @@ def _disk(geo: _Geometry, grid_lines: torch.Tensor, model: str, show_origin: boo
           value_range: tuple[float, float] | None) -> DiskScene:
     root_k = math.sqrt(geo.k)
     return DiskScene(
-        geo.k, model, geo.radius, root_k, D.disk_boundary(geo.k, _BOUNDARY_SAMPLES), 1.05 * root_k,
+        geo.k, model, geo.radius, root_k, D.disk_boundary(k=geo.k, n=_BOUNDARY_SAMPLES), 1.05 * root_k,
         _to_model(grid_lines, geo.k, model),
         _to_model(geo.edges, geo.k, model), _to_model(geo.x, geo.k, model),
         np.zeros(2) if show_origin else None, geo.values, value_range, geo.labels, geo.note,
@@ -345,8 +345,8 @@ def _disk_reach(k: float) -> float:
 # --------------------------------------------------------------------------- #
 def hyperboloid_scene(
     points: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     values: ArrayLike | None = None,
     edges: ArrayLike | None = None,
     grid: bool = False,
@@ -396,8 +396,8 @@ def hyperboloid_scene(
 
 def disk_scene(
     points: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     model: str = "poincare",
     values: ArrayLike | None = None,
     edges: ArrayLike | None = None,
@@ -434,8 +434,8 @@ def disk_scene(
 
 def three_models_scene(
     points: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     values: ArrayLike | None = None,
     edges: ArrayLike | None = None,
     grid: bool = True,
@@ -476,8 +476,8 @@ def _edge_alpha(rel: np.ndarray) -> np.ndarray:
 def attention_scene(
     queries: ArrayLike,
     keys: ArrayLike,
-    k: float = 1.0,
     *,
+    k: float = 1.0,
     query: int = 0,
     kinds: Sequence[str] = ("spatial", "distance"),
     top: int = 8,
@@ -527,7 +527,7 @@ def attention_scene(
         As :func:`hypviz.attention.top_attention` and :func:`disk_scene`.
     """
     m = _check_model(model)
-    tops = top_attention(queries, keys, k, query=query, kinds=kinds, top=top, temperature=temperature)
+    tops = top_attention(queries, keys, k=k, query=query, kinds=kinds, top=top, temperature=temperature)
     kf = L.check_k(k)
     q = L.as_tensor(queries, "queries").detach().cpu().to(torch.float64)
     kk = L.as_tensor(keys, "keys").detach().cpu().to(torch.float64)

@@ -27,7 +27,7 @@ __all__ = ["Inputs", "Settings", "prepare", "demo_inputs", "DEMO_NORMS", "HALF_R
 DEMO_NORMS = (0.1, 1.0, 3.0, 10.0)  # mean spatial norm of each demo head: from near-uniform maps to sharp ones
 HALF_RTOL_EPS = 8  # float16/bfloat16 points are checked at rtol = 8 eps of their dtype
 HALF = ("float16", "bfloat16")
-_LIFT_HINT = "lift spatial parts with hypviz.lorentz.lift(x_s, k)"  # check_points' diagnosis when it has no better one
+_LIFT_HINT = "lift spatial parts with hypviz.lorentz.lift(x_s, k=k)"  # check_points' diagnosis when it has no better one
 
 
 @dataclass
@@ -231,7 +231,7 @@ def _usage(exc: ValueError, role: str, spatial: bool) -> UsageError:
 
 def prepare(
     q,
-    kk,
+    keys,
     *,
     k: float,
     spatial: bool,
@@ -245,7 +245,7 @@ def prepare(
 
     ``spatial``: the inputs are spatial parts, lifted with ``x_t = sqrt(|x_s|^2 + k)``;
     ``model="poincare"``: they are Poincare-ball points, mapped to the hyperboloid (both are then
-    checked on it).  ``made_in``: the dtypes the values of ``q`` and ``kk`` were made in, when not
+    checked on it).  ``made_in``: the dtypes the values of ``q`` and ``keys`` were made in, when not
     their own (a bfloat16 tensor read as float32).  Points are checked by ``check_points`` in that
     dtype: float32/float64 at its default tolerance, float16/bfloat16 at ``rtol = 8 eps`` of theirs
     (the arithmetic in float32 on the exact values), float64 values that are all float32 numbers at
@@ -264,20 +264,20 @@ def prepare(
         kf = validate.positive(k, "--k", " (<x,x>_L = -k, curvature -1/k)")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    q, kk = native_order(np.asarray(q)), native_order(np.asarray(kk))
-    made = [m or a.dtype.name for m, a in zip(made_in, (q, kk))]
-    for a, role in ((q, "QUERIES"), (kk, "KEYS")):
+    q, keys = native_order(np.asarray(q)), native_order(np.asarray(keys))
+    made = [m or a.dtype.name for m, a in zip(made_in, (q, keys))]
+    for a, role in ((q, "QUERIES"), (keys, "KEYS")):
         if a.dtype.kind != "f":
             raise UsageError(f"{role}: an array of dtype {a.dtype}; expected float16, float32 or float64 coordinates")
-    q, kk = (a if a.dtype in (np.float16, np.float32, np.float64) else a.astype(np.float64) for a in (q, kk))
-    q, kk, lead = _check_layout(q, kk, spatial, heads_axis)
+    q, keys = (a if a.dtype in (np.float16, np.float32, np.float64) else a.astype(np.float64) for a in (q, keys))
+    q, keys, lead = _check_layout(q, keys, spatial, heads_axis)
     if spatial:
-        for a, role in ((q, "QUERIES"), (kk, "KEYS")):
+        for a, role in ((q, "QUERIES"), (keys, "KEYS")):
             _finite_parts(a, role)
-    at_least_32 = [np.promote_types(a.dtype, np.float32) for a in (q, kk)]  # half precision is computed in float32
+    at_least_32 = [np.promote_types(a.dtype, np.float32) for a in (q, keys)]  # half precision is computed in float32
     target = np.dtype(dtype) if dtype != "auto" else np.promote_types(*at_least_32)
     sq_q = _overflow(q, "QUERIES", spatial, kf, target)
-    sq_k = _overflow(kk, "KEYS", spatial, kf, target)
+    sq_k = _overflow(keys, "KEYS", spatial, kf, target)
     if math.sqrt(sq_q) * math.sqrt(sq_k) * (q.shape[-1] + 3) >= float(np.finfo(target).max):
         raise UsageError(
             f"QUERIES and KEYS: norms too large for {target} attention scores "
@@ -285,10 +285,10 @@ def prepare(
             "pass --dtype float64"
         )
     q = q if q.flags.c_contiguous and q.flags.writeable else np.array(q, order="C")
-    kk = kk if kk.flags.c_contiguous and kk.flags.writeable else np.array(kk, order="C")
+    keys = keys if keys.flags.c_contiguous and keys.flags.writeable else np.array(keys, order="C")
     points = [
         _points(a, role, m, kf=kf, spatial=spatial, poincare=model == "poincare", target=str(target))
-        for a, role, m in ((q, "QUERIES", made[0]), (kk, "KEYS", made[1]))
+        for a, role, m in ((q, "QUERIES", made[0]), (keys, "KEYS", made[1]))
     ]
     labels = [_label(i, lead) for i in range(math.prod(lead))] if len(lead) else ["all"]
     return Inputs(queries=points[0], keys=points[1], k=kf, spatial=spatial, described=described, head_labels=labels)
@@ -304,25 +304,25 @@ def _points(a, role: str, made: str, *, kf: float, spatial: bool, poincare: bool
     t = torch.from_numpy(a)
     try:
         if spatial:  # made here, in the compute dtype, and checked there
-            t = from_poincare(t.to(tdtype), kf) if poincare else lift(t.to(tdtype), kf)
-            return check_points(t, kf, name=role)
+            t = from_poincare(t.to(tdtype), k=kf) if poincare else lift(t.to(tdtype), k=kf)
+            return check_points(t, k=kf, name=role)
         if made in HALF:
             # the exact half-precision values, in float32 arithmetic (float16 squares overflow beyond |x| = 256),
             # at the tolerance of the dtype they were made in; then re-lifted in the compute dtype
             rtol = HALF_RTOL_EPS * torch.finfo(getattr(torch, made)).eps
-            t = check_points(t.to(torch.float32), kf, rtol=rtol, name=f"{role} ({made})")
-            return lift(t[..., 1:].to(tdtype), kf)
+            t = check_points(t.to(torch.float32), k=kf, rtol=rtol, name=f"{role} ({made})")
+            return lift(t[..., 1:].to(tdtype), k=kf)
         try:
-            t = check_points(t, kf, name=f"{role} ({made})")  # in the dtype they came in, with its tolerance
+            t = check_points(t, k=kf, name=f"{role} ({made})")  # in the dtype they came in, with its tolerance
         except ValueError:
             # float64 values that are all float32 numbers were made in float32 (e.g. x.double()):
             # check them there, then re-lift in the compute dtype
             if made != "float64" or not bool((t.to(torch.float32).to(torch.float64) == t).all()):
                 raise
-            t = check_points(t.to(torch.float32), kf, name=f"{role} (float32 values stored as float64)")
-            return lift(t[..., 1:].to(tdtype), kf)
+            t = check_points(t.to(torch.float32), k=kf, name=f"{role} (float32 values stored as float64)")
+            return lift(t[..., 1:].to(tdtype), k=kf)
         # another dtype: keep the spatial parts, recompute the time coordinate there (on <x,x>_L = -k to its rounding)
-        return t if t.dtype == tdtype else lift(t[..., 1:].to(tdtype), kf)
+        return t if t.dtype == tdtype else lift(t[..., 1:].to(tdtype), k=kf)
     except ValueError as exc:
         raise _usage(exc, role, spatial) from None
 

@@ -107,35 +107,35 @@ __all__ = [
 # =========================================================================== #
 # all of them
 # =========================================================================== #
-def derivations(k: Any = None, d: int = 3, n: int = 3) -> dict[str, Derivation]:
+def derivations(*, k: Any = None, d: int = 3, n: int = 3) -> dict[str, Derivation]:
     """Every derivation of the project, by name (general ``k`` plus the thread's ``k = 1``).
 
     ``d`` is the dimension of the explicit-coordinate re-checks, ``n`` the number of keys of the
     softmax derivations.
     """
     return {
-        "lifted_norm": lifted_norm(k, d),
-        "squared_distance": squared_distance(k, d),
-        "geodesic_distance": geodesic_distance(k, d),
-        "decomposition": decomposition(k, d),
-        "time_taylor": time_taylor(k),
-        "thread_approximation": thread_approximation(k, d),
-        "thread_approximation_k1": thread_approximation(1, d),
-        "approximation_error": approximation_error(k, d),
-        "query_constant": query_constant(k, d),
+        "lifted_norm": lifted_norm(k=k, d=d),
+        "squared_distance": squared_distance(k=k, d=d),
+        "geodesic_distance": geodesic_distance(k=k, d=d),
+        "decomposition": decomposition(k=k, d=d),
+        "time_taylor": time_taylor(k=k),
+        "thread_approximation": thread_approximation(k=k, d=d),
+        "thread_approximation_k1": thread_approximation(k=1, d=d),
+        "approximation_error": approximation_error(k=k, d=d),
+        "query_constant": query_constant(k=k, d=d),
         "euclidean_limit": euclidean_limit(d),
         "softmax_shift": softmax_shift(n),
-        "bias_in_softmax": bias_in_softmax(n, k),
-        "lorentz_attention": lorentz_attention(n, k, d),
+        "bias_in_softmax": bias_in_softmax(n, k=k),
+        "lorentz_attention": lorentz_attention(n, k=k, d=d),
         "kl_identity": kl_identity(n),
         "hoeffding_bound": hoeffding_bound(n),
         "kl_supremum": kl_supremum(n),
         "tv_bound": tv_bound(n),
-        "first_order_gap_ratio": first_order_gap_ratio(n, k),
+        "first_order_gap_ratio": first_order_gap_ratio(n, k=k),
     }
 
 
-def verify_all(k: Any = None, d: int = 3, n: int = 3, raise_on_failure: bool = True) -> Reports:
+def verify_all(*, k: Any = None, d: int = 3, n: int = 3, raise_on_failure: bool = True) -> Reports:
     """Verify every derivation of :func:`derivations`; return their :class:`Reports`.
 
     Raises
@@ -143,7 +143,7 @@ def verify_all(k: Any = None, d: int = 3, n: int = 3, raise_on_failure: bool = T
     DerivationError
         When a step fails and ``raise_on_failure`` is true, naming every failing derivation.
     """
-    reports = Reports(der.verify() for der in derivations(k, d, n).values())
+    reports = Reports(der.verify() for der in derivations(k=k, d=d, n=n).values())
     if raise_on_failure and not reports.ok:
         bad = [r for r in reports if not r.ok]
         raise DerivationError("\n".join(r.summary() for r in bad))

@@ -50,7 +50,7 @@ def curvature(k: Any) -> sp.Expr:
 
 
 def dot_symbol(name: str) -> sp.Symbol:
-    """A dot-product symbol: its name contains ``_dot``, so it scales like ``eps**2`` under :attr:`Step.scale`."""
+    """A dot-product symbol: its name contains ``_dot``, so it scales like ``eps**2`` under :attr:`Step.shrink`."""
     return sp.Symbol(name, real=True)
 
 
@@ -142,7 +142,7 @@ _EPS = sp.Symbol("epsilon", positive=True)
 # =========================================================================== #
 # notebook 02: squared distance, geodesic distance, decomposition
 # =========================================================================== #
-def lifted_norm(k: Any = None, d: int = 3) -> Derivation:
+def lifted_norm(*, k: Any = None, d: int = 3) -> Derivation:
     r"""A lifted point lies on the hyperboloid.
 
     .. math::
@@ -169,7 +169,7 @@ def lifted_norm(k: Any = None, d: int = 3) -> Derivation:
     )
 
 
-def squared_distance(k: Any = None, d: int = 3) -> Derivation:
+def squared_distance(*, k: Any = None, d: int = 3) -> Derivation:
     r"""Identity 1 (notebook 02): the squared Lorentzian distance.
 
     .. math::
@@ -194,7 +194,7 @@ def squared_distance(k: Any = None, d: int = 3) -> Derivation:
     )
 
 
-def geodesic_distance(k: Any = None, d: int = 3) -> Derivation:
+def geodesic_distance(*, k: Any = None, d: int = 3) -> Derivation:
     r"""Identity 2 (notebook 02): geodesic distance and squared Lorentzian distance.
 
     .. math::
@@ -246,7 +246,7 @@ def geodesic_distance(k: Any = None, d: int = 3) -> Derivation:
     )
 
 
-def decomposition(k: Any = None, d: int = 3) -> Derivation:
+def decomposition(*, k: Any = None, d: int = 3) -> Derivation:
     r"""Identity 3 (notebook 02) and its consequences (the stable formula; equal norms).
 
     .. math::
@@ -285,7 +285,7 @@ def decomposition(k: Any = None, d: int = 3) -> Derivation:
 # =========================================================================== #
 # notebook 04: Taylor expansion, the thread's approximation, its exact error, identities 4 and 6
 # =========================================================================== #
-def time_taylor(k: Any = None, order: int = 6) -> Derivation:
+def time_taylor(*, k: Any = None, order: int = 6) -> Derivation:
     r"""Taylor series of the time coordinate :math:`\sqrt{r^2 + k}` in :math:`r = \|x_s\|`, up to ``r**order``.
 
     .. math::
@@ -330,7 +330,7 @@ def _query_key(k: sp.Expr) -> _Pair:
     return _Pair("q", "v", k, "q", r"\kappa")
 
 
-def thread_approximation(k: Any = None, d: int = 3) -> Derivation:
+def thread_approximation(*, k: Any = None, d: int = 3) -> Derivation:
     r"""The thread's argument, step by step, with its :math:`O(r^4)` terms explicit (``k=1``: the thread's formulas).
 
     .. math::
@@ -353,17 +353,17 @@ def thread_approximation(k: Any = None, d: int = 3) -> Derivation:
              f"substitute the lift $q_t = \\sqrt{{\\|q_s\\|^2 + {sp.latex(k)}}}$, $\\kappa_t = \\sqrt{{\\|\\kappa_s\\|^2 + {sp.latex(k)}}}$",
              name="lift_substituted", role="definition"),
         Step(sp.sqrt(P.ra**2 + k), rk + P.ra**2 / (2 * rk), "Taylor: nearby points, $\\|q_s\\|, \\|\\kappa_s\\| \\ll 1$",
-             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4, name="taylor_lift"),
+             kind="series", var=_EPS, order=4, shrink=_EPS, order_label=o4, name="taylor_lift"),
         Step(P.inner, -(k + (P.ra**2 + P.rb**2) / 2) + P.c, "product of the two expansions (the cross term is fourth order)",
-             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4, name="taylor_inner"),
+             kind="series", var=_EPS, order=4, shrink=_EPS, order_label=o4, name="taylor_inner"),
         Step(P.sq, P.es, "substitute into $-2k - 2\\langle q, \\kappa\\rangle_L$: to second order the Lorentzian distance is the Euclidean one",
-             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4, name="taylor_distance"),
+             kind="series", var=_EPS, order=4, shrink=_EPS, order_label=o4, name="taylor_distance"),
         Step(P.c, (P.ra**2 + P.rb**2 - P.es) / 2, "polarisation identity (exact)", name="polarisation"),
         Step(P.c, -P.sq / 2 + (P.ra**2 + P.rb**2) / 2,
              "the thread's result: the 'constant' is $(\\|q_s\\|^2 + \\|\\kappa_s\\|^2)/2$, which depends on the key $\\kappa$",
-             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4, name="thread_result"),
+             kind="series", var=_EPS, order=4, shrink=_EPS, order_label=o4, name="thread_result"),
         Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2, "the exact 'constant' of identity 4 agrees with it to this order",
-             kind="series", var=_EPS, order=4, scale=_EPS, order_label=o4, name="constant_agrees"),
+             kind="series", var=_EPS, order=4, shrink=_EPS, order_label=o4, name="constant_agrees"),
     ]
     return _pair_derivation(
         P, "The thread's approximation, step by step" + (" ($k = 1$)" if k == 1 else ""), steps,
@@ -372,7 +372,7 @@ def thread_approximation(k: Any = None, d: int = 3) -> Derivation:
     )
 
 
-def approximation_error(k: Any = None, d: int = 3) -> Derivation:
+def approximation_error(*, k: Any = None, d: int = 3) -> Derivation:
     r"""The exact error of the approximation :math:`\|q - \kappa\|_L^2 \approx \|q_s - \kappa_s\|^2`.
 
     .. math::
@@ -398,7 +398,7 @@ def approximation_error(k: Any = None, d: int = 3) -> Derivation:
         Step(err, (P.ra**2 - P.rb**2) ** 2 / (P.at + P.bt) ** 2,
              "identity 3, $q_t - \\kappa_t = (\\|q_s\\|^2 - \\|\\kappa_s\\|^2)/(q_t + \\kappa_t)$", name="stable_error"),
         Step(err, lead, "series: the error is fourth order in the size of the points", kind="series",
-             var=eps, order=6, scale=eps, order_label="O(r^{6})", name="fourth_order"),
+             var=eps, order=6, shrink=eps, order_label="O(r^{6})", name="fourth_order"),
         Step(scaled, lead, "and exactly fourth order (the limit is not 0 unless the norms are equal)", kind="limit", var=eps, point=0,
              name="exactly_fourth_order"),
         Step(err, lead, "for all points, not only small ones: $(q_t + \\kappa_t)^2 \\ge 4k$", kind="bound",
@@ -414,7 +414,7 @@ def approximation_error(k: Any = None, d: int = 3) -> Derivation:
     )
 
 
-def query_constant(k: Any = None, d: int = 3) -> Derivation:
+def query_constant(*, k: Any = None, d: int = 3) -> Derivation:
     r"""Identity 4: what the thread's "constant" is (the key is :math:`\kappa`).
 
     .. math::
@@ -434,7 +434,7 @@ def query_constant(k: Any = None, d: int = 3) -> Derivation:
         Step(P.c, -P.sq / 2 + (P.at * P.bt - k), "**identity 4**: the spatial dot product is distance plus $q_t \\kappa_t - k$",
              name="identity_4"),
         Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2, "near the origin the 'constant' is the thread's $(\\|q_s\\|^2 + \\|\\kappa_s\\|^2)/2$",
-             kind="series", var=eps, order=4, scale=eps, order_label="O(r^{4})", name="near_origin"),
+             kind="series", var=eps, order=4, shrink=eps, order_label="O(r^{4})", name="near_origin"),
         Step(sp.Derivative(P.at * P.bt, P.rb), P.at * P.rb / P.bt, "the 'constant' grows with the key's norm", coordinates=False,
              name="grows_with_key_norm"),
         Step(sp.Derivative(P.at * P.bt, P.rb), 0, "so it is not constant over the keys", kind="nonzero", coordinates=False,

@@ -131,7 +131,7 @@ def _keys(n: int, k: sp.Expr):
     return rq, rho, dots, tau, qt, kt, sq, inner, names
 
 
-def bias_in_softmax(n: int = 3, k: Any = None) -> Derivation:
+def bias_in_softmax(n: int = 3, *, k: Any = None) -> Derivation:
     r"""Identity 4 inside a softmax: spatial-dot attention is distance attention with a per-key bias.
 
     .. math::
@@ -173,7 +173,7 @@ def bias_in_softmax(n: int = 3, k: Any = None) -> Derivation:
     )
 
 
-def lorentz_attention(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
+def lorentz_attention(n: int = 3, *, k: Any = None, d: int = 3) -> Derivation:
     r"""Identity 5, and the Lorentzian inner product without a softmax.
 
     .. math::
@@ -554,7 +554,7 @@ def _gaussian_expectation(expr: Any, zs: Sequence[sp.Symbol], sigma: sp.Expr) ->
     return sp.expand(total)
 
 
-def first_order_gap_ratio(n: int = 3, k: Any = None, d: int = 3) -> Derivation:
+def first_order_gap_ratio(n: int = 3, *, k: Any = None, d: int = 3) -> Derivation:
     r"""The first-order ratio :math:`\mathrm{TV}(S, P)/\mathrm{TV}(P, U) \approx (1 + 2\rho^2\kappa_t^2/q_t^2)^{-1/2}` for Gaussian points.
 
     Queries and keys with independent isotropic Gaussian spatial parts, keys

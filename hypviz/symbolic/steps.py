@@ -70,7 +70,7 @@ class Step:
     var, point, order
         series: :math:`\mathrm{lhs} - \mathrm{rhs} = O((\mathrm{var} - \mathrm{point})^{\mathrm{order}})`;
         limit: :math:`\lim_{\mathrm{var} \to \mathrm{point}} \mathrm{lhs} = \mathrm{rhs}`.
-    scale
+    shrink
         A symbol :math:`\varepsilon`: before a series or limit, every spatial quantity of the
         derivation is shrunk by it (norms and coordinates times :math:`\varepsilon`, dot products
         times :math:`\varepsilon^2`), so that :math:`O(\varepsilon^4)` reads "fourth order in the
@@ -114,7 +114,7 @@ class Step:
     var: Any = None
     point: Any = 0
     order: int | None = None
-    scale: Any = None
+    shrink: Any = None
     certificate: Any = None
     witness: Mapping | None = None
     check: Callable[[], Any] | None = None
@@ -397,8 +397,8 @@ class Derivation:
         rhs = self._expand(sp.sympify(step.rhs), subs)
         if step.kind != "check":
             lhs, rhs = lhs.doit(), rhs.doit()
-        if step.scale is not None:
-            scaling = self._scaling(step.scale, d)
+        if step.shrink is not None:
+            scaling = self._scaling(step.shrink, d)
             lhs, rhs = lhs.xreplace(scaling), rhs.xreplace(scaling)
         kind = step.kind
         if kind == "simplify":
