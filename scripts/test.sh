@@ -6,6 +6,8 @@
 # module's fixtures are made once), in the order tests/conftest.py gives them (the perturbed notebook
 # runs and the longest files first: --no-loadscope-reorder keeps it).  HYPVIZ_TEST_WORKERS sets the
 # number of workers (default: the CPUs this process may use; 0 runs everything in this process).
+# --doctest-modules runs the docstrings' Examples in the hypviz folders named after the notebooks
+# (DOCTESTED in tests/conftest.py); it reads .py files only, so it does not meet nbval's notebooks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
@@ -15,7 +17,7 @@ export MPLBACKEND=Agg PYTHONHASHSEED=0
 # sleep when idle instead of spinning (no effect on any result, only on the CPU time spent waiting).
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 workers="${HYPVIZ_TEST_WORKERS:-$("$venv/bin/python" -c 'import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())')}"
-exec "$venv/bin/python" -m pytest tests notebooks \
-    --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
+exec "$venv/bin/python" -m pytest tests notebooks hypviz/base hypviz/lorentz hypviz/attention hypviz/capture hypviz/symbolic \
+    --doctest-modules --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
     -n "$workers" --dist loadfile --no-loadscope-reorder \
     -p no:cacheprovider "$@"

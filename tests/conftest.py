@@ -70,6 +70,11 @@ QUICK = frozenset(f"tests/{name}.py" for name in (
     "test_test_command",
 ))
 
+#: The packages whose docstrings' ``Examples`` the test command runs (``--doctest-modules`` on these folders
+#: in ``scripts/test.sh``): those of ``tests/test_examples_present.py``, whose public functions and classes
+#: each have one, and ``base``, where some of their public names are defined.  Their doctests are in the quick tier.
+DOCTESTED = ("hypviz/base/", "hypviz/lorentz/", "hypviz/attention/", "hypviz/capture/", "hypviz/symbolic/")
+
 
 def _path(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
@@ -84,7 +89,8 @@ def _rank(path: str) -> int:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the quick tier and put the long files first (a stable sort: each file keeps its own order)."""
     for item in items:
-        if _path(item) in QUICK:
+        path = _path(item)
+        if path in QUICK or path.startswith(DOCTESTED):
             item.add_marker(pytest.mark.quick)
     items.sort(key=lambda item: _rank(_path(item)))
 

@@ -39,3 +39,13 @@ def test_the_command_spreads_whole_files_over_workers_in_the_given_order():
 def test_the_quick_marker_is_registered():
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert re.search(r'^\s*"quick: ', text, re.M)
+
+
+def test_the_command_runs_the_examples_of_the_doctested_packages():
+    """scripts/test.sh doctests exactly the folders DOCTESTED names (and tests/test_examples_present.py checks)."""
+    command = TEST_SH.split("exec ", 1)[1]
+    assert "--doctest-modules" in command
+    paths = command.split("pytest ", 1)[1].split("\\", 1)[0].split()
+    assert [f"{p}/" for p in paths if p.startswith("hypviz/")] == list(conftest.DOCTESTED)
+    for folder in conftest.DOCTESTED:
+        assert (ROOT / folder / "__init__.py").exists(), f"DOCTESTED names {folder}, not a package of hypviz"

@@ -163,6 +163,19 @@ class Reader:
         *masked* (``masked_fill(mask, ...)``, the families' convention) or *attended*.
     checked : str
         What the verification compares, as the record states it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz.capture import Reader
+    >>> class TinyReader(Reader):
+    ...     family, structure = "tiny", "to_q, to_k and to_v, spatial parts of each head"
+    ...     queries, keys, values = "to_q", "to_k", "to_v"
+    ...     heads, spatial, aggregation = "heads", True, "centroid_heads"
+    >>> layer = torch.nn.ModuleDict({name: torch.nn.Linear(4, 6) for name in ("to_q", "to_k", "to_v")})
+    >>> layer.heads = 2
+    >>> TinyReader.matches(layer), TinyReader.matches(torch.nn.Linear(4, 6))
+    (True, False)
     """
 
     family: ClassVar[str] = ""
@@ -629,7 +642,19 @@ READERS: list[type[Reader]] = []
 
 def register(reader: type[Reader]) -> type[Reader]:
     """Add a :class:`Reader` subclass (its ``family`` becomes a valid record ``mode``); returns it, so that it can
-    decorate the class.  Registering the same class twice is a no-op."""
+    decorate the class.  Registering the same class twice is a no-op.
+
+    Examples
+    --------
+    >>> from hypviz.capture import READERS, modes, register
+    >>> reader = READERS[0]                 # registering a class again is a no-op
+    >>> register(reader) is reader, reader.family in modes()
+    (True, True)
+    >>> register(int)
+    Traceback (most recent call last):
+        ...
+    TypeError: reader must be a subclass of hypviz.capture.Reader, got <class 'int'>
+    """
     if not (isinstance(reader, type) and issubclass(reader, Reader)):
         raise TypeError(f"reader must be a subclass of hypviz.capture.Reader, got {reader!r}")
     if not reader.family or not reader.family.isidentifier():

@@ -34,6 +34,16 @@ class Capture(Recorder):
     ``layers`` is filled when the ``with`` block exits without an exception: one
     :class:`LayerRecord` per call of each layer, in the order the layers ran, all points checked.
     A ``Capture`` records once; iterating over it, or ``len()``, reads ``layers``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import capture, toymodel
+    >>> model = toymodel.ToyHypformer(8, 4, 2, heads=2, k=1.0, attention_type="linear_focused", layers=2)
+    >>> with capture.attention(model) as cap:
+    ...     _ = model(torch.linspace(-1.0, 1.0, 240, dtype=torch.float64).reshape(30, 8))
+    >>> cap, len(cap)
+    (Capture(2 records of 2 layers: 'blocks.0', 'blocks.1'), 2)
     """
 
     def __init__(
@@ -387,6 +397,16 @@ def attention(
         ``heads_axis`` / ``temperature`` without a dict of ``layers``); on a clean exit of the
         ``with`` block, one line when no attention layer was found or a layer's points are off the
         hyperboloid.  ``TypeError`` when ``module`` is not a ``torch.nn.Module``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import capture, toymodel
+    >>> model = toymodel.ToyHypformer(8, 4, 2, heads=2, k=1.0, attention_type="full")
+    >>> with capture.attention(model) as cap:       # hooks removed on exit
+    ...     _ = model(torch.linspace(-1.0, 1.0, 240, dtype=torch.float64).reshape(30, 8))
+    >>> [(rec.name, rec.kind, tuple(rec.queries.shape)) for rec in cap.layers]     # (H, N, d + 1)
+    [('blocks.0', 'distance', (2, 30, 5))]
     """
     return Capture(
         module,

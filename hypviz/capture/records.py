@@ -47,7 +47,14 @@ def add_mode(mode: str) -> str:
 
 
 def modes() -> tuple[str, ...]:
-    """The valid :attr:`LayerRecord.mode` s now: :data:`MODES` and the families of the registered readers."""
+    """The valid :attr:`LayerRecord.mode` s now: :data:`MODES` and the families of the registered readers.
+
+    Examples
+    --------
+    >>> from hypviz.capture import modes
+    >>> {"linear_focused", "full", "generic", "hypercore", "poincare"} <= set(modes())
+    True
+    """
     return tuple(_MODES)
 #: The ``model=`` choices, what named modules output: hyperboloid points or Poincare-ball points.
 MODELS: tuple[str, ...] = ("lorentz", "poincare")
@@ -164,6 +171,16 @@ class LayerRecord:
         (:func:`hypviz.capture.verification.recheck`): a stored ``verify_error`` is never trusted by itself.
     digests : dict or None
         SHA-256 of every field the check depends on, taken at capture: a field edited since is named.
+
+    Examples
+    --------
+    >>> from hypviz.capture import LayerRecord
+    >>> from hypviz.lorentz import lift
+    >>> q = lift([[[0.0, 0.0], [2.0, 2.0]]], k=1.0)      # (H, N, d + 1) = (1, 2, 3)
+    >>> rec = LayerRecord(name="enc.0", queries=q, keys=q, values=None, k=1.0, mode="generic",
+    ...                   kind="distance", temperature=1.0)
+    >>> rec.attention_map().round(decimals=4).tolist()   # softmax_j(-|q_i - q_j|^2_L / 2), |q_1 - q_2|^2_L = 4
+    [[[0.8808, 0.1192], [0.1192, 0.8808]]]
     """
 
     name: str
@@ -462,6 +479,19 @@ def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
     ValueError
         When ``records`` is empty, the folder does not exist, ``path`` is a folder or does not end in
         ``.pt``/``.pth`` (``~`` is expanded).
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from hypviz.capture import LayerRecord, load, save
+    >>> from hypviz.lorentz import lift
+    >>> q = lift([[[0.0, 0.0], [2.0, 2.0]]], k=1.0)
+    >>> rec = LayerRecord(name="enc.0", queries=q, keys=q, values=None, k=1.0, mode="generic",
+    ...                   kind="distance", temperature=1.0)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = save([rec], pathlib.Path(folder) / "att.pt")
+    ...     print(path.name, [r.name for r in load(path)])
+    att.pt ['enc.0']
     """
     recs = list(records)
     for i, rec in enumerate(recs):
@@ -509,6 +539,19 @@ def load(path: str | os.PathLike) -> list[LayerRecord]:
         One line naming the file and what was wrong: missing, unreadable, not a hypviz.capture file,
         a newer version, no layer records, or a bad record.  A refused pickle is described, never
         with torch's advice to load the file with ``weights_only=False``.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> from hypviz.capture import LayerRecord, load, save
+    >>> from hypviz.lorentz import lift
+    >>> q = lift([[[0.0, 0.0], [2.0, 2.0]]], k=1.0)
+    >>> rec = LayerRecord(name="enc.0", queries=q, keys=q, values=None, k=1.0, mode="generic",
+    ...                   kind="distance", temperature=1.0)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     records = load(save([rec], pathlib.Path(folder) / "att.pt"))
+    ...     print(len(records), records[0].name, records[0].kind, bool((records[0].queries == q).all()))
+    1 enc.0 distance True
     """
     p = Path(os.fspath(path)).expanduser()
     if not p.is_file():
@@ -532,6 +575,20 @@ def parse(obj: Any, where: Any = "capture") -> list[LayerRecord]:
     ValueError
         When ``obj`` is not a hypviz.capture dictionary, its version is newer, its ``layers`` list is empty,
         or a record is invalid (fields, tensors that are not dense, points off the hyperboloid).
+
+    Examples
+    --------
+    >>> from hypviz.capture import LayerRecord, parse
+    >>> from hypviz.lorentz import lift
+    >>> q = lift([[[0.0, 0.0], [2.0, 2.0]]], k=1.0)
+    >>> rec = LayerRecord(name="enc.0", queries=q, keys=q, values=None, k=1.0, mode="generic",
+    ...                   kind="distance", temperature=1.0)
+    >>> [r.name for r in parse({"format": "hypviz.capture", "version": 1, "layers": [rec.to_dict()]})]
+    ['enc.0']
+    >>> parse({"format": "other"}, "att.pt")
+    Traceback (most recent call last):
+        ...
+    ValueError: att.pt: not a hypviz.capture file (expected a dict with format 'hypviz.capture', got format 'other')
     """
     p = where
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:

@@ -193,7 +193,19 @@ def _seen_rows(rec: Any, seen: torch.Tensor, j: int) -> torch.Tensor:
 
 
 def verify(rec: Any, seen: torch.Tensor | None, aux: dict[str, Any] | None = None) -> tuple[float | None, str]:
-    """``(error, note)``: the relative error of :func:`rebuild` against ``seen`` (None when it cannot be rebuilt)."""
+    """``(error, note)``: the relative error of :func:`rebuild` against ``seen`` (None when it cannot be rebuilt).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz import capture, toymodel
+    >>> model = toymodel.ToyHypformer(8, 4, 2, heads=2, k=1.0, attention_type="full")
+    >>> with capture.attention(model) as cap:
+    ...     _ = model(torch.linspace(-1.0, 1.0, 240, dtype=torch.float64).reshape(30, 8))
+    >>> error, note = capture.verify(cap.layers[0], cap.layers[0].checked_output)   # rebuilt again from the record
+    >>> error <= cap.layers[0].verify_tolerance
+    True
+    """
     if seen is None:
         return None, "not verified: the layer's output was not seen by the hook"
     if rec.aggregation is None:

@@ -52,6 +52,12 @@ def origin(d: int, *, k: float = 1.0, dtype: torch.dtype = torch.float64) -> tor
     ------
     ValueError
         When ``d`` is not an integer :math:`\ge 1` or :math:`k \le 0`.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import origin
+    >>> origin(2, k=4.0)
+    tensor([2., 0., 0.], dtype=torch.float64)
     """
     d = validate.integer(d, "d", 1, " (the dimension of the hyperboloid)")
     o = torch.zeros(d + 1, dtype=dtype)
@@ -70,6 +76,14 @@ def lift(x_s: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     ------
     ValueError
         When ``x_s`` holds NaN or Inf, has no coordinate, or :math:`k \le 0`.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import lift
+    >>> lift([3.0, 4.0], k=11.0)    # sqrt(3^2 + 4^2 + 11) = 6
+    tensor([6., 3., 4.], dtype=torch.float64)
+    >>> lift([[0.0, 0.0], [2.0, 2.0]], k=1.0).shape
+    torch.Size([2, 3])
     """
     kf = check_k(k)
     s = as_tensor(x_s, "x_s")
@@ -86,6 +100,15 @@ def inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
     .. math::
 
         \langle x, y\rangle_L = -x_t y_t + x_s \cdot y_s
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import inner, lift
+    >>> x = lift([3.0, 4.0], k=11.0)
+    >>> float(inner(x, x))      # -6^2 + 3^2 + 4^2 = -k
+    -11.0
+    >>> float(inner(x, [1.0, 0.0, 0.0]))
+    -6.0
     """
     a, b = as_tensor(x, "x"), as_tensor(y, "y")
     check_last_dim(a, "x")
@@ -157,6 +180,15 @@ def sqdist(x: ArrayLike, y: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     ValueError
         When the points are off the hyperboloid (see :func:`check_points`), differ in ``d``, or their
         batch shapes do not broadcast; ``TypeError`` when their dtypes differ.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import lift, sqdist
+    >>> x, y = lift([[0.0, 0.0], [3.0, 4.0]], k=1.0)
+    >>> round(float(sqdist(x, y, k=1.0)), 4)    # -2k - 2<x, y>_L = 2 sqrt(26) - 2
+    8.198
+    >>> float(sqdist(y, y, k=1.0))
+    0.0
     """
     kf = check_k(k)
     a = check_points(x, k=kf, name="x")
@@ -181,6 +213,15 @@ def dist(x: ArrayLike, y: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     Evaluated by the second form (identity 2) from :func:`sqdist`, accurate for nearby points,
     unlike ``arcosh`` of a clamped inner product.  Differentiable everywhere: at :math:`x = y`,
     where the distance has a kink, the gradient is the subgradient 0 (not NaN).
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import dist, lift
+    >>> x, y = lift([[0.0, 0.0], [3.0, 4.0]], k=1.0)
+    >>> round(float(dist(x, y, k=1.0)), 4)      # arcosh(sqrt(26))
+    2.3124
+    >>> float(dist(y, y, k=1.0))
+    0.0
     """
     kf = check_k(k)
     root_k = math.sqrt(kf)
@@ -209,6 +250,14 @@ def pairwise_inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
 
     ``x`` is ``(..., N, d + 1)``, ``y`` is ``(..., M, d + 1)``; the result is ``(..., N, M)``
     (no ``N x M x (d + 1)`` intermediate).  The points are not checked to lie on a hyperboloid.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import lift, pairwise_inner
+    >>> x = lift([[0.0, 0.0], [2.0, 2.0]], k=1.0)    # (1, 0, 0) and (3, 2, 2)
+    >>> pairwise_inner(x, x)
+    tensor([[-1., -3.],
+            [-3., -1.]], dtype=torch.float64)
     """
     a, b = _pairwise_operands(x, y)
     a_j = torch.cat([-a[..., :1], a[..., 1:]], dim=-1)
@@ -230,6 +279,14 @@ def pairwise_sqdist(x: ArrayLike, y: ArrayLike, *, k: float = 1.0) -> torch.Tens
     logits, where only differences along a row matter).  For the relative accuracy on nearby pairs
     of :func:`sqdist`, call ``sqdist(x[..., :, None, :], y[..., None, :, :], k=k)``, which costs
     ``N x M x d`` memory.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import lift, pairwise_sqdist
+    >>> x = lift([[0.0, 0.0], [2.0, 2.0]], k=1.0)    # (1, 0, 0) and (3, 2, 2)
+    >>> pairwise_sqdist(x, x, k=1.0)                  # -2k - 2 <x_i, x_j>_L
+    tensor([[0., 4.],
+            [4., 0.]], dtype=torch.float64)
     """
     kf = check_k(k)
     a = check_points(x, k=kf, name="x")
@@ -262,6 +319,17 @@ def distance_operands(
 
     of shapes ``(..., N, d + 3)`` and ``(..., M, d + 3)``.  ``x`` and ``y`` must be tensors of
     points already checked with :func:`check_points` (nothing is validated here).
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import distance_operands, lift
+    >>> x = lift([[0.0, 0.0], [2.0, 2.0]], k=1.0)
+    >>> left, right = distance_operands(x, x, k=1.0)
+    >>> left.shape
+    torch.Size([2, 5])
+    >>> left @ right.T                                 # -1/2 |x_i - x_j|^2_L
+    tensor([[ 0., -2.],
+            [-2.,  0.]], dtype=torch.float64)
     """
     root_k = math.sqrt(k)
     xt, xs = x[..., :1], x[..., 1:]
@@ -291,6 +359,13 @@ def expmap0(u: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     ValueError
         When ``u[..., 0]`` is not zero (beyond ``1000 eps max(1, max|u|)``), ``u`` holds NaN/Inf, or
         :math:`k \le 0`.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import expmap0
+    >>> x = expmap0([0.0, 1.0, 0.0], k=1.0)       # (cosh 1, sinh 1, 0)
+    >>> x.round(decimals=4).tolist()
+    [1.5431, 1.1752, 0.0]
     """
     kf = check_k(k)
     v = as_tensor(u, "u")
@@ -326,6 +401,13 @@ def logmap0(x: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
         u_s = \sqrt{k}\,\operatorname{arsinh}\Bigl(\frac{\|x_s\|}{\sqrt{k}}\Bigr)\frac{x_s}{\|x_s\|}
 
     so that :math:`\|u_s\| = d(o, x)`.  The points are checked with :func:`check_points`.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import expmap0, logmap0
+    >>> u = logmap0(expmap0([0.0, 1.0, -2.0], k=1.0), k=1.0)
+    >>> u.round(decimals=6).tolist()
+    [0.0, 1.0, -2.0]
     """
     kf = check_k(k)
     p = check_points(x, k=kf)
@@ -344,6 +426,12 @@ def to_poincare(x: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     .. math::
 
         p = \frac{\sqrt{k}\,x_s}{x_t + \sqrt{k}}
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import to_poincare
+    >>> to_poincare([3.0, 2.0, 2.0], k=1.0).tolist()     # x_s / (x_t + 1)
+    [0.5, 0.5]
     """
     kf = check_k(k)
     p = check_points(x, k=kf)
@@ -376,6 +464,12 @@ def from_poincare(p: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     ------
     ValueError
         When a point is not strictly inside the ball, :math:`\|p\| \ge \sqrt{k}`, or holds NaN/Inf.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import from_poincare
+    >>> from_poincare([0.5, 0.5], k=1.0).tolist()
+    [3.0, 2.0, 2.0]
     """
     kf = check_k(k)
     q = as_tensor(p, "p")
@@ -390,6 +484,12 @@ def to_klein(x: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     .. math::
 
         K = \frac{\sqrt{k}\,x_s}{x_t}
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import to_klein
+    >>> to_klein([3.0, 2.0, 2.0], k=1.0).round(decimals=4).tolist()     # x_s / x_t
+    [0.6667, 0.6667]
     """
     kf = check_k(k)
     p = check_points(x, k=kf)
@@ -407,6 +507,12 @@ def from_klein(q: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     ------
     ValueError
         When a point is not strictly inside the ball, :math:`\|K\| \ge \sqrt{k}`, or holds NaN/Inf.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import from_klein
+    >>> from_klein([0.6, 0.0], k=1.0).round(decimals=6).tolist()     # x_t = 1 / sqrt(1 - 0.36)
+    [1.25, 0.75, 0.0]
     """
     kf = check_k(k)
     t = as_tensor(q, "q")
@@ -467,6 +573,16 @@ def geodesic(x: ArrayLike, y: ArrayLike, n: int = 64, *, k: float = 1.0) -> torc
     ------
     ValueError
         When ``n`` is not an integer :math:`\ge 2` or the points fail :func:`check_points`.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import dist, geodesic, lift
+    >>> x, y = lift([[0.0, 0.0], [2.0, 2.0]], k=1.0)
+    >>> g = geodesic(x, y, n=5, k=1.0)
+    >>> g.shape, bool((g[0] == x).all() and (g[-1] == y).all())
+    (torch.Size([5, 3]), True)
+    >>> (dist(g[:-1], g[1:], k=1.0) / dist(x, y, k=1.0)).round(decimals=6).tolist()    # constant speed
+    [0.25, 0.25, 0.25, 0.25]
     """
     kf = check_k(k)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 2:

@@ -35,6 +35,16 @@ def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
         For integer, boolean, complex, long double, string, bytes, date and time, record or object inputs,
         anything ``numpy.asarray`` cannot read, and tensors that hold no dense data: meta tensors (a shape
         without values), sparse and nested tensors.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import as_tensor
+    >>> as_tensor([[1.0, 2.0]]).dtype
+    torch.float64
+    >>> as_tensor([True, False])
+    Traceback (most recent call last):
+        ...
+    TypeError: x: expected a floating-point array (float32 or float64), got dtype torch.bool
     """
     if isinstance(x, torch.Tensor):
         t = x
@@ -92,6 +102,16 @@ def check_k(k: float) -> float:
     ------
     ValueError
         When ``k`` is not a finite number :math:`> 0`, is a bool, or is a tensor that requires grad.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import check_k
+    >>> check_k(2)
+    2.0
+    >>> check_k(-1.0)
+    Traceback (most recent call last):
+        ...
+    ValueError: k must be a positive finite number (<x,x>_L = -k, curvature -1/k), got -1.0
     """
     if isinstance(k, torch.Tensor) and k.requires_grad:
         raise ValueError(
@@ -177,6 +197,16 @@ def check_points(
         Naming the worst row and its :math:`\langle x, x\rangle_L` when points are off the
         hyperboloid or on the lower sheet, hold NaN/Inf or have fewer than 2 coordinates, or when
         :math:`k \le 0`.  The message guesses the cause (another ``k``, time stored last, spatial parts).
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import check_points, lift
+    >>> check_points(lift([[0.5, 0.0]], k=2.0), k=2.0).shape
+    torch.Size([1, 3])
+    >>> check_points([[1.0, 0.5, 0.0]], k=2.0)
+    Traceback (most recent call last):
+        ...
+    ValueError: x: points are off the hyperboloid <x,x>_L = -k (k=2): worst is row 0 with <x,x>_L = -0.75 ...: pass k=0.75 ...
     """
     kf = check_k(k)
     t = as_tensor(x, name)

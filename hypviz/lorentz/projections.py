@@ -52,6 +52,15 @@ class DisplayProjection(NamedTuple):
     orthonormal directions in the tangent space at the origin (``None`` when :math:`d = 2`: nothing
     projected); ``kept``: the fraction of :math:`\sum_i \|\log_o(x_i)\|^2` kept; ``note``: the
     sentence stated on the figure (empty when :math:`d = 2`).
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import lift, project_for_display
+    >>> proj = project_for_display(lift([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]], k=1.0), k=1.0)
+    >>> proj.points.shape, proj.basis.shape, round(proj.kept, 6)
+    (torch.Size([2, 3]), torch.Size([3, 2]), 1.0)
+    >>> proj.apply(lift([[0.0, 0.0, 3.0]], k=1.0), k=1.0).round(decimals=6).abs().tolist()   # orthogonal to the plane kept
+    [[1.0, 0.0, 0.0]]
     """
 
     points: torch.Tensor
@@ -95,6 +104,15 @@ def project_for_display(points: ArrayLike, *, k: float = 1.0) -> DisplayProjecti
     ------
     ValueError
         For :math:`d < 2` or points off the hyperboloid.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import lift, project_for_display
+    >>> proj = project_for_display(lift([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [1.0, 1.0, 0.0]], k=1.0), k=1.0)
+    >>> proj.points.shape
+    torch.Size([3, 3])
+    >>> proj.note
+    'display projection: d=3 -> 2 by PCA of logmap0(x) at the origin, 100.0% of tangent variance kept, expmap0 back'
     """
     kf = L.check_k(k)
     x = L.check_points(points, k=kf, name="points")
@@ -160,6 +178,13 @@ def geodesic_grid(
     hyperboloid with :func:`hypviz.lorentz.from_klein` and are joined by ``n`` samples of the exact
     :func:`hypviz.lorentz.geodesic`.  Lines shorter than rounding are left out; no line: shape
     ``(0, n, 3)``.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import geodesic_grid
+    >>> grid = geodesic_grid(k=1.0, radius=1.0, spacing=0.5, n=8)    # a = -0.5, 0, 0.5 on each axis
+    >>> grid.shape
+    torch.Size([6, 8, 3])
     """
     kf = L.check_k(k)
     root_k = math.sqrt(kf)
@@ -196,6 +221,15 @@ def polar_sheet(
         r_i \in [0, \mathrm{radius}], \quad \varphi_j \in [0, 2\pi],
 
     both evenly spaced (``n_radial`` and ``n_angle`` values, ends included).
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import inner, polar_sheet
+    >>> sheet = polar_sheet(k=1.0, radius=2.0, n_radial=3, n_angle=5)
+    >>> sheet.shape
+    torch.Size([3, 5, 3])
+    >>> bool(inner(sheet, sheet).add(1.0).abs().max() < 1e-12)
+    True
     """
     kf = L.check_k(k)
     r = torch.linspace(0.0, float(radius), int(n_radial), dtype=dtype)
@@ -225,6 +259,15 @@ def poincare_polar_grid(
     tuple of torch.Tensor
         ``(px, py, points)``: the disk coordinates, each ``(n_radial, n_angle)``, and the grid
         lifted to the hyperboloid by :func:`hypviz.lorentz.from_poincare`, ``(n_radial * n_angle, 3)``.
+
+    Examples
+    --------
+    >>> from hypviz.lorentz import poincare_polar_grid
+    >>> px, py, points = poincare_polar_grid(k=1.0, n_radial=3, n_angle=4, edge=0.9)
+    >>> px.shape, points.shape
+    (torch.Size([3, 4]), torch.Size([12, 3]))
+    >>> round(float((px**2 + py**2).sqrt().max()), 6)    # edge * sqrt(k)
+    0.9
     """
     kf = L.check_k(k)
     if not 0.0 < float(edge) < 1.0:
@@ -247,6 +290,14 @@ def disk_boundary(*, k: float, n: int = 121) -> np.ndarray:
         \varphi_j = \frac{2\pi j}{n - 1}, \quad j = 0, \dots, n - 1
 
     (closed: the last point is the first).  A numpy array, since it is only ever drawn.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from hypviz.lorentz import disk_boundary
+    >>> ring = disk_boundary(k=4.0, n=5)
+    >>> ring.shape, bool(np.allclose(np.hypot(ring[:, 0], ring[:, 1]), 2.0))
+    ((5, 2), True)
     """
     root_k = math.sqrt(L.check_k(k))
     angle = np.linspace(0.0, 2.0 * np.pi, int(n))

@@ -29,6 +29,13 @@ class StepResult:
 
     ``ok`` says whether it verified, ``how`` by which transformation (or why not), ``components``
     the outcome of the explicit-coordinate re-check (``""`` when there was none).
+
+    Examples
+    --------
+    >>> from hypviz.symbolic import lifted_norm
+    >>> result = lifted_norm(d=2).verify().result("on_hyperboloid")
+    >>> result.ok, result.label, result.role
+    (True, 'step 2 (on_hyperboloid)', 'proof')
     """
 
     index: int
@@ -69,7 +76,21 @@ def _genuine_text(results: Iterable[StepResult]) -> str:
 
 
 class DerivationError(AssertionError):
-    """A derivation step did not verify; the message names the derivation and the step."""
+    """A derivation step did not verify; the message names the derivation and the step.
+
+    Examples
+    --------
+    >>> import sympy as sp
+    >>> from hypviz.symbolic import Derivation, DerivationError, Step
+    >>> x = sp.Symbol("x")
+    >>> Derivation("A slip", [Step(x * x, 2 * x, "wrong", name="square")]).check()
+    Traceback (most recent call last):
+        ...
+    hypviz.symbolic.step_report.DerivationError: A slip: FAILED at step 1 of 1 (square: ...); 1 failing
+    ...
+    >>> issubclass(DerivationError, AssertionError)
+    True
+    """
 
 
 _TEX_SYMBOLS = {
@@ -108,6 +129,15 @@ class Report:
 
     ``results`` holds one :class:`StepResult` per step, in order; ``d`` is the dimension of the
     explicit-coordinate re-check (``None``: none was made).
+
+    Examples
+    --------
+    >>> import sympy as sp
+    >>> from hypviz.symbolic import Derivation, Step
+    >>> x = sp.Symbol("x")
+    >>> report = Derivation("A slip", [Step(x + x, 2 * x, "sum", name="sum"), Step(x * x, 2 * x, "wrong", name="square")]).verify()
+    >>> report.ok, report.first_failure.label, report.result("sum").ok
+    (False, 'step 2 (square)', True)
     """
 
     title: str
@@ -183,7 +213,15 @@ class Report:
 
 
 class Reports(list):
-    """The reports of :func:`hypviz.symbolic.verify_all`, one per derivation; prints one line per derivation."""
+    """The reports of :func:`hypviz.symbolic.verify_all`, one per derivation; prints one line per derivation.
+
+    Examples
+    --------
+    >>> from hypviz.symbolic import Reports, lifted_norm, time_taylor
+    >>> reports = Reports([lifted_norm(d=2).verify(), time_taylor().verify()])
+    >>> reports.ok, len(reports), reports.genuine
+    (True, 2, 5)
+    """
 
     @property
     def ok(self) -> bool:

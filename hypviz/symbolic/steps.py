@@ -105,6 +105,15 @@ class Step:
     ValueError
         For an unknown ``kind`` or ``role``, a ``name`` that is not an identifier, or a missing
         argument of the kind (``var``/``order``, ``certificate``, ``witness``, ``check``).
+
+    Examples
+    --------
+    >>> import sympy as sp
+    >>> from hypviz.symbolic import Derivation, Step
+    >>> a = sp.Symbol("a", positive=True)
+    >>> step = Step(sp.log(a**2), 2 * sp.log(a), "the logarithm of a power, a > 0", name="log_power")
+    >>> Derivation("A logarithm", [step]).verify().ok
+    True
     """
 
     lhs: Any
@@ -153,6 +162,17 @@ class Definition:
     substituting the coordinates into ``expr``); ``tex`` replaces the displayed
     ``symbol = expr`` (``""`` hides it, e.g. for the 2nd and 3rd members of a family
     :math:`P_1, P_2, P_3` displayed once as :math:`P_j = \dots`).  Display never affects checking.
+
+    Examples
+    --------
+    >>> import sympy as sp
+    >>> from hypviz.symbolic import Definition, Derivation, Step
+    >>> x, s = sp.symbols("x s", positive=True)
+    >>> root = Step(sp.sqrt(s), x, "x > 0", name="root")
+    >>> Derivation("A root", [root], [Definition(s, x**2)]).verify().ok     # s := x**2 substituted first
+    True
+    >>> Derivation("A root", [root]).verify().ok                            # without it, sqrt(s) != x
+    False
     """
 
     symbol: Any
@@ -314,6 +334,18 @@ class Derivation:
     ------
     ValueError
         When two steps share a name.
+
+    Examples
+    --------
+    >>> import sympy as sp
+    >>> from hypviz.symbolic import Derivation, Step
+    >>> x = sp.Symbol("x")
+    >>> der = Derivation("Two steps", [Step(sp.sin(x)**2 + sp.cos(x)**2, 1, "Pythagoras", name="pythagoras"),
+    ...                                Step(sp.exp(x), 1 + x, "first order", kind="series", var=x, order=2, name="exp")])
+    >>> der.step_names, der.number("exp")
+    (['pythagoras', 'exp'], 2)
+    >>> der.verify()
+    Two steps: all 2 steps verified: 2 genuine checks
     """
 
     def __init__(
