@@ -529,7 +529,7 @@ def check_logit_range(largest: float, dtype: torch.dtype, temperature: float, la
         hi *= 2.0
     lo = hi / 2.0 if hi > temperature else temperature
     for _ in range(24):  # the limit within a relative 2^-24 of its bracket: its three digits
-        mid = math.sqrt(lo * hi)
+        mid = math.sqrt(lo) * math.sqrt(hi)  # no underflow of lo * hi
         lo, hi = (lo, mid) if largest_at(mid) < limit else (mid, hi)
     name = str(dtype).replace("torch.", "")
     raise ValueError(
