@@ -220,8 +220,8 @@ class Kernel:
       (:class:`Option`; :func:`options` checks a kind's through them);
     * :meth:`operands`: ``A``, ``B``, the per-row rounding bound and the finishing of the log-weights
       :math:`\log w_{ij} = f(A_i \cdot B_j)` (:class:`Operands`), for :func:`hypviz.attention.compare`'s row blocks;
-    * :meth:`largest_logit`: a bound on :math:`|f(A_i \cdot B_j)|` (what can overflow the dtype; asked by
-      :func:`check_logit_range` at any temperature, with no assumption on how it scales);
+    * :meth:`largest_logit`: a bound on :math:`|f(A_i \cdot B_j)|` computed in a dtype (what can overflow it; asked
+      by :func:`check_logit_range` at any temperature, with no assumption on how it scales);
     * :meth:`dense`: the map, for :func:`hypviz.attention.attention_map`; :meth:`scores`, where it has scores;
     * :meth:`shares_product`: whether two of its kinds come from ONE product per block (:class:`SharedLogits`).
     """
@@ -233,8 +233,9 @@ class Kernel:
                  opts: dict[str, Any]) -> Operands:
         raise ValueError(f"kind {kind.name!r} is not compared row by row (its rows are not log-linear in one product)")
 
-    def largest_logit(self, kind: Kind, ops: Operands) -> float:
-        """A bound on ``|log-weight|`` from these operands: the product bound :meth:`Operands.largest`."""
+    def largest_logit(self, kind: Kind, ops: Operands, dtype: torch.dtype) -> float:
+        """A bound on ``|log-weight|`` of these operands computed in ``dtype`` (``inf`` when a step overflows it):
+        by default the product bound :meth:`Operands.largest`."""
         return ops.largest()
 
     def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float,
@@ -345,7 +346,7 @@ class Focused(Kernel):
         gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
         return Operands(kind.name, a, b, gamma + log_rounding(a, b), finish=log_)
 
-    def largest_logit(self, kind, ops):
+    def largest_logit(self, kind, ops, dtype):
         return 0.0  # the log of a finite float cannot overflow
 
     def dense(self, kind, q, keys, k, temperature, opts, eps: float = 0.0):
@@ -374,7 +375,7 @@ class RandomFeatures(Kernel):
         # plus the log's own rounding; on mixed rows the smallest weight is only known to be >= the clamp
         return Operands(kind.name, a, b, err + log_rounding(a, b, mixed), finish=log_)
 
-    def largest_logit(self, kind, ops):
+    def largest_logit(self, kind, ops, dtype):
         return 0.0  # the log of a finite float cannot overflow
 
     def dense(self, kind, q, keys, k, temperature, opts):

@@ -490,11 +490,12 @@ def run_compare(plan: ComparePlan) -> Comparison:
         kb = kern_b.operands(kind_b, qf, kfl, kf, tau, opts)
 
         def largest() -> float:
-            return max(kern_a.largest_logit(kind_a, ka), kern_b.largest_logit(kind_b, kb))
+            return max(kern_a.largest_logit(kind_a, ka, dtype), kern_b.largest_logit(kind_b, kb, dtype))
 
         def largest_at(t: float) -> float:
             q64, k64 = qf.double(), kfl.double()
-            return max(kern.largest_logit(kind, kern.operands(kind, q64, k64, kf, t, opts)) for kern, kind in ((kern_a, kind_a), (kern_b, kind_b)))
+            return max(kern.largest_logit(kind, kern.operands(kind, q64, k64, kf, t, opts), dtype)
+                       for kern, kind in ((kern_a, kind_a), (kern_b, kind_b)))
 
         check_logit_range(largest(), dtype, tau, largest_at)
         err_a, err_b = ka.err, kb.err
