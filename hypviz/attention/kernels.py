@@ -256,7 +256,7 @@ class Kernel:
 
     def shared(self, a: Kind, b: Kind, q: torch.Tensor, keys: torch.Tensor, k: float,
                temperature: float) -> tuple[SharedLogits, tuple[float, float]]:
-        """The one-product logits of ``a`` and ``b`` and each kind's :math:`\alpha` (when :meth:`shares_product`)."""
+        r"""The one-product logits of ``a`` and ``b`` and each kind's :math:`\alpha` (when :meth:`shares_product`)."""
         raise ValueError(f"kinds {a.name!r} and {b.name!r} do not share one product (kernel {type(self).__name__})")
 
 

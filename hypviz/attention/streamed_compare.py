@@ -291,24 +291,21 @@ def compare(
 
     Notes
     -----
-    *One product or two.*  When one kind is ``"spatial"`` and the other ``"distance"`` or
-    ``"lorentz"`` (either way round), both maps come from one matrix product per row block.  With
-    :math:`S_{ij} = q_{s,i} \cdot \kappa_{s,j} / \tau`, :math:`c_i = q_{t,i} / \tau` and
-    :math:`w_j = \kappa_{t,j} - \sqrt{k} = \|\kappa_{s,j}\|^2 / (\kappa_{t,j} + \sqrt{k})`
+    *The plan.*  ``compare(...)`` is ``run_compare(plan_compare(...))``: the plan holds the checked inputs, the
+    options and the row blocks, and the path with its reason (``result.plan``).  Two kinds whose kernel
+    shares one product (:meth:`hypviz.attention.kernels.Kernel.shares_product`: ``"spatial"`` against
+    ``"distance"`` or ``"lorentz"``) take ``"one_product"``: with :math:`S_{ij} = q_{s,i} \cdot \kappa_{s,j} / \tau`,
+    :math:`c_i = q_{t,i} / \tau` and :math:`w_j = \kappa_{t,j} - \sqrt{k} = \|\kappa_{s,j}\|^2 / (\kappa_{t,j} + \sqrt{k})`
     (no cancellation), identities 1 and 4 give
 
     .. math::
 
         -\frac{\|q_i - \kappa_j\|_L^2}{2\tau} = S_{ij} - c_i w_j + \Bigl(\frac{k}{\tau} - c_i \sqrt{k}\Bigr),
 
-    and the row constant in brackets does not change a softmax: the distance (and lorentz) map is
-    the softmax of the rank-one update :math:`S - c\, w^\top` of the spatial logits.  So
-    :math:`\log P_a - \log P_b = \pm c_i w_j` up to a row constant, and the logit gap is
-    :math:`c_i (\max_j w_j - \min_j w_j)`, which is :math:`\Delta_i` in exact arithmetic.  Every other
-    pair (distance against lorentz, a kind against itself, anything against ``"focused"``) computes
-    each map's own logits, one product per map and block: the distance and lorentz kinds by the
-    operands of :func:`hypviz.lorentz.distance_operands`, the focused map as the logarithm of its
-    feature products.
+    so the distance map is the softmax of the rank-one update :math:`S - c\, w^\top` (the row constant does
+    not change a softmax), and :math:`\log P_a - \log P_b = \pm c_i w_j` up to a row constant: the logit gap
+    is :math:`\Delta_i` in exact arithmetic.  Every other pair takes ``"two_products"``: each kind's own
+    operands and finishing (:class:`hypviz.attention.kernels.Operands`), one product per map and block.
 
     *The statistics.*  With :math:`x_j = \log P_{a,j} - \log P_{b,j}` centred under :math:`P_b`,
 
@@ -317,29 +314,23 @@ def compare(
         \mathrm{KL}(P_b \| P_a) = \log \mathbb{E}_{P_b}[e^{x}] - \mathbb{E}_{P_b}[x], \qquad
         \mathrm{TV}(P_a, P_b) = \frac{\mathbb{E}_{P_b}\bigl|e^{x} - \mathbb{E}_{P_b}[e^{x}]\bigr|}{2\,\mathbb{E}_{P_b}[e^{x}]},
 
-    evaluated with ``expm1`` and ``log1p``: accurate to the rounding of the logits, not of the
-    log-probabilities (of size :math:`\log M`).  Rows whose logit gap exceeds 30 use the direct
-    log-softmax formulas instead.  The baselines, with :math:`u = l - \operatorname{mean}_j l_j`
-    centred logits,
+    by ``expm1`` and ``log1p``: accurate to the rounding of the logits, not of the log-probabilities
+    (rows whose logit gap exceeds 30 use the direct log-softmax formulas).  The baselines, with
+    :math:`u = l - \operatorname{mean}_j l_j`,
 
     .. math::
 
         \mathrm{TV}(P, U) = \frac{\operatorname{mean}_j \bigl|e^{u_j} - \operatorname{mean}_l e^{u_l}\bigr|}{2 \operatorname{mean}_l e^{u_l}},
 
-    likewise by ``expm1`` (by the softmax directly for rows whose logits span more than 30).  In
-    the one-product path this holds for rows whose logits' rounding bound is under
-    :math:`4\varepsilon`, the maps near uniform; the other rows' baselines come from the computed
-    softmax weights normalised by their sum, whose rounding (about :math:`2\varepsilon` on TV) is then
-    below the logits' own.
+    likewise (by the softmax for rows whose logits span more than 30; in the one-product path, by the
+    computed weights on rows whose logits' rounding bound exceeds :math:`4\varepsilon`).
 
-    *Ties and bounds.*  The top-1 and top-k agreements count a key as shared when its logit in the
-    other map is within that map's rounding bound of the cut, so keys tied in exact arithmetic
-    (symmetric embeddings) are never told apart by rounding noise.  :math:`\Delta_i` is computed in
-    float64 from the spatial parts,
+    *Ties and bounds.*  Top-1 and top-k count a key as shared when its logit in the other map is within
+    that map's rounding bound of the cut: keys tied in exact arithmetic are never told apart by rounding.
+    :math:`\Delta_i` is computed in float64 from the spatial parts,
     :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j} = (n_{\max} - n_{\min}) / (\sqrt{n_{\max} + k} + \sqrt{n_{\min} + k})`
-    with :math:`n = \|\kappa_s\|^2`, without the cancellation of two rounded time coordinates.  The
-    working memory is three ``block_rows x M`` buffers (plus temporaries of that size for the
-    Spearman ranks); nothing of size ``N x M`` is allocated.
+    with :math:`n = \|\kappa_s\|^2`.  The working memory is three ``block_rows x M`` buffers (plus the
+    Spearman ranks'); nothing of size ``N x M`` is allocated.
     """
     return run_compare(plan_compare(
         queries, keys, a, b, k=k, temperature=temperature, power=power, norm_scale=norm_scale, features=features,
