@@ -115,9 +115,23 @@ def test_the_plan_says_which_path_and_why(points, a, b, path, words):
 def test_the_one_product_path_is_refused_where_the_kernel_shares_none(points):
     q = points(10, 3, 1.0, seed=10)
     plan = att.plan_compare(q, q, "distance", "lorentz")
-    with pytest.raises(ValueError, match=r"^path must be 'two_products' for 'distance' and 'lorentz'"):
+    with pytest.raises(ValueError, match=r"^path must be 'two_products' or 'dense_rows' for 'distance' and 'lorentz'"):
         plan.with_path("one_product")
-    with pytest.raises(ValueError, match=r"^path must be one of 'one_product', 'two_products', got 'dense'$"):
+    with pytest.raises(ValueError, match=r"^path must be one of 'one_product', 'two_products', 'dense_rows', got 'dense'$"):
         plan.with_path("dense")
     with pytest.raises(TypeError, match=r"^plan must be a ComparePlan \(from plan_compare\), got dict$"):
         att.run_compare({})
+
+
+@pytest.mark.parametrize("a,b", [("spatial", "distance"), ("focused", "distance_rf"), ("lorentz", "distance")])
+def test_the_dense_rows_path_gives_what_the_operands_give(points, a, b):
+    # the fallback for kernels without operands, chosen through the plan for kernels that have them
+    q, kk = points(60, 4, 1.5, seed=11, lead=(2,)), points(70, 4, 1.5, seed=12, lead=(2,))
+    plan = att.plan_compare(q, kk, a, b, block_rows=16, features=64)
+    ops, dense = att.run_compare(plan), att.run_compare(plan.with_path("dense_rows"))
+    assert dense.plan.path == "dense_rows" and dense.verdict == ops.verdict
+    for name in ("kl", "tv", "tv_uniform_a", "tv_uniform_b", "peak_a", "peak_b"):
+        torch.testing.assert_close(getattr(dense, name), getattr(ops, name), rtol=1e-9, atol=1e-12, msg=name)
+    assert torch.equal(dense.top1, ops.top1)
+    ratio = dense.tv_tolerance / ops.tv_tolerance  # a measured level, of the size of the operands' bound
+    assert bool(((ratio > 0.05) & (ratio < 20)).all())

@@ -126,3 +126,34 @@ def test_a_kernel_still_computing_a_kind_is_not_unregistered(soft_capped):
         kernels.unregister_kernel("soft_capped")
     with pytest.raises(ValueError, match=r"^name must be a kernel registered at run time, got 'bilinear'$"):
         kernels.unregister_kernel("bilinear")
+
+
+class GeodesicRows(kernels.Kernel):
+    """The softmax of ``-d(q, kappa) / tau`` (``d`` not squared), with a dense map only: no operands declared."""
+
+    def dense(self, kind, q, keys, k, temperature, opts):
+        u = kernels.distance_logits(q, keys, k, -1.0 / k)  # |q - kappa|^2_L / 2k
+        return torch.softmax(-(k ** 0.5) * torch.log1p(u + torch.sqrt(u * (u + 2.0))) / temperature, dim=-1)
+
+
+def test_a_kernel_with_a_dense_map_only_is_compared_by_its_rows(tmp_path):
+    kernels.register_kernel("geodesic_rows", GeodesicRows())
+    kinds.register(kinds.Kind(
+        name="geodesic_rows", family="softmax", kernel="geodesic_rows", formula=r"\mathrm{softmax}_j(-d(q, \kappa_j) / \tau)",
+        title="geodesic rows", plain="geodesic rows", html="geodesic rows", description="-d / tau, dense only (a test kernel)",
+        rounding="measured on the weights (dense rows)"))
+    try:
+        q, kk = harness._points(24, 1.5, 5), harness._points(40, 1.5, 6)
+        plan = att.plan_compare(q, kk, "geodesic_rows", "distance", k=harness.K, temperature=0.5, block_rows=10)
+        assert plan.plan.path == "dense_rows" and "'geodesic_rows' declares no operands" in plan.plan.reason
+        with pytest.raises(ValueError, match=r"^path must be 'dense_rows' for 'geodesic_rows' and 'distance'"):
+            plan.with_path("two_products")
+        res = att.run_compare(plan)
+        pa = att.attention_map(q, kk, "geodesic_rows", k=harness.K, temperature=0.5)
+        pb = att.attention_map(q, kk, "distance", k=harness.K, temperature=0.5)
+        torch.testing.assert_close(res.tv, 0.5 * (pa - pb).abs().sum(-1), rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(res.kl, (pb * (pb.log() - pa.log())).sum(-1), rtol=1e-7, atol=1e-12)
+        assert att.compare_maps(pa, pb).verdict == res.verdict
+    finally:
+        kinds.unregister("geodesic_rows")
+        kernels.unregister_kernel("geodesic_rows")

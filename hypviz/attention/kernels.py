@@ -29,7 +29,7 @@ from hypviz.base.kinds import Kind
 from hypviz.base.messages import short
 from hypviz.lorentz import distance_operands
 
-__all__ = ["FEATURE_EPS", "Option", "Operands", "SharedLogits", "Kernel", "KERNELS", "register_kernel", "unregister_kernel",
+__all__ = ["FEATURE_EPS", "Option", "Operands", "DenseRows", "SharedLogits", "Kernel", "KERNELS", "register_kernel", "unregister_kernel",
            "kernel_for", "score_kinds", "operands", "dense_map", "raw_scores", "distance_logits", "check_logit_range",
            "softmax_rows_", "logit_error", "rows_for", "feature_map", "norm_scale_eps", "options", "log_rounding",
            "logit_rounding", "as_is_", "clamp_nonpositive_", "log_"]
@@ -246,6 +246,10 @@ class Kernel:
         raise ValueError(f"kind {kind.name!r} has no scores (it is not a softmax of scores); "
                          f"scores exist for {', '.join(map(repr, score_kinds()))}")
 
+    def has_operands(self) -> bool:
+        """Whether :meth:`operands` is this kernel's own; without, compare takes the log of its dense rows (:class:`DenseRows`)."""
+        return type(self).operands is not Kernel.operands
+
     def has_scores(self) -> bool:
         """Whether :meth:`scores` is this kernel's own (its kinds are a row softmax of scores over a temperature)."""
         return type(self).scores is not Kernel.scores
@@ -258,6 +262,39 @@ class Kernel:
                temperature: float) -> tuple[SharedLogits, tuple[float, float]]:
         r"""The one-product logits of ``a`` and ``b`` and each kind's :math:`\alpha` (when :meth:`shares_product`)."""
         raise ValueError(f"kinds {a.name!r} and {b.name!r} do not share one product (kernel {type(self).__name__})")
+
+
+class DenseRows(Operands):
+    r"""The operands of a kernel that declares none: ``log-weights = log P``, ``P`` its dense map, row block by row block.
+
+    ``A`` holds the query points, ``B`` the keys (``(H, n, d + 1)``, ``(H, M, d + 1)``); :meth:`logits` asks the
+    kernel's :meth:`Kernel.dense` for the rows' map and takes its log (clamped at the smallest normal number).  Its
+    rounding level is that of a map taken as it is (as :func:`hypviz.attention.compare_maps` reads one): per row
+    :math:`8 \varepsilon (1 + \max(1, \mathbb{E}_P \log(\max P / P)))`, from the weights (a first pass over the rows),
+    not bounded a priori.
+    """
+
+    def __init__(self, kernel: Kernel, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float,
+                 opts: dict[str, Any]):
+        self.kernel, self.entry, self.k, self.temperature, self.opts = kernel, kind, k, temperature, opts
+        eps, rows = torch.finfo(q.dtype).eps, rows_for(4 * 2**20, keys.shape[-2], q.element_size())
+        level = torch.empty(q.shape[:-1], dtype=q.dtype, device=q.device)
+        for h in range(q.shape[0]):
+            for i in range(0, q.shape[-2], rows):
+                p = kernel.dense(kind, q[h, i:i + rows], keys[h], k, temperature, opts)
+                top = p.amax(dim=-1, keepdim=True)
+                spread = (p * (top.log() - p.clamp_min(torch.finfo(p.dtype).tiny).log())).sum(dim=-1)
+                level[h, i:i + rows] = 8.0 * eps * (1.0 + spread.clamp_min(1.0))
+        super().__init__(kind.name, q, keys, level, finish=log_)
+
+    def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The log of the dense map's rows ``a_rows`` (query points) against the keys ``b_t`` (transposed), into ``out``."""
+        out.copy_(self.kernel.dense(self.entry, a_rows, b_t.transpose(0, 1), self.k, self.temperature, self.opts))
+        return self.finish_(out)
+
+    def largest(self) -> float:
+        """0: the log of a finite float cannot overflow."""
+        return 0.0
 
 
 def _softmax(logits: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ import torch
 
 from hypviz.attention.checks import check_kind, check_temperature, checked_inputs, flatten_batch, resolve_device
 from hypviz.attention.comparison import TOPK_MAX, Comparison, Plan, assemble
-from hypviz.attention.kernels import Operands, SharedLogits, check_logit_range, kernel_for, options, rows_for, softmax_rows_
+from hypviz.attention.kernels import DenseRows, Operands, SharedLogits, check_logit_range, kernel_for, options, rows_for, softmax_rows_
 from hypviz.attention.row_blocks import (
     TILT_MAX_GAP,
     baseline,
@@ -48,7 +48,7 @@ _SPEARMAN_MAX_KEYS = 4096  # compare: rank correlations by default only up to th
 
 
 #: The paths :func:`run_compare` can take (:class:`hypviz.attention.comparison.Plan`'s ``path``).
-PATHS: tuple[str, ...] = ("one_product", "two_products")
+PATHS: tuple[str, ...] = ("one_product", "two_products", "dense_rows")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,9 +93,12 @@ class ComparePlan:
         if path not in PATHS:
             raise ValueError(f"path must be one of {', '.join(map(repr, PATHS))}, got {path!r}")
         kernel = kernel_for(self.a)
+        if path != "dense_rows" and not (kernel.has_operands() and kernel_for(self.b).has_operands()):
+            raise ValueError(f"path must be 'dense_rows' for {self.a.name!r} and {self.b.name!r} (a kernel declares no "
+                             f"operands), got {path!r}")
         if path == "one_product" and not (kernel is kernel_for(self.b) and kernel.shares_product(self.a, self.b)):
-            raise ValueError(f"path must be 'two_products' for {self.a.name!r} and {self.b.name!r} (their kernels share "
-                             f"no product), got {path!r}")
+            raise ValueError(f"path must be 'two_products' or 'dense_rows' for {self.a.name!r} and {self.b.name!r} "
+                             f"(their kernels share no product), got {path!r}")
         return dataclasses.replace(self, plan=dataclasses.replace(self.plan, path=path, reason="chosen by the caller (with_path)"))
 
 
@@ -425,7 +428,11 @@ def plan_compare(
     heads = math.prod(batch)
 
     kernel = kernel_for(kind_a)
-    if kernel is kernel_for(kind_b) and kernel.shares_product(kind_a, kind_b):
+    bare = [kd.kernel for kd in (kind_a, kind_b) if not kernel_for(kd).has_operands()]
+    if bare:
+        path, reason = "dense_rows", (f"the kernel {bare[0]!r} declares no operands: the log of each kind's dense map, "
+                                      "row block by row block (a first pass measures the maps' rounding level)")
+    elif kernel is kernel_for(kind_b) and kernel.shares_product(kind_a, kind_b):
         path, reason = "one_product", (f"{a!r} and {b!r} share one product per row block (their kernel {kind_a.kernel!r}: "
                                        "the second map's logits are a rank-one update of the first's)")
     elif kernel is kernel_for(kind_b):
@@ -477,16 +484,17 @@ def run_compare(plan: ComparePlan) -> Comparison:
             return big
     else:
         kern_a, kern_b = kernel_for(kind_a), kernel_for(kind_b)
-        ka = kern_a.operands(kind_a, qf, kfl, kf, tau, opts)
-        kb = kern_b.operands(kind_b, qf, kfl, kf, tau, opts)
+        dense = plan.plan.path == "dense_rows"
+        ka = DenseRows(kern_a, kind_a, qf, kfl, kf, tau, opts) if dense else kern_a.operands(kind_a, qf, kfl, kf, tau, opts)
+        kb = DenseRows(kern_b, kind_b, qf, kfl, kf, tau, opts) if dense else kern_b.operands(kind_b, qf, kfl, kf, tau, opts)
 
         def largest() -> float:
             return max(kern_a.largest_logit(kind_a, ka, dtype), kern_b.largest_logit(kind_b, kb, dtype))
 
         def largest_at(t: float) -> float:
             q64, k64 = qf.double(), kfl.double()
-            return max(kern.largest_logit(kind, kern.operands(kind, q64, k64, kf, t, opts), dtype)
-                       for kern, kind in ((kern_a, kind_a), (kern_b, kind_b)))
+            return max((kern.largest_logit(kind, kern.operands(kind, q64, k64, kf, t, opts), dtype)
+                       for kern, kind in ((kern_a, kind_a), (kern_b, kind_b)) if not dense), default=0.0)
 
         check_logit_range(largest(), dtype, tau, largest_at)
         err_a, err_b = ka.err, kb.err
