@@ -2,7 +2,7 @@
 
 For each kind of :mod:`hypviz.base.kinds`: its dense map against a float64 reference written here from
 its formula (not from its kernel); for the comparable kinds, ``compare`` streamed against the dense maps
-on both paths (one product, two products), the rounding bound of its logits against the measured error,
+on every path (one product, two products, the dense rows), the rounding bound of its logits against the measured error,
 where the softmax-gap bound applies and that it holds, the command and its report.  A kind without one
 of these pieces fails by name.
 """
@@ -107,10 +107,11 @@ def test_the_dense_map_is_its_formula(kind, qk):
         torch.testing.assert_close(got.sum(-1), torch.ones(q.shape[0], dtype=torch.float64), rtol=1e-12, atol=1e-12)
 
 
-def _compare_both_paths(q, kk, a, b):
+def _compare_every_path(q, kk, a, b):
     opts = {n: OPTIONS[n] for n in ("power", "norm_scale", "features")}
     plan = att.plan_compare(q, kk, a, b, k=K, temperature=TAU, rf_seed=OPTIONS["seed"], device="cpu", **opts)
-    return att.run_compare(plan), att.run_compare(plan.with_path("two_products"))
+    paths = ("one_product", "two_products", "dense_rows") if plan.plan.path == "one_product" else ("two_products", "dense_rows")
+    return {path: att.run_compare(plan.with_path(path)) for path in paths}
 
 
 @pytest.mark.parametrize("kind", kinds.comparable())
@@ -119,7 +120,7 @@ def test_the_streamed_compare_is_the_dense_maps(kind, other, qk):
     q, kk = qk
     pa, pb = _dense(kind, q, kk), _dense(other, q, kk)
     uniform = torch.full_like(pa, 1.0 / pa.shape[-1])
-    for c in _compare_both_paths(q, kk, kind, other):
+    for c in _compare_every_path(q, kk, kind, other).values():
         torch.testing.assert_close(c.tv, _tv(pa, pb), rtol=1e-9, atol=1e-12)
         torch.testing.assert_close(c.tv_uniform_a, _tv(pa, uniform), rtol=1e-9, atol=1e-12)
         torch.testing.assert_close(c.tv_uniform_b, _tv(pb, uniform), rtol=1e-9, atol=1e-12)
@@ -213,10 +214,12 @@ def test_a_kind_registered_at_run_time_runs_through_maps_compare_and_the_report(
         assert plan.plan.path == "one_product" and "share one product" in plan.plan.reason
     for other in ("spatial", "distance", "focused"):
         pb = _dense(other, q, kk)
-        one, two = _compare_both_paths(q, kk, "half_bias", other)
-        for c in (one, two):
+        results = _compare_every_path(q, kk, "half_bias", other)
+        assert set(results) == ({"two_products", "dense_rows"} | ({"one_product"} if other != "focused" else set()))
+        for c in results.values():
             torch.testing.assert_close(c.tv, _tv(got, pb), rtol=1e-9, atol=1e-12)
         if other != "focused":  # the bound, with |c_a - c_b| = 1/2
+            one, two = results["one_product"], results["two_products"]
             assert one.delta is not None and bool(one.bound_met.all()) and bool(two.bound_met.all())
             torch.testing.assert_close(one.delta, two.delta)
     _write(tmp_path, q, kk)

@@ -489,6 +489,8 @@ def run_compare(plan: ComparePlan) -> Comparison:
         kb = DenseRows(kern_b, kind_b, qf, kfl, kf, tau, opts) if dense else kern_b.operands(kind_b, qf, kfl, kf, tau, opts)
 
         def largest() -> float:
+            if dense:  # logs of the maps' weights: no kernel's rule applies
+                return max(ka.largest(), kb.largest())
             return max(kern_a.largest_logit(kind_a, ka, dtype), kern_b.largest_logit(kind_b, kb, dtype))
 
         def largest_at(t: float) -> float:
