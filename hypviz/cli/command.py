@@ -410,16 +410,16 @@ def _resolve_device(device: str):
         raise UsageError(f"--device: {one_line(exc)}") from None
 
 
-# options of the kinds: (option, attribute, the name in Kind.options); their defaults are the kernels' (Option.default)
-_KIND_OPTIONS = (("--power", "power", "power"), ("--norm-scale", "norm_scale", "norm_scale"),
-                 ("--features", "features", "features"), ("--rf-seed", "rf_seed", "seed"))
+# options of the kinds: (option, attribute, the name in Kind.options, default)
+_KIND_OPTIONS = (("--power", "power", "power", 2.0), ("--norm-scale", "norm_scale", "norm_scale", 1.0),
+                 ("--features", "features", "features", 256), ("--rf-seed", "rf_seed", "seed", 0))
 
 
 def _kind_options(args: argparse.Namespace) -> None:
     """Warn, in one line on stderr, about the kinds' options given while no compared kind reads them; then set the
     options not given to their defaults."""
     read = {opt for name in [*args.kinds, args.reference] for opt in kinds.get(name).options}
-    ignored = [(flag, opt) for flag, attr, opt in _KIND_OPTIONS if getattr(args, attr) is not None and opt not in read]
+    ignored = [(flag, opt) for flag, attr, opt, _ in _KIND_OPTIONS if getattr(args, attr) is not None and opt not in read]
     if ignored:
         readers = sorted({n for _, opt in ignored for n in kinds.comparable() if opt in kinds.get(n).options})
         flags = ", ".join(flag for flag, _ in ignored)
@@ -429,11 +429,9 @@ def _kind_options(args: argparse.Namespace) -> None:
             f"add {'it' if len(readers) == 1 else 'one'} to --kinds)",
             file=sys.stderr,
         )
-    from hypviz.attention.kernels import KERNELS
-
-    for _, attr, opt in _KIND_OPTIONS:
+    for _, attr, _, default in _KIND_OPTIONS:
         if getattr(args, attr) is None:
-            setattr(args, attr, next(kernel.options[opt].default for kernel in KERNELS.values() if opt in kernel.options))
+            setattr(args, attr, default)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
