@@ -2,7 +2,8 @@
 
 ``spatial`` against ``distance`` or ``lorentz`` is computed from ONE matrix product per row block
 (the second map is a rank-one update of the first); every other pair from one product per map.
-Forcing the general path on the same inputs must reproduce every field.
+The plan (:func:`hypviz.attention.plan_compare`) says which path runs and why; choosing the general
+path through the plan on the same inputs must reproduce every field.
 """
 
 from __future__ import annotations
@@ -13,16 +14,13 @@ import torch
 
 from hypviz import attention as att
 from hypviz.attention import row_blocks as block_stats
-from hypviz.attention import streamed_compare as streaming
-from hypviz.base import kinds
 
 
-def both_paths(monkeypatch, *args, **kwargs):
-    one = att.compare(*args, **kwargs)
-    with monkeypatch.context() as m:
-        m.setattr(streaming, "SharedLogits", None)  # any use of the one-product path would now fail
-        m.setattr(kinds, "shares_one_product", lambda a, b: False)  # ... and it is not taken
-        two = att.compare(*args, **kwargs)
+def both_paths(*args, **kwargs):
+    plan = att.plan_compare(*args, **kwargs)
+    assert plan.plan.path == "one_product", plan.plan.reason
+    one, two = att.run_compare(plan), att.run_compare(plan.with_path("two_products"))
+    assert (one.plan.path, two.plan.path) == ("one_product", "two_products")
     return one, two
 
 
@@ -40,14 +38,14 @@ FIELDS = ("kl", "tv", "tv_uniform_a", "tv_uniform_b", "logit_gap", "delta", "tv_
         ("spatial", "distance", 3.0, 1e4, 1.0),  # large k: no cancellation of size k
     ],
 )
-def test_one_product_equals_two_products(points, monkeypatch, dtype, a, b, r, k, tau):
+def test_one_product_equals_two_products(points, dtype, a, b, r, k, tau):
     # sizes: two batch entries of 150 rows are three row blocks of 64 (the last one partial), and 300
     # keys of dimension 16; a wrong rank-one update, block boundary or batch index moves a field by
     # O(1), far above the tolerances, whose rounding terms shrink with the sizes, so these sizes decide
     # as well as larger ones (each top-1 disagreement is 1/300 of the rows: the 0.99 bar allows 3)
     q = points(150, 16, r, k=k, seed=1, lead=(2,), dtype=dtype)
     kk = points(300, 16, r, k=k, seed=2, lead=(2,), dtype=dtype)
-    one, two = both_paths(monkeypatch, q, kk, a, b, k=k, temperature=tau, block_rows=64, spearman=True)
+    one, two = both_paths(q, kk, a, b, k=k, temperature=tau, block_rows=64, spearman=True)
     rtol = 1e-9 if dtype == torch.float64 else 2e-4
     for name in FIELDS:
         x, y = getattr(one, name).double(), getattr(two, name).double()
@@ -63,9 +61,10 @@ def test_one_product_equals_two_products(points, monkeypatch, dtype, a, b, r, k,
     assert torch.allclose(one.spearman.double(), two.spearman.double(), atol=1e-2)
 
 
-def test_one_product_sampled_rows(points, monkeypatch):
+def test_one_product_sampled_rows(points):
     q, kk = points(900, 8, 1.5, seed=3), points(500, 8, 1.5, seed=4)
-    one, two = both_paths(monkeypatch, q, kk, rows=128, seed=7, block_rows=50)
+    one, two = both_paths(q, kk, rows=128, seed=7, block_rows=50)
+    assert one.plan.sampled_rows == 128 and one.plan.block_rows == 50 and one.plan.n_blocks == 3
     assert torch.equal(one.row_index, two.row_index)
     assert torch.allclose(one.tv, two.tv, rtol=1e-9, atol=1e-15)
     assert one.ci("tv") == pytest.approx(two.ci("tv"), rel=1e-9)
@@ -95,3 +94,44 @@ def test_compare_leaves_its_inputs_untouched(points, dtype, a, b):
     att.compare(q, kk, a, b, block_rows=16, rows=20)
     att.compare(q, kk, a, b)
     assert torch.equal(q, q0) and torch.equal(kk, k0)
+
+
+@pytest.mark.parametrize("a,b,path,words", [
+    ("spatial", "distance", "one_product", "share one product"),
+    ("lorentz", "spatial", "one_product", "rank-one update"),
+    ("distance", "lorentz", "two_products", "do not share one product"),
+    ("spatial", "spatial", "two_products", "do not share one product"),
+    ("focused", "distance", "two_products", "different kernels ('focused', 'bilinear')"),
+])
+def test_the_plan_says_which_path_and_why(points, a, b, path, words):
+    q, kk = points(30, 4, 1.0, seed=8), points(40, 4, 1.0, seed=9)
+    plan = att.plan_compare(q, kk, a, b, block_rows=7)
+    assert plan.plan.path == path and words in plan.plan.reason
+    assert (plan.plan.block_rows, plan.plan.n_blocks, plan.plan.block_reason) == (7, 5, "block_rows given")
+    res = att.compare(q, kk, a, b, block_rows=7)
+    assert res.plan == plan.plan and res.to_dict()["plan"]["path"] == path and path in str(res.plan)
+
+
+def test_the_one_product_path_is_refused_where_the_kernel_shares_none(points):
+    q = points(10, 3, 1.0, seed=10)
+    plan = att.plan_compare(q, q, "distance", "lorentz")
+    with pytest.raises(ValueError, match=r"^path must be 'two_products' or 'dense_rows' for 'distance' and 'lorentz'"):
+        plan.with_path("one_product")
+    with pytest.raises(ValueError, match=r"^path must be one of 'one_product', 'two_products', 'dense_rows', got 'dense'$"):
+        plan.with_path("dense")
+    with pytest.raises(TypeError, match=r"^plan must be a ComparePlan \(from plan_compare\), got dict$"):
+        att.run_compare({})
+
+
+@pytest.mark.parametrize("a,b", [("spatial", "distance"), ("focused", "distance_rf"), ("lorentz", "distance")])
+def test_the_dense_rows_path_gives_what_the_operands_give(points, a, b):
+    # the fallback for kernels without operands, chosen through the plan for kernels that have them
+    q, kk = points(60, 4, 1.5, seed=11, lead=(2,)), points(70, 4, 1.5, seed=12, lead=(2,))
+    plan = att.plan_compare(q, kk, a, b, block_rows=16, features=64)
+    ops, dense = att.run_compare(plan), att.run_compare(plan.with_path("dense_rows"))
+    assert dense.plan.path == "dense_rows" and dense.verdict == ops.verdict
+    for name in ("kl", "tv", "tv_uniform_a", "tv_uniform_b", "peak_a", "peak_b"):
+        torch.testing.assert_close(getattr(dense, name), getattr(ops, name), rtol=1e-9, atol=1e-12, msg=name)
+    assert torch.equal(dense.top1, ops.top1)
+    ratio = dense.tv_tolerance / ops.tv_tolerance  # a measured level, of the size of the operands' bound
+    assert bool(((ratio > 0.05) & (ratio < 20)).all())

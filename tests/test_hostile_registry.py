@@ -15,8 +15,8 @@ ENTRY = dict(name="probe_kind", family="softmax", kernel="bilinear", bias=0.0, f
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(options="power"), r"options must be a tuple of distinct option names from 'power', .*got 'power'"),
-    (dict(options=("zzz",)), r"options must be a tuple of distinct option names .*got \('zzz',\)"),
+    (dict(options="power"), r"options must be a tuple of distinct option names \(words its kernel declares\), got 'power'"),
+    (dict(options=("two words",)), r"options must be a tuple of distinct option names .*got \('two words',\)"),
     (dict(options=["power"]), r"options must be a tuple .*got \['power'\]"),
     (dict(options=("power", "power")), r"options must be a tuple of distinct option names"),
     (dict(bias="1"), r"bias must be a finite real number or None, got '1'"),
@@ -56,9 +56,15 @@ def test_a_real_bias_of_any_numeric_type_is_stored_as_a_float():
     assert type(kind.bias) is float and kind.bias == 0.5 and type(kind.constant) is float
 
 
-def test_the_option_names_are_the_ones_the_kernels_check():
-    kind = kinds.Kind(**{**ENTRY, "family": "features", "kernel": "focused", "bias": None, "options": kinds.OPTIONS})
-    assert set(kernels.options(kind)) == set(kinds.OPTIONS)
+def test_the_options_are_checked_by_the_kernel_that_declares_them():
+    kind = kinds.Kind(**{**ENTRY, "family": "features", "kernel": "focused", "bias": None, "options": ("power", "norm_scale")})
+    assert kernels.options(kind) == {"power": 2.0, "norm_scale": 1.0}  # the kernel's defaults
+    with pytest.raises(ValueError, match=r"^power must be"):
+        kernels.options(kind, {"power": -1.0})
+    odd = kinds.Kind(**{**ENTRY, "family": "features", "kernel": "focused", "bias": None, "options": ("power", "seed")})
+    with pytest.raises(ValueError, match=r"^kind 'probe_kind' reads 'seed', which its kernel 'focused' does not declare "
+                                         r"\(it declares 'power', 'norm_scale'\)$"):
+        kernels.options(odd)
 
 
 @pytest.mark.parametrize("name", kinds.BUILT_IN)
@@ -121,7 +127,7 @@ def test_a_kind_on_a_built_in_kernel_has_its_family_and_reads_its_options(kernel
 
 
 @pytest.mark.parametrize("kernel, family, options", [
-    ("focused", "features", ("power", "norm_scale")), ("random_features", "features", ("features", "seed", "power")),
+    ("focused", "features", ("power", "norm_scale")), ("random_features", "features", ("features", "seed")),
     ("gate", "gate", ("bias",)), ("geodesic", "softmax", ()),
 ])
 def test_a_kind_on_a_built_in_kernel_with_its_family_and_options_gives_a_map(kernel, family, options):

@@ -2,7 +2,7 @@
 
 For each kind of :mod:`hypviz.base.kinds`: its dense map against a float64 reference written here from
 its formula (not from its kernel); for the comparable kinds, ``compare`` streamed against the dense maps
-on both paths (one product, two products), the rounding bound of its logits against the measured error,
+on every path (one product, two products, the dense rows), the rounding bound of its logits against the measured error,
 where the softmax-gap bound applies and that it holds, the command and its report.  A kind without one
 of these pieces fails by name.
 """
@@ -20,7 +20,6 @@ from hypviz import attention as att
 from hypviz import data
 from hypviz import lorentz as L
 from hypviz.attention import kernels
-from hypviz.attention import streamed_compare
 from hypviz.base import kinds
 from hypviz.cli import main as cli_main
 
@@ -108,23 +107,20 @@ def test_the_dense_map_is_its_formula(kind, qk):
         torch.testing.assert_close(got.sum(-1), torch.ones(q.shape[0], dtype=torch.float64), rtol=1e-12, atol=1e-12)
 
 
-def _compare_both_paths(monkeypatch, q, kk, a, b):
+def _compare_every_path(q, kk, a, b):
     opts = {n: OPTIONS[n] for n in ("power", "norm_scale", "features")}
-    one = att.compare(q, kk, a, b, k=K, temperature=TAU, rf_seed=OPTIONS["seed"], device="cpu", **opts)
-    with monkeypatch.context() as m:
-        m.setattr(streamed_compare, "SharedLogits", None)  # the one-product path would fail
-        m.setattr(kinds, "shares_one_product", lambda a, b: False)
-        two = att.compare(q, kk, a, b, k=K, temperature=TAU, rf_seed=OPTIONS["seed"], device="cpu", **opts)
-    return one, two
+    plan = att.plan_compare(q, kk, a, b, k=K, temperature=TAU, rf_seed=OPTIONS["seed"], device="cpu", **opts)
+    paths = ("one_product", "two_products", "dense_rows") if plan.plan.path == "one_product" else ("two_products", "dense_rows")
+    return {path: att.run_compare(plan.with_path(path)) for path in paths}
 
 
 @pytest.mark.parametrize("kind", kinds.comparable())
 @pytest.mark.parametrize("other", ["spatial", "distance", "focused"])
-def test_the_streamed_compare_is_the_dense_maps(kind, other, qk, monkeypatch):
+def test_the_streamed_compare_is_the_dense_maps(kind, other, qk):
     q, kk = qk
     pa, pb = _dense(kind, q, kk), _dense(other, q, kk)
     uniform = torch.full_like(pa, 1.0 / pa.shape[-1])
-    for c in _compare_both_paths(monkeypatch, q, kk, kind, other):
+    for c in _compare_every_path(q, kk, kind, other).values():
         torch.testing.assert_close(c.tv, _tv(pa, pb), rtol=1e-9, atol=1e-12)
         torch.testing.assert_close(c.tv_uniform_a, _tv(pa, uniform), rtol=1e-9, atol=1e-12)
         torch.testing.assert_close(c.tv_uniform_b, _tv(pb, uniform), rtol=1e-9, atol=1e-12)
@@ -137,8 +133,8 @@ def test_the_streamed_compare_is_the_dense_maps(kind, other, qk, monkeypatch):
 def test_the_rounding_bound_holds_and_is_not_loose_by_orders(kind, r):
     # the float32 product of float32 operands against the same operands' product in float64
     q, kk = _points(64, r, 5).float(), _points(200, r, 6).float()
-    opts = kernels.options(kinds.get(kind), **{n: OPTIONS[n] for n in ("power", "norm_scale", "seed")}, features=256)
-    ops = kernels.operands(kind, q[None], kk[None], k=K, temperature=TAU, opts=opts)
+    opts = kernels.options(kinds.get(kind), {**{n: OPTIONS[n] for n in ("power", "norm_scale", "seed")}, "features": 256})
+    ops = kernels.operands(kind, q[None], kk[None], K, TAU, opts)
     low = ops.finish_(ops.A[0] @ ops.B[0].T).double()
     exact = ops.finish_(ops.A[0].double() @ ops.B[0].double().T)
     err = (low - exact).abs().amax(-1)
@@ -207,19 +203,23 @@ def half_bias():
     del REFERENCES["half_bias"]
 
 
-def test_a_kind_registered_at_run_time_runs_through_maps_compare_and_the_report(half_bias, qk, monkeypatch, tmp_path):
+def test_a_kind_registered_at_run_time_runs_through_maps_compare_and_the_report(half_bias, qk, tmp_path):
     q, kk = qk
     got = att.attention_map(q, kk, "half_bias", k=K, temperature=TAU)
     torch.testing.assert_close(got, REFERENCES["half_bias"](q, kk, K, TAU, OPTIONS), rtol=1e-10, atol=1e-13)
     torch.testing.assert_close(att.scores(q, kk, "half_bias", k=K),
                                -0.5 * _sqdist(q, kk, K) + 0.5 * q[:, :1] * kk[:, :1].T - 0.5 * K, rtol=1e-10, atol=1e-12)
-    assert kinds.shares_one_product("half_bias", "spatial") and kinds.shares_one_product("half_bias", "distance")
+    for other in ("spatial", "distance"):
+        plan = att.plan_compare(q, kk, "half_bias", other, k=K)
+        assert plan.plan.path == "one_product" and "share one product" in plan.plan.reason
     for other in ("spatial", "distance", "focused"):
         pb = _dense(other, q, kk)
-        one, two = _compare_both_paths(monkeypatch, q, kk, "half_bias", other)
-        for c in (one, two):
+        results = _compare_every_path(q, kk, "half_bias", other)
+        assert set(results) == ({"two_products", "dense_rows"} | ({"one_product"} if other != "focused" else set()))
+        for c in results.values():
             torch.testing.assert_close(c.tv, _tv(got, pb), rtol=1e-9, atol=1e-12)
         if other != "focused":  # the bound, with |c_a - c_b| = 1/2
+            one, two = results["one_product"], results["two_products"]
             assert one.delta is not None and bool(one.bound_met.all()) and bool(two.bound_met.all())
             torch.testing.assert_close(one.delta, two.delta)
     _write(tmp_path, q, kk)

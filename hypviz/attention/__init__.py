@@ -68,6 +68,7 @@ from hypviz.attention.comparison import (
     UNIFORM_TV,
     VERDICTS,
     Comparison,
+    Plan,
     describe_fractions,
     overall_verdict,
     row_verdicts,
@@ -78,7 +79,7 @@ from hypviz.attention.comparison import (
 from hypviz.attention.given_maps import compare_maps
 from hypviz.attention.maps import KINDS, MODEL_KINDS, SOFTMAX_KINDS, attention_map, focused_linear_attention, focused_linear_map, scores
 from hypviz.attention.random_features import distance_linear_attention
-from hypviz.attention.streamed_compare import compare
+from hypviz.attention.streamed_compare import ComparePlan, compare, plan_compare, run_compare
 from hypviz.attention.top_keys import TopKeys, top_attention
 from hypviz.base import kinds
 from hypviz.base.bounds import kl_supremum, tv_supremum
@@ -113,6 +114,10 @@ __all__ = [
     "TopKeys",
     "top_attention",
     "compare",
+    "plan_compare",
+    "run_compare",
+    "ComparePlan",
+    "Plan",
     "Comparison",
     "kl_supremum",
     "tv_supremum",

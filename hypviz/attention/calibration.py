@@ -18,6 +18,7 @@ from hypviz import data
 from hypviz import lorentz as L
 from hypviz.attention.comparison import Comparison
 from hypviz.attention.given_maps import compare_maps
+from hypviz.attention.kernels import distance_logits, raw_scores
 from hypviz.attention.streamed_compare import compare
 
 __all__ = ["Case", "cases", "CASES"]
@@ -39,12 +40,12 @@ def _gaussian(r: float, n: int = 256, d: int = 64, seed: int = 0, dtype: torch.d
 
 
 def _lorentz_vs_distance(dtype: torch.dtype) -> Comparison:
-    # independent computations: <q, kappa>_L directly as -q_t kappa_t + q_s . kappa_s (no shared operands),
-    # against the distance map of hypviz (identity 3's stable operands)
+    # independent computations: <q, kappa>_L directly as -q_t kappa_t + q_s . kappa_s (the lorentz kind's scores,
+    # no shared operands), against the distance map of hypviz (identity 3's stable operands)
     from hypviz.attention.maps import attention_map
 
     q, kk = _gaussian(0.1, seed=1, dtype=dtype), _gaussian(0.1, seed=2, dtype=dtype)
-    inner = q[:, 1:] @ kk[:, 1:].T - torch.outer(q[:, 0], kk[:, 0])
+    inner = raw_scores("lorentz", q, kk, 1.0)
     return compare_maps(torch.softmax(inner / 8.0, dim=-1), attention_map(q, kk, "distance", temperature=8.0),
                         a="softmax(<q,kappa>_L / tau), direct", b="distance")
 
@@ -97,7 +98,7 @@ def _near_tie() -> Comparison:
 
 def _logit_noise(scale: float = 0.02) -> Comparison:
     q, kk = _gaussian(3.0, seed=5), _gaussian(3.0, seed=6)
-    logits = -0.5 * L.pairwise_sqdist(q, kk) / 1.0
+    logits = distance_logits(q, kk, k=1.0)  # -1/2 |q - kappa|^2_L at tau = 1, by the distance kernel
     g = torch.Generator().manual_seed(7)
     noisy = logits + scale * torch.randn(logits.shape, generator=g, dtype=torch.float64)
     return compare_maps(torch.softmax(noisy, dim=-1), torch.softmax(logits, dim=-1))
@@ -174,7 +175,7 @@ def _summed_in_two_orders(logit_scale: float | None) -> Comparison:
 def _bfloat16_logits() -> Comparison:
     # the logit-noise maps, said to come from bfloat16 logits of size 100: rounding (1.6 in TV) swamps the gap
     q, kk = _gaussian(3.0, seed=5), _gaussian(3.0, seed=6)
-    logits = -0.5 * L.pairwise_sqdist(q, kk) / 1.0
+    logits = distance_logits(q, kk, k=1.0)  # -1/2 |q - kappa|^2_L at tau = 1, by the distance kernel
     g = torch.Generator().manual_seed(7)
     noisy = logits + 0.02 * torch.randn(logits.shape, generator=g, dtype=torch.float64)
     return compare_maps(torch.softmax(noisy, dim=-1), torch.softmax(logits, dim=-1), precision="bfloat16", logit_scale=100.0)

@@ -32,7 +32,9 @@ __all__ = [
     "describe_fractions",
     "verdict_text",
     "verdict_rule",
+    "Plan",
     "Comparison",
+    "assemble",
 ]
 
 UNIFORM_TV = 0.05
@@ -278,6 +280,30 @@ def verdict_rule() -> dict[str, str]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How a comparison was computed, and why: read it as ``result.plan`` (``result.plan.reason``).
+
+    ``path``: ``"one_product"`` (two kinds whose kernel shares one matrix product per row block),
+    ``"two_products"`` (one product per map and block) or ``"given_maps"`` (:func:`hypviz.attention.compare_maps`);
+    ``reason``: why that path, in words; ``block_rows``, ``n_blocks``: the row blocks; ``memory_budget``: the bytes
+    of the row-block buffers; ``block_reason``: where ``block_rows`` came from; ``sampled_rows``: the query rows
+    drawn per head (``rows=``), ``None`` when every row is computed.
+    """
+
+    path: str
+    reason: str
+    block_rows: int
+    n_blocks: int
+    memory_budget: int | None = None
+    block_reason: str = ""
+    sampled_rows: int | None = None
+
+    def __str__(self) -> str:
+        sampled = "" if self.sampled_rows is None else f", {self.sampled_rows} sampled rows per head"
+        return f"{self.path}: {self.reason}; {self.n_blocks} blocks of {self.block_rows} rows ({self.block_reason}){sampled}"
+
+
 def _mean(t: torch.Tensor | None) -> float | None:
     return None if t is None else float(t.double().mean())
 
@@ -338,7 +364,7 @@ class Comparison:
     :math:`M`), ``device`` (where it ran), ``dtype``, ``batch_shape``, ``n_queries`` (rows computed),
     ``n_keys``, ``dim`` (:math:`d`), ``block_rows``, ``n_blocks``, ``power`` and ``norm_scale``
     (``None`` without a focused map), ``n_queries_total`` and ``row_index`` (the sampled rows, or
-    ``None`` when every row was computed), ``elapsed_s``.  The bound being met is a fact about the
+    ``None`` when every row was computed), ``elapsed_s``, and ``plan`` (:class:`Plan`: the path taken and why).  The bound being met is a fact about the
     theory; whether the maps agree is :attr:`verdict`.
 
     Examples
@@ -398,6 +424,7 @@ class Comparison:
     row_index: torch.Tensor | None = None
     tolerance_basis: str | None = None
     elapsed_s: float = 0.0
+    plan: Plan | None = None
 
     # ---- summaries (Python floats) ----
     @property
@@ -585,6 +612,7 @@ class Comparison:
             "dim": self.dim,
             "block_rows": self.block_rows,
             "n_blocks": self.n_blocks,
+            "plan": None if self.plan is None else dataclasses.asdict(self.plan),
             "verdict": self.verdict,
             "verdict_text": self.verdict_text,
             "tolerance_basis": self.tolerance_basis,
@@ -675,3 +703,23 @@ class Comparison:
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython
         p.text(self.summary())
 
+
+
+#: The short names of the per-row statistics of a row-block loop, and the :class:`Comparison` field each fills.
+STATISTICS: dict[str, str] = {"kl": "kl", "tv": "tv", "ua": "tv_uniform_a", "ub": "tv_uniform_b", "gap": "logit_gap",
+                              "top1": "top1", "overlap": "topk_overlap", "fav": "top1_weight", "pa": "peak_a",
+                              "pb": "peak_b", "tol": "tv_tolerance", "rho": "spearman", "og": "output_gap",
+                              "oua": "output_uniform_a", "oub": "output_uniform_b"}
+
+
+def assemble(stats: dict[str, torch.Tensor], shape: tuple[int, ...], home: Any, start: float, **setup: Any) -> Comparison:
+    """A :class:`Comparison` from the per-row statistics of a row-block loop (by their :data:`STATISTICS` names,
+    reshaped to ``shape`` on the device ``home``; ``top1`` as booleans) and the set-up fields; ``elapsed_s`` from ``start``.
+
+    The one assembly of :func:`hypviz.attention.compare` and :func:`hypviz.attention.compare_maps`.
+    """
+    import time
+
+    fields = {STATISTICS[name]: t.to(home).reshape(shape) for name, t in stats.items() if name in STATISTICS and t is not None}
+    fields["top1"] = fields["top1"].bool()
+    return Comparison(**setup, **fields, elapsed_s=time.perf_counter() - start)

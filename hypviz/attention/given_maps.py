@@ -17,7 +17,7 @@ import torch
 
 from hypviz.base import validate
 from hypviz.attention.row_blocks import output_stats
-from hypviz.attention.comparison import TOP_SHARE, TOPK_MAX, Comparison
+from hypviz.attention.comparison import STATISTICS, TOP_SHARE, TOPK_MAX, Comparison, Plan, assemble
 from hypviz.lorentz import check_points
 from hypviz.lorentz.points import row_name, as_tensor
 
@@ -450,18 +450,12 @@ def compare_maps(
         basis = (f"TV within the rounding of {stored} storage and of logits of size {size} computed in {made} "
                  "(tv_tolerance; state precision= and logit_scale= otherwise)")
 
-    def back(name: str) -> torch.Tensor:
-        return out[name].reshape(shape)
-
-    outputs: dict[str, Any] = {}
-    if v is not None:
-        outputs = dict(
-            output_gap=back("og"),
-            output_uniform_a=back("oua"),
-            output_uniform_b=back("oub"),
-            output_metric="geodesic distance between Lorentzian centroids" if kf is not None else "Euclidean distance between weighted averages",
-        )
-    return Comparison(
+    n_blocks = math.ceil(total / rows)
+    route = Plan(path="given_maps", reason="two given maps: their weights compared as they are", block_rows=min(rows, total),
+                 n_blocks=n_blocks, block_reason=f"{_BLOCK_ELEMENTS} float64 weights a block")
+    return assemble(
+        {name: t for name, t in out.items() if name in STATISTICS and (name not in ("og", "oua", "oub") or v is not None)},
+        shape, pa.device, start,
         a=str(a),
         b=str(b),
         k=kf,
@@ -474,20 +468,9 @@ def compare_maps(
         n_keys=m,
         dim=None,
         block_rows=min(rows, total),
-        n_blocks=math.ceil(total / rows),
-        kl=back("kl"),
-        tv=back("tv"),
-        tv_uniform_a=back("ua"),
-        tv_uniform_b=back("ub"),
-        logit_gap=back("gap"),
-        top1=out["top1"].reshape(shape).bool(),
-        topk_overlap=back("overlap"),
-        top1_weight=back("fav"),
-        peak_a=back("pa"),
-        peak_b=back("pb"),
-        tv_tolerance=back("tol"),
-        spearman=back("rho") if rank else None,
+        n_blocks=n_blocks,
         tolerance_basis=basis,
-        elapsed_s=time.perf_counter() - start,
-        **outputs,
+        output_metric=None if v is None else ("geodesic distance between Lorentzian centroids" if kf is not None
+                                              else "Euclidean distance between weighted averages"),
+        plan=route,
     )

@@ -18,7 +18,7 @@ unchecked: the public functions check their arguments once (:mod:`hypviz.attenti
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, NamedTuple
 
 import torch
 
@@ -26,11 +26,13 @@ from hypviz.attention.random_features import distance_rf_map, feature_operands, 
 from hypviz.attention.checks import check_norm_scale, check_power
 from hypviz.base import kinds, validate
 from hypviz.base.kinds import Kind
+from hypviz.base.messages import short
 from hypviz.lorentz import distance_operands
 
-__all__ = ["FEATURE_EPS", "Operands", "SharedLogits", "Kernel", "KERNELS", "register_kernel", "kernel_for",
-           "operands", "dense_map", "raw_scores", "check_logit_range", "softmax_rows_", "logit_error", "rows_for",
-           "feature_map", "norm_scale_eps", "options", "log_rounding", "logit_rounding"]
+__all__ = ["FEATURE_EPS", "Option", "Operands", "DenseRows", "SharedLogits", "Kernel", "KERNELS", "register_kernel", "unregister_kernel",
+           "kernel_for", "score_kinds", "operands", "dense_map", "raw_scores", "distance_logits", "check_logit_range",
+           "softmax_rows_", "logit_error", "rows_for", "feature_map", "norm_scale_eps", "options", "log_rounding",
+           "logit_rounding", "as_is_", "clamp_nonpositive_", "log_"]
 
 FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_scale| + 1e-6)
 
@@ -124,26 +126,58 @@ def norm_scale_eps(eps: float, norm_scale: float) -> float:
 
 
 
-def options(kind: Kind, power: Any = 2.0, norm_scale: Any = 1.0, features: Any = 256, seed: Any = 0,
-            bias: Any = 0.0, seed_name: str = "seed") -> dict[str, Any]:
-    """The checked parameters ``kind`` reads (its :attr:`~hypviz.base.kinds.Kind.options`), by name (``seed_name``
-    names the seed's argument in a message)."""
-    checkers: dict[str, Callable[[], Any]] = {
-        "power": lambda: check_power(power),
-        "norm_scale": lambda: check_norm_scale(norm_scale),
-        "features": lambda: validate.features(features),
-        "seed": lambda: validate.seed(seed, seed_name),
-        "bias": lambda: validate.number(bias, "bias"),
-    }
-    return {name: checkers[name]() for name in kind.options}
+class Option(NamedTuple):
+    """One parameter a kernel reads besides ``k`` and ``temperature``: how it is checked and its default.
+
+    ``check(value, name)`` returns the checked value or raises a one-line error naming ``name``;
+    ``recorded``: whether a capture record holds it (:mod:`hypviz.capture.records`): ``True`` a record of
+    a kind that reads it must give it, ``False`` it may (``None`` reads as ``default``), ``None`` it holds no such field.
+    """
+
+    check: Callable[[Any, str], Any]
+    default: Any
+    recorded: bool | None = None
+
+
+def options(kind: Kind, values: Mapping[str, Any] | None = None, names: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The checked parameters ``kind`` reads (its :attr:`~hypviz.base.kinds.Kind.options`), by name, checked by its kernel.
+
+    ``values`` holds the given ones (the others take the kernel's default); ``names`` renames an option in
+    a message (``{"seed": "rf_seed"}``).  A kind that reads an option its kernel does not declare is refused.
+    """
+    kernel, values, names = kernel_for(kind), values or {}, names or {}
+    declared = kernel.options
+    unknown = [o for o in kind.options if o not in declared]
+    if unknown:
+        raise ValueError(f"kind {kind.name!r} reads {', '.join(map(repr, unknown))}, which its kernel {kind.kernel!r} does not "
+                         f"declare (it declares {', '.join(map(repr, declared)) or 'no option'})")
+    return {o: declared[o].check(values.get(o, declared[o].default), names.get(o, o)) for o in kind.options}
+
+
+def as_is_(out: torch.Tensor) -> torch.Tensor:
+    """Finishing of logits that are the product itself."""
+    return out
+
+
+def clamp_nonpositive_(out: torch.Tensor) -> torch.Tensor:
+    r"""Finishing of the distance logits, in place: clamped at 0 (:math:`-\tfrac12\|q - \kappa\|^2_L \le 0`)."""
+    return out.clamp_max_(0.0)
+
+
+def log_(out: torch.Tensor) -> torch.Tensor:
+    """Finishing of feature kernels, in place: the log of positive products (clamped at the smallest normal number)."""
+    return out.clamp_min_(torch.finfo(out.dtype).tiny).log_()
 
 
 class Operands:
-    """One map's operands: ``log-weights = finish(A @ B^T)`` (up to a row constant), ``err`` bounds each row's rounding."""
+    """One map's operands: ``log-weights = finish(A @ B^T)`` (up to a row constant), ``err`` bounds each row's rounding.
 
-    def __init__(self, kind: str, a: torch.Tensor, b: torch.Tensor, err: torch.Tensor, log: bool, clamp: bool,
-                 rounding: torch.Tensor | None = None):
-        self.kind, self.A, self.B, self.err, self.log, self.clamp = kind, a, b, err, log, clamp
+    ``finish`` is the kernel's in-place finishing (:func:`as_is_`, :func:`clamp_nonpositive_`, :func:`log_` or its own).
+    """
+
+    def __init__(self, kind: str, a: torch.Tensor, b: torch.Tensor, err: torch.Tensor,
+                 finish: Callable[[torch.Tensor], torch.Tensor] = as_is_, rounding: torch.Tensor | None = None):
+        self.kind, self.A, self.B, self.err, self.finish = kind, a, b, err, finish
         self.rounding = err if rounding is None else rounding  # the realistic level (:func:`logit_rounding`), <= err
 
     def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -152,13 +186,11 @@ class Operands:
         return self.finish_(out)
 
     def finish_(self, out: torch.Tensor) -> torch.Tensor:
-        """In place: the log of positive feature products, or the distance logits clamped at 0 (``|q - k|^2_L >= 0``)."""
-        if self.log:
-            return out.clamp_min_(torch.finfo(out.dtype).tiny).log_()
-        return out.clamp_max_(0.0) if self.clamp else out
+        """In place: the kernel's finishing of a block of products."""
+        return self.finish(out)
 
     def largest(self) -> float:
-        """A bound on ``|log-weight|`` over all rows: ``sum_c |A_ic| max_j |B_jc|`` (read without copying ``B``)."""
+        """A bound on ``|A @ B^T|`` over all rows: ``sum_c |A_ic| max_j |B_jc|`` (read without copying ``B``)."""
         col = torch.maximum(self.B.amax(dim=-2), -self.B.amin(dim=-2)).double().unsqueeze(-2)  # (..., 1, c)
         return float((self.A.abs().double() * col).sum(dim=-1).max()) if self.A.numel() else 0.0
 
@@ -180,17 +212,89 @@ def log_rounding(a: torch.Tensor, b: torch.Tensor, mixed: torch.Tensor | None = 
 
 
 class Kernel:
-    """How a family of kinds is computed: :meth:`operands` for compare's row blocks, :meth:`dense` for the map."""
+    r"""How a family of kinds is computed: what a new computation subclasses (and registers, :func:`register_kernel`).
 
-    def operands(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> Operands:
+    A kernel declares everything about its arithmetic, and the rest of hypviz asks it, never a kind's name:
+
+    * :attr:`options`: the parameters it reads besides ``k`` and ``temperature``, each with its check and default
+      (:class:`Option`; :func:`options` checks a kind's through them);
+    * :meth:`operands`: ``A``, ``B``, the per-row rounding bound and the finishing of the log-weights
+      :math:`\log w_{ij} = f(A_i \cdot B_j)` (:class:`Operands`), for :func:`hypviz.attention.compare`'s row blocks;
+    * :meth:`largest_logit`: a bound on :math:`|f(A_i \cdot B_j)|` computed in a dtype (what can overflow it; asked
+      by :func:`check_logit_range` at any temperature, with no assumption on how it scales);
+    * :meth:`dense`: the map, for :func:`hypviz.attention.attention_map`; :meth:`scores`, where it has scores;
+    * :meth:`shares_product`: whether two of its kinds come from ONE product per block (:class:`SharedLogits`).
+    """
+
+    #: The parameters this kernel reads, by name (a kind of this kernel lists those it reads in its ``options``).
+    options: dict[str, Option] = {}
+
+    def operands(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float,
+                 opts: dict[str, Any]) -> Operands:
         raise ValueError(f"kind {kind.name!r} is not compared row by row (its rows are not log-linear in one product)")
 
-    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> torch.Tensor:
+    def largest_logit(self, kind: Kind, ops: Operands, dtype: torch.dtype) -> float:
+        """A bound on ``|log-weight|`` of these operands computed in ``dtype`` (``inf`` when a step overflows it):
+        by default the product bound :meth:`Operands.largest`."""
+        return ops.largest()
+
+    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float,
+              opts: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError(f"kind {kind.name!r}: kernel {type(self).__name__} has no dense map")
 
-    def scores(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float) -> torch.Tensor:
+    def scores(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float) -> torch.Tensor:
         raise ValueError(f"kind {kind.name!r} has no scores (it is not a softmax of scores); "
-                         f"scores exist for {', '.join(map(repr, kinds.softmax_names()))}")
+                         f"scores exist for {', '.join(map(repr, score_kinds()))}")
+
+    def has_operands(self) -> bool:
+        """Whether :meth:`operands` is this kernel's own; without, compare takes the log of its dense rows (:class:`DenseRows`)."""
+        return type(self).operands is not Kernel.operands
+
+    def has_scores(self) -> bool:
+        """Whether :meth:`scores` is this kernel's own (its kinds are a row softmax of scores over a temperature)."""
+        return type(self).scores is not Kernel.scores
+
+    def shares_product(self, a: Kind, b: Kind) -> bool:
+        """Whether the kinds ``a`` and ``b`` (both of this kernel) come from ONE product per block; none by default."""
+        return False
+
+    def shared(self, a: Kind, b: Kind, q: torch.Tensor, keys: torch.Tensor, k: float,
+               temperature: float) -> tuple[SharedLogits, tuple[float, float]]:
+        r"""The one-product logits of ``a`` and ``b`` and each kind's :math:`\alpha` (when :meth:`shares_product`)."""
+        raise ValueError(f"kinds {a.name!r} and {b.name!r} do not share one product (kernel {type(self).__name__})")
+
+
+class DenseRows(Operands):
+    r"""The operands of a kernel that declares none: ``log-weights = log P``, ``P`` its dense map, row block by row block.
+
+    ``A`` holds the query points, ``B`` the keys (``(H, n, d + 1)``, ``(H, M, d + 1)``); :meth:`logits` asks the
+    kernel's :meth:`Kernel.dense` for the rows' map and takes its log (clamped at the smallest normal number).  Its
+    rounding level is that of a map taken as it is (as :func:`hypviz.attention.compare_maps` reads one): per row
+    :math:`8 \varepsilon (1 + \max(1, \mathbb{E}_P \log(\max P / P)))`, from the weights (a first pass over the rows),
+    not bounded a priori.
+    """
+
+    def __init__(self, kernel: Kernel, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float,
+                 opts: dict[str, Any]):
+        self.kernel, self.entry, self.k, self.temperature, self.opts = kernel, kind, k, temperature, opts
+        eps, rows = torch.finfo(q.dtype).eps, rows_for(4 * 2**20, keys.shape[-2], q.element_size())
+        level = torch.empty(q.shape[:-1], dtype=q.dtype, device=q.device)
+        for h in range(q.shape[0]):
+            for i in range(0, q.shape[-2], rows):
+                p = kernel.dense(kind, q[h, i:i + rows], keys[h], k, temperature, opts)
+                top = p.amax(dim=-1, keepdim=True)
+                spread = (p * (top.log() - p.clamp_min(torch.finfo(p.dtype).tiny).log())).sum(dim=-1)
+                level[h, i:i + rows] = 8.0 * eps * (1.0 + spread.clamp_min(1.0))
+        super().__init__(kind.name, q, keys, level, finish=log_)
+
+    def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The log of the dense map's rows ``a_rows`` (query points) against the keys ``b_t`` (transposed), into ``out``."""
+        out.copy_(self.kernel.dense(self.entry, a_rows, b_t.transpose(0, 1), self.k, self.temperature, self.opts))
+        return self.finish_(out)
+
+    def largest(self) -> float:
+        """0: the log of a finite float cannot overflow."""
+        return 0.0
 
 
 def _softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -200,58 +304,88 @@ def _softmax(logits: torch.Tensor) -> torch.Tensor:
     return softmax_rows_(logits)
 
 
+def distance_logits(q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float = 1.0) -> torch.Tensor:
+    r""":math:`-\tfrac12\|q_i - \kappa_j\|_L^2 / \tau`, ``(..., N, M)``: THE squared distance of the kernels.
+
+    One product of the ``d + 3`` stable operands of :func:`hypviz.lorentz.distance_operands` (no cancellation
+    of size :math:`k`), clamped at 0 for :math:`\tau > 0` (at 0 from below for :math:`\tau < 0`): rounding cannot
+    make a squared distance negative.  ``q`` and ``keys`` are checked points.
+    """
+    a, b = distance_operands(q, keys, k=k, temperature=temperature)
+    out = a @ b.transpose(-1, -2)
+    return out.clamp_max_(0.0) if temperature > 0 else out.clamp_min_(0.0)
+
+
+def _check_power(value: Any, name: str) -> float:
+    return check_power(value)
+
+
+def _check_norm_scale(value: Any, name: str) -> float:
+    return check_norm_scale(value)
+
+
 class Bilinear(Kernel):
     r"""Softmax kinds with logits :math:`-\frac12\|q - \kappa\|_L^2 + c\, q_t \kappa_t` (``c`` the kind's ``bias``).
 
     ``c = 1`` is computed as :math:`q_s \cdot \kappa_s` (one product of the spatial parts); ``c = 0`` by
     the ``d + 3`` stable operands of :func:`hypviz.lorentz.distance_operands`; any other ``c`` by those
-    operands plus the column :math:`c\, q_t / \tau` against :math:`\kappa_t`.
+    operands plus the column :math:`c\, q_t / \tau` against :math:`\kappa_t`.  Two kinds whose ``c`` differ
+    share one product (:class:`SharedLogits`).
     """
 
-    def _ab(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def _ab(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
         if kind.bias == 1.0:
             return q[..., 1:] * (1.0 / temperature), keys[..., 1:]
         a, b = distance_operands(q, keys, k=k, temperature=temperature)
         if kind.bias == 0.0:
             return a, b
-        return torch.cat([a, q[..., :1] * (kind.bias * (1.0 / temperature))], dim=-1), torch.cat([b, keys[..., :1]], dim=-1)
+        return torch.cat([a, q[..., :1] * (kind.bias / temperature)], dim=-1), torch.cat([b, keys[..., :1]], dim=-1)
 
-    def operands(self, kind, q, keys, *, k, temperature, opts):
-        a, b = self._ab(kind, q, keys, k=k, temperature=temperature)
+    def _finish(self, kind: Kind) -> Callable[[torch.Tensor], torch.Tensor]:
+        return clamp_nonpositive_ if kind.bias == 0.0 and kind.constant == 0.0 else as_is_
+
+    def operands(self, kind, q, keys, k, temperature, opts):
+        a, b = self._ab(kind, q, keys, k, temperature)
         err = logit_error(a, b)
-        return Operands(kind.name, a, b, err, log=False, clamp=kind.bias == 0.0 and kind.constant == 0.0,
-                        rounding=logit_rounding(a, b, err))
+        return Operands(kind.name, a, b, err, finish=self._finish(kind), rounding=logit_rounding(a, b, err))
 
-    def dense(self, kind, q, keys, *, k, temperature, opts):
-        a, b = self._ab(kind, q, keys, k=k, temperature=temperature)
+    def dense(self, kind, q, keys, k, temperature, opts):
+        a, b = self._ab(kind, q, keys, k, temperature)
         logits = a @ b.transpose(-1, -2)  # (..., N, M): the only N x M allocation
-        if kind.bias == 0.0 and kind.constant == 0.0:
-            logits.clamp_max_(0.0)  # -1/2 |q - kappa|^2_L <= 0
-        return _softmax(logits)
+        return _softmax(self._finish(kind)(logits))
 
-    def scores(self, kind, q, keys, *, k):
+    def scores(self, kind, q, keys, k):
         r"""Raw scores :math:`-\frac12\|q - \kappa\|_L^2 + c\, q_t \kappa_t - o k`, by the direct product where one exists."""
         if kind.bias == 1.0 and kind.constant == 1.0:  # q_s . kappa_s
             return q[..., 1:] @ keys[..., 1:].transpose(-1, -2)
         if kind.bias == 0.0 and kind.constant == 1.0:  # <q, kappa>_L
             return torch.cat([-q[..., :1], q[..., 1:]], dim=-1) @ keys.transpose(-1, -2)
-        a, b = self._ab(kind, q, keys, k=k, temperature=1.0)
-        s = a @ b.transpose(-1, -2)
-        if kind.bias == 0.0 and kind.constant == 0.0:
-            return s.clamp_max_(0.0)  # -1/2 |q - kappa|^2_L <= 0
+        a, b = self._ab(kind, q, keys, k, 1.0)
+        s = self._finish(kind)(a @ b.transpose(-1, -2))
         return s.sub_(kind.constant * k)
+
+    def shares_product(self, a, b):
+        return kernel_for(a) is self and kernel_for(b) is self and a.bias != b.bias
+
+    def shared(self, a, b, q, keys, k, temperature):
+        return SharedLogits(q, keys, k=k, temperature=temperature), (1.0 - a.bias, 1.0 - b.bias)
 
 
 class Focused(Kernel):
     """Hypformer's focused map: ``log-weights = log(fp(q_s) . fp(kappa_s))`` (``norm_scale`` cancels; :func:`feature_map`)."""
 
-    def operands(self, kind, q, keys, *, k, temperature, opts):
+    options = {"power": Option(_check_power, 2.0, recorded=True), "norm_scale": Option(_check_norm_scale, 1.0, recorded=True)}
+
+    def operands(self, kind, q, keys, k, temperature, opts):
         a, b = feature_map(q[..., 1:], opts["power"]), feature_map(keys[..., 1:], opts["power"])
         # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c, plus the log's own rounding
         gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
-        return Operands(kind.name, a, b, gamma + log_rounding(a, b), log=True, clamp=False)
+        return Operands(kind.name, a, b, gamma + log_rounding(a, b), finish=log_)
 
-    def dense(self, kind, q, keys, *, k, temperature, opts, eps: float = 0.0):
+    def largest_logit(self, kind, ops, dtype):
+        return 0.0  # the log of a finite float cannot overflow
+
+    def dense(self, kind, q, keys, k, temperature, opts, eps: float = 0.0):
         fq, fk = feature_map(q[..., 1:], opts["power"]), feature_map(keys[..., 1:], opts["power"])
         a = fq @ fk.transpose(-1, -2)
         return a.div_(a.sum(dim=-1, keepdim=True).add_(norm_scale_eps(eps, opts["norm_scale"])))
@@ -260,9 +394,12 @@ class Focused(Kernel):
 class RandomFeatures(Kernel):
     """The distance map by positive random features (:mod:`hypviz.attention.random_features`): ``log(A @ B^T)``."""
 
-    def operands(self, kind, q, keys, *, k, temperature, opts):
+    options = {"features": Option(lambda v, name: validate.features(v), 256),
+               "seed": Option(lambda v, name: validate.seed(v, name), 0)}
+
+    def operands(self, kind, q, keys, k, temperature, opts):
         omega = random_directions(opts["features"], q.shape[-1], seed=opts["seed"], dtype=q.dtype).to(q.device)
-        a, b = feature_operands(q, keys, k=k, temperature=temperature, omega=omega)
+        a, b = feature_operands(q, keys, k, temperature, omega)
         # the log of A @ B^T: on rows of positive terms (no control variate) off by <= gamma_c; on rows with
         # the control variate (terms of both signs) gamma_c sum_c |A_ic| max_j |B_jc|, relative to the row's mean weight
         gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
@@ -272,30 +409,29 @@ class RandomFeatures(Kernel):
         mixed = (a < 0).any(dim=-1)
         err = torch.where(mixed, gamma * size / mean, torch.full_like(size, gamma))
         # plus the log's own rounding; on mixed rows the smallest weight is only known to be >= the clamp
-        return Operands(kind.name, a, b, err + log_rounding(a, b, mixed), log=True, clamp=False)
+        return Operands(kind.name, a, b, err + log_rounding(a, b, mixed), finish=log_)
 
-    def dense(self, kind, q, keys, *, k, temperature, opts):
+    def largest_logit(self, kind, ops, dtype):
+        return 0.0  # the log of a finite float cannot overflow
+
+    def dense(self, kind, q, keys, k, temperature, opts):
         return distance_rf_map(q, keys, k=k, temperature=temperature, features=opts["features"], seed=opts["seed"])
-
-
-def _sqdist(q: torch.Tensor, keys: torch.Tensor, *, k: float) -> torch.Tensor:
-    """``|q - kappa|^2_L = -2k - 2 <q, kappa>_L >= 0`` by one product (clamped: rounding can make it negative)."""
-    inner_ = q[..., 1:] @ keys[..., 1:].transpose(-1, -2) - q[..., :1] @ keys[..., :1].transpose(-1, -2)
-    return (-2.0 * k - 2.0 * inner_).clamp_min(0.0)
 
 
 class Gate(Kernel):
     r"""The Lorentz GCN's gate :math:`\sigma(-\frac12\|q - \kappa\|_L^2/\tau + b)`: rows not normalised."""
 
-    def dense(self, kind, q, keys, *, k, temperature, opts):
-        return torch.sigmoid(-0.5 * _sqdist(q, keys, k=k) / temperature + opts["bias"])
+    options = {"bias": Option(lambda v, name: validate.number(v, name), 0.0, recorded=False)}
+
+    def dense(self, kind, q, keys, k, temperature, opts):
+        return torch.sigmoid(distance_logits(q, keys, k=k, temperature=temperature).add_(opts["bias"]))
 
 
 class Geodesic(Kernel):
     r"""The softmax of the hyperbolic distance itself, :math:`-d(q, \kappa)/\tau`, :math:`d = \sqrt k \operatorname{arcosh}(1 + \|q-\kappa\|_L^2/2k)`."""
 
-    def dense(self, kind, q, keys, *, k, temperature, opts):
-        u = _sqdist(q, keys, k=k) / (2.0 * k)  # arcosh(1 + u) = log1p(u + sqrt(u (u + 2))), accurate for small u
+    def dense(self, kind, q, keys, k, temperature, opts):
+        u = distance_logits(q, keys, k=k, temperature=-k)  # |q - kappa|^2_L / 2k; arcosh(1 + u) = log1p(u + sqrt(u (u + 2)))
         dist = math.sqrt(k) * torch.log1p(u + torch.sqrt(u * (u + 2.0)))
         return torch.softmax(-dist / temperature, dim=-1)
 
@@ -303,6 +439,9 @@ class Geodesic(Kernel):
 #: The kernels, by the name a :class:`~hypviz.base.kinds.Kind` gives in its ``kernel``.
 KERNELS: dict[str, Kernel] = {"bilinear": Bilinear(), "focused": Focused(), "random_features": RandomFeatures(),
                               "gate": Gate(), "geodesic": Geodesic()}
+
+
+_BUILT_IN_KERNELS = frozenset(KERNELS)
 
 
 def register_kernel(name: str, kernel: Kernel) -> Kernel:
@@ -314,8 +453,21 @@ def register_kernel(name: str, kernel: Kernel) -> Kernel:
         raise TypeError(f"kernel must be an instance of hypviz.attention.kernels.Kernel, got {what}")
     if name in KERNELS:
         raise ValueError(f"a kernel named {name!r} is already registered")
+    bad = [o for o, opt in kernel.options.items() if not (isinstance(o, str) and o.isidentifier() and isinstance(opt, Option))]
+    if not isinstance(kernel.options, dict) or bad:
+        raise ValueError(f"kernel.options must map option names to Option(check, default), got {short(kernel.options)}")
     KERNELS[name] = kernel
     return kernel
+
+
+def unregister_kernel(name: str) -> None:
+    """Remove a kernel registered at run time (the built-in ones stay); no registered kind may still name it."""
+    if not isinstance(name, str) or name not in KERNELS or name in _BUILT_IN_KERNELS:
+        raise ValueError(f"name must be a kernel registered at run time, got {short(name)}")
+    users = [n for n in kinds.names() if kinds.get(n).kernel == name]
+    if users:
+        raise ValueError(f"kernel {name!r} still computes the kinds {', '.join(map(repr, users))}: unregister them first")
+    del KERNELS[name]
 
 
 def kernel_for(kind: Kind) -> Kernel:
@@ -327,22 +479,27 @@ def kernel_for(kind: Kind) -> Kernel:
                          f"(registered: {', '.join(KERNELS)})") from None
 
 
-def operands(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> Operands:
+def score_kinds() -> tuple[str, ...]:
+    """The registered kinds whose kernel has scores (:meth:`Kernel.scores`), read from the registry now."""
+    return tuple(n for n in kinds.names() if kinds.get(n).kernel in KERNELS and KERNELS[kinds.get(n).kernel].has_scores())
+
+
+def operands(name: str, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float, opts: dict[str, Any]) -> Operands:
     """:class:`Operands` of the kind ``name`` (flattened ``(H, n, d + 1)`` checked points)."""
     kind = kinds.get(name)
-    return kernel_for(kind).operands(kind, q, keys, k=k, temperature=temperature, opts=opts)
+    return kernel_for(kind).operands(kind, q, keys, k, temperature, opts)
 
 
-def dense_map(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> torch.Tensor:
+def dense_map(name: str, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float, opts: dict[str, Any]) -> torch.Tensor:
     """The map of the kind ``name``, ``(..., N, M)``, from checked points."""
     kind = kinds.get(name)
-    return kernel_for(kind).dense(kind, q, keys, k=k, temperature=temperature, opts=opts)
+    return kernel_for(kind).dense(kind, q, keys, k, temperature, opts)
 
 
-def raw_scores(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float) -> torch.Tensor:
+def raw_scores(name: str, q: torch.Tensor, keys: torch.Tensor, k: float) -> torch.Tensor:
     """The scores of the softmax kind ``name``, ``(..., N, M)``, from checked points."""
     kind = kinds.get(name)
-    return kernel_for(kind).scores(kind, q, keys, k=k)
+    return kernel_for(kind).scores(kind, q, keys, k)
 
 
 class SharedLogits:
@@ -392,17 +549,27 @@ class SharedLogits:
         return s
 
 
-def check_logit_range(largest: float, dtype: torch.dtype, temperature: float, largest_at_1: Callable[[], float]) -> None:
-    """Refuse a temperature whose logits overflow ``dtype`` (the softmax would be NaN), naming the smallest usable one.
+def check_logit_range(largest: float, dtype: torch.dtype, temperature: float, largest_at: Callable[[float], float]) -> None:
+    r"""Refuse a temperature whose logits overflow ``dtype`` (the softmax would be NaN), naming the smallest usable one.
 
-    ``largest``: a bound on ``|logit|`` at ``temperature``; ``largest_at_1``: the same at ``temperature = 1`` in float64
-    (computed only when refusing).
+    ``largest``: a bound on ``|logit|`` at ``temperature``; ``largest_at(t)``: the kernel's bound at temperature
+    ``t`` in float64 (asked only when refusing).  No rule of scaling is assumed: the smallest usable temperature
+    is found by doubling, then bisection on :math:`\log t`, of the kernel's own bound against ``max / 16``.
     """
-    if largest < torch.finfo(dtype).max / 16:
+    limit = torch.finfo(dtype).max / 16
+    if largest < limit:
         return
-    big1 = largest_at_1()
+    now, hi = largest_at(temperature), temperature
+    for _ in range(2100):  # doubling reaches any float's range
+        if largest_at(hi) < limit:
+            break
+        hi *= 2.0
+    lo = hi / 2.0 if hi > temperature else temperature
+    for _ in range(24):  # the limit within a relative 2^-24 of its bracket: its three digits
+        mid = math.sqrt(lo) * math.sqrt(hi)  # no underflow of lo * hi
+        lo, hi = (lo, mid) if largest_at(mid) < limit else (mid, hi)
     name = str(dtype).replace("torch.", "")
     raise ValueError(
-        f"temperature {temperature:g} makes the logits overflow {name} (largest |s / tau| about {big1 / temperature:.3g}, "
-        f"{name} holds {torch.finfo(dtype).max:.3g}); the smallest usable is about {16 * big1 / torch.finfo(dtype).max:.3g}"
+        f"temperature {temperature:g} makes the logits overflow {name} (largest |logit| about {now:.3g}, "
+        f"{name} holds {torch.finfo(dtype).max:.3g}); the smallest usable is about {hi:.3g}"
     )

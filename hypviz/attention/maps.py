@@ -19,15 +19,15 @@ __all__ = ["KINDS", "SOFTMAX_KINDS", "MODEL_KINDS", "scores", "attention_map", "
 
 ArrayLike = Any
 
-#: The built-in kinds :func:`hypviz.attention.compare` takes (the registry, :func:`hypviz.base.kinds.comparable`, may hold more).
-KINDS: tuple[str, ...] = kinds.comparable()
-#: The built-in kinds whose map is a row softmax of :func:`scores` over a temperature.
-SOFTMAX_KINDS: tuple[str, ...] = tuple(n for n in KINDS if kinds.get(n).kernel == "bilinear")
-#: The built-in kinds of other hyperbolic attention families, computed by :func:`attention_map` (and read by
-#: :mod:`hypviz.capture`) but not compared by :func:`hypviz.attention.compare`: ``"sigmoid"``, the Lorentz GCN gate
-#: :math:`\sigma(-\tfrac12\|q - \kappa\|_L^2/\tau + b)` (rows not normalised), and ``"poincare"``, the
+#: The kinds :func:`hypviz.attention.compare` takes: a live view of the registry (:func:`hypviz.base.kinds.comparable`).
+KINDS: kinds.Names = kinds.Names(lambda kd: kd.comparable)
+#: The kinds whose map is a row softmax of :func:`scores` over a temperature (their kernel has scores): a live view.
+SOFTMAX_KINDS: kinds.Names = kinds.Names(lambda kd: kd.kernel in KERNELS and KERNELS[kd.kernel].has_scores())
+#: The kinds of other hyperbolic attention families, computed by :func:`attention_map` (and read by
+#: :mod:`hypviz.capture`) but not compared by :func:`hypviz.attention.compare` (a live view); built in: ``"sigmoid"``, the
+#: Lorentz GCN gate :math:`\sigma(-\tfrac12\|q - \kappa\|_L^2/\tau + b)` (rows not normalised), and ``"poincare"``, the
 #: softmax of the hyperbolic distance itself, :math:`\mathrm{softmax}_j(-d(q_i, \kappa_j)/\tau)` (not squared).
-MODEL_KINDS: tuple[str, ...] = tuple(n for n in kinds.names() if n not in KINDS)
+MODEL_KINDS: kinds.Names = kinds.Names(lambda kd: not kd.comparable)
 
 
 def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) -> torch.Tensor:
@@ -77,9 +77,9 @@ def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) ->
     >>> bool(torch.allclose(scores(queries, keys, "lorentz"), s - 1.0))  # identity 1 at k = 1
     True
     """
-    check_kind(kind, allowed=tuple(n for n in kinds.names() if kinds.get(n).kernel == "bilinear"))
+    check_kind(kind, allowed=tuple(SOFTMAX_KINDS))
     q, kk, _, kf, _ = checked_inputs(queries, keys, k=k)
-    return raw_scores(kind, q, kk, k=kf)
+    return raw_scores(kind, q, kk, kf)
 
 
 
@@ -179,8 +179,8 @@ def attention_map(
     kd = kinds.get(kind)
     q, kk, _, kf, _ = checked_inputs(queries, keys, k=k, heads_axis=heads_axis)
     tau = check_temperature(temperature, q.shape[-1] - 1) if kd.temperature else 0.0
-    opts = options(kd, power=power, norm_scale=norm_scale, features=features, seed=seed, bias=bias)
-    return dense_map(kind, q, kk, k=kf, temperature=tau, opts=opts)
+    opts = options(kd, dict(power=power, norm_scale=norm_scale, features=features, seed=seed, bias=bias))
+    return dense_map(kind, q, kk, kf, tau, opts)
 
 
 def focused_linear_map(

@@ -9,6 +9,7 @@ Public through :func:`hypviz.attention.compare`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -18,8 +19,8 @@ from typing import Any
 import torch
 
 from hypviz.attention.checks import check_kind, check_temperature, checked_inputs, flatten_batch, resolve_device
-from hypviz.attention.comparison import TOPK_MAX, Comparison
-from hypviz.attention.kernels import Operands, SharedLogits, check_logit_range, operands, options, rows_for, softmax_rows_
+from hypviz.attention.comparison import TOPK_MAX, Comparison, Plan, assemble
+from hypviz.attention.kernels import DenseRows, Operands, SharedLogits, check_logit_range, kernel_for, options, rows_for, softmax_rows_
 from hypviz.attention.row_blocks import (
     TILT_MAX_GAP,
     baseline,
@@ -32,10 +33,11 @@ from hypviz.attention.row_blocks import (
     weighted_sum,
 )
 from hypviz.base import kinds, validate
+from hypviz.base.kinds import Kind
 from hypviz.base.bounds import kl_supremum, tv_supremum
 from hypviz.lorentz import lift
 
-__all__ = ["compare"]
+__all__ = ["compare", "plan_compare", "run_compare", "ComparePlan", "PATHS"]
 
 ArrayLike = Any
 
@@ -43,6 +45,61 @@ _COMPARE_BLOCK_BYTES = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 4 * 2**20))  # C
 _DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffers
 _MIN_BLOCK_ROWS = 32  # compare on CPU: rows per block the cache-sized default may not go below (budget permitting)
 _SPEARMAN_MAX_KEYS = 4096  # compare: rank correlations by default only up to this many keys
+
+
+#: The paths :func:`run_compare` can take (:class:`hypviz.attention.comparison.Plan`'s ``path``).
+PATHS: tuple[str, ...] = ("one_product", "two_products", "dense_rows")
+
+
+@dataclasses.dataclass(frozen=True)
+class ComparePlan:
+    """What :func:`run_compare` runs, made by :func:`plan_compare`: the checked inputs and set-up, and :attr:`plan`.
+
+    ``q``, ``keys``: the checked points flattened to ``(H, n, d + 1)`` and ``(H, M, d + 1)`` (the sampled rows
+    only, float32 for half-precision inputs); ``values``: the checked values or ``None``; ``batch``: the broadcast
+    leading axes; ``k``, ``temperature``, ``options`` (checked by the kinds' kernels), ``device``, ``topk`` (capped
+    at ``M``), ``spearman``; ``half``: the half-precision dtype of the inputs or ``None``; ``home``: the inputs'
+    device; ``n_total``, ``row_index``: the query rows and the sampled ones; ``plan``: the path, the row blocks
+    and why (:class:`hypviz.attention.comparison.Plan`).
+    """
+
+    a: Kind
+    b: Kind
+    q: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor | None
+    batch: torch.Size
+    k: float
+    temperature: float
+    options: dict[str, Any]
+    device: torch.device
+    topk: int
+    spearman: bool
+    half: str | None
+    home: torch.device
+    n_total: int
+    row_index: torch.Tensor | None
+    progress: bool | None
+    plan: Plan
+
+    def with_path(self, path: str) -> ComparePlan:
+        """This plan on the path ``path`` (one of :data:`PATHS`), its reason saying the caller chose it.
+
+        Raises
+        ------
+        ValueError
+            For another path, or ``"one_product"`` for two kinds whose kernel does not share one product.
+        """
+        if path not in PATHS:
+            raise ValueError(f"path must be one of {', '.join(map(repr, PATHS))}, got {path!r}")
+        kernel = kernel_for(self.a)
+        if path != "dense_rows" and not (kernel.has_operands() and kernel_for(self.b).has_operands()):
+            raise ValueError(f"path must be 'dense_rows' for {self.a.name!r} and {self.b.name!r} (a kernel declares no "
+                             f"operands), got {path!r}")
+        if path == "one_product" and not (kernel is kernel_for(self.b) and kernel.shares_product(self.a, self.b)):
+            raise ValueError(f"path must be 'two_products' or 'dense_rows' for {self.a.name!r} and {self.b.name!r} "
+                             f"(their kernels share no product), got {path!r}")
+        return dataclasses.replace(self, plan=dataclasses.replace(self.plan, path=path, reason="chosen by the caller (with_path)"))
 
 
 def _block_rows_for(m: int, itemsize: int, budget: int) -> int:
@@ -237,24 +294,21 @@ def compare(
 
     Notes
     -----
-    *One product or two.*  When one kind is ``"spatial"`` and the other ``"distance"`` or
-    ``"lorentz"`` (either way round), both maps come from one matrix product per row block.  With
-    :math:`S_{ij} = q_{s,i} \cdot \kappa_{s,j} / \tau`, :math:`c_i = q_{t,i} / \tau` and
-    :math:`w_j = \kappa_{t,j} - \sqrt{k} = \|\kappa_{s,j}\|^2 / (\kappa_{t,j} + \sqrt{k})`
+    *The plan.*  ``compare(...)`` is ``run_compare(plan_compare(...))``: the plan holds the checked inputs, the
+    options and the row blocks, and the path with its reason (``result.plan``).  Two kinds whose kernel
+    shares one product (:meth:`hypviz.attention.kernels.Kernel.shares_product`: ``"spatial"`` against
+    ``"distance"`` or ``"lorentz"``) take ``"one_product"``: with :math:`S_{ij} = q_{s,i} \cdot \kappa_{s,j} / \tau`,
+    :math:`c_i = q_{t,i} / \tau` and :math:`w_j = \kappa_{t,j} - \sqrt{k} = \|\kappa_{s,j}\|^2 / (\kappa_{t,j} + \sqrt{k})`
     (no cancellation), identities 1 and 4 give
 
     .. math::
 
         -\frac{\|q_i - \kappa_j\|_L^2}{2\tau} = S_{ij} - c_i w_j + \Bigl(\frac{k}{\tau} - c_i \sqrt{k}\Bigr),
 
-    and the row constant in brackets does not change a softmax: the distance (and lorentz) map is
-    the softmax of the rank-one update :math:`S - c\, w^\top` of the spatial logits.  So
-    :math:`\log P_a - \log P_b = \pm c_i w_j` up to a row constant, and the logit gap is
-    :math:`c_i (\max_j w_j - \min_j w_j)`, which is :math:`\Delta_i` in exact arithmetic.  Every other
-    pair (distance against lorentz, a kind against itself, anything against ``"focused"``) computes
-    each map's own logits, one product per map and block: the distance and lorentz kinds by the
-    operands of :func:`hypviz.lorentz.distance_operands`, the focused map as the logarithm of its
-    feature products.
+    so the distance map is the softmax of the rank-one update :math:`S - c\, w^\top` (the row constant does
+    not change a softmax), and :math:`\log P_a - \log P_b = \pm c_i w_j` up to a row constant: the logit gap
+    is :math:`\Delta_i` in exact arithmetic.  Every other pair takes ``"two_products"``: each kind's own
+    operands and finishing (:class:`hypviz.attention.kernels.Operands`), one product per map and block.
 
     *The statistics.*  With :math:`x_j = \log P_{a,j} - \log P_{b,j}` centred under :math:`P_b`,
 
@@ -263,29 +317,23 @@ def compare(
         \mathrm{KL}(P_b \| P_a) = \log \mathbb{E}_{P_b}[e^{x}] - \mathbb{E}_{P_b}[x], \qquad
         \mathrm{TV}(P_a, P_b) = \frac{\mathbb{E}_{P_b}\bigl|e^{x} - \mathbb{E}_{P_b}[e^{x}]\bigr|}{2\,\mathbb{E}_{P_b}[e^{x}]},
 
-    evaluated with ``expm1`` and ``log1p``: accurate to the rounding of the logits, not of the
-    log-probabilities (of size :math:`\log M`).  Rows whose logit gap exceeds 30 use the direct
-    log-softmax formulas instead.  The baselines, with :math:`u = l - \operatorname{mean}_j l_j`
-    centred logits,
+    by ``expm1`` and ``log1p``: accurate to the rounding of the logits, not of the log-probabilities
+    (rows whose logit gap exceeds 30 use the direct log-softmax formulas).  The baselines, with
+    :math:`u = l - \operatorname{mean}_j l_j`,
 
     .. math::
 
         \mathrm{TV}(P, U) = \frac{\operatorname{mean}_j \bigl|e^{u_j} - \operatorname{mean}_l e^{u_l}\bigr|}{2 \operatorname{mean}_l e^{u_l}},
 
-    likewise by ``expm1`` (by the softmax directly for rows whose logits span more than 30).  In
-    the one-product path this holds for rows whose logits' rounding bound is under
-    :math:`4\varepsilon`, the maps near uniform; the other rows' baselines come from the computed
-    softmax weights normalised by their sum, whose rounding (about :math:`2\varepsilon` on TV) is then
-    below the logits' own.
+    likewise (by the softmax for rows whose logits span more than 30; in the one-product path, by the
+    computed weights on rows whose logits' rounding bound exceeds :math:`4\varepsilon`).
 
-    *Ties and bounds.*  The top-1 and top-k agreements count a key as shared when its logit in the
-    other map is within that map's rounding bound of the cut, so keys tied in exact arithmetic
-    (symmetric embeddings) are never told apart by rounding noise.  :math:`\Delta_i` is computed in
-    float64 from the spatial parts,
+    *Ties and bounds.*  Top-1 and top-k count a key as shared when its logit in the other map is within
+    that map's rounding bound of the cut: keys tied in exact arithmetic are never told apart by rounding.
+    :math:`\Delta_i` is computed in float64 from the spatial parts,
     :math:`\max_j \kappa_{t,j} - \min_j \kappa_{t,j} = (n_{\max} - n_{\min}) / (\sqrt{n_{\max} + k} + \sqrt{n_{\min} + k})`
-    with :math:`n = \|\kappa_s\|^2`, without the cancellation of two rounded time coordinates.  The
-    working memory is three ``block_rows x M`` buffers (plus temporaries of that size for the
-    Spearman ranks); nothing of size ``N x M`` is allocated.
+    with :math:`n = \|\kappa_s\|^2`.  The working memory is three ``block_rows x M`` buffers (plus the
+    Spearman ranks'); nothing of size ``N x M`` is allocated.
 
     Examples
     --------
@@ -301,7 +349,47 @@ def compare(
     >>> bool(res.all_bounds_met)  # TV <= tanh(Delta / 4) on every row
     True
     """
-    start = time.perf_counter()
+    return run_compare(plan_compare(
+        queries, keys, a, b, k=k, temperature=temperature, power=power, norm_scale=norm_scale, features=features,
+        device=device, block_rows=block_rows, topk=topk, spearman=spearman, heads_axis=heads_axis, rows=rows, seed=seed,
+        rf_seed=rf_seed, memory_budget=memory_budget, progress=progress, values=values))
+
+
+def plan_compare(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    a: str = "spatial",
+    b: str = "distance",
+    *,
+    k: float = 1.0,
+    temperature: float | None = None,
+    power: float = 2.0,
+    norm_scale: float = 1.0,
+    features: int = 256,
+    device: str | torch.device = "auto",
+    block_rows: int | None = None,
+    topk: int = 5,
+    spearman: bool | None = None,
+    heads_axis: int | None = None,
+    rows: int | None = None,
+    seed: int = 0,
+    rf_seed: int | None = None,
+    memory_budget: int | None = None,
+    progress: bool | None = None,
+    values: ArrayLike | None = None,
+) -> ComparePlan:
+    r"""The plan of :func:`compare`: its arguments checked, the temperature, the options, the path and the row blocks.
+
+    Takes exactly the arguments of :func:`compare` (and checks them the same way); ``compare(...)`` is
+    ``run_compare(plan_compare(...))``.  The returned :class:`ComparePlan` says which path will run and why
+    (``plan.plan.path``, ``plan.plan.reason``; the result keeps it as ``result.plan``) and can be changed
+    before it runs: :meth:`ComparePlan.with_path` takes the other path on the same inputs.
+
+    Raises
+    ------
+    ValueError
+        As :func:`compare` for every argument; ``TypeError`` when the dtypes differ.
+    """
     kind_a = kinds.get(check_kind(a, "a", kinds.comparable()))
     kind_b = kinds.get(check_kind(b, "b", kinds.comparable()))
     q, kk, v, kf, batch = checked_inputs(queries, keys, k=k, values=values, heads_axis=heads_axis, detach=True)
@@ -312,17 +400,18 @@ def compare(
         q, kk = lift(q[..., 1:].float(), k=kf), lift(kk[..., 1:].float(), k=kf)
         v = None if v is None else lift(v[..., 1:].float(), k=kf)
     d = q.shape[-1] - 1
-    tau = check_temperature(temperature, d)
+    temperature = check_temperature(temperature, d)
     seed = validate.seed(seed, "seed")
     seed_f, seed_name = (seed, "seed") if rf_seed is None else (validate.seed(rf_seed, "rf_seed"), "rf_seed")
-    opts = {**options(kind_a, power, norm_scale, features, seed_f, seed_name=seed_name),
-            **options(kind_b, power, norm_scale, features, seed_f, seed_name=seed_name)}
-    p_f, s_f = opts.get("power"), opts.get("norm_scale")
+    given = dict(power=power, norm_scale=norm_scale, features=features, seed=seed_f)
+    opts = {**options(kind_a, given, {"seed": seed_name}), **options(kind_b, given, {"seed": seed_name})}
     topk = validate.integer(topk, "topk", 1, maximum=TOPK_MAX)
     block_rows = validate.integer(block_rows, "block_rows", 1, " (None: automatic)", allow_none=True)
     memory_budget = validate.integer(memory_budget, "memory_budget", 1, " (bytes; None: automatic)", allow_none=True)
     if spearman is not None and not isinstance(spearman, bool):
         raise ValueError(f"spearman must be True, False or None (automatic), got {spearman!r}")
+    if progress is not None and not isinstance(progress, bool):
+        raise ValueError(f"progress must be True, False or None (automatic), got {progress!r}")
     dev = resolve_device(device)
 
     n_total, row_index = q.shape[-2], None
@@ -333,49 +422,99 @@ def compare(
             row_index = torch.randperm(n_total, generator=gen)[: int(rows)].sort().values
             q = q.index_select(-2, row_index.to(q.device))
     n, m = q.shape[-2], kk.shape[-2]
-    dtype, itemsize = q.dtype, q.element_size()
-    t_k = min(topk, m)
-    rank = m <= _SPEARMAN_MAX_KEYS if spearman is None else spearman
+    itemsize = q.element_size()
+    budget, block_reason = memory_budget, "block_rows given"
     if block_rows is None:
-        budget = memory_budget
+        block_reason = "from memory_budget"
         if budget is None:
-            budget = _DEFAULT_BUDGET
+            budget, block_reason = _DEFAULT_BUDGET, "the default budget"
             if dev.type == "cuda":
                 budget = max(budget, min(8 * 2**30, torch.cuda.mem_get_info(dev)[0] // 4))
+                block_reason = "a quarter of the free device memory"
             else:
                 # cache-sized blocks, but never fewer than 32 rows while the budget allows: for very many
                 # keys a block of a few rows would re-read the key operands once per handful of queries
                 rows_cap = max(rows_for(_COMPARE_BLOCK_BYTES, m, itemsize), _MIN_BLOCK_ROWS)
                 budget = min(budget, 3 * m * itemsize * rows_cap)
+                block_reason = "cache-sized on the CPU"
         block_rows = _block_rows_for(m, itemsize, budget)
     rows = min(block_rows, n)
+    heads = math.prod(batch)
 
-    qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
-    heads = qf.shape[0]
-    # two "bilinear" kinds: one product per block, the second map a rank-one update of the first
-    shared = kinds.shares_one_product(a, b)
+    kernel = kernel_for(kind_a)
+    bare = [kd.kernel for kd in (kind_a, kind_b) if not kernel_for(kd).has_operands()]
+    if bare:
+        path, reason = "dense_rows", (f"the kernel {bare[0]!r} declares no operands: the log of each kind's dense map, "
+                                      "row block by row block (a first pass measures the maps' rounding level)")
+    elif kernel is kernel_for(kind_b) and kernel.shares_product(kind_a, kind_b):
+        path, reason = "one_product", (f"{a!r} and {b!r} share one product per row block (their kernel {kind_a.kernel!r}: "
+                                       "the second map's logits are a rank-one update of the first's)")
+    elif kernel is kernel_for(kind_b):
+        path, reason = "two_products", (f"{a!r} and {b!r} do not share one product (their kernel {kind_a.kernel!r} says "
+                                        "so): one product per map and block")
+    else:
+        path, reason = "two_products", (f"{a!r} and {b!r} have different kernels ({kind_a.kernel!r}, {kind_b.kernel!r}): "
+                                        "one product per map and block")
+    route = Plan(path=path, reason=reason, block_rows=rows, n_blocks=heads * math.ceil(n / rows),
+                 memory_budget=3 * rows * m * itemsize, block_reason=block_reason,
+                 sampled_rows=None if row_index is None else n)
+    return ComparePlan(
+        a=kind_a, b=kind_b, q=flatten_batch(q, batch), keys=flatten_batch(kk, batch), values=v, batch=batch, k=kf,
+        temperature=temperature, options=opts, device=dev, topk=min(topk, m),
+        spearman=m <= _SPEARMAN_MAX_KEYS if spearman is None else spearman, half=half, home=q.device,
+        n_total=n_total, row_index=row_index, progress=progress, plan=route)
+
+
+def run_compare(plan: ComparePlan) -> Comparison:
+    """Run a :class:`ComparePlan` (:func:`plan_compare`): the row blocks of its path, then the assembly of the result.
+
+    ``compare(...)`` is ``run_compare(plan_compare(...))``; the result's ``plan`` is ``plan.plan``.
+
+    Raises
+    ------
+    TypeError
+        For anything but a :class:`ComparePlan`.
+    ValueError
+        For a temperature at which the logits overflow the dtype, or statistics that come out non-finite (as :func:`compare`).
+    """
+    if not isinstance(plan, ComparePlan):
+        raise TypeError(f"plan must be a ComparePlan (from plan_compare), got {type(plan).__name__}")
+    start = time.perf_counter()
+    kind_a, kind_b, a, b = plan.a, plan.b, plan.a.name, plan.b.name
+    qf, kfl, v, batch, kf, tau, opts, dev = plan.q, plan.keys, plan.values, plan.batch, plan.k, plan.temperature, plan.options, plan.device
+    heads, n, m = qf.shape[0], qf.shape[-2], kfl.shape[-2]
+    dtype, rows, t_k, rank = qf.dtype, plan.plan.block_rows, plan.topk, plan.spearman
+    shared = plan.plan.path == "one_product"
     if shared:
-        alphas = (1.0 - kind_a.bias, 1.0 - kind_b.bias)
-        sh = SharedLogits(qf, kfl, k=kf, temperature=tau)
+        kernel = kernel_for(kind_a)
+        sh, alphas = kernel.shared(kind_a, kind_b, qf, kfl, kf, tau)
         big = float(max(sh.largest(alpha).max() for alpha in alphas)) if qf.numel() else 0.0
-        check_logit_range(big, q.dtype, tau, lambda: float(max(
-            SharedLogits(qf.double(), kfl.double(), k=kf, temperature=1.0).largest(alpha).max() for alpha in alphas)))
+        check_logit_range(big, dtype, tau, lambda t: float(max(
+            kernel.shared(kind_a, kind_b, qf.double(), kfl.double(), kf, t)[0].largest(alpha).max() for alpha in alphas)))
         err_a, err_b = sh.err(alphas[0]), sh.err(alphas[1])
         rnd_a, rnd_b = sh.rounding(alphas[0]), sh.rounding(alphas[1])
 
         def largest() -> float:
             return big
     else:
-        ka = operands(a, qf, kfl, k=kf, temperature=tau, opts=opts)
-        kb = operands(b, qf, kfl, k=kf, temperature=tau, opts=opts)
-        soft = [name for name, op in ((a, ka), (b, kb)) if not op.log]  # softmax logits can overflow; logs of products cannot
-        check_logit_range(max([op.largest() for op in (ka, kb) if not op.log], default=0.0), q.dtype, tau, lambda: max(
-            operands(name, qf.double(), kfl.double(), k=kf, temperature=1.0, opts=opts).largest() for name in soft))
-        err_a, err_b = ka.err, kb.err
-        rnd_a, rnd_b = ka.rounding, kb.rounding
+        kern_a, kern_b = kernel_for(kind_a), kernel_for(kind_b)
+        dense = plan.plan.path == "dense_rows"
+        ka = DenseRows(kern_a, kind_a, qf, kfl, kf, tau, opts) if dense else kern_a.operands(kind_a, qf, kfl, kf, tau, opts)
+        kb = DenseRows(kern_b, kind_b, qf, kfl, kf, tau, opts) if dense else kern_b.operands(kind_b, qf, kfl, kf, tau, opts)
 
         def largest() -> float:
-            return max(ka.largest(), kb.largest())
+            if dense:  # logs of the maps' weights: no kernel's rule applies
+                return max(ka.largest(), kb.largest())
+            return max(kern_a.largest_logit(kind_a, ka, dtype), kern_b.largest_logit(kind_b, kb, dtype))
+
+        def largest_at(t: float) -> float:
+            q64, k64 = qf.double(), kfl.double()
+            return max((kern.largest_logit(kind, kern.operands(kind, q64, k64, kf, t, opts), dtype)
+                       for kern, kind in ((kern_a, kind_a), (kern_b, kind_b)) if not dense), default=0.0)
+
+        check_logit_range(largest(), dtype, tau, largest_at)
+        err_a, err_b = ka.err, kb.err
+        rnd_a, rnd_b = ka.rounding, kb.rounding
 
     names = ("kl", "tv", "gap", "overlap", "ra", "ea", "rb", "eb", "ua", "ub", "pa", "pb") + (("rho",) if rank else ())
     out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
@@ -385,8 +524,8 @@ def compare(
     buf_c = torch.empty(rows, m, dtype=dtype, device=dev)
     tol_a, tol_b = (2.0 * err_a).to(dev), (2.0 * err_b).to(dev)
 
-    n_blocks = heads * math.ceil(n / rows)
-    show = progress
+    n_blocks = plan.plan.n_blocks
+    show = plan.progress
     if show is None:
         show = n_blocks >= 64 and n * m * heads >= 2**28 and sys.stderr.isatty()
     bar = None
@@ -430,7 +569,7 @@ def compare(
             f"(largest |s / tau| about {largest():.3g}) are beyond what {dtype} resolves at k = {kf:g}, "
             f"tau = {tau:g}; use float64, a larger temperature or a smaller k"
         )
-    home = q.device
+    home = plan.home
     shape = (*batch, n)
     # TV at the rounding level of the logits: identical maps in exact arithmetic whose logits are off by at most
     # rnd give a logit gap of at most 2 (rnd_a + rnd_b), hence TV <= tanh(gap / 4) <= (rnd_a + rnd_b) / 2; rnd is
@@ -468,7 +607,12 @@ def compare(
             allowance=allowance.to(dtype).to(home).reshape(shape),
             bound_met=met,
         )
-    return Comparison(
+    stats = {**out, "top1": top1, "fav": fav, "tol": tv_tol, "rho": out["rho"] if rank else None,
+             **{short: outputs[name] for short, name in (("og", "output_gap"), ("oua", "output_uniform_a"),
+                                                          ("oub", "output_uniform_b")) if name in outputs}}
+    half = plan.half
+    return assemble(
+        stats, shape, home, start,
         a=a,
         b=b,
         k=kf,
@@ -479,29 +623,16 @@ def compare(
         batch_shape=tuple(batch),
         n_queries=n,
         n_keys=m,
-        dim=d,
+        dim=qf.shape[-1] - 1,
         block_rows=rows,
         n_blocks=n_blocks,
-        kl=back(out["kl"]),
-        tv=back(out["tv"]),
-        tv_uniform_a=back(out["ua"]),
-        tv_uniform_b=back(out["ub"]),
-        logit_gap=back(out["gap"]),
-        top1=back(top1),
-        topk_overlap=back(out["overlap"]),
-        top1_weight=back(fav),
-        peak_a=back(out["pa"]),
-        peak_b=back(out["pb"]),
-        tv_tolerance=back(tv_tol),
-        spearman=back(out["rho"]) if rank else None,
-        power=p_f,
-        norm_scale=s_f,
-        n_queries_total=n_total,
-        row_index=row_index,
+        power=opts.get("power"),
+        norm_scale=opts.get("norm_scale"),
+        n_queries_total=plan.n_total,
+        row_index=plan.row_index,
         tolerance_basis=f"TV within the rounding of {str(dtype).replace('torch.', '')} logits of the size computed (tv_tolerance)",
-        elapsed_s=time.perf_counter() - start,
-        **{name: None if t is None else back(t) for name, t in outputs.items()},
         output_metric="geodesic distance between Lorentzian centroids" if v is not None else None,
+        plan=plan.plan,
         **bounds,
     )
 

@@ -37,19 +37,16 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from hypviz.base.messages import short
 
-__all__ = ["FAMILIES", "OPTIONS", "BUILT_IN", "Kind", "register", "unregister", "get", "names", "comparable", "softmax_names",
-           "shares_one_product", "bound_applies", "check"]
+__all__ = ["FAMILIES", "BUILT_IN", "Kind", "Names", "register", "unregister", "get", "names", "comparable", "softmax_names",
+           "bound_applies", "check"]
 
 #: The families of kinds (see the module's docstring).
 FAMILIES: tuple[str, ...] = ("softmax", "features", "gate")
-
-#: The parameters a kind may read besides ``k`` and ``temperature`` (its ``options``; each is checked by
-#: :func:`hypviz.attention.kernels.options`).
-OPTIONS: tuple[str, ...] = ("power", "norm_scale", "features", "seed", "bias")
 
 NAME_MAX = 64  # characters of a kind's name
 
@@ -70,7 +67,7 @@ class Kind:
     ``comparable``: whether :func:`hypviz.attention.compare` takes it (rows that sum to one).
 
     Every field is checked when the entry is made (a one-line ``ValueError`` naming the field: ``name`` a word,
-    ``options`` a tuple of distinct names from :data:`OPTIONS`, ``bias`` and ``constant`` finite real numbers,
+    ``options`` a tuple of distinct words (names its kernel declares), ``bias`` and ``constant`` finite real numbers,
     the texts non-empty single lines, the flags bools); :func:`register` also requires a kind computed by a
     built-in kind's kernel to have that kind's family and to declare the options that kernel reads.
     """
@@ -108,10 +105,10 @@ class Kind:
             object.__setattr__(self, "bias", _finite_real(self.bias, name, "bias", "a finite real number or None"))
         object.__setattr__(self, "constant", _finite_real(self.constant, name, "constant", "a finite real number"))
         opts = self.options
-        if (not isinstance(opts, tuple) or not all(isinstance(o, str) and o in OPTIONS for o in opts)
+        if (not isinstance(opts, tuple) or not all(isinstance(o, str) and o.isascii() and o.isidentifier() for o in opts)
                 or len(set(opts)) != len(opts)):
-            raise ValueError(f"Kind {name!r}: options must be a tuple of distinct option names from "
-                             f"{', '.join(map(repr, OPTIONS))}, got {short(opts)}")
+            raise ValueError(f"Kind {name!r}: options must be a tuple of distinct option names (words its kernel declares), "
+                             f"got {short(opts)}")
         for field in ("temperature", "comparable"):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(f"Kind {name!r}: {field} must be True or False, got {short(getattr(self, field))}")
@@ -159,7 +156,7 @@ def register(kind: Kind) -> Kind:
             f"Kind {kind.name!r}: family must be {peers[0].family!r} (the family of the kernel {kind.kernel!r}, as of the "
             f"built-in kind {peers[0].name!r}), got {short(kind.family)}"
         )
-    needed = [o for o in OPTIONS if any(o in kd.options for kd in peers) and o not in kind.options]
+    needed = [o for o in dict.fromkeys(o for kd in peers for o in kd.options) if o not in kind.options]
     if needed:
         raise ValueError(
             f"Kind {kind.name!r}: options must include {', '.join(map(repr, needed))} (the kernel {kind.kernel!r} reads "
@@ -193,6 +190,40 @@ def softmax_names() -> tuple[str, ...]:
     return tuple(n for n, kd in _REGISTRY.items() if kd.family == "softmax")
 
 
+class Names(Sequence[str]):
+    """A live, read-only view of the registered kinds that satisfy ``keep`` (read from the registry at each use).
+
+    Iterates, indexes, counts and prints as the tuple of those names now; a kind registered later is in it.
+    """
+
+    def __init__(self, keep: Callable[[Kind], bool], doc: str = ""):
+        self._keep, self.__doc__ = keep, doc or self.__doc__
+
+    def _now(self) -> tuple[str, ...]:
+        return tuple(n for n, kd in _REGISTRY.items() if self._keep(kd))
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._now()[i]
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._now()
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, Names)) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._now())
+
+    def __repr__(self) -> str:
+        return repr(self._now())
+
+
 def check(name: object, what: str = "kind", allowed: tuple[str, ...] | None = None) -> str:
     """``name`` if it is a registered kind (of ``allowed``); else one-line ``ValueError`` naming the choices."""
     allowed = names() if allowed is None else allowed
@@ -204,12 +235,6 @@ def check(name: object, what: str = "kind", allowed: tuple[str, ...] | None = No
 def get(name: object, what: str = "kind") -> Kind:
     """The :class:`Kind` named ``name`` (checked)."""
     return _REGISTRY[check(name, what)]
-
-
-def shares_one_product(a: str, b: str) -> bool:
-    """Whether two kinds' maps come from ONE product per block: two ``"bilinear"`` kinds whose biases differ."""
-    ka, kb = get(a), get(b)
-    return ka.kernel == kb.kernel == "bilinear" and ka.bias != kb.bias
 
 
 def bound_applies(a: str, b: str) -> bool:

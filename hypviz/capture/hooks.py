@@ -15,7 +15,7 @@ from hypviz.lorentz import check_k, check_points, from_poincare
 from hypviz.capture.family_readers import READERS, reader_for, unrecognised
 from hypviz.capture.readers import (STRUCTURE, GenericReader, HypformerReader, Recorder, closest, dropout_active,
                                     is_hypformer_layer, read_points)
-from hypviz.capture.records import MODELS, RECORD_OPTIONS, LayerRecord, opt_float, save
+from hypviz.capture.records import MODELS, LayerRecord, opt_float, recorded_options, save
 
 __all__ = ["Capture", "attention"]
 
@@ -264,7 +264,7 @@ class Capture(Recorder):
         extra: dict[str, Any] = {}
         kd = registry.get(self.kind)
         if not kd.temperature:
-            extra = {o: getattr(self, o) for o in kd.options if o in RECORD_OPTIONS}
+            extra = {o: getattr(self, o) for o in recorded_options(kd.name)}
         else:
             extra = {"temperature": self.temperature if self.temperature is not None else math.sqrt(q.shape[-1] - 1),
                      "temperature_source": "given" if self.temperature is not None else "default"}

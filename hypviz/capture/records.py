@@ -22,6 +22,7 @@ import torch
 
 from hypviz.base.messages import short, torch_load_reason
 from hypviz.attention import attention_map
+from hypviz.attention.kernels import kernel_for
 from hypviz.base import kinds as registry
 from hypviz.lorentz import as_tensor, check_k, check_points
 
@@ -60,15 +61,20 @@ def modes() -> tuple[str, ...]:
 MODELS: tuple[str, ...] = ("lorentz", "poincare")
 HYPFORMER_KIND = {"linear_focused": "focused", "full": "distance"}
 ROLES = ("queries", "keys", "values")
-#: The options of a kind (:attr:`hypviz.base.kinds.Kind.options`) a record holds as fields, and whether a record
-#: of a kind that reads it must give it (``bias`` is optional: None reads as 0).
-RECORD_OPTIONS: dict[str, bool] = {"power": True, "norm_scale": True, "bias": False}
 # optional fields of a record (file version 1 without them reads as before)
 _EXTRA_FIELDS = ("bias", "scale_sign", "aggregation", "verify_error", "verify_tolerance", "verify_note", "dtype",
                  "training", "temperature_source", "mask", "adjacency", "batch", "detail", "checked", "head_temperatures",
                  "checked_output", "self_term", "digests")
 #: The file names a capture is saved under: what ``hypviz compare CAPTURE`` reads.
 EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
+
+
+def recorded_options(kind: str) -> dict[str, bool]:
+    """The options of ``kind`` a record holds as fields, and whether a record of it must give each: as its kernel
+    declares them (:class:`hypviz.attention.kernels.Option`'s ``recorded``; an optional one that is None reads as its default)."""
+    kd = registry.get(kind)
+    declared = kernel_for(kd).options
+    return {o: declared[o].recorded for o in kd.options if o in declared and declared[o].recorded is not None}
 
 
 def opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool = True) -> float | None:
@@ -237,7 +243,7 @@ class LayerRecord:
         self.power = opt_float(self.power, f"LayerRecord {short(self.name)}: power", positive=True)
         self.norm_scale = opt_float(self.norm_scale, f"LayerRecord {short(self.name)}: norm_scale")
         self.temperature = opt_float(self.temperature, f"LayerRecord {short(self.name)}: temperature", positive=True)
-        needs = [o for o in registry.get(self.kind).options if o in RECORD_OPTIONS and RECORD_OPTIONS[o]]
+        needs = [o for o, must in recorded_options(self.kind).items() if must]
         if any(getattr(self, o) is None for o in needs):
             raise ValueError(f"LayerRecord {short(self.name)}: kind {self.kind!r} needs {' and '.join(needs)}, got None")
         self.bias = opt_float(self.bias, f"LayerRecord {short(self.name)}: bias")
@@ -375,8 +381,8 @@ class LayerRecord:
     def map_options(self) -> dict[str, Any]:
         """The parameters the kind's map reads besides ``k`` and ``temperature`` (its registry entry's ``options``),
         from this record's fields: ``power`` and ``norm_scale`` (focused), ``bias`` (the gate; None reads as 0)."""
-        return {o: (getattr(self, o) if o != "bias" else self.bias or 0.0)
-                for o in registry.get(self.kind).options if o in RECORD_OPTIONS}
+        declared = kernel_for(registry.get(self.kind)).options
+        return {o: declared[o].default if getattr(self, o) is None else getattr(self, o) for o in recorded_options(self.kind)}
 
     def check(self, where: str | None = None) -> LayerRecord:
         """Check that queries, keys and values lie on the hyperboloid (in their own dtype); return ``self``.

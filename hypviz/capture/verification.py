@@ -53,6 +53,7 @@ from typing import Any, Callable
 import torch
 
 from hypviz.attention import attention_map, focused_linear_attention
+from hypviz.attention.kernels import distance_logits
 from hypviz.lorentz import lift
 
 __all__ = ["AGGREGATIONS", "tolerance", "relative_error", "layer_map", "rebuild", "verify", "fit_temperature",
@@ -123,11 +124,10 @@ def layer_map(rec: Any) -> torch.Tensor:
     if rec.scale_sign < 0:
         if rec.kind != "distance":
             raise ValueError(f"layer {rec.name!r}: a negative scale is handled for kind 'distance' only, got {rec.kind!r}")
-        inner_ = q[..., 1:] @ kk[..., 1:].transpose(-1, -2) - q[..., :1] @ kk[..., :1].transpose(-1, -2)
-        sq = (-2.0 * rec.k - 2.0 * inner_).clamp_min(0.0)
+        half_sq = distance_logits(q, kk, k=rec.k, temperature=-1.0)  # +1/2 |q - kappa|^2_L >= 0, the kernels' stable operands
         tau = rec.temperature if rec.head_temperatures is None else \
             torch.tensor(rec.head_temperatures, dtype=_F64).reshape(-1, 1, 1)
-        return rec.applied(torch.softmax(0.5 * sq / tau, dim=-1))
+        return rec.applied(torch.softmax(half_sq / tau, dim=-1))
     return rec.applied(rec.unmasked_map(q, kk))
 
 

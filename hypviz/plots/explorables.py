@@ -100,6 +100,22 @@ __all__ = [
 ArrayLike = Any
 
 
+#: The two kinds whose gap the explorers (a) to (c) show: the thread's spatial map and Hypformer's distance map,
+#: the pair whose gap collapses onto r^2 / tau (read from the registry by each sweep, never recomputed here).
+_THREAD_PAIR: tuple[str, str] = ("spatial", "distance")
+
+
+def _gap_and_weights(q: torch.Tensor, keys: torch.Tensor, qi: int, k: float,
+                     temperature: float) -> tuple[float, float, float, np.ndarray, np.ndarray]:
+    """The pair's mean gap, baseline and their ratio (:func:`hypviz.attention.compare`) and query ``qi``'s weights
+    under each map, times ``M`` (:func:`hypviz.attention.attention_map`): one step of a sweep."""
+    a, b = (checked_kind(name, "kind") for name in _THREAD_PAIR)
+    c = att.compare(q, keys, a, b, k=k, temperature=temperature, device="cpu", spearman=False)
+    m = keys.shape[0]
+    w_a, w_b = (m * att.attention_map(q[qi:qi + 1], keys, kind, k=k, temperature=temperature)[0].numpy() for kind in (a, b))
+    return c.mean_tv, c.mean_tv_uniform_b, math.nan if c.gap_ratio is None else c.gap_ratio, w_a, w_b
+
+
 # --------------------------------------------------------------------------- #
 # (a) norm scale and temperature
 # --------------------------------------------------------------------------- #
@@ -163,11 +179,7 @@ def norm_temperature_explorer(
     for i, r in enumerate(rs.tolist()):
         Q, K = L.lift(r * q0[:, 1:], k=kf), L.lift(r * k0[:, 1:], k=kf)
         for t, tau in enumerate(taus.tolist()):
-            c = att.compare(Q, K, "spatial", "distance", k=kf, temperature=tau, device="cpu", spearman=False)
-            gap[t, i], base[t, i] = c.mean_tv, c.mean_tv_uniform_b
-            ratio[t, i] = math.nan if c.gap_ratio is None else c.gap_ratio
-            for kind, out in (("spatial", w_s), ("distance", w_d)):
-                out[t, i] = M * att.attention_map(Q[qi:qi + 1], K, kind, k=kf, temperature=tau)[0].numpy()
+            gap[t, i], base[t, i], ratio[t, i], w_s[t, i], w_d[t, i] = _gap_and_weights(Q, K, qi, kf, tau)
     key_norm = k0[:, 1:].norm(dim=-1).numpy()
     rel_norm = fixed(key_norm / key_norm.mean(), 3)
     x_coll = rs[None, :] ** 2 / taus[:, None]  # r^2 / tau, (T, R)
@@ -325,11 +337,7 @@ def key_spread_explorer(
     w_s, w_d = np.zeros((S, M)), np.zeros((S, M))
     for i, s in enumerate(ss.tolist()):
         K = L.lift(u * (m * (1.0 + s * w))[:, None], k=kf)
-        c = att.compare(q, K, "spatial", "distance", k=kf, temperature=tau, device="cpu", spearman=False)
-        gap[i], base[i] = c.mean_tv, c.mean_tv_uniform_b
-        ratio[i] = math.nan if c.gap_ratio is None else c.gap_ratio
-        w_s[i] = M * att.attention_map(q[qi:qi + 1], K, "spatial", k=kf, temperature=tau)[0].numpy()
-        w_d[i] = M * att.attention_map(q[qi:qi + 1], K, "distance", k=kf, temperature=tau)[0].numpy()
+        gap[i], base[i], ratio[i], w_s[i], w_d[i] = _gap_and_weights(q, K, qi, kf, tau)
 
     fig = three_panels(("gap and baseline against the spread s", "gap / baseline",
                          f"one query's weights × M (query {qi})"))
@@ -434,7 +442,8 @@ def disk_query_explorer(
     P, M = qs.shape[0], kk.shape[0]
     root_k = math.sqrt(kf)
 
-    weights = {kind: att.attention_map(qs, kk, kind, k=kf, temperature=tau).numpy() for kind in ("spatial", "distance")}
+    weights = dict(zip(("spatial", "distance"), (att.attention_map(qs, kk, kind, k=kf, temperature=tau).numpy()
+                                                for kind in _THREAD_PAIR)))
     dists = L.dist(qs[:, None, :], kk[None, :, :], k=kf).numpy()  # (P, M) geodesic distances
     disk_q = L.to_poincare(qs, k=kf).numpy()
     disk_k = L.to_poincare(kk, k=kf).numpy()
