@@ -30,7 +30,7 @@ class SoftCapped(kernels.Kernel):
 
     options = {"cap": kernels.Option(lambda v, name: validate.positive(v, name, " (the logit cap)"), CAP)}
 
-    def operands(self, kind, q, keys, k, temperature, opts):
+    def operands(self, kind, q, keys, *, k, temperature, opts):
         a, b, cap = q[..., 1:] / temperature, keys[..., 1:], opts["cap"]
         # cap tanh(x / cap) is 1-Lipschitz: the product's rounding passes through, plus that of div, tanh and mul,
         # a few eps of the finished logit, which is at most min(cap, the row's product bound)
@@ -46,7 +46,7 @@ class SoftCapped(kernels.Kernel):
         # the finished logits never exceed the cap; only a product that overflows the dtype itself is refused
         return float("inf") if product >= torch.finfo(dtype).max else min(product, ops.cap)
 
-    def dense(self, kind, q, keys, k, temperature, opts):
+    def dense(self, kind, q, keys, *, k, temperature, opts):
         s = q[..., 1:] @ keys[..., 1:].transpose(-1, -2) / temperature
         return torch.softmax(_cap_(s, opts["cap"]), dim=-1)
 
@@ -108,7 +108,7 @@ def test_the_kernel_checks_its_options_and_rules_its_largest_logit(soft_capped):
     q, kk = harness._points(10, 1.0, 3).float(), harness._points(12, 1.0, 4).float()
     # logits at most the cap at any temperature: one at which the spatial logits would reach a quarter of
     # float32's range is refused for "spatial" (it needs a margin of 16) and fine here (the product stays finite)
-    at_1 = kernels.operands("spatial", q[None], kk[None], harness.K, 1.0, {}).largest()
+    at_1 = kernels.operands("spatial", q[None], kk[None], k=harness.K, temperature=1.0, opts={}).largest()
     tau = at_1 / (torch.finfo(torch.float32).max / 4)
     res = att.compare(q, kk, "soft_capped", "focused", k=harness.K, temperature=tau)
     assert bool(torch.isfinite(res.tv).all()) and bool(torch.isfinite(res.kl).all())
@@ -131,8 +131,8 @@ def test_a_kernel_still_computing_a_kind_is_not_unregistered(soft_capped):
 class GeodesicRows(kernels.Kernel):
     """The softmax of ``-d(q, kappa) / tau`` (``d`` not squared), with a dense map only: no operands declared."""
 
-    def dense(self, kind, q, keys, k, temperature, opts):
-        u = kernels.distance_logits(q, keys, k, -1.0 / k)  # |q - kappa|^2_L / 2k
+    def dense(self, kind, q, keys, *, k, temperature, opts):
+        u = kernels.distance_logits(q, keys, k=k, temperature=-k)  # |q - kappa|^2_L / 2k
         return torch.softmax(-(k ** 0.5) * torch.log1p(u + torch.sqrt(u * (u + 2.0))) / temperature, dim=-1)
 
 

@@ -134,7 +134,7 @@ def test_the_rounding_bound_holds_and_is_not_loose_by_orders(kind, r):
     # the float32 product of float32 operands against the same operands' product in float64
     q, kk = _points(64, r, 5).float(), _points(200, r, 6).float()
     opts = kernels.options(kinds.get(kind), {**{n: OPTIONS[n] for n in ("power", "norm_scale", "seed")}, "features": 256})
-    ops = kernels.operands(kind, q[None], kk[None], K, TAU, opts)
+    ops = kernels.operands(kind, q[None], kk[None], k=K, temperature=TAU, opts=opts)
     low = ops.finish_(ops.A[0] @ ops.B[0].T).double()
     exact = ops.finish_(ops.A[0].double() @ ops.B[0].double().T)
     err = (low - exact).abs().amax(-1)

@@ -45,7 +45,7 @@ def _lorentz_vs_distance(dtype: torch.dtype) -> Comparison:
     from hypviz.attention.maps import attention_map
 
     q, kk = _gaussian(0.1, seed=1, dtype=dtype), _gaussian(0.1, seed=2, dtype=dtype)
-    inner = raw_scores("lorentz", q, kk, 1.0)
+    inner = raw_scores("lorentz", q, kk, k=1.0)
     return compare_maps(torch.softmax(inner / 8.0, dim=-1), attention_map(q, kk, "distance", temperature=8.0),
                         a="softmax(<q,kappa>_L / tau), direct", b="distance")
 

@@ -229,7 +229,7 @@ class Kernel:
     #: The parameters this kernel reads, by name (a kind of this kernel lists those it reads in its ``options``).
     options: dict[str, Option] = {}
 
-    def operands(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float,
+    def operands(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
                  opts: dict[str, Any]) -> Operands:
         raise ValueError(f"kind {kind.name!r} is not compared row by row (its rows are not log-linear in one product)")
 
@@ -238,11 +238,11 @@ class Kernel:
         by default the product bound :meth:`Operands.largest`."""
         return ops.largest()
 
-    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float,
+    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
               opts: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError(f"kind {kind.name!r}: kernel {type(self).__name__} has no dense map")
 
-    def scores(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float) -> torch.Tensor:
+    def scores(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float) -> torch.Tensor:
         raise ValueError(f"kind {kind.name!r} has no scores (it is not a softmax of scores); "
                          f"scores exist for {', '.join(map(repr, score_kinds()))}")
 
@@ -258,7 +258,7 @@ class Kernel:
         """Whether the kinds ``a`` and ``b`` (both of this kernel) come from ONE product per block; none by default."""
         return False
 
-    def shared(self, a: Kind, b: Kind, q: torch.Tensor, keys: torch.Tensor, k: float,
+    def shared(self, a: Kind, b: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float,
                temperature: float) -> tuple[SharedLogits, tuple[float, float]]:
         r"""The one-product logits of ``a`` and ``b`` and each kind's :math:`\alpha` (when :meth:`shares_product`)."""
         raise ValueError(f"kinds {a.name!r} and {b.name!r} do not share one product (kernel {type(self).__name__})")
@@ -274,14 +274,14 @@ class DenseRows(Operands):
     not bounded a priori.
     """
 
-    def __init__(self, kernel: Kernel, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float,
+    def __init__(self, kernel: Kernel, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
                  opts: dict[str, Any]):
         self.kernel, self.entry, self.k, self.temperature, self.opts = kernel, kind, k, temperature, opts
         eps, rows = torch.finfo(q.dtype).eps, rows_for(4 * 2**20, keys.shape[-2], q.element_size())
         level = torch.empty(q.shape[:-1], dtype=q.dtype, device=q.device)
         for h in range(q.shape[0]):
             for i in range(0, q.shape[-2], rows):
-                p = kernel.dense(kind, q[h, i:i + rows], keys[h], k, temperature, opts)
+                p = kernel.dense(kind, q[h, i:i + rows], keys[h], k=k, temperature=temperature, opts=opts)
                 top = p.amax(dim=-1, keepdim=True)
                 spread = (p * (top.log() - p.clamp_min(torch.finfo(p.dtype).tiny).log())).sum(dim=-1)
                 level[h, i:i + rows] = 8.0 * eps * (1.0 + spread.clamp_min(1.0))
@@ -289,7 +289,7 @@ class DenseRows(Operands):
 
     def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """The log of the dense map's rows ``a_rows`` (query points) against the keys ``b_t`` (transposed), into ``out``."""
-        out.copy_(self.kernel.dense(self.entry, a_rows, b_t.transpose(0, 1), self.k, self.temperature, self.opts))
+        out.copy_(self.kernel.dense(self.entry, a_rows, b_t.transpose(0, 1), k=self.k, temperature=self.temperature, opts=self.opts))
         return self.finish_(out)
 
     def largest(self) -> float:
@@ -344,17 +344,17 @@ class Bilinear(Kernel):
     def _finish(self, kind: Kind) -> Callable[[torch.Tensor], torch.Tensor]:
         return clamp_nonpositive_ if kind.bias == 0.0 and kind.constant == 0.0 else as_is_
 
-    def operands(self, kind, q, keys, k, temperature, opts):
+    def operands(self, kind, q, keys, *, k, temperature, opts):
         a, b = self._ab(kind, q, keys, k, temperature)
         err = logit_error(a, b)
         return Operands(kind.name, a, b, err, finish=self._finish(kind), rounding=logit_rounding(a, b, err))
 
-    def dense(self, kind, q, keys, k, temperature, opts):
+    def dense(self, kind, q, keys, *, k, temperature, opts):
         a, b = self._ab(kind, q, keys, k, temperature)
         logits = a @ b.transpose(-1, -2)  # (..., N, M): the only N x M allocation
         return _softmax(self._finish(kind)(logits))
 
-    def scores(self, kind, q, keys, k):
+    def scores(self, kind, q, keys, *, k):
         r"""Raw scores :math:`-\frac12\|q - \kappa\|_L^2 + c\, q_t \kappa_t - o k`, by the direct product where one exists."""
         if kind.bias == 1.0 and kind.constant == 1.0:  # q_s . kappa_s
             return q[..., 1:] @ keys[..., 1:].transpose(-1, -2)
@@ -367,7 +367,7 @@ class Bilinear(Kernel):
     def shares_product(self, a, b):
         return kernel_for(a) is self and kernel_for(b) is self and a.bias != b.bias
 
-    def shared(self, a, b, q, keys, k, temperature):
+    def shared(self, a, b, q, keys, *, k, temperature):
         return SharedLogits(q, keys, k=k, temperature=temperature), (1.0 - a.bias, 1.0 - b.bias)
 
 
@@ -376,7 +376,7 @@ class Focused(Kernel):
 
     options = {"power": Option(_check_power, 2.0, recorded=True), "norm_scale": Option(_check_norm_scale, 1.0, recorded=True)}
 
-    def operands(self, kind, q, keys, k, temperature, opts):
+    def operands(self, kind, q, keys, *, k, temperature, opts):
         a, b = feature_map(q[..., 1:], opts["power"]), feature_map(keys[..., 1:], opts["power"])
         # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c, plus the log's own rounding
         gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
@@ -385,7 +385,7 @@ class Focused(Kernel):
     def largest_logit(self, kind, ops, dtype):
         return 0.0  # the log of a finite float cannot overflow
 
-    def dense(self, kind, q, keys, k, temperature, opts, eps: float = 0.0):
+    def dense(self, kind, q, keys, *, k, temperature, opts, eps: float = 0.0):
         fq, fk = feature_map(q[..., 1:], opts["power"]), feature_map(keys[..., 1:], opts["power"])
         a = fq @ fk.transpose(-1, -2)
         return a.div_(a.sum(dim=-1, keepdim=True).add_(norm_scale_eps(eps, opts["norm_scale"])))
@@ -397,9 +397,9 @@ class RandomFeatures(Kernel):
     options = {"features": Option(lambda v, name: validate.features(v), 256),
                "seed": Option(lambda v, name: validate.seed(v, name), 0)}
 
-    def operands(self, kind, q, keys, k, temperature, opts):
+    def operands(self, kind, q, keys, *, k, temperature, opts):
         omega = random_directions(opts["features"], q.shape[-1], seed=opts["seed"], dtype=q.dtype).to(q.device)
-        a, b = feature_operands(q, keys, k, temperature, omega)
+        a, b = feature_operands(q, keys, k=k, temperature=temperature, omega=omega)
         # the log of A @ B^T: on rows of positive terms (no control variate) off by <= gamma_c; on rows with
         # the control variate (terms of both signs) gamma_c sum_c |A_ic| max_j |B_jc|, relative to the row's mean weight
         gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
@@ -414,7 +414,7 @@ class RandomFeatures(Kernel):
     def largest_logit(self, kind, ops, dtype):
         return 0.0  # the log of a finite float cannot overflow
 
-    def dense(self, kind, q, keys, k, temperature, opts):
+    def dense(self, kind, q, keys, *, k, temperature, opts):
         return distance_rf_map(q, keys, k=k, temperature=temperature, features=opts["features"], seed=opts["seed"])
 
 
@@ -423,14 +423,14 @@ class Gate(Kernel):
 
     options = {"bias": Option(lambda v, name: validate.number(v, name), 0.0, recorded=False)}
 
-    def dense(self, kind, q, keys, k, temperature, opts):
+    def dense(self, kind, q, keys, *, k, temperature, opts):
         return torch.sigmoid(distance_logits(q, keys, k=k, temperature=temperature).add_(opts["bias"]))
 
 
 class Geodesic(Kernel):
     r"""The softmax of the hyperbolic distance itself, :math:`-d(q, \kappa)/\tau`, :math:`d = \sqrt k \operatorname{arcosh}(1 + \|q-\kappa\|_L^2/2k)`."""
 
-    def dense(self, kind, q, keys, k, temperature, opts):
+    def dense(self, kind, q, keys, *, k, temperature, opts):
         u = distance_logits(q, keys, k=k, temperature=-k)  # |q - kappa|^2_L / 2k; arcosh(1 + u) = log1p(u + sqrt(u (u + 2)))
         dist = math.sqrt(k) * torch.log1p(u + torch.sqrt(u * (u + 2.0)))
         return torch.softmax(-dist / temperature, dim=-1)
@@ -484,22 +484,22 @@ def score_kinds() -> tuple[str, ...]:
     return tuple(n for n in kinds.names() if kinds.get(n).kernel in KERNELS and KERNELS[kinds.get(n).kernel].has_scores())
 
 
-def operands(name: str, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float, opts: dict[str, Any]) -> Operands:
+def operands(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> Operands:
     """:class:`Operands` of the kind ``name`` (flattened ``(H, n, d + 1)`` checked points)."""
     kind = kinds.get(name)
-    return kernel_for(kind).operands(kind, q, keys, k, temperature, opts)
+    return kernel_for(kind).operands(kind, q, keys, k=k, temperature=temperature, opts=opts)
 
 
-def dense_map(name: str, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float, opts: dict[str, Any]) -> torch.Tensor:
+def dense_map(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> torch.Tensor:
     """The map of the kind ``name``, ``(..., N, M)``, from checked points."""
     kind = kinds.get(name)
-    return kernel_for(kind).dense(kind, q, keys, k, temperature, opts)
+    return kernel_for(kind).dense(kind, q, keys, k=k, temperature=temperature, opts=opts)
 
 
-def raw_scores(name: str, q: torch.Tensor, keys: torch.Tensor, k: float) -> torch.Tensor:
+def raw_scores(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float) -> torch.Tensor:
     """The scores of the softmax kind ``name``, ``(..., N, M)``, from checked points."""
     kind = kinds.get(name)
-    return kernel_for(kind).scores(kind, q, keys, k)
+    return kernel_for(kind).scores(kind, q, keys, k=k)
 
 
 class SharedLogits:

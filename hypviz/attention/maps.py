@@ -79,7 +79,7 @@ def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) ->
     """
     check_kind(kind, allowed=tuple(SOFTMAX_KINDS))
     q, kk, _, kf, _ = checked_inputs(queries, keys, k=k)
-    return raw_scores(kind, q, kk, kf)
+    return raw_scores(kind, q, kk, k=kf)
 
 
 
@@ -180,7 +180,7 @@ def attention_map(
     q, kk, _, kf, _ = checked_inputs(queries, keys, k=k, heads_axis=heads_axis)
     tau = check_temperature(temperature, q.shape[-1] - 1) if kd.temperature else 0.0
     opts = options(kd, dict(power=power, norm_scale=norm_scale, features=features, seed=seed, bias=bias))
-    return dense_map(kind, q, kk, kf, tau, opts)
+    return dense_map(kind, q, kk, k=kf, temperature=tau, opts=opts)
 
 
 def focused_linear_map(

@@ -487,10 +487,10 @@ def run_compare(plan: ComparePlan) -> Comparison:
     shared = plan.plan.path == "one_product"
     if shared:
         kernel = kernel_for(kind_a)
-        sh, alphas = kernel.shared(kind_a, kind_b, qf, kfl, kf, tau)
+        sh, alphas = kernel.shared(kind_a, kind_b, qf, kfl, k=kf, temperature=tau)
         big = float(max(sh.largest(alpha).max() for alpha in alphas)) if qf.numel() else 0.0
         check_logit_range(big, dtype, tau, lambda t: float(max(
-            kernel.shared(kind_a, kind_b, qf.double(), kfl.double(), kf, t)[0].largest(alpha).max() for alpha in alphas)))
+            kernel.shared(kind_a, kind_b, qf.double(), kfl.double(), k=kf, temperature=t)[0].largest(alpha).max() for alpha in alphas)))
         err_a, err_b = sh.err(alphas[0]), sh.err(alphas[1])
         rnd_a, rnd_b = sh.rounding(alphas[0]), sh.rounding(alphas[1])
 
@@ -499,8 +499,8 @@ def run_compare(plan: ComparePlan) -> Comparison:
     else:
         kern_a, kern_b = kernel_for(kind_a), kernel_for(kind_b)
         dense = plan.plan.path == "dense_rows"
-        ka = DenseRows(kern_a, kind_a, qf, kfl, kf, tau, opts) if dense else kern_a.operands(kind_a, qf, kfl, kf, tau, opts)
-        kb = DenseRows(kern_b, kind_b, qf, kfl, kf, tau, opts) if dense else kern_b.operands(kind_b, qf, kfl, kf, tau, opts)
+        ka = DenseRows(kern_a, kind_a, qf, kfl, k=kf, temperature=tau, opts=opts) if dense else kern_a.operands(kind_a, qf, kfl, k=kf, temperature=tau, opts=opts)
+        kb = DenseRows(kern_b, kind_b, qf, kfl, k=kf, temperature=tau, opts=opts) if dense else kern_b.operands(kind_b, qf, kfl, k=kf, temperature=tau, opts=opts)
 
         def largest() -> float:
             if dense:  # logs of the maps' weights: no kernel's rule applies
@@ -509,7 +509,7 @@ def run_compare(plan: ComparePlan) -> Comparison:
 
         def largest_at(t: float) -> float:
             q64, k64 = qf.double(), kfl.double()
-            return max((kern.largest_logit(kind, kern.operands(kind, q64, k64, kf, t, opts), dtype)
+            return max((kern.largest_logit(kind, kern.operands(kind, q64, k64, k=kf, temperature=t, opts=opts), dtype)
                        for kern, kind in ((kern_a, kind_a), (kern_b, kind_b)) if not dense), default=0.0)
 
         check_logit_range(largest(), dtype, tau, largest_at)
