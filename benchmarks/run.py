@@ -16,9 +16,12 @@ measuring).  What is measured (float32, d = 64; the floors are checked by the re
    (floor: at most 1.0x the two calls; the fraction of matmul throughput = mm time / compare time);
 4. ``compare()`` at N = M = 65,536 in a fresh subprocess: time, peak extra resident memory (VmHWM
    reset through /proc/self/clear_refs, cross-checked by sampling VmRSS every 10 ms) and the
-   same-shape ``torch.mm`` timed in that process by row blocks (floors: at most 25 s, at most 1 GiB);
+   same-shape ``torch.mm`` timed in that process by row blocks (floors: at most 2.5x that matmul's time,
+   at most 25 s, at most 1 GiB);
 5. ``compare(q, k, rows=4096, seed=0)`` at N = M = 1,000,000 in a fresh subprocess that makes its own
-   inputs: time and peak extra memory (floors: under 60 s, under 1 GiB);
+   inputs: time, peak extra memory and its same-shape matmul (floors: at most 2.5x the matmul, under 60 s,
+   under 1 GiB).  ``--only compare`` runs sections 3, 4 and 5 alone, in one run, and merges them into an
+   existing results file (each with the machine and load it ran under);
 6. ``focused_linear_attention`` against the quadratic form ``focused_linear_map(...) @ V_s`` for N from
    1,024 to 65,536: time and peak tensor memory; the quadratic form only where its N x N map fits;
 7. on a CUDA machine, ``benchmarks/gpu.py``'s checks and rows; elsewhere that section says "not measured";

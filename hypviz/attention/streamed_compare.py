@@ -45,6 +45,7 @@ _DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffe
 _MIN_BLOCK_ROWS = 32  # compare on CPU: rows per block the cache-sized default may not go below (budget permitting)
 _SPEARMAN_MAX_KEYS = 4096  # compare: rank correlations by default only up to this many keys
 _L2_FALLBACK = 2**20  # per-core L2 bytes assumed where the CPU's caches cannot be read
+_MIN_BLOCK_ELEMENTS = 2**20  # compare on CPU: elements per buffer at least, so that torch's fixed cost per call stays small
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,16 +72,19 @@ def _block_rows_for(m: int, itemsize: int, budget: int | None, dev: torch.device
     of the free device memory (at least 256 MiB, at most 8 GiB); on the CPU, one buffer the size of
     the L2 caches of the threads that share each pass (``torch.get_num_threads()`` times the per-core
     L2 of :func:`_l2_bytes`, or ``HYPVIZ_BLOCK_BYTES`` when set), so that the statistics' passes over a
-    block stay in cache, but never fewer than 32 rows while 256 MiB allow: with fewer rows the matrix
-    product re-reads all keys for every few queries (spatial vs distance, N = 1,024, M = 65,536, d = 64,
-    float32, one thread: 8 rows per block took 1.27x the CPU time of 32 rows; 16 to 64 rows within 7 %).
+    block stay in cache where the caches are large, and at least 2^20 elements (about 50 torch calls
+    per block each cost a fixed overhead beside their work), but never fewer than 32 rows while 256 MiB
+    allow: with fewer rows the matrix product re-reads all keys for every few queries (spatial vs
+    distance, N = 1,024, M = 65,536, d = 64, float32, one thread: 8 rows per block took 1.27x the CPU
+    time of 32 rows; 16 to 64 rows within 7 %).
     """
     if budget is None:
         budget = _DEFAULT_BUDGET
         if dev.type == "cuda":
             budget = max(budget, min(8 * 2**30, torch.cuda.mem_get_info(dev)[0] // 4))
         else:
-            cache = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 0)) or _l2_bytes() * torch.get_num_threads()
+            cache = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 0)) or max(
+                _l2_bytes() * torch.get_num_threads(), _MIN_BLOCK_ELEMENTS * itemsize)
             rows_cap = max(rows_for(cache, m, itemsize), _MIN_BLOCK_ROWS)
             budget = min(budget, 3 * m * itemsize * rows_cap)
     return max(1, budget // (3 * m * itemsize))
