@@ -209,6 +209,7 @@ def section_vs_maps(results: dict[str, Any]) -> Section:
     r = c["results"]
     names = c["names"]
     body = [
+        *_measured_on(c),
         f"N = M = {c['n']:,}, d = {c['d']}, float32, {c['threads']} threads. `compare(q, κ, \"spatial\", \"distance\")` (one matrix",
         "product per row block; the distance map is a rank-one update of the spatial one, statistics fused) against",
         "`attention_map(q, κ, \"spatial\")` and `attention_map(q, κ, \"distance\")` (the two dense maps a comparison",
@@ -265,10 +266,42 @@ def _mm_rows(c: dict[str, Any]) -> list[str]:
     ]
 
 
+def _measured_on(c: dict[str, Any]) -> list[str]:
+    """A section measured in its own run (``run.py --only compare``): where, when and under what load."""
+    m = c.get("machine")
+    if m is None:
+        return []
+    return [
+        f"Measured separately (`python benchmarks/run.py --only compare`: sections 3, 4 and 5 in one run) on "
+        f"**{machine_name(m)}**, torch {m.get('torch')} with {m.get('torch_threads')} threads ({m.get('cpu_capability')}), "
+        f"{m.get('date_utc')} UTC, 1/5/15-minute load average {m.get('load_average_at_start')} at its start.",
+        "",
+    ]
+
+
+def _ratio_rows(c: dict[str, Any], ratio: float | None, ok: bool | None) -> list[str]:
+    if c.get("floor_ratio_mm") is None:
+        return []
+    value = "not measured" if ratio is None else f"{ratio:.2f}x: {word(ok)}"
+    return [f"| ratio: time of `compare()` / time of the same-shape `torch.mm` (floor at most {c['floor_ratio_mm']:g}x) | {value} |"]
+
+
 def _throughput(c: dict[str, Any]) -> str:
     if c.get("fraction_of_mm") is None:
         return ""
     return f"; {fmt_pct(c['fraction_of_mm'])} of the matmul throughput ({fmt_pct(c['fraction_of_mm_2'])} counting two products)"
+
+
+def _mm_ratio(c: dict[str, Any]) -> tuple[float | None, bool | None, str, str]:
+    """``compare()``'s time over the same-shape matmul's, its verdict, the result's leading words and the floor's (empty without a floor)."""
+    cap = c.get("floor_ratio_mm")
+    if cap is None:
+        return None, None, "", ""
+    if c.get("mm") is None:
+        return None, None, "ratio to the same-shape matmul not measured; ", f"at most {cap:g}x the same-shape `torch.mm`, "
+    ratio = c["time_s"] / c["mm"]["time_s"]
+    ok = ratio <= cap
+    return ratio, ok, f"{ratio:.2f}x the same-shape matmul ({word(ok)}); ", f"at most {cap:g}x the same-shape `torch.mm`, "
 
 
 def _peak(c: dict[str, Any]) -> float:
@@ -292,8 +325,11 @@ def section_large(results: dict[str, Any]) -> Section:
     c = {"floor_time_s": 25.0, "floor_bytes": GiB, "fraction_of_mm": None, "fraction_of_mm_2": None, **c}
     floor = f"at most {c['floor_time_s']:g} s on 2 cores and at most {fmt_b(c['floor_bytes'])} extra memory"
     ok_t, ok_m = c["time_s"] <= c["floor_time_s"], _peak(c) <= c["floor_bytes"]
-    result = f"{fmt_s(c['time_s'])} ({word(ok_t)}), peak extra memory {fmt_b(_peak(c))} ({word(ok_m)})" + _throughput(c)
+    ratio, ok_r, lead, floor_r = _mm_ratio(c)
+    floor = floor_r + floor
+    result = lead + f"{fmt_s(c['time_s'])} ({word(ok_t)}), peak extra memory {fmt_b(_peak(c))} ({word(ok_m)})" + _throughput(c)
     body = [
+        *_measured_on(c),
         f"N = M = {c['n']:,}, d = {c['d']}, `compare(q, κ, \"spatial\", \"distance\")` on {c['device']} with "
         f"{c.get('threads', '?')} threads.",
         *_MEMORY_HOW,
@@ -302,6 +338,7 @@ def section_large(results: dict[str, Any]) -> Section:
         "|---|---|",
         f"| time | {fmt_s(c['time_s'])} (one run): {word(ok_t)} (floor {c['floor_time_s']:g} s) |",
         *_mm_rows(c),
+        *_ratio_rows(c, ratio, ok_r),
         *_memory_rows(c),
         f"| memory floor: at most {fmt_b(c['floor_bytes'])} | {word(ok_m)} |",
         f"| one dense float32 N x N map, for scale | {fmt_b(c['dense_map_bytes'])} |",
@@ -309,8 +346,9 @@ def section_large(results: dict[str, Any]) -> Section:
         f"| result: bound met on every row | {c['all_bounds_met']} |",
         "",
     ]
+    oks = (ok_t, ok_m) if c.get("floor_ratio_mm") is None else (ok_t, ok_m, ok_r)
     return Section(4, f"`compare()` at N = M = {c['n']:,}: time, memory, matmul throughput ({c['device']})", short,
-                   word(_all(ok_t, ok_m)), result, floor, body)
+                   word(_all(*oks)), result, floor, body)
 
 
 def section_sampled(results: dict[str, Any]) -> Section:
@@ -321,8 +359,11 @@ def section_sampled(results: dict[str, Any]) -> Section:
         return _missing(5, title, short, floor, "not in these results")
     floor = f"under {c['floor_time_s']:g} s and under {fmt_b(c['floor_bytes'])} extra memory"
     ok_t, ok_m = c["time_s"] < c["floor_time_s"], _peak(c) < c["floor_bytes"]
-    result = f"{fmt_s(c['time_s'])} ({word(ok_t)}), peak extra memory {fmt_b(_peak(c))} ({word(ok_m)})" + _throughput(c)
+    ratio, ok_r, lead, floor_r = _mm_ratio(c)
+    floor = floor_r + floor
+    result = lead + f"{fmt_s(c['time_s'])} ({word(ok_t)}), peak extra memory {fmt_b(_peak(c))} ({word(ok_m)})" + _throughput(c)
     body = [
+        *_measured_on(c),
         f"N = M = {c['n']:,}, d = {c['d']}, float32: `compare(q, κ, rows={c['rows']}, seed=0)` (spatial vs distance,",
         f"exact statistics on {c['rows']:,} query rows drawn uniformly, against all {c['m']:,} keys) on {c['device']} with "
         f"{c.get('threads', '?')} threads.",
@@ -333,13 +374,15 @@ def section_sampled(results: dict[str, Any]) -> Section:
         "|---|---|",
         f"| time | {fmt_s(c['time_s'])} (one run): {word(ok_t)} (floor under {c['floor_time_s']:g} s) |",
         *_mm_rows(c),
+        *_ratio_rows(c, ratio, ok_r),
         *_memory_rows(c),
         f"| memory floor: under {fmt_b(c['floor_bytes'])} | {word(ok_m)} |",
         *_result_rows(c["summary"]),
         "",
     ]
+    oks = (ok_t, ok_m) if c.get("floor_ratio_mm") is None else (ok_t, ok_m, ok_r)
     return Section(5, f"Sampled `compare(rows={c['rows']})` at N = M = {c['n']:,} ({c['device']})", short,
-                   word(_all(ok_t, ok_m)), result, floor, body)
+                   word(_all(*oks)), result, floor, body)
 
 
 def section_linear(results: dict[str, Any]) -> Section:

@@ -16,9 +16,12 @@ measuring).  What is measured (float32, d = 64; the floors are checked by the re
    (floor: at most 1.0x the two calls; the fraction of matmul throughput = mm time / compare time);
 4. ``compare()`` at N = M = 65,536 in a fresh subprocess: time, peak extra resident memory (VmHWM
    reset through /proc/self/clear_refs, cross-checked by sampling VmRSS every 10 ms) and the
-   same-shape ``torch.mm`` timed in that process by row blocks (floors: at most 25 s, at most 1 GiB);
+   same-shape ``torch.mm`` timed in that process by row blocks (floors: at most 2.5x that matmul's time,
+   at most 25 s, at most 1 GiB);
 5. ``compare(q, k, rows=4096, seed=0)`` at N = M = 1,000,000 in a fresh subprocess that makes its own
-   inputs: time and peak extra memory (floors: under 60 s, under 1 GiB);
+   inputs: time, peak extra memory and its same-shape matmul (floors: at most 2.5x the matmul, under 60 s,
+   under 1 GiB).  ``--only compare`` runs sections 3, 4 and 5 alone, in one run, and merges them into an
+   existing results file (each with the machine and load it ran under);
 6. ``focused_linear_attention`` against the quadratic form ``focused_linear_map(...) @ V_s`` for N from
    1,024 to 65,536: time and peak tensor memory; the quadratic form only where its N x N map fits;
 7. on a CUDA machine, ``benchmarks/gpu.py``'s checks and rows; elsewhere that section says "not measured";
@@ -373,12 +376,39 @@ def child_compare(n: int, d: int, device: str, rows: int | None) -> dict[str, An
     return out
 
 
+COMPARE_MM_FLOOR = 2.5  # sections 4 and 5: compare() at most this many times the same-shape matmul
+
+
 def bench_compare(n: int, d: int, device: str = "cpu", rows: int | None = None) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child-compare", str(n), str(d), device, str(rows or 0)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"compare() child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_compare_sections(results: dict[str, Any], quick: bool) -> None:
+    """Sections 3, 4 and 5 into ``results``: ``compare()`` against the two dense maps, at N = M = 65,536 and sampled at 10^6.
+
+    Their floors on the matmul: at most 1.0x the two ``attention_map`` calls (section 3), and at most 2.5x the
+    same-shape ``torch.mm`` for the whole N = M = 65,536 (section 4) and for the sampled rows at N = M = 10^6 (section 5).
+    """
+    n3 = 2048 if quick else 16384
+    log(f"3. compare() vs the two dense attention_map calls, N = {n3}")
+    results["compare_vs_maps"] = bench_compare_vs_maps(n3, 64, 3 if quick else 7)
+    log(f"   ratio {results['compare_vs_maps']['ratio_median']:.3f}")
+
+    n4 = 4096 if quick else 65536
+    log(f"4. compare() at N = {n4} (subprocess)")
+    results["compare_large"] = bench_compare(n4, 64, "cpu")
+    results["compare_large"].update(floor_time_s=25.0, floor_bytes=report.GiB, floor_ratio_mm=COMPARE_MM_FLOOR)
+    log(f"   {results['compare_large']['time_s']:.2f} s, {1 / results['compare_large']['fraction_of_mm']:.2f}x the matmul")
+
+    n5, rows5 = (20_000, 1024) if quick else (1_000_000, 4096)
+    log(f"5. sampled compare(rows={rows5}) at N = {n5} (subprocess)")
+    results["compare_sampled"] = bench_compare(n5, 64, "cpu", rows=rows5)
+    results["compare_sampled"].update(floor_time_s=60.0, floor_bytes=report.GiB, floor_ratio_mm=COMPARE_MM_FLOOR)
+    log(f"   {results['compare_sampled']['time_s']:.2f} s, {1 / results['compare_sampled']['fraction_of_mm']:.2f}x the matmul")
 
 
 # --------------------------------------------------------------------------- #
@@ -481,8 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="results file (default benchmarks/results.json)")
     parser.add_argument("--md", default=None, help="Markdown file (default BENCHMARKS.md)")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--only", choices=("linear_distance",), default=None,
-                        help="run only this section and merge it into the existing results file (then re-render)")
+    parser.add_argument("--only", choices=("linear_distance", "compare"), default=None,
+                        help="run only this section (compare: sections 3, 4 and 5) and merge it into the existing results "
+                             "file (then re-render)")
     parser.add_argument("--child-compare", nargs=4, metavar=("N", "D", "DEVICE", "ROWS"), help=argparse.SUPPRESS)
     parser.add_argument("--child-linear-distance", nargs=2, metavar=("N", "ROWS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -505,6 +536,16 @@ def main(argv: list[str] | None = None) -> int:
     md_path = Path(args.md or ROOT / "BENCHMARKS.md")
 
     ns8, rows8 = ([2_000, 5_000], 32) if quick else ([10_000, 100_000, 1_000_000], 64)
+    if args.only == "compare":
+        results = json.loads(json_path.read_text(encoding="utf-8")) if json_path.exists() else {"machine": machine(), "quick": quick}
+        log(f"3, 4, 5. compare(), merged into {json_path}; machine: {machine()['cpu']}, load {machine().get('load_average_at_start')}")
+        run_compare_sections(results, quick)
+        for key in ("compare_vs_maps", "compare_large", "compare_sampled"):
+            results[key]["machine"] = machine()
+        json_path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        md_path.write_text(report.render(results), encoding="utf-8")
+        log(f"wrote {json_path} and {md_path}")
+        return 0
     if args.only == "linear_distance":
         results = json.loads(json_path.read_text(encoding="utf-8"))
         log(f"8. linear distance attention, N = {ns8} (subprocesses), merged into {json_path}")
@@ -532,22 +573,7 @@ def main(argv: list[str] | None = None) -> int:
         log("   geoopt is not installed: not measured")
         results["geoopt"] = None
 
-    n3 = 2048 if quick else 16384
-    log(f"3. compare() vs the two dense attention_map calls, N = {n3}")
-    results["compare_vs_maps"] = bench_compare_vs_maps(n3, 64, 3 if quick else 7)
-    log(f"   ratio {results['compare_vs_maps']['ratio_median']:.3f}")
-
-    n4 = 4096 if quick else 65536
-    log(f"4. compare() at N = {n4} (subprocess)")
-    results["compare_large"] = bench_compare(n4, 64, "cpu")
-    results["compare_large"].update(floor_time_s=25.0, floor_bytes=report.GiB)
-    log(f"   {results['compare_large']['time_s']:.2f} s")
-
-    n5, rows5 = (20_000, 1024) if quick else (1_000_000, 4096)
-    log(f"5. sampled compare(rows={rows5}) at N = {n5} (subprocess)")
-    results["compare_sampled"] = bench_compare(n5, 64, "cpu", rows=rows5)
-    results["compare_sampled"].update(floor_time_s=60.0, floor_bytes=report.GiB)
-    log(f"   {results['compare_sampled']['time_s']:.2f} s")
+    run_compare_sections(results, quick)
 
     ns = [1024, 2048, 4096] if quick else [1024, 2048, 4096, 8192, 16384, 32768, 65536]
     log("6. linear vs quadratic focused attention")

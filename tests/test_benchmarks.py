@@ -165,6 +165,25 @@ def test_report_renders_a_hand_made_minimal_results_dict():
     assert "no GPU available in this session" in sec[7]
 
 
+def test_compare_sections_read_the_time_against_the_same_shape_matmul():
+    # sections 4 and 5 with their matmul floor: the ratio comes first, has its own row, and decides the verdict
+    rep = _report()
+    at_65k = _child(65536, 65536, 9.0, 200 * 2**20, floor_time_s=25.0, floor_ratio_mm=2.5)
+    at_65k["mm"]["time_s"] = 4.0  # 2.25x: met
+    sampled = _child(1_000_000, 4096, 30.0, 400 * 2**20, floor_time_s=60.0, floor_ratio_mm=2.5)
+    sampled["mm"]["time_s"] = 10.0  # 3.00x: NOT met, though time and memory are met
+    sampled["machine"] = _machine()
+    text = rep.render({"machine": _machine(), "quick": False, "compare_large": at_65k, "compare_sampled": sampled})
+    verdicts = _verdicts(text)
+    assert verdicts[4] == "met" and verdicts[5] == "NOT met"
+    sec = {n: "\n".join(lines) for n, lines in _sections(text).items()}
+    assert "**met**: 2.25x the same-shape matmul (met); 9 s (met)" in sec[4]
+    assert "**NOT met**: 3.00x the same-shape matmul (NOT met); 30 s (met), peak extra memory 400 MiB (met)" in sec[5]
+    assert "| ratio: time of `compare()` / time of the same-shape `torch.mm` (floor at most 2.5x) | 3.00x: NOT met |" in sec[5]
+    assert "Floor: at most 2.5x the same-shape `torch.mm`, under 60 s" in sec[5]
+    assert "run.py --only compare`" in sec[5] and "--only compare" not in sec[4]  # where it was measured, when apart
+
+
 def test_linear_distance_section_reads_each_size_against_the_bar():
     rep = _report()
     row = lambda n, ratio: {"n": n, "time_s": 1e-5 * n, "peak_extra_rss_bytes_hwm": 300 * n, "peak_extra_rss_bytes_sampled": 290 * n,

@@ -9,6 +9,8 @@ uniform baselines are computed without cancellation, top-k agreement is tie-awar
 from __future__ import annotations
 
 import math
+from typing import Callable
+
 import torch
 
 from hypviz.attention.comparison import TOP_SHARE
@@ -55,36 +57,40 @@ def weighted_sum(p: torch.Tensor, x: torch.Tensor, tmp: torch.Tensor) -> torch.T
     return torch.mul(p, x, out=tmp).sum(dim=-1)
 
 
-def _tv_uniform_p(p: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``TV(P, U) = 1/2 sum_j |p_j - mean p| / sum_j p_j`` and the peak ``M max_j p_j / sum_j p_j`` per row, from computed softmax weights.
+def _tv_uniform_p(p: torch.Tensor, tmp: torch.Tensor, top: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``TV(P, U) = 1/2 sum_j |p_j - mean p| / sum_j p_j``, the peak ``M max_j p_j / sum_j p_j`` and ``sum_j p_j`` per row, from computed softmax weights.
 
     Normalising by the computed sum cancels the rounding of the softmax's own normaliser (a factor
     common to the row); what is left is each weight's own rounding, at most ``~2 eps`` on ``TV``
-    (:func:`baseline` takes the rows where that is more than the logits' own rounding).
+    (:func:`baseline` takes the rows where that is more than the logits' own rounding).  ``top``: the
+    index of each row's largest logit (``(rows, 1)``), where the largest weight is read, not searched.
     """
     total = p.sum(dim=-1)
-    peak = p.amax(dim=-1) * p.shape[-1] / total
+    largest = p.amax(dim=-1) if top is None else torch.gather(p, -1, top).squeeze(-1)
+    peak = largest * p.shape[-1] / total
     mean = (total / p.shape[-1]).unsqueeze(-1)
-    return 0.5 * torch.sub(p, mean, out=tmp).abs_().sum(dim=-1) / total, peak
+    return 0.5 * torch.sub(p, mean, out=tmp).abs_().sum(dim=-1) / total, peak, total
 
 
-def baseline(l: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """``TV(softmax(l), U)`` and the peak ``M max_j P_j`` per row, and whether ``l`` now holds the softmax (computed in place).
+def baseline(
+    l: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor, top: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``TV(softmax(l), U)`` and the peak ``M max_j P_j`` per row, and, when ``l`` now holds the softmax (computed in place), its row sums (else None).
 
     From the weights (:func:`_tv_uniform_p`), whose rounding moves ``TV`` by up to ``~2 eps``, on
     the rows where the logits' own rounding (``tol / 2`` per row, about as much on ``TV``) is larger;
     the other rows (logits near 0: maps near uniform) from the logits by centred ``expm1``
-    (:func:`tv_uniform`, no cancellation).
+    (:func:`tv_uniform`, no cancellation).  ``top``: each row's largest logit's index, if known.
     """
     small = (tol < _P_ROUTE_EPS * torch.finfo(l.dtype).eps).nonzero().squeeze(-1)
     if len(small) == l.shape[0]:
         tv, peak = tv_uniform(l, tmp)
-        return tv, peak, False
+        return tv, peak, None
     exact = tv_uniform(l.index_select(0, small), tmp[: len(small)]) if len(small) else None
-    tv, peak = _tv_uniform_p(softmax_rows_(l), tmp)
+    tv, peak, total = _tv_uniform_p(softmax_rows_(l), tmp, top)
     if exact is not None:
         tv[small], peak[small] = exact
-    return tv, peak, True
+    return tv, peak, total
 
 
 def rank_stats(
@@ -97,14 +103,18 @@ def rank_stats(
     top1: torch.Tensor,
     sl: tuple,
     rank: bool,
-) -> None:
+    defer: bool = False,
+) -> tuple[Callable[[torch.Tensor, torch.Tensor], None], torch.Tensor, torch.Tensor] | None:
     """Tie-aware top-1 / top-k agreement, the top sets (:func:`top_set`) and Spearman of one row block; reads ``la``, ``lb`` only.
 
     A key of one map's top-k counts as shared when its log-weight in the other map is at least that
     map's k-th largest minus ``tol`` (the rounding bound of the difference of two computed logits);
     the overlap is the larger of the two directions' counts over ``k``.  Keys tied in exact arithmetic
     (symmetric embeddings) are therefore never told apart by rounding noise, and the work is
-    ``O(rows x k)`` beyond the two ``topk`` calls.
+    ``O(rows x k)`` beyond the two ``topk`` calls.  With ``defer``, the top sets' excesses are
+    finished by the returned function, called with both maps' peaks ``M max_j P_j`` (:func:`baseline`)
+    once the block's baselines are known, after ``la`` and ``lb`` may have been overwritten; returned
+    with the index of each map's largest logit per row (``(rows, 1)``).
     """
     va, ia = _topk_rows(la, t_k)
     vb, ib = _topk_rows(lb, t_k)
@@ -113,21 +123,52 @@ def rank_stats(
     a_in_b = torch.gather(lb, -1, ia) >= vb[:, -1:] - tb
     both = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1))
     out["overlap"][sl] = both.to(la.dtype) / t_k
-    ra, ea, sa = top_set(la, lb, va, ia, vb, ta, tb)
-    rb, eb, sb = top_set(lb, la, vb, ib, va, tb, ta)
+    ra, ea, sa = top_set(la, lb, va, ia, vb, ta, tb, defer=defer)
+    rb, eb, sb = top_set(lb, la, vb, ib, va, tb, ta, defer=defer)
     top1[sl] = sa | sb
-    out["ra"][sl], out["ea"][sl], out["rb"][sl], out["eb"][sl] = ra, ea, rb, eb
+    out["ra"][sl], out["rb"][sl] = ra, rb
     if rank:
         m = la.shape[-1]
         ra = la.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
         rb = lb.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
         ssd = ra.sub_(rb).square_().sum(dim=-1)
         out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
+    if not defer:
+        out["ea"][sl], out["eb"][sl] = ea, eb
+        return None
+
+    def finish(peak_a: torch.Tensor, peak_b: torch.Tensor) -> None:
+        out["ea"][sl] = ea.finish(peak_a / la.shape[-1])
+        out["eb"][sl] = eb.finish(peak_b / la.shape[-1])
+
+    return finish, ia[:, :1], ib[:, :1]
+
+
+class TopExcess:
+    r"""A top set's excess over uniform on the rows whose set lies within the top k, from the weight of the largest key.
+
+    On those rows :math:`P_j = e^{v_j - v_1} P_{\max}` for the top-k logits :math:`v_1 \ge \dots \ge v_k`,
+    so :math:`\sum_{j \in T} (P_j - 1/M)_+` takes ``O(rows x k)`` once :math:`P_{\max}` is known (from
+    the baseline's peak, or :math:`e^{v_1 - \operatorname{logsumexp}_j l_j}`).  ``excess`` holds the
+    other rows' values (0, or computed from the whole row).
+    """
+
+    def __init__(self, va: torch.Tensor, inside: torch.Tensor, rows: torch.Tensor, excess: torch.Tensor, m: int):
+        self.va, self.inside, self.rows, self.excess, self.m = va, inside, rows, excess, m
+
+    def finish(self, p_max: torch.Tensor) -> torch.Tensor:
+        """The excess per row, given ``P_max`` per row of the block."""
+        if len(self.rows):
+            va, inside = self.va.index_select(0, self.rows), self.inside.index_select(0, self.rows)
+            pj = torch.exp(va - va[:, :1]).mul_(p_max.index_select(0, self.rows).unsqueeze(-1))
+            self.excess[self.rows] = (pj.sub_(1.0 / self.m).clamp_min_(0.0) * inside).sum(dim=-1)
+        return self.excess
 
 
 def top_set(
-    la: torch.Tensor, lb: torch.Tensor, va: torch.Tensor, ia: torch.Tensor, vb: torch.Tensor, ta: torch.Tensor, tb: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    la: torch.Tensor, lb: torch.Tensor, va: torch.Tensor, ia: torch.Tensor, vb: torch.Tensor, ta: torch.Tensor, tb: torch.Tensor,
+    defer: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | TopExcess, torch.Tensor]:
     r"""The top set :math:`T_a` of map ``a`` (logits within ``ta`` of its largest) read in both maps, per row of a block.
 
     Returns the ratio :math:`\operatorname{mean}_{j \in T_a} \min(1, e^{l_{b,j} - \max l_b + t_b})` (the weight map
@@ -136,7 +177,8 @@ def top_set(
     :math:`\sum_{j \in T_a} (P_{a,j} - 1/M)_+` (computed only on the rows whose ratio is below 1: it
     decides whether the set counts, :func:`hypviz.attention.verdict`; 0 elsewhere), and whether ``b``
     has its own largest weight (within rounding) on the set.  ``va, ia``: the top-k of ``la``; ``vb``:
-    that of ``lb``; the set is read from them unless all k are tied, then from the whole row.
+    that of ``lb``; the set is read from them unless all k are tied, then from the whole row.  With
+    ``defer`` the excess comes as a :class:`TopExcess` to finish from ``a``'s largest weight.
     """
     m = la.shape[-1]
     cut = va[:, :1] - ta
@@ -153,12 +195,24 @@ def top_set(
         ratio[wide] = (wfull * full).sum(dim=-1) / full.sum(dim=-1)
         shared[wide] = ((xb >= vb.index_select(0, wide)[:, :1] - tb.index_select(0, wide)) & full).any(dim=-1)
     excess = torch.zeros_like(ratio)
-    low = (ratio < 1.0).nonzero().squeeze(-1)
-    if len(low):
-        xa = la.index_select(0, low)
-        pa = torch.exp(xa - torch.logsumexp(xa, dim=-1, keepdim=True))
-        excess[low] = ((pa - 1.0 / m).clamp_min_(0.0) * (xa >= cut.index_select(0, low))).sum(dim=-1)
-    return ratio, excess, shared
+    low = ratio < 1.0
+    if len(wide):
+        w_low = wide[low.index_select(0, wide)]
+        if len(w_low):
+            xa = la.index_select(0, w_low)
+            pa = torch.exp(xa - torch.logsumexp(xa, dim=-1, keepdim=True))
+            excess[w_low] = ((pa - 1.0 / m).clamp_min_(0.0) * (xa >= cut.index_select(0, w_low))).sum(dim=-1)
+        low[wide] = False
+    pending = TopExcess(va, inside, low.nonzero().squeeze(-1), excess, m)
+    if defer:
+        return ratio, pending, shared
+    rows = pending.rows
+    if len(rows) == 0:
+        return ratio, excess, shared
+    lse = torch.logsumexp(la if len(rows) == la.shape[0] else la.index_select(0, rows), dim=-1)
+    p_max = torch.zeros_like(ratio)
+    p_max[rows] = torch.exp(va.index_select(0, rows)[:, 0] - lse)
+    return ratio, pending.finish(p_max), shared
 
 
 def favourite(ratio_a: torch.Tensor, excess_a: torch.Tensor, ua: torch.Tensor,

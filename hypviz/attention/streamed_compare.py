@@ -10,10 +10,12 @@ Public through :func:`hypviz.attention.compare`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -41,10 +43,11 @@ __all__ = ["compare", "plan_compare", "run_compare", "ComparePlan", "PATHS"]
 
 ArrayLike = Any
 
-_COMPARE_BLOCK_BYTES = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 4 * 2**20))  # CPU: 4 MiB logit buffers (measured fastest with 32+ rows, 2 cores)
 _DEFAULT_BUDGET = 256 * 2**20  # compare: working memory for the row-block buffers
 _MIN_BLOCK_ROWS = 32  # compare on CPU: rows per block the cache-sized default may not go below (budget permitting)
 _SPEARMAN_MAX_KEYS = 4096  # compare: rank correlations by default only up to this many keys
+_L2_FALLBACK = 2**20  # per-core L2 bytes assumed where the CPU's caches cannot be read
+_MIN_BLOCK_ELEMENTS = 2**20  # compare on CPU: elements per buffer at least, so that torch's fixed cost per call stays small
 
 
 #: The paths :func:`run_compare` can take (:class:`hypviz.attention.comparison.Plan`'s ``path``).
@@ -102,8 +105,45 @@ class ComparePlan:
         return dataclasses.replace(self, plan=dataclasses.replace(self.plan, path=path, reason="chosen by the caller (with_path)"))
 
 
-def _block_rows_for(m: int, itemsize: int, budget: int) -> int:
-    # three (rows x M) buffers live across the block (two logit rows and one scratch)
+@functools.lru_cache(maxsize=1)
+def _l2_bytes() -> int:
+    """The CPU's per-core L2 cache in bytes, read from ``/sys/devices/system/cpu/cpu0/cache`` (1 MiB where unreadable)."""
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            if (index / "level").read_text().strip() != "2" or (index / "type").read_text().strip() == "Instruction":
+                continue
+            size = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
+        digits = size.rstrip("KMG")
+        if digits.isdigit() and int(digits) > 0:
+            return int(digits) * scale
+    return _L2_FALLBACK
+
+
+def _block_rows_for(m: int, itemsize: int, budget: int | None, dev: torch.device) -> int:
+    """Query rows per block of :func:`compare`: three ``rows x M`` buffers (two logit blocks and one scratch).
+
+    With a ``budget`` (bytes), as many rows as three buffers fit in it.  Otherwise, on CUDA, a quarter
+    of the free device memory (at least 256 MiB, at most 8 GiB); on the CPU, one buffer the size of
+    the L2 caches of the threads that share each pass (``torch.get_num_threads()`` times the per-core
+    L2 of :func:`_l2_bytes`, or ``HYPVIZ_BLOCK_BYTES`` when set), so that the statistics' passes over a
+    block stay in cache where the caches are large, and at least 2^20 elements (about 50 torch calls
+    per block each cost a fixed overhead beside their work), but never fewer than 32 rows while 256 MiB
+    allow: with fewer rows the matrix product re-reads all keys for every few queries (spatial vs
+    distance, N = 1,024, M = 65,536, d = 64, float32, one thread: 8 rows per block took 1.27x the CPU
+    time of 32 rows; 16 to 64 rows within 7 %).
+    """
+    if budget is None:
+        budget = _DEFAULT_BUDGET
+        if dev.type == "cuda":
+            budget = max(budget, min(8 * 2**30, torch.cuda.mem_get_info(dev)[0] // 4))
+        else:
+            cache = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 0)) or max(
+                _l2_bytes() * torch.get_num_threads(), _MIN_BLOCK_ELEMENTS * itemsize)
+            rows_cap = max(rows_for(cache, m, itemsize), _MIN_BLOCK_ROWS)
+            budget = min(budget, 3 * m * itemsize * rows_cap)
     return max(1, budget // (3 * m * itemsize))
 
 
@@ -156,12 +196,13 @@ def _shared_blocks(
             s = torch.mm(sh.A[h, i:j].to(dev), b_t, out=buf_s[:r])
             la, lb = _two_rows(s, c, w, alpha_a, alpha_b, buf_d[:r])
             ta, tb = tol[0][sl], tol[1][sl]
-            rank_stats(la, lb, ta, tb, t_k, out, top1, sl, rank)
+            finish_top, top_a, top_b = rank_stats(la, lb, ta, tb, t_k, out, top1, sl, rank, defer=True)
             out["gap"][sl] = c * w_span if abs(sign) == 1.0 else abs(sign) * c * w_span  # spread of log P_a - log P_b
             # the baselines (the other map's logits are consumed here), then P_b in place
-            ua, peak_a, _ = baseline(la, ta, tmp[:r])
-            ub, peak_b, done = baseline(lb, tb, tmp[:r])
-            pb = lb if done else softmax_rows_(lb)
+            ua, peak_a, _ = baseline(la, ta, tmp[:r], top_a)
+            ub, peak_b, t = baseline(lb, tb, tmp[:r], top_b)
+            finish_top(peak_a, peak_b)  # the top sets' excesses from the peaks: no pass over the rows
+            pb = lb if t is not None else softmax_rows_(lb)
             out["ua"][sl], out["ub"][sl] = ua, ub
             out["pa"][sl], out["pb"][sl] = peak_a, peak_b
             wb = pb @ w  # E_{P_b}[w]
@@ -175,8 +216,10 @@ def _shared_blocks(
             e = x.expm1_()  # e^x - 1
             m1 = weighted_sum(pb, e, scratch)  # E_{P_b}[e^x] - 1
             out["kl"][sl] = (torch.log1p(m1) - s1).clamp_min_(0.0)
-            e.sub_(m1.unsqueeze(-1)).abs_()
-            out["tv"][sl] = 0.5 * weighted_sum(pb, e, scratch) / (1.0 + m1)
+            # sum_j P_b,j |e_j - m1| = m1 (1 + t) - 2 sum_j P_b,j min(e_j, m1), t = sum_j P_b,j: one clamped pass
+            t = pb.sum(dim=-1) if t is None else t
+            below = weighted_sum(pb, e.clamp_max_(m1.unsqueeze(-1)), scratch)
+            out["tv"][sl] = (0.5 * m1 * (1.0 + t) - below).clamp_min_(0.0) / (1.0 + m1)
             if any_wide:
                 idx = wide.nonzero().squeeze(-1)
                 kl_w, tv_w = direct_stats(sh.rows(h, i + idx, alpha_a, dev), sh.rows(h, i + idx, alpha_b, dev))
@@ -270,9 +313,10 @@ def compare(
     rf_seed : int, optional
         Seed of the random features of ``"distance_rf"`` (default: ``seed``).
     memory_budget : int, optional
-        Bytes for the three ``block_rows x M`` buffers.  Default: on the CPU 256 MiB, with at most
-        about 4 MiB per buffer unless that is under 32 rows (cache-friendlier); on CUDA a quarter
-        of the free device memory, at least 256 MiB and at most 8 GiB.
+        Bytes for the three ``block_rows x M`` buffers.  Default: on the CPU 256 MiB, with each
+        buffer at most the size of the threads' L2 caches (torch's thread count times the per-core
+        L2) unless that is under 32 rows (cache-friendlier); on CUDA a quarter of the free device
+        memory, at least 256 MiB and at most 8 GiB.
     progress : bool, optional
         Show a tqdm bar on stderr; by default only for long runs (at least 64 blocks and
         :math:`2^{28}` logits) on a terminal.
@@ -423,21 +467,12 @@ def plan_compare(
             q = q.index_select(-2, row_index.to(q.device))
     n, m = q.shape[-2], kk.shape[-2]
     itemsize = q.element_size()
-    budget, block_reason = memory_budget, "block_rows given"
+    block_reason = "block_rows given"
     if block_rows is None:
-        block_reason = "from memory_budget"
-        if budget is None:
-            budget, block_reason = _DEFAULT_BUDGET, "the default budget"
-            if dev.type == "cuda":
-                budget = max(budget, min(8 * 2**30, torch.cuda.mem_get_info(dev)[0] // 4))
-                block_reason = "a quarter of the free device memory"
-            else:
-                # cache-sized blocks, but never fewer than 32 rows while the budget allows: for very many
-                # keys a block of a few rows would re-read the key operands once per handful of queries
-                rows_cap = max(rows_for(_COMPARE_BLOCK_BYTES, m, itemsize), _MIN_BLOCK_ROWS)
-                budget = min(budget, 3 * m * itemsize * rows_cap)
-                block_reason = "cache-sized on the CPU"
-        block_rows = _block_rows_for(m, itemsize, budget)
+        block_rows = _block_rows_for(m, itemsize, memory_budget, dev)
+        block_reason = ("from memory_budget" if memory_budget is not None else
+                        "a quarter of the free device memory" if dev.type == "cuda" else
+                        "cache-sized on the CPU (the L2 of the threads sharing each pass)")
     rows = min(block_rows, n)
     heads = math.prod(batch)
 
