@@ -22,9 +22,6 @@ import conftest
 PACKAGES = ["hypviz.lorentz", "hypviz.attention", "hypviz.capture", "hypviz.symbolic"]
 #: The packages the test command doctests.
 RUN = tuple(folder.rstrip("/").replace("/", ".") for folder in conftest.DOCTESTED)
-#: Packages whose examples are written on another branch at the same time: expected to fail until it is merged.
-PENDING = {"hypviz.attention": "hypviz.attention's Examples are written on the names branch (issue 32); "
-                               "this mark goes when it is merged"}
 #: A numpy-style section: its name, then a line of dashes at the same indentation.
 SECTION = re.compile(r"^([ \t]*)(\w[\w ]*)\n\1-{3,}[ \t]*$", re.M)
 
@@ -63,8 +60,7 @@ def missing_examples(package: str) -> list[str]:
     return missing
 
 
-@pytest.mark.parametrize("package", [
-    pytest.param(p, marks=pytest.mark.xfail(strict=False, reason=PENDING[p])) if p in PENDING else p for p in PACKAGES])
+@pytest.mark.parametrize("package", PACKAGES)
 def test_every_public_function_and_class_has_examples_that_run(package):
     assert public_objects(package), f"{package} has no public function or class"
     missing = missing_examples(package)
