@@ -289,6 +289,15 @@ class Plan:
     ``reason``: why that path, in words; ``block_rows``, ``n_blocks``: the row blocks; ``memory_budget``: the bytes
     of the row-block buffers; ``block_reason``: where ``block_rows`` came from; ``sampled_rows``: the query rows
     drawn per head (``rows=``), ``None`` when every row is computed.
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import compare
+    >>> q, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> plan = compare(q, keys, "spatial", "distance", temperature=1.0).plan
+    >>> plan.path, plan.block_rows, plan.n_blocks
+    ('one_product', 4, 1)
     """
 
     path: str

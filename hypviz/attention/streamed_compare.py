@@ -64,6 +64,17 @@ class ComparePlan:
     at ``M``), ``spearman``; ``half``: the half-precision dtype of the inputs or ``None``; ``home``: the inputs'
     device; ``n_total``, ``row_index``: the query rows and the sampled ones; ``plan``: the path, the row blocks
     and why (:class:`hypviz.attention.comparison.Plan`).
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import plan_compare, run_compare
+    >>> q, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> plan = plan_compare(q, keys, "spatial", "distance", temperature=1.0)
+    >>> plan.plan.path
+    'one_product'
+    >>> run_compare(plan.with_path("two_products")).plan.reason
+    'chosen by the caller (with_path)'
     """
 
     a: Kind
@@ -433,6 +444,17 @@ def plan_compare(
     ------
     ValueError
         As :func:`compare` for every argument; ``TypeError`` when the dtypes differ.
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import plan_compare, run_compare
+    >>> q, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> plan = plan_compare(q, keys, "spatial", "distance", temperature=1.0)
+    >>> plan.plan.path
+    'one_product'
+    >>> run_compare(plan.with_path("two_products")).plan.reason
+    'chosen by the caller (with_path)'
     """
     kind_a = kinds.get(check_kind(a, "a", kinds.comparable()))
     kind_b = kinds.get(check_kind(b, "b", kinds.comparable()))
@@ -511,6 +533,17 @@ def run_compare(plan: ComparePlan) -> Comparison:
         For anything but a :class:`ComparePlan`.
     ValueError
         For a temperature at which the logits overflow the dtype, or statistics that come out non-finite (as :func:`compare`).
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import plan_compare, run_compare
+    >>> q, keys = data.wrapped_normal(4, 2, 0.5, seed=0), data.wrapped_normal(6, 2, 0.5, seed=1)
+    >>> plan = plan_compare(q, keys, "spatial", "distance", temperature=1.0)
+    >>> plan.plan.path
+    'one_product'
+    >>> run_compare(plan.with_path("two_products")).plan.reason
+    'chosen by the caller (with_path)'
     """
     if not isinstance(plan, ComparePlan):
         raise TypeError(f"plan must be a ComparePlan (from plan_compare), got {type(plan).__name__}")
