@@ -82,6 +82,7 @@ from hypviz.attention.maps import KINDS, MODEL_KINDS, SOFTMAX_KINDS, attention_m
 from hypviz.attention.random_features import distance_linear_attention
 from hypviz.attention.streamed_compare import compare
 from hypviz.attention.top_keys import TopKeys, top_attention
+from hypviz.attention.topk_tail import TopkTail, distance_topk_attention
 from hypviz.base import kinds
 from hypviz.base.bounds import kl_supremum, tv_supremum
 from hypviz.base.memory import peak_tensor_memory
@@ -112,6 +113,8 @@ __all__ = [
     "focused_linear_map",
     "focused_linear_attention",
     "distance_linear_attention",
+    "distance_topk_attention",
+    "TopkTail",
     "TopKeys",
     "top_attention",
     "TopKeyLogits",
