@@ -45,19 +45,20 @@ def _bilinear(bias, constant):
     return ref
 
 
-#: Float64 references, from each kind's formula.  ``distance_rf`` is an estimate of the distance map: its
-#: reference is that map, met to a quarter of the map's own distance from uniform at many features.
+#: Float64 references, from each kind's formula.  ``distance_rf`` and ``distance_topk`` estimate the distance map: their
+#: reference is that map, met to a quarter of the map's own distance from uniform.
 REFERENCES = {
     "spatial": lambda q, kk, k, tau, o: torch.softmax(q[:, 1:] @ kk[:, 1:].T / tau, dim=-1),
     "distance": lambda q, kk, k, tau, o: torch.softmax(-0.5 * _sqdist(q, kk, k) / tau, dim=-1),
     "lorentz": lambda q, kk, k, tau, o: torch.softmax(L.pairwise_inner(q, kk) / tau, dim=-1),
     "focused": _focused,
     "distance_rf": lambda q, kk, k, tau, o: torch.softmax(-0.5 * _sqdist(q, kk, k) / tau, dim=-1),
+    "distance_topk": lambda q, kk, k, tau, o: torch.softmax(-0.5 * _sqdist(q, kk, k) / tau, dim=-1),
     "sigmoid": lambda q, kk, k, tau, o: torch.sigmoid(-0.5 * _sqdist(q, kk, k) / tau + o["bias"]),
     "poincare": lambda q, kk, k, tau, o: torch.softmax(
         -math.sqrt(k) * torch.acosh(1.0 + _sqdist(q, kk, k) / (2.0 * k)) / tau, dim=-1),
 }
-ESTIMATES = {"distance_rf"}
+ESTIMATES = {"distance_rf", "distance_topk"}
 OPTIONS = {"power": 2.5, "norm_scale": 3.0, "features": 4096, "seed": 3, "bias": -0.4}
 
 
@@ -135,8 +136,8 @@ def test_the_rounding_bound_holds_and_is_not_loose_by_orders(kind, r):
     q, kk = _points(64, r, 5).float(), _points(200, r, 6).float()
     opts = kernels.options(kinds.get(kind), {**{n: OPTIONS[n] for n in ("power", "norm_scale", "seed")}, "features": 256})
     ops = kernels.operands(kind, q[None], kk[None], k=K, temperature=TAU, opts=opts)
-    low = ops.finish_(ops.A[0] @ ops.B[0].T).double()
-    exact = ops.finish_(ops.A[0].double() @ ops.B[0].double().T)
+    low = ops.logits(ops.A[0], ops.B[0].T, torch.empty(64, 200)).double()
+    exact = ops.logits(ops.A[0].double(), ops.B[0].double().T, torch.empty(64, 200, dtype=torch.float64))
     err = (low - exact).abs().amax(-1)
     bound = ops.err[0].double()
     assert bool((err <= bound).all()), f"{kind}: measured {float((err / bound).max()):.3g} x its rounding bound"

@@ -51,7 +51,8 @@ kind's operands, rounding bound and dense map), :mod:`~hypviz.attention.maps` (:
 :func:`attention_map`, the focused map), :mod:`~hypviz.attention.comparison` (:class:`Comparison`,
 :func:`verdict`), :mod:`~hypviz.attention.row_blocks` and :mod:`~hypviz.attention.streamed_compare`
 (:func:`compare`), :mod:`~hypviz.attention.given_maps` (:func:`compare_maps`),
-:mod:`~hypviz.attention.top_keys` (:func:`top_attention`), :mod:`~hypviz.attention.calibration` (the
+:mod:`~hypviz.attention.top_keys` (:func:`top_attention`), :mod:`~hypviz.attention.key_search`
+(:func:`exact_top_keys`, :func:`search_top_keys`: the strongest keys as a search), :mod:`~hypviz.attention.calibration` (the
 verdict's cases) and :mod:`~hypviz.attention.accuracy` (the derivations' numerical companions).
 Every public name is importable from here.
 """
@@ -77,10 +78,12 @@ from hypviz.attention.comparison import (
     verdict_text,
 )
 from hypviz.attention.given_maps import compare_maps
+from hypviz.attention.key_search import KeyIndex, KeySearch, TopKeyLogits, exact_top_keys, fit_key_index, search_top_keys
 from hypviz.attention.maps import KINDS, MODEL_KINDS, SOFTMAX_KINDS, attention_map, focused_linear_attention, focused_linear_map, scores
 from hypviz.attention.random_features import distance_linear_attention
 from hypviz.attention.streamed_compare import ComparePlan, compare, plan_compare, run_compare
 from hypviz.attention.top_keys import TopKeys, top_attention
+from hypviz.attention.topk_tail import TopkTail, distance_topk_attention
 from hypviz.base import kinds
 from hypviz.base.bounds import kl_supremum, tv_supremum
 from hypviz.base.memory import peak_tensor_memory
@@ -111,8 +114,16 @@ __all__ = [
     "focused_linear_map",
     "focused_linear_attention",
     "distance_linear_attention",
+    "distance_topk_attention",
+    "TopkTail",
     "TopKeys",
     "top_attention",
+    "TopKeyLogits",
+    "exact_top_keys",
+    "KeySearch",
+    "search_top_keys",
+    "KeyIndex",
+    "fit_key_index",
     "compare",
     "plan_compare",
     "run_compare",

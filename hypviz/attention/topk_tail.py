@@ -1,0 +1,586 @@
+r"""Distance attention from each query's top keys, exact, and a fitted positive tail: :func:`distance_topk_attention`.
+
+The distance map :math:`P_{ij} = \operatorname{softmax}_j(s_{ij})`, :math:`s_{ij} = -\tfrac12\|q_i - \kappa_j\|_L^2/\tau`
+(the logits from the stable operands of :func:`hypviz.lorentz.distance_operands`), is split per query
+row into its top keys :math:`T_i` (the :math:`k_i` largest logits), weighted exactly, and the tail,
+weighted by a quadratic in the logit measured from the cut :math:`t_i` (the :math:`k_i`-th largest logit):
+
+.. math::
+
+    \hat w_{ij} = \begin{cases} e^{s_{ij} - m_i} & j \in T_i \\
+        e^{t_i - m_i}\, p_i(s_{ij} - t_i) & j \notin T_i \end{cases}, \qquad
+    p_i(u) = 1 + \beta_i u + \gamma_i u^2 \approx e^u \quad (u \le 0), \qquad
+    \hat P_{ij} = \frac{\hat w_{ij}}{\sum_l \hat w_{il}},
+
+with :math:`m_i` the row's largest logit (every exponent is :math:`\le 0`, the largest weight is 1, so
+nothing overflows or underflows to a zero row in float32).  :math:`p_i(0) = 1`: the tail meets the top
+keys' weights at the cut, so the map is continuous in the logits (a key tied with the cut gets its
+exact weight on either side).  :math:`\beta_i, \gamma_i` are fitted by least squares on
+:math:`e^u - 1 = \beta u + \gamma u^2` over the keys ranked :math:`k_i + 1 \dots K_i` (exactly) and a
+uniform sample of the keys below rank :math:`K_i` (each standing for :math:`(M - K_i)/n` keys), and
+kept positive: :math:`\gamma \ge 0` and (:math:`\beta \le 0` or :math:`\beta^2 \le 4\gamma(1 - \eta)`),
+so :math:`p_i(u) \ge \eta` for every :math:`u \le 0` (:data:`MARGIN` :math:`= \eta`); a fit outside
+that set is replaced by the best of the boundary family :math:`p(u) = 1 + 2cu + c^2u^2/(1 - \eta)`,
+:math:`c \ge 0` (a quartic in :math:`c`, minimised from the same moments).
+
+**The tail through key sums.**  With centred keys :math:`b'_j = b_j - \bar b` (:math:`b_j` the key
+operands) the logits are :math:`s_{ij} = \bar s_i + y_{ij}`, :math:`y_{ij} = a_i \cdot b'_j`,
+:math:`\sum_j y_{ij} = 0`; with :math:`\delta_i = \bar s_i - t_i`,
+:math:`p_i(s_{ij} - t_i) = p_i(\delta_i) + p'_i(\delta_i)\, y_{ij} + \gamma_i y_{ij}^2`, so
+
+.. math::
+
+    \sum_{j} p_i(s_{ij} - t_i)\, v_j = p_i(\delta_i) \sum_j v_j + p'_i(\delta_i)\, a_i^\top \Bigl(\sum_j b'_j v_j^\top\Bigr)
+        + \gamma_i\, (a_i \otimes a_i) \cdot \sum_j b'_j \otimes b'_j \otimes v_j ,
+
+and the tail is that sum over all keys minus the same over :math:`T_i` (explicit).  Without the top
+keys' search this costs :math:`O((N + M)\, c^2 d_v)` (:math:`c = d + 3`), not :math:`O(NM)`.  For
+the normaliser (:math:`v = 1`) every term is non-negative: :math:`M p_i(\delta_i) + \gamma_i \sum_j y_{ij}^2`.
+
+**The error estimate and the choice of** :math:`k`.  With :math:`e_j = \hat w_j - w_j` (zero on
+:math:`T_i`), :math:`\hat P_j - P_j = e_j/\hat Z - w_j E/(\hat Z Z)`, :math:`E = \sum_j e_j`, so
+
+.. math::
+
+    \mathrm{TV}(\hat P_i, P_i) \le \frac{\sum_{j \notin T_i} |e_{ij}|}{\hat Z_i}
+    \approx \hat\varepsilon_i = \frac{e^{t_i - m_i}}{\hat Z_i}\Bigl(\sum_{r = k_i + 1}^{K_i} |p_i(u_r) - e^{u_r}|
+        + \frac{M - K_i}{n_i} \sum_{j \in S_i} |p_i(u_j) - e^{u_j}|\Bigr),
+
+exact over the ranks :math:`k_i + 1 \dots K_i` (the largest tail weights) and a uniform-sample estimate
+over the keys below rank :math:`K_i` (:math:`S_i`: the :math:`n_i` keys of a second sample, not the
+fit's, that fall below the rank-:math:`K_i` logit), unbiased for that part of the bound.  This is
+``row_error``.  The row's distance from uniform, :math:`\mathrm{TV}(\hat P_i, U)`, is estimated on the
+same strata (``row_baseline``).  Each row takes the smallest :math:`k` of ``top`` with
+:math:`\hat\varepsilon_i \le \mathrm{tol}\cdot\mathrm{TV}(\hat P_i, U)`, :math:`K` the next entry of
+``top`` (:math:`4k` after the last); a row that meets it at no entry keeps the last and is marked
+(``met`` false).  An entry of ``top`` at least :math:`M` means every key exact.
+
+**Where it cannot be accurate.**  When a row's weight is spread over more keys than the largest
+:math:`k` while varying faster than a quadratic can follow (Gaussian keys at :math:`r^2/\tau \approx 12.5`,
+whose significant keys grow in proportion to :math:`M`), no entry meets the bar and the row says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple, Sequence
+
+import torch
+
+from hypviz.attention.checks import check_temperature, checked_inputs, flatten_batch
+from hypviz.attention.kernels import Kernel, Operands, logit_error, register_kernel
+from hypviz.attention.random_features import AGGREGATIONS
+from hypviz.base import validate
+from hypviz.base.kinds import Kind
+from hypviz.lorentz import distance_operands, lift
+
+__all__ = ["LEVELS", "SEARCHES", "MARGIN", "TOL", "SAMPLES", "TopkTail", "distance_topk_attention", "TopkOperands", "TopkTailKernel"]
+
+ArrayLike = Any
+
+#: The default numbers of exact keys a row may take, smallest first.
+LEVELS: tuple[int, ...] = (16, 64, 256, 1024, 4096)
+#: The top-key searches.
+SEARCHES: tuple[str, ...] = ("exact",)
+#: :math:`\eta`: every tail polynomial is at least this on :math:`u \le 0`.
+MARGIN = 1e-3
+#: The default target: estimated error at most this fraction of the row's distance from uniform.
+TOL = 0.05
+#: The default number of sampled keys (for the fit, and as many again for the error estimate).
+SAMPLES = 64
+
+_BLOCK_ELEMENTS = 2**22  # elements of one block of logits (rows x keys)
+
+
+class TopkTail(NamedTuple):
+    r"""The result of :func:`distance_topk_attention`.
+
+    ``output``, ``(..., N, d_v + 1)`` points (``None`` without values); ``weights``, ``(..., N, k_max)``
+    the normalised weights :math:`\hat P_{ij}` of each row's top keys, strongest first (0 where a row has
+    fewer than ``k_max``); ``indices``, ``(..., N, k_max)`` those keys (-1 where padded); ``top_counts``,
+    ``(..., N)`` :math:`k_i`; ``tail_mass``, ``(..., N)`` the tail's share :math:`\sum_{j \notin T_i} \hat P_{ij}`;
+    ``row_error``, ``(..., N)`` :math:`\hat\varepsilon_i`, the estimate of :math:`\mathrm{TV}(\hat P_i, P_i)`
+    (see the module); ``row_baseline``, ``(..., N)`` the estimate of :math:`\mathrm{TV}(\hat P_i, U)`;
+    ``met``, ``(..., N)`` whether ``row_error <= tol * row_baseline``; ``cut``, ``(..., N, 3)``
+    :math:`(t_i, \beta_i, \gamma_i)`, the cut's logit and the tail polynomial; ``search``, the top-key
+    search used; ``recall``, its measured recall of the exact top keys (1.0 for the exact search);
+    ``temperature``, :math:`\tau`.
+    """
+
+    output: torch.Tensor | None
+    weights: torch.Tensor
+    indices: torch.Tensor
+    top_counts: torch.Tensor
+    tail_mass: torch.Tensor
+    row_error: torch.Tensor
+    row_baseline: torch.Tensor
+    met: torch.Tensor
+    cut: torch.Tensor
+    search: str
+    recall: float
+    temperature: float
+
+
+# --------------------------------------------------------------------------- #
+# the search
+# --------------------------------------------------------------------------- #
+def _exact_top(a: torch.Tensor, b: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``kk`` largest logits of rows ``a (n, c)`` against keys ``b (M, c)``, largest first, and their keys (blocked rows)."""
+    n, m = a.shape[0], b.shape[0]
+    rows = max(1, _BLOCK_ELEMENTS // max(1, m))
+    vals = torch.empty(n, kk, dtype=a.dtype, device=a.device)
+    idx = torch.empty(n, kk, dtype=torch.long, device=a.device)
+    b_t = b.transpose(0, 1)
+    for i in range(0, n, rows):
+        s = a[i : i + rows] @ b_t
+        v, j = s.topk(kk, dim=-1, sorted=True)
+        vals[i : i + rows], idx[i : i + rows] = v, j
+    return vals, idx
+
+
+# --------------------------------------------------------------------------- #
+# the fit
+# --------------------------------------------------------------------------- #
+def _fit(u: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Per row, :math:`(\beta, \gamma)` minimising :math:`\sum_j w_j (1 + \beta u_j + \gamma u_j^2 - e^{u_j})^2`, kept positive (float64)."""
+    r = torch.expm1(u)
+    u2 = u * u
+    g11, g12, g22 = (w * u2).sum(-1), (w * u2 * u).sum(-1), (w * u2 * u2).sum(-1)
+    h1, h2 = (w * u * r).sum(-1), (w * u2 * r).sum(-1)
+    det = g11 * g22 - g12 * g12
+    ok_det = det > 1e-12 * g11 * g22
+    safe = torch.where(ok_det, det, torch.ones_like(det))
+    beta = (g22 * h1 - g12 * h2) / safe
+    gamma = (g11 * h2 - g12 * h1) / safe
+    feasible = ok_det & torch.isfinite(beta) & torch.isfinite(gamma) & (gamma >= 0) & (
+        (beta <= 0) | (beta * beta <= 4.0 * gamma * (1.0 - MARGIN)))
+    if bool(feasible.all()):
+        return beta, gamma
+    # the boundary family p = 1 + 2 c u + kap c^2 u^2 (kap = 1 / (1 - eta)): f(c) = A0 + A1 c + A2 c^2 + A3 c^3 + A4 c^4
+    kap = 1.0 / (1.0 - MARGIN)
+    a1, a2, a3, a4 = -4.0 * h1, 4.0 * g11 - 2.0 * kap * h2, 4.0 * kap * g12, kap * kap * g22
+    scale = torch.sqrt(torch.where(g11 > 0, g11 / w.sum(-1).clamp_min(1e-300), torch.ones_like(g11))).clamp_min(1e-6)
+    grid = torch.cat([torch.zeros(1, dtype=u.dtype, device=u.device),
+                      torch.logspace(-4, 2, 97, dtype=u.dtype, device=u.device)])
+    c = grid.unsqueeze(0) / scale.unsqueeze(-1)  # (n, G): c in units of 1 / rms(u)
+    f = c * (a1.unsqueeze(-1) + c * (a2.unsqueeze(-1) + c * (a3.unsqueeze(-1) + c * a4.unsqueeze(-1))))
+    best = c.gather(-1, f.argmin(-1, keepdim=True)).squeeze(-1)
+    for _ in range(4):  # Newton on f'(c) = 0, kept where it lowers f and c >= 0
+        d1 = a1 + best * (2 * a2 + best * (3 * a3 + best * 4 * a4))
+        d2 = 2 * a2 + best * (6 * a3 + best * 12 * a4)
+        step = torch.where(d2 > 0, d1 / torch.where(d2 > 0, d2, torch.ones_like(d2)), torch.zeros_like(d1))
+        cand = (best - step).clamp_min(0.0)
+
+        def fval(x: torch.Tensor) -> torch.Tensor:
+            return x * (a1 + x * (a2 + x * (a3 + x * a4)))
+
+        best = torch.where(fval(cand) < fval(best), cand, best)
+    return torch.where(feasible, beta, 2.0 * best), torch.where(feasible, gamma, kap * best * best)
+
+
+def _poly(u: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """``1 + beta u + gamma u^2`` (``beta``, ``gamma`` broadcast over the last axis)."""
+    return 1.0 + u * (beta.unsqueeze(-1) + gamma.unsqueeze(-1) * u)
+
+
+# --------------------------------------------------------------------------- #
+# the plan: per row, k, the cut and the tail polynomial
+# --------------------------------------------------------------------------- #
+class _Head(NamedTuple):
+    cut: torch.Tensor  # (N, 3) float64: t, beta, gamma (rounded to the inputs' dtype)
+    top: torch.Tensor  # (N,) long
+    error: torch.Tensor  # (N,) float64
+    baseline: torch.Tensor  # (N,) float64
+    met: torch.Tensor  # (N,) bool
+    best: torch.Tensor  # (N,) float64: m, the row's largest logit
+    rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # (row index, top logits, top keys) per decided block
+
+
+def _levels(top: Sequence[int], m: int) -> list[int]:
+    return sorted({min(int(t), m) for t in top})
+
+
+def _plan(a: torch.Tensor, b: torch.Tensor, top: Sequence[int], tol: float, samples: int, seed: int,
+          keep: bool, search: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] = _exact_top) -> _Head:
+    """Per row of one head, ``a (N, c)`` against ``b (M, c)``: the number of top keys, the cut, the polynomial, the estimates."""
+    n, m = a.shape[0], b.shape[0]
+    dt, dev = a.dtype, a.device
+    levels = _levels(top, m)
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(m, generator=gen).to(dev)
+    s_fit, s_est = perm[:samples], perm[samples : 2 * samples]
+    # per row, for the key sums: the mean logit and sum_j y_j^2 (centred logits), both from the centred keys
+    b64 = b.double()
+    bbar = b64.mean(0)
+    bc = b64 - bbar
+    cov = bc.transpose(0, 1) @ bc
+    a64 = a.double()
+    mean_s = a64 @ bbar
+    sq = ((a64 @ cov) * a64).sum(-1).clamp_min(0.0)
+    cut = torch.zeros(n, 3, dtype=torch.float64, device=dev)
+    topn = torch.zeros(n, dtype=torch.long, device=dev)
+    err = torch.zeros(n, dtype=torch.float64, device=dev)
+    base = torch.zeros(n, dtype=torch.float64, device=dev)
+    met = torch.zeros(n, dtype=torch.bool, device=dev)
+    best = torch.zeros(n, dtype=torch.float64, device=dev)
+    kept: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    todo = torch.arange(n, device=dev)
+    for li, k in enumerate(levels):
+        if not todo.numel():
+            break
+        last = li == len(levels) - 1
+        big = levels[li + 1] if not last else min(4 * k, m)
+        chunk = max(1, min(_BLOCK_ELEMENTS // max(1, m), _BLOCK_ELEMENTS // max(1, big + 2 * samples)))
+        undecided = []
+        for i0 in range(0, todo.numel(), chunk):
+            rows = todo[i0 : i0 + chunk]
+            ar = a[rows]
+            vals, idx = search(ar, b, big)
+            v64 = vals.double()
+            mx = v64[:, 0]
+            if k >= m:  # every key exact
+                t = v64[:, m - 1]
+                beta = torch.ones_like(t)
+                gamma = torch.full_like(t, 0.5)
+                e_hat = torch.zeros_like(t)
+                ztop = torch.exp(v64 - mx.unsqueeze(-1)).sum(-1)
+                zhat = ztop
+                pw = torch.exp(v64 - mx.unsqueeze(-1)) / zhat.unsqueeze(-1)
+                b_hat = 0.5 * (pw - 1.0 / m).abs().sum(-1)
+            else:
+                t = v64[:, k - 1]
+                u_str = v64[:, k:big] - t.unsqueeze(-1)  # ranks k+1..K, exact
+                t_big = v64[:, big - 1] if big < m else torch.full_like(t, -math.inf)
+                out_n = m - big
+                lf = (ar @ b[s_fit].transpose(0, 1)).double() if out_n else None
+                le = (ar @ b[s_est].transpose(0, 1)).double() if out_n else None
+                if out_n:
+                    in_f = lf < t_big.unsqueeze(-1)  # below rank K: the sampled stratum
+                    nf = in_f.sum(-1)
+                    u_f = torch.where(in_f, lf - t.unsqueeze(-1), torch.zeros_like(lf))
+                    w_f = in_f * (out_n / nf.clamp_min(1)).unsqueeze(-1)
+                    u_all = torch.cat([u_str, u_f], dim=-1)
+                    w_all = torch.cat([torch.ones_like(u_str), w_f], dim=-1)
+                else:
+                    u_all, w_all = u_str, torch.ones_like(u_str)
+                beta, gamma = _fit(u_all, w_all)
+                beta, gamma = beta.to(dt).double(), gamma.to(dt).double()
+                t = t.to(dt).double()
+                rho = torch.exp(t - mx)  # the cut's weight, relative to the largest
+                top_w = torch.exp(v64[:, :k] - mx.unsqueeze(-1))
+                ztop = top_w.sum(-1)
+                delta = mean_s[rows] - t
+                p_all = m * (1.0 + delta * (beta + gamma * delta)) + gamma * sq[rows]
+                p_top = _poly(v64[:, :k] - t.unsqueeze(-1), beta, gamma).sum(-1)
+                tail = (p_all - p_top).clamp_min(0.0)
+                zhat = ztop + rho * tail
+                p_str = _poly(u_str, beta, gamma)
+                e_str = (p_str - torch.exp(u_str)).abs().sum(-1)
+                pw_top = top_w / zhat.unsqueeze(-1)
+                b_hat = 0.5 * ((pw_top - 1.0 / m).abs().sum(-1) + (rho.unsqueeze(-1) * p_str / zhat.unsqueeze(-1) - 1.0 / m).abs().sum(-1))
+                if out_n:
+                    in_e = le < t_big.unsqueeze(-1)
+                    ne = in_e.sum(-1)
+                    u_e = le - t.unsqueeze(-1)
+                    p_e = _poly(u_e, beta, gamma)
+                    # rows whose estimate sample fell entirely inside the top K: the fit sample stands in
+                    use_f = ne == 0
+                    if bool(use_f.any()):
+                        p_f = _poly(lf - t.unsqueeze(-1), beta, gamma)
+                        u_e = torch.where(use_f.unsqueeze(-1), lf - t.unsqueeze(-1), u_e)
+                        p_e = torch.where(use_f.unsqueeze(-1), p_f, p_e)
+                        in_e = torch.where(use_f.unsqueeze(-1), lf < t_big.unsqueeze(-1), in_e)
+                        ne = in_e.sum(-1)
+                    scale = out_n / ne.clamp_min(1)
+                    zero = torch.zeros_like(u_e)  # keys above rank K are not in this stratum (and their e^u may overflow)
+                    e_smp = scale * torch.where(in_e, (p_e - torch.exp(u_e.clamp_max(0.0))).abs(), zero).sum(-1)
+                    b_smp = scale * torch.where(in_e, (rho.unsqueeze(-1) * p_e / zhat.unsqueeze(-1) - 1.0 / m).abs(), zero).sum(-1)
+                    nothing = ne == 0  # no sampled key below rank K at all: bound it by the rank-K key's error
+                    e_smp = torch.where(nothing, out_n * (p_str[:, -1] - torch.exp(u_str[:, -1])).abs(), e_smp)
+                    b_smp = torch.where(nothing, out_n * (rho * p_str[:, -1] / zhat - 1.0 / m).abs(), b_smp)
+                else:
+                    e_smp = torch.zeros_like(t)
+                    b_smp = torch.zeros_like(t)
+                e_hat = rho * (e_str + e_smp) / zhat
+                b_hat = b_hat + 0.5 * b_smp
+            good = e_hat <= tol * b_hat
+            done = good | last
+            dr = rows[done]
+            cut[dr, 0], cut[dr, 1], cut[dr, 2] = t[done], beta[done], gamma[done]
+            topn[dr] = min(k, m)
+            err[dr], base[dr], met[dr], best[dr] = e_hat[done], b_hat[done], good[done], mx[done]
+            if keep and dr.numel():
+                kept.append((dr, vals[done, : min(k, m)], idx[done, : min(k, m)]))
+            undecided.append(rows[~done])
+        todo = torch.cat(undecided) if undecided else todo[:0]
+    return _Head(cut, topn, err, base, met, best, kept)
+
+
+def _map_logits(s: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:
+    r"""In place on the logits ``s (n, M)``: :math:`s` on the top keys (:math:`s \ge t`), :math:`t + \log p(s - t)` below."""
+    t, beta, gamma = cut[:, :1], cut[:, 1:2], cut[:, 2:3]
+    u = s - t
+    tail = torch.log((1.0 + u * (beta + gamma * u)).clamp_min(torch.finfo(s.dtype).tiny)).add_(t)
+    return torch.where(u >= 0, s, tail, out=s)
+
+
+# --------------------------------------------------------------------------- #
+# the kernel: the kind "distance_topk" in attention_map and compare
+# --------------------------------------------------------------------------- #
+class TopkOperands(Operands):
+    r"""Operands of ``"distance_topk"``: ``A = [a, t, beta, gamma]`` (the cut and the tail per row), ``B = [b, 0, 0, 0]``.
+
+    ``A @ B^T`` is the distance logits :math:`s` (the state columns meet zeros); :meth:`logits` then
+    maps them to the log-weights, :math:`s` on the top keys and :math:`t + \log p(s - t)` below the cut.
+    """
+
+    def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        torch.mm(a_rows, b_t, out=out)
+        out.clamp_max_(0.0)
+        return _map_logits(out, a_rows[:, -3:])
+
+    def largest(self) -> float:
+        return super().largest() + float(self.spread)
+
+
+def _bound_factor(cut: torch.Tensor, largest: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Per row, :math:`G \ge \sup_{u \le 0} |p'(u)/p(u)|` (:math:`|\beta| + \sqrt{\gamma/\eta}`) and a bound on :math:`|\log p|` over :math:`|u| \le 2\,\mathrm{largest}`."""
+    beta, gamma = cut[..., 1].abs(), cut[..., 2]
+    g = beta + torch.sqrt(gamma / MARGIN)
+    span = 2.0 * largest
+    logp = torch.log1p(beta * span + gamma * span * span) + abs(math.log(MARGIN))
+    return g, logp
+
+
+class TopkTailKernel(Kernel):
+    """The kernel of ``"distance_topk"``: the plan of :func:`distance_topk_attention` per head, then its map."""
+
+    def _plans(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]):
+        batch = torch.broadcast_shapes(q.shape[:-2], kk.shape[:-2])
+        qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
+        a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
+        heads = [_plan(a[h], b[h], LEVELS, TOL, SAMPLES, opts.get("seed", 0), keep=False) for h in range(a.shape[0])]
+        return batch, a, b, heads
+
+    def operands(self, kind: Kind, q, kk, kf, tau, opts):
+        with torch.no_grad():
+            _, a, b, heads = self._plans(q, kk, kf, tau, opts)
+            cut = torch.stack([h.cut for h in heads]).to(a.dtype)
+            err0 = logit_error(a, b)
+            eps = torch.finfo(a.dtype).eps
+            largest = err0 / ((a.shape[-1] + 3) * eps)
+            g, logp = _bound_factor(cut.double(), largest.double(), eps)
+            # the product's rounding, through the tail's |p'/p| <= G; plus the subtraction s - t and the log's own rounding
+            err = (err0.double() * (1.0 + g) + 8.0 * eps * (2.0 * largest.double() * (1.0 + g) + logp)).to(a.dtype)
+            aa = torch.cat([a, cut], dim=-1)
+            bb = torch.cat([b, torch.zeros(*b.shape[:-1], 3, dtype=b.dtype, device=b.device)], dim=-1)
+            ops = TopkOperands(kind.name, aa, bb, err, log=False, clamp=True, rounding=err)
+            ops.spread = float(logp.max()) if logp.numel() else 0.0
+            return ops
+
+    def dense(self, kind: Kind, q, kk, kf, tau, opts):
+        with torch.no_grad():
+            batch, a, b, heads = self._plans(q, kk, kf, tau, opts)
+            s = (a @ b.transpose(-1, -2)).clamp_max_(0.0)
+            for h, plan in enumerate(heads):
+                _map_logits(s[h], plan.cut.to(s.dtype))
+            p = torch.softmax(s, dim=-1)
+        return p.reshape(*batch, q.shape[-2], kk.shape[-2])
+
+
+register_kernel("topk_tail", TopkTailKernel())
+
+
+# --------------------------------------------------------------------------- #
+# the attention
+# --------------------------------------------------------------------------- #
+def _check_top(top: Any) -> tuple[int, ...]:
+    if isinstance(top, (str, bytes)) or not isinstance(top, Sequence) or not top or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in top):
+        raise ValueError(f"top must be a non-empty sequence of positive integers (numbers of exact keys), got {top!r:.80}")
+    return tuple(sorted(set(int(t) for t in top)))
+
+
+def _value_sums(b: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    r"""Key sums (float64, blocked over keys): :math:`\bar b`, :math:`\sum_j v_j`, :math:`\sum_j b'_j v_j^\top`, :math:`\sum_j b'_j \otimes b'_j \otimes v_j`."""
+    m, c = b.shape
+    dv = vals.shape[-1]
+    bbar = b.double().mean(0)
+    s0 = torch.zeros(dv, dtype=torch.float64, device=b.device)
+    s1 = torch.zeros(c, dv, dtype=torch.float64, device=b.device)
+    s2 = torch.zeros(c * c, dv, dtype=torch.float64, device=b.device)
+    block = max(1, _BLOCK_ELEMENTS // (c * c))
+    for i in range(0, m, block):
+        bc = b[i : i + block].double() - bbar
+        v = vals[i : i + block].double()
+        s0 += v.sum(0)
+        s1 += bc.transpose(0, 1) @ v
+        s2 += (bc.unsqueeze(-1) * bc.unsqueeze(-2)).reshape(-1, c * c).transpose(0, 1) @ v
+    return bbar, s0, s1, s2
+
+
+def distance_topk_attention(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    values: ArrayLike | None = None,
+    *,
+    k: float = 1.0,
+    temperature: float | None = None,
+    top: Sequence[int] = LEVELS,
+    tol: float = TOL,
+    samples: int = SAMPLES,
+    seed: int = 0,
+    search: str = "exact",
+    aggregation: str = "centroid",
+) -> TopkTail:
+    r"""Distance attention from each query's exact top keys and a fitted positive tail (see the module for the method).
+
+    .. math::
+
+        \hat P_{ij} = \frac{\hat w_{ij}}{\sum_l \hat w_{il}}, \qquad
+        \hat w_{ij} = \begin{cases} e^{s_{ij} - m_i} & j \in T_i \\ e^{t_i - m_i}\, p_i(s_{ij} - t_i) & j \notin T_i \end{cases},
+        \qquad s_{ij} = -\frac{\|q_i - \kappa_j\|_L^2}{2\tau},
+
+    an approximation of the ``"distance"`` map (the map of the kind ``"distance_topk"`` in
+    :func:`hypviz.attention.attention_map` and :func:`hypviz.attention.compare`, at the default ``top``,
+    ``tol`` and ``samples``).  Each row takes the smallest number of top keys :math:`k_i` in ``top``
+    whose estimated error :math:`\hat\varepsilon_i` (``row_error``, an estimate of the bound
+    :math:`\mathrm{TV}(\hat P_i, P_i) \le \sum_{j \notin T_i} |\hat w_{ij} - w_{ij}| / \hat Z_i`) is at most
+    ``tol`` times the row's estimated distance from uniform.  The values are aggregated as
+    :func:`hypviz.attention.distance_linear_attention` aggregates them,
+
+    .. math::
+
+        m_i = \sum_j \hat P_{ij} v_j, \qquad
+        \text{centroid: } o_i = \frac{\sqrt k\, m_i}{\sqrt{-\langle m_i, m_i\rangle_L}}, \qquad
+        \text{spatial: } o_i = \mathrm{lift}\Bigl(\sum_j \hat P_{ij} v_{s,j}\Bigr),
+
+    the tail's share through key sums (:math:`O((N + M)\, c^2 d_v)`) and the top keys' explicitly, so
+    the map is never formed.  The search for the top keys is exact (blocked products, no ``N x M``
+    array, :math:`O(NMd)` time).  Every weight is finite and non-negative in float32 at any norm (the
+    exponents are measured from each row's largest logit).
+
+    Parameters
+    ----------
+    queries, keys : array or tensor, shapes (..., N, d + 1) and (..., M, d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k`, time first (checked); leading axes broadcast.
+    values : array or tensor, shape (..., M, d_v + 1), optional
+        Points on the hyperboloid, one per key; without them ``output`` is ``None``.
+    k : float
+        Curvature parameter.
+    temperature : float, optional
+        :math:`\tau`, default :math:`\sqrt d`.
+    top : sequence of int
+        The numbers of exact keys a row may take (:data:`LEVELS`); one at least :math:`M` makes every key exact.
+    tol : float
+        The target :math:`\hat\varepsilon_i \le \mathrm{tol}\cdot\mathrm{TV}(\hat P_i, U)` (:data:`TOL`).
+    samples : int
+        Keys sampled for the fit, and as many again for the error estimate (:data:`SAMPLES`).
+    seed : int
+        Seed of the sampled keys.
+    search : str
+        The top-key search: ``"exact"``.
+    aggregation : str
+        ``"centroid"`` (default) or ``"spatial"``.
+
+    Returns
+    -------
+    TopkTail
+        The output, the top keys and their weights, :math:`k_i`, the tail's share, the per-row error
+        estimate and baseline, whether each row met ``tol``, the cut and the polynomial, the search and
+        its recall.
+
+    Raises
+    ------
+    ValueError
+        For points or shapes :func:`hypviz.attention.scores` refuses, a non-positive ``temperature`` or
+        ``tol``, ``top`` not a sequence of positive integers, ``samples`` below 1, a negative ``seed``,
+        another ``search`` or ``aggregation``; ``TypeError`` for dtypes that differ.
+    """
+    top_ = _check_top(top)
+    tol_ = validate.positive(tol, "tol")
+    n_s = validate.integer(samples, "samples", 1)
+    seed_ = validate.seed(seed)
+    search_ = validate.choice(search, "search", SEARCHES)
+    agg = validate.choice(aggregation, "aggregation", AGGREGATIONS)
+    q, kk, v, kf, batch = checked_inputs(queries, keys, k, values, detach=True)
+    tau = check_temperature(temperature, q.shape[-1] - 1)
+    qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
+    vf = None if v is None else flatten_batch(v, batch)
+    heads, n, m = qf.shape[0], qf.shape[-2], kfl.shape[-2]
+    dt, dev = q.dtype, q.device
+    with torch.no_grad():
+        a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
+        plans = [_plan(a[h], b[h], top_, tol_, n_s, seed_, keep=True) for h in range(heads)]
+        kmax = max(int(p.top.max()) for p in plans) if n else 0
+        weights = torch.zeros(heads, n, kmax, dtype=dt, device=dev)
+        indices = torch.full((heads, n, kmax), -1, dtype=torch.long, device=dev)
+        tail_mass = torch.zeros(heads, n, dtype=dt, device=dev)
+        out = None
+        if vf is not None:
+            vals = vf if agg == "centroid" else vf[..., 1:]
+            out = torch.empty(heads, n, vf.shape[-1], dtype=dt, device=dev)
+        for h, plan in enumerate(plans):
+            t, beta, gamma = plan.cut[:, 0], plan.cut[:, 1], plan.cut[:, 2]
+            a64 = a[h].double()
+            if vf is not None:
+                bbar, s0, s1, s2 = _value_sums(b[h], vals[h])
+            else:
+                bbar, s0, s1, s2 = b[h].double().mean(0), None, None, None
+            bc = b[h].double() - bbar
+            cov = bc.transpose(0, 1) @ bc
+            mean_s = a64 @ bbar
+            sq = ((a64 @ cov) * a64).sum(-1).clamp_min(0.0)
+            for rows, tv_, ti in plan.rows:
+                kr = ti.shape[-1]
+                mx = plan.best[rows]
+                v64 = tv_.double()
+                th, bh, gh = t[rows], beta[rows], gamma[rows]
+                exact = kr >= m
+                rho = torch.exp(th - mx)
+                top_w = torch.exp(v64 - mx.unsqueeze(-1))
+                delta = mean_s[rows] - th
+                p_top = _poly(v64 - th.unsqueeze(-1), bh, gh)
+                if exact:
+                    tail = torch.zeros_like(th)
+                else:
+                    tail = (m * (1.0 + delta * (bh + gh * delta)) + gh * sq[rows] - p_top.sum(-1)).clamp_min(0.0)
+                zhat = top_w.sum(-1) + rho * tail
+                weights[h, rows, :kr] = (top_w / zhat.unsqueeze(-1)).to(dt)
+                indices[h, rows, :kr] = ti
+                tail_mass[h, rows] = (rho * tail / zhat).to(dt)
+                if vf is None:
+                    continue
+                vt = vals[h][ti].double()  # (r, k, d_v): the top keys' values
+                num = (top_w.unsqueeze(-1) * vt).sum(-2)
+                if not exact:
+                    c0 = 1.0 + delta * (bh + gh * delta)
+                    c1 = bh + 2.0 * gh * delta
+                    ar = a64[rows]
+                    quad = ((ar.unsqueeze(-1) * ar.unsqueeze(-2)).reshape(len(rows), -1) @ s2)
+                    allv = c0.unsqueeze(-1) * s0 + c1.unsqueeze(-1) * (ar @ s1) + gh.unsqueeze(-1) * quad
+                    num = num + rho.unsqueeze(-1) * (allv - (p_top.unsqueeze(-1) * vt).sum(-2))
+                o = num / zhat.unsqueeze(-1)
+                if agg == "centroid":
+                    norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
+                    o = o[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(1e-300).sqrt())
+                out[h, rows] = lift(o, kf).to(dt)
+
+    def back(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(*batch, n, *x.shape[2:])
+
+    stack = lambda name: torch.stack([getattr(p, name) for p in plans]) if plans else torch.zeros(heads, n)  # noqa: E731
+    return TopkTail(
+        output=None if out is None else back(out),
+        weights=back(weights),
+        indices=back(indices),
+        top_counts=back(stack("top")),
+        tail_mass=back(tail_mass),
+        row_error=back(stack("error").to(dt)),
+        row_baseline=back(stack("baseline").to(dt)),
+        met=back(stack("met")),
+        cut=back(stack("cut").to(dt)),
+        search=search_,
+        recall=1.0,
+        temperature=tau,
+    )
