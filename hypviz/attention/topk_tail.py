@@ -69,6 +69,7 @@ import torch
 
 from hypviz.attention.checks import check_temperature, checked_inputs, flatten_batch
 from hypviz.attention.kernels import Kernel, Operands, logit_error, register_kernel
+from hypviz.attention.key_search import exact_top_keys
 from hypviz.attention.random_features import AGGREGATIONS
 from hypviz.base import validate
 from hypviz.base.kinds import Kind
@@ -124,18 +125,17 @@ class TopkTail(NamedTuple):
 # --------------------------------------------------------------------------- #
 # the search
 # --------------------------------------------------------------------------- #
-def _exact_top(a: torch.Tensor, b: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``kk`` largest logits of rows ``a (n, c)`` against keys ``b (M, c)``, largest first, and their keys (blocked rows)."""
-    n, m = a.shape[0], b.shape[0]
-    rows = max(1, _BLOCK_ELEMENTS // max(1, m))
-    vals = torch.empty(n, kk, dtype=a.dtype, device=a.device)
-    idx = torch.empty(n, kk, dtype=torch.long, device=a.device)
-    b_t = b.transpose(0, 1)
-    for i in range(0, n, rows):
-        s = a[i : i + rows] @ b_t
-        v, j = s.topk(kk, dim=-1, sorted=True)
-        vals[i : i + rows], idx[i : i + rows] = v, j
-    return vals, idx
+Search = Callable[[torch.Tensor, int], "tuple[torch.Tensor, torch.Tensor]"]
+
+
+def _exact_search(q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> Search:
+    """The exact search of one head's points (:func:`hypviz.attention.key_search.exact_top_keys`): rows -> (logits / tau, keys)."""
+
+    def search(rows: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
+        found = exact_top_keys(q[rows], kk, top, k=kf)
+        return found.logits * (1.0 / tau), found.indices
+
+    return search
 
 
 # --------------------------------------------------------------------------- #
@@ -200,8 +200,8 @@ def _levels(top: Sequence[int], m: int) -> list[int]:
     return sorted({min(int(t), m) for t in top})
 
 
-def _plan(a: torch.Tensor, b: torch.Tensor, top: Sequence[int], tol: float, samples: int, seed: int,
-          keep: bool, search: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] = _exact_top) -> _Head:
+def _plan(a: torch.Tensor, b: torch.Tensor, search: Search, top: Sequence[int], tol: float, samples: int, seed: int,
+          keep: bool) -> _Head:
     """Per row of one head, ``a (N, c)`` against ``b (M, c)``: the number of top keys, the cut, the polynomial, the estimates."""
     n, m = a.shape[0], b.shape[0]
     dt, dev = a.dtype, a.device
@@ -235,7 +235,7 @@ def _plan(a: torch.Tensor, b: torch.Tensor, top: Sequence[int], tol: float, samp
         for i0 in range(0, todo.numel(), chunk):
             rows = todo[i0 : i0 + chunk]
             ar = a[rows]
-            vals, idx = search(ar, b, big)
+            vals, idx = search(rows, big)
             v64 = vals.double()
             mx = v64[:, 0]
             if k >= m:  # every key exact
@@ -359,7 +359,8 @@ class TopkTailKernel(Kernel):
         batch = torch.broadcast_shapes(q.shape[:-2], kk.shape[:-2])
         qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
         a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
-        heads = [_plan(a[h], b[h], LEVELS, TOL, SAMPLES, opts.get("seed", 0), keep=False) for h in range(a.shape[0])]
+        heads = [_plan(a[h], b[h], _exact_search(qf[h], kfl[h], kf, tau), LEVELS, TOL, SAMPLES, opts.get("seed", 0), keep=False)
+                 for h in range(a.shape[0])]
         return batch, a, b, heads
 
     def operands(self, kind: Kind, q, kk, kf, tau, opts):
@@ -511,7 +512,8 @@ def distance_topk_attention(
     dt, dev = q.dtype, q.device
     with torch.no_grad():
         a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
-        plans = [_plan(a[h], b[h], top_, tol_, n_s, seed_, keep=True) for h in range(heads)]
+        plans = [_plan(a[h], b[h], _exact_search(qf[h], kfl[h], kf, tau), top_, tol_, n_s, seed_, keep=True)
+                 for h in range(heads)]
         kmax = max(int(p.top.max()) for p in plans) if n else 0
         weights = torch.zeros(heads, n, kmax, dtype=dt, device=dev)
         indices = torch.full((heads, n, kmax), -1, dtype=torch.long, device=dev)
