@@ -162,3 +162,22 @@ def test_bad_input_is_one_line(kw, message):
     with pytest.raises(ValueError, match=message) as info:
         att.distance_topk_attention(q, q, **kw)
     assert "\n" not in str(info.value)
+
+
+def test_the_index_search_reports_its_method_and_recall():
+    pytest.importorskip("faiss")
+    q, kk = data.lifted_gaussian(32, 8, 3.0, seed=1), data.lifted_gaussian(1024, 8, 3.0, seed=2)
+    tau = 4.0
+    res = att.distance_topk_attention(q, kk, temperature=tau, top=(16,), search="index")
+    assert "hnsw" in res.search or "exact search (fallback)" in res.search
+    assert 0.0 < res.recall <= 1.0 and ("hnsw" not in res.search or res.recall >= 0.9)
+    exact = att.distance_topk_attention(q, kk, temperature=tau, top=(16,))
+    assert exact.search == "exact" and exact.recall == 1.0
+    s = _logits(q, kk, tau)
+    p = torch.softmax(s, -1)
+    base = float((0.5 * (p - 1 / 1024).abs().sum(-1)).mean())
+    # the index's top keys: each row's weights on them are the exact map's up to the tail's share
+    found = torch.gather(p, -1, res.indices.clamp_min(0))
+    assert bool((res.indices >= 0).all()) and float((0.5 * (found - res.weights).abs().sum(-1)).mean()) <= 0.25 * base
+    auto = att.distance_topk_attention(q, kk, temperature=tau, top=(16,), search="auto")
+    assert auto.search == res.search
