@@ -83,9 +83,9 @@ ArrayLike = Any
 LEVELS: tuple[int, ...] = (16, 64, 256, 1024, 4096)
 #: The top-key searches.
 SEARCHES: tuple[str, ...] = ("exact", "index", "auto")
-#: :math:`\eta`: every tail polynomial is at least this on :math:`u \le 0`.
+#: The margin :math:`\eta`, every tail polynomial is at least this on :math:`u \le 0`.
 MARGIN = 1e-3
-#: The default target: estimated error at most this fraction of the row's distance from uniform.
+#: The default target, the estimated error at most this fraction of the row's distance from uniform.
 TOL = 0.05
 #: The default number of sampled keys (for the fit, and as many again for the error estimate).
 SAMPLES = 64
