@@ -348,7 +348,9 @@ def _map_logits(s: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:
     r"""In place on the logits ``s (n, M)``: :math:`s` on the top keys (:math:`s \ge t`), :math:`t + \log p(s - t)` below."""
     t, beta, gamma = cut[:, :1], cut[:, 1:2], cut[:, 2:3]
     u = s - t
-    tail = torch.log((1.0 + u * (beta + gamma * u)).clamp_min(torch.finfo(s.dtype).tiny)).add_(t)
+    tail = torch.log((1.0 + u * (beta + gamma * u)).clamp_min(torch.finfo(s.dtype).tiny)) + t
+    if s.requires_grad:  # out of place, so autograd can follow (the cut and the polynomial held fixed)
+        return torch.where(u >= 0, s, tail)
     return torch.where(u >= 0, s, tail, out=s)
 
 
@@ -408,12 +410,14 @@ class TopkTailKernel(Kernel):
             return ops
 
     def dense(self, kind: Kind, q, kk, kf, tau, opts):
+        """The map, differentiable in the points with each row's plan (its cut and polynomial) held fixed."""
         with torch.no_grad():
-            batch, a, b, heads = self._plans(q, kk, kf, tau, opts)
-            s = (a @ b.transpose(-1, -2)).clamp_max_(0.0)
-            for h, plan in enumerate(heads):
-                _map_logits(s[h], plan.cut.to(s.dtype))
-            p = torch.softmax(s, dim=-1)
+            batch, _, _, heads = self._plans(q.detach(), kk.detach(), kf, tau, opts)
+        qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
+        a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
+        s = (a @ b.transpose(-1, -2)).clamp_max(0.0)
+        rows = [_map_logits(s[h], plan.cut.to(s.dtype)) for h, plan in enumerate(heads)]
+        p = torch.softmax(torch.stack(rows) if s.requires_grad else s, dim=-1)
         return p.reshape(*batch, q.shape[-2], kk.shape[-2])
 
 
