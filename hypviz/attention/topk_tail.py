@@ -69,7 +69,7 @@ import torch
 
 from hypviz.attention.checks import check_temperature, checked_inputs, flatten_batch
 from hypviz.attention.kernels import Kernel, Operands, logit_error, register_kernel
-from hypviz.attention.key_search import KeySearch, exact_top_keys, search_top_keys
+from hypviz.attention.key_search import KeyIndex, KeySearch, exact_top_keys, fit_key_index, search_top_keys
 from hypviz.attention.random_features import AGGREGATIONS
 from hypviz.base import validate
 from hypviz.base.kinds import Kind
@@ -92,6 +92,7 @@ SAMPLES = 64
 
 _BLOCK_ELEMENTS = 2**22  # elements of one block of logits (rows x keys)
 _SEARCH_ELEMENTS = 2**25  # elements of the top keys (rows x K) of one search
+_INDEX_KEYS_PER_TOP = 16  # fewer keys than this times K: exact search (search_top_keys's own rule)
 
 
 class TopkTail(NamedTuple):
@@ -146,9 +147,15 @@ class _IndexSearch:
     def __init__(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, recall: float, seed: int):
         self.q, self.kk, self.kf, self.tau, self.recall, self.seed = q, kk, kf, tau, recall, seed
         self.found: list[KeySearch] = []
+        self.index: KeyIndex | None = None
 
     def __call__(self, rows: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
-        found = search_top_keys(self.q[rows], self.kk, top, k=self.kf, recall=self.recall, seed=self.seed)
+        if self.kk.shape[-2] < _INDEX_KEYS_PER_TOP * top:  # search_top_keys answers exactly, and says why
+            found = search_top_keys(self.q[rows], self.kk, top, k=self.kf, recall=self.recall, seed=self.seed)
+        else:  # one index per key set, fitted (its recall measured) at the first top asked, searched at every top
+            if self.index is None:
+                self.index = fit_key_index(self.q, self.kk, top, k=self.kf, recall=self.recall, seed=self.seed)
+            found = self.index.search(self.q[rows], top)
         self.found.append(found)
         return found.logits * (1.0 / self.tau), found.indices
 
