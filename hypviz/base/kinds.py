@@ -296,8 +296,8 @@ register(Kind(
 register(Kind(
     name="distance_topk", family="features", kernel="topk_tail", options=("seed",),
     formula=r"\hat w_{ij} / \sum_l \hat w_{il}, \quad \hat w_{ij} = e^{s_{ij}} \ (j \in T_i), \ e^{t_i} p_i(s_{ij} - t_i) \ (j \notin T_i)",
-    title=r"distance, top keys + tail: $\hat w_{ij}/\sum_l \hat w_{il}$, exact $e^{s_{ij}}$ on the top keys, $e^{t_i}p_i(s_{ij}-t_i)$ below",
-    plain="distance, top keys + tail: ŵ_ij / Σ_l ŵ_il, exact on each row's top keys, a positive quadratic in the logit below",
+    title=r"distance, top keys + tail: $\hat w_{ij}/\sum_l \hat w_{il}$, exact $e^{s_{ij}}$ on the top keys $\kappa_j$, $e^{t_i}p_i(s_{ij}-t_i)$ below",
+    plain="distance, top keys + tail: ŵ_ij / Σ_l ŵ_il, exact on each row's top keys κ_j, a positive quadratic in the logit below",
     html="distance, top keys + tail ŵ<sub>ij</sub> / Σ<sub>l</sub> ŵ<sub>il</sub>, exact on the top keys, e<sup>t</sup> p(s − t) below",
     description="the distance map from each query's exact top keys and a fitted positive quadratic tail (sub-quadratic)",
     rounding="gamma_c sum_c |A_ic| max_j |B_jc| on the logits, times 1 + sup |p'/p| of the row's tail polynomial, "
