@@ -180,7 +180,7 @@ def _bench_topk_tail(dev: torch.device, n: int, reps: int, rows: int) -> dict:
     for sharp in (1.25, 125.0):
         r = (sharp * 8.0) ** 0.5
         q, kb, v = (data.lifted_gaussian(n, D, r, seed=s, dtype=torch.float32).to(dev) for s in (15, 16, 17))
-        a, b = lorentz.distance_operands(q, kb, 1.0, 1.0 / 8.0)
+        a, b = lorentz.distance_operands(q, kb, k=1.0, temperature=8.0)
         block = max(1, 2**31 // (4 * n))
 
         def exact_map() -> None:

@@ -505,7 +505,7 @@ TOPK_TAIL = {"d": 64, "temperature": 8.0, "sharpness": (1.25, 12.5, 125.0), "top
 def exact_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tau: float, rows: int) -> torch.Tensor:
     """The exact distance attention output of the first ``rows`` queries, streamed by blocks of query rows: per block
     the logits from the stable operands (one product), a softmax and the values' product, no N x M array kept."""
-    a, b = L.distance_operands(q[:rows], k, 1.0, 1.0 / tau)
+    a, b = L.distance_operands(q[:rows], k, k=1.0, temperature=tau)
     b_t = b.T.contiguous()
     block = max(1, (32 * MiB) // (4 * k.shape[0]))
     out = torch.empty(rows, v.shape[-1], dtype=v.dtype)
@@ -566,7 +566,7 @@ def child_topk_tail(n: int, rows: int, sharpness: float) -> dict[str, Any]:
     # error on sampled rows against exact rows
     g = torch.Generator().manual_seed(0)
     picked = torch.randperm(n, generator=g)[:rows].sort().values
-    a, b = L.distance_operands(q, k, 1.0, 1.0 / tau)
+    a, b = L.distance_operands(q, k, k=1.0, temperature=tau)
     exact_p = torch.softmax(a[picked].double() @ b.double().T, dim=-1)
     approx_p = _tail_rows(res, a, b, picked)
     approx_p = approx_p / approx_p.sum(-1, keepdim=True)

@@ -31,7 +31,7 @@ def _mixture(n, seed, r, clusters=32, spread=0.1):
 
 
 def _tree(edge, dim):
-    x = data.embed_tree(nx.balanced_tree(2, 7), 0, scale=edge).points  # 255 nodes in H^2
+    x = data.embed_tree(nx.balanced_tree(2, 7), 0, edge_length=edge).points  # 255 nodes in H^2
     return L.lift(torch.cat([x[:, 1:], torch.zeros(x.shape[0], dim - 2, dtype=x.dtype)], dim=-1))
 
 

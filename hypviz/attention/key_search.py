@@ -41,6 +41,14 @@ class TopKeyLogits(NamedTuple):
     ``indices``, ``(..., N, top)`` int64, the keys' indices, strongest first, keys with equal logits
     in increasing index order; ``logits``, ``(..., N, top)`` in the points' dtype, their logits
     :math:`s_{ij} = -\frac12\|q_i - \kappa_j\|_L^2 \le 0`, non-increasing along the last axis.
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import exact_top_keys
+    >>> found = exact_top_keys(data.wrapped_normal(8, 4, 0.5, seed=0), data.wrapped_normal(40, 4, 0.5, seed=1), 2)
+    >>> found.indices.shape, bool((found.logits <= 0).all())
+    (torch.Size([8, 2]), True)
     """
 
     indices: torch.Tensor
@@ -124,7 +132,7 @@ def exact_top_keys(
     >>> exact_top_keys(q, kappa, 2).indices
     tensor([[1, 2]])
     """
-    q, kk, _, kf, batch = checked_inputs(queries, keys, k)
+    q, kk, _, kf, batch = checked_inputs(queries, keys, k=k)
     m = kk.shape[-2]
     top = validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
     block_rows = validate.integer(block_rows, "block_rows", 1, " (None: automatic)", allow_none=True)
@@ -132,7 +140,7 @@ def exact_top_keys(
     if block_rows is None:
         block_rows = max(1, _BLOCK_BYTES // (m * q.element_size()))
     rows = min(block_rows, n)
-    a, b = distance_operands(q, kk, kf)
+    a, b = distance_operands(q, kk, k=kf)
     a, b = flatten_batch(a, batch), flatten_batch(b, batch)
     heads = a.shape[0]
     indices = torch.empty(heads, n, top, dtype=torch.int64, device=q.device)
@@ -165,6 +173,17 @@ class KeySearch:
     the index had to reach; ``sample``, how many queries (per key set) it was measured on;
     ``reason``, why exact search was used (``None`` when an index was); ``trials``, every
     configuration tried, ``(method, recall)``, in order.
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import search_top_keys
+    >>> q, keys = data.wrapped_normal(8, 4, 0.5, seed=0), data.wrapped_normal(40, 4, 0.5, seed=1)
+    >>> found = search_top_keys(q, keys, 4)
+    >>> found.method, found.fell_back
+    ('exact', True)
+    >>> found.reason
+    'M = 40 keys < 16 x top = 64: exact search is as cheap as an index'
     """
 
     indices: torch.Tensor
@@ -316,8 +335,17 @@ def search_top_keys(
     ValueError
         For the arguments :func:`exact_top_keys` refuses, a ``recall`` outside :math:`(0, 1]`, a bad
         ``sample``, ``seed`` or ``tries``.
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import exact_top_keys, search_top_keys
+    >>> q, keys = data.wrapped_normal(8, 4, 0.5, seed=0), data.wrapped_normal(40, 4, 0.5, seed=1)
+    >>> found = search_top_keys(q, keys, 4)  # 40 keys: exact search, said so in found.reason
+    >>> bool((found.indices == exact_top_keys(q, keys, 4).indices).all()), found.recall
+    (True, 1.0)
     """
-    q, kk, _, kf, batch = checked_inputs(queries, keys, k)
+    q, kk, _, kf, batch = checked_inputs(queries, keys, k=k)
     m = kk.shape[-2]
     top = validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
     asked, sample, seed, tries = _check_search(recall, sample, seed, tries)
@@ -365,8 +393,16 @@ def fit_key_index(
     -------
     KeyIndex
         The fitted index: its method, measured recall and reason, and :meth:`KeyIndex.search`.
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import fit_key_index
+    >>> q, keys = data.wrapped_normal(8, 4, 0.5, seed=0), data.wrapped_normal(40, 4, 0.5, seed=1)
+    >>> fit_key_index(q, keys, 4).recall  # 40 keys: exact search, recall 1
+    1.0
     """
-    q, kk, _, kf, _batch = checked_inputs(queries, keys, k)
+    q, kk, _, kf, _batch = checked_inputs(queries, keys, k=k)
     if kk.dim() != 2:
         raise ValueError(f"keys must be one key set of shape (M, d + 1), got shape {tuple(kk.shape)}")
     m = kk.shape[0]
@@ -381,14 +417,23 @@ class KeyIndex:
 
     ``method``, ``recall``, ``recall_asked``, ``sample``, ``reason`` and ``trials`` as in :class:`KeySearch`;
     ``top``, the number of keys the recall was measured at.
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import fit_key_index
+    >>> q, keys = data.wrapped_normal(8, 4, 0.5, seed=0), data.wrapped_normal(40, 4, 0.5, seed=1)
+    >>> index = fit_key_index(q, keys, 4)
+    >>> index.method, index.search(q, 2).indices.shape
+    ('exact', torch.Size([8, 2]))
     """
 
-    def __init__(self, keys: torch.Tensor, k: float, shells: list[_Shell] | None, ef: int, method: str, recall: float,
-                 asked: float, top: int, sample: int, reason: str | None, trials: tuple[tuple[str, float], ...]):
+    def __init__(self, keys: torch.Tensor, shells: list[_Shell] | None, ef: int, method: str, recall: float,
+                 asked: float, top: int, sample: int, reason: str | None, trials: tuple[tuple[str, float], ...], *, k: float):
         self.keys, self.k, self.shells, self.ef = keys, k, shells, ef
         self.method, self.recall, self.recall_asked, self.top = method, recall, asked, top
         self.sample, self.reason, self.trials = sample, reason, trials
-        self._b = distance_operands(keys[:1], keys, k)[1]
+        self._b = distance_operands(keys[:1], keys, k=k)[1]
 
     def search(self, queries: ArrayLike, top: int | None = None) -> KeySearch:
         r"""Each query's ``top`` (default the fitted ``top``) keys by this index, as a :class:`KeySearch`.
@@ -405,7 +450,7 @@ class KeyIndex:
         KeySearch
             ``indices`` and ``logits`` ``(..., N, top)`` and this index's method, recall and reason.
         """
-        q, kk, _, kf, batch = checked_inputs(queries, self.keys, self.k)
+        q, kk, _, kf, batch = checked_inputs(queries, self.keys, k=self.k)
         m = kk.shape[-2]
         top = self.top if top is None else validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
         if self.shells is None:
@@ -417,7 +462,7 @@ class KeyIndex:
         out_l = torch.empty(n, top, dtype=q.dtype, device=q.device)
         for start in range(0, n, _SEARCH_ROWS):
             rows = flat[start : start + _SEARCH_ROWS]
-            a = distance_operands(rows, kk[:1], kf)[0]
+            a = distance_operands(rows, kk[:1], k=kf)[0]
             out_i[start : start + rows.shape[0]], out_l[start : start + rows.shape[0]] = _search(
                 self.shells, _jq(rows), a, self._b, top, self.ef)
         shape = (*q.shape[:-1], top)
@@ -434,15 +479,16 @@ def _check_search(recall: Any, sample: Any, seed: Any, tries: Any) -> tuple[floa
 
 def _fit(faiss: Any, q: torch.Tensor, kk: torch.Tensor, kf: float, top: int, asked: float, sample: int, seed: int,
          tries: tuple[tuple[int, int], ...]) -> KeyIndex:
-    """Pick the first configuration of ``tries`` whose recall on a sample of the queries ``q (N, c)`` reaches ``asked``."""
+    """Pick the first configuration of ``tries`` whose recall on a sample of the queries ``q (N, c)`` reaches ``asked``.
+"""
     m, n = kk.shape[0], q.shape[0]
     rows = min(sample, n)
     if m < _MIN_KEYS_PER_TOP * top:
-        return KeyIndex(kk, kf, None, 0, "exact", 1.0, asked, top, rows, f"M = {m} keys < {_MIN_KEYS_PER_TOP} x top = "
-                        f"{_MIN_KEYS_PER_TOP * top}: exact search is as cheap as an index", ())
+        return KeyIndex(kk, None, 0, "exact", 1.0, asked, top, rows, k=kf, reason=f"M = {m} keys < {_MIN_KEYS_PER_TOP} x top = "
+                        f"{_MIN_KEYS_PER_TOP * top}: exact search is as cheap as an index", trials=())
     g = torch.Generator().manual_seed(seed)
     picked = torch.randperm(n, generator=g)[:rows].sort().values.to(q.device)
-    a, b = distance_operands(q[picked], kk, kf)
+    a, b = distance_operands(q[picked], kk, k=kf)
     truth = _exact_rows(a, b, top)  # the sample's exact answers
     xq = _jq(q[picked])  # the sample in faiss's picture (J q, 0)
     trials: list[tuple[str, float]] = []
@@ -455,11 +501,11 @@ def _fit(faiss: Any, q: torch.Tensor, kk: torch.Tensor, kf: float, top: int, ask
         got = _recall(logits, truth, a, b)
         trials.append((name, got))
         if got >= asked:
-            return KeyIndex(kk, kf, shells[buckets], ef, name, got, asked, top, rows, None, tuple(trials))
+            return KeyIndex(kk, shells[buckets], ef, name, got, asked, top, rows, None, tuple(trials), k=kf)
     best = max(trials, key=lambda t: t[1])
-    return KeyIndex(kk, kf, None, 0, "exact", 1.0, asked, top, rows,
+    return KeyIndex(kk, None, 0, "exact", 1.0, asked, top, rows, k=kf, reason=
                     f"no index reached recall {asked:g} on {rows} sampled queries (best {best[1]:.3g}, {best[0]})",
-                    tuple(trials))
+                    trials=tuple(trials))
 
 
 _SEARCH_ROWS = 4096  # queries per faiss call (bounds the candidates' gathered keys)

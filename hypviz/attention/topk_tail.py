@@ -68,7 +68,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 
 from hypviz.attention.checks import check_temperature, checked_inputs, flatten_batch
-from hypviz.attention.kernels import Kernel, Operands, logit_error, register_kernel
+from hypviz.attention.kernels import Kernel, Operands, Option, clamp_nonpositive_, logit_error, register_kernel
 from hypviz.attention.key_search import KeyIndex, KeySearch, exact_top_keys, fit_key_index, search_top_keys
 from hypviz.attention.random_features import AGGREGATIONS
 from hypviz.base import validate
@@ -109,6 +109,15 @@ class TopkTail(NamedTuple):
     search used (``"exact"``, or each index's one-line summary, fallbacks with their reason); ``recall``, its
     measured recall of the exact top keys (the smallest over the searches; 1.0 for the exact search);
     ``temperature``, :math:`\tau`.
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import distance_topk_attention
+    >>> q, keys = data.wrapped_normal(8, 4, 0.5, seed=0), data.wrapped_normal(300, 4, 0.5, seed=1)
+    >>> res = distance_topk_attention(q, keys, temperature=1.0)
+    >>> res.weights.shape, res.search
+    (torch.Size([8, 256]), 'exact')
     """
 
     output: torch.Tensor | None
@@ -320,7 +329,10 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Search, top: Sequence[int], 
                     p_e = _poly(u_e, beta, gamma)
                     # rows whose estimate sample fell entirely inside the top K: the fit sample stands in
                     use_f = ne == 0
-                    if bool(use_f.any()):
+                    if le.shape[-1] != lf.shape[-1]:  # fewer than 2 x samples keys: no separate estimate sample
+                        u_e, p_e, in_e = lf - t.unsqueeze(-1), _poly(lf - t.unsqueeze(-1), beta, gamma), in_f
+                        ne = in_e.sum(-1)
+                    elif bool(use_f.any()):
                         p_f = _poly(lf - t.unsqueeze(-1), beta, gamma)
                         u_e = torch.where(use_f.unsqueeze(-1), lf - t.unsqueeze(-1), u_e)
                         p_e = torch.where(use_f.unsqueeze(-1), p_f, p_e)
@@ -392,17 +404,19 @@ def _bound_factor(cut: torch.Tensor, largest: torch.Tensor, eps: float) -> tuple
 class TopkTailKernel(Kernel):
     """The kernel of ``"distance_topk"``: the plan of :func:`distance_topk_attention` per head, then its map."""
 
+    options = {"seed": Option(lambda v, name: validate.seed(v, name), 0)}
+
     def _plans(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]):
         batch = torch.broadcast_shapes(q.shape[:-2], kk.shape[:-2])
         qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
-        a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
+        a, b = distance_operands(qf, kfl, k=kf, temperature=tau)
         heads = [_plan(a[h], b[h], _exact_search(qf[h], kfl[h], kf, tau), LEVELS, TOL, SAMPLES, opts.get("seed", 0), keep=False)
                  for h in range(a.shape[0])]
         return batch, a, b, heads
 
-    def operands(self, kind: Kind, q, kk, kf, tau, opts):
+    def operands(self, kind: Kind, q, keys, *, k, temperature, opts):
         with torch.no_grad():
-            _, a, b, heads = self._plans(q, kk, kf, tau, opts)
+            _, a, b, heads = self._plans(q, keys, k, temperature, opts)
             cut = torch.stack([h.cut for h in heads]).to(a.dtype)
             err0 = logit_error(a, b)
             eps = torch.finfo(a.dtype).eps
@@ -412,20 +426,20 @@ class TopkTailKernel(Kernel):
             err = (err0.double() * (1.0 + g) + 8.0 * eps * (2.0 * largest.double() * (1.0 + g) + logp)).to(a.dtype)
             aa = torch.cat([a, cut], dim=-1)
             bb = torch.cat([b, torch.zeros(*b.shape[:-1], 3, dtype=b.dtype, device=b.device)], dim=-1)
-            ops = TopkOperands(kind.name, aa, bb, err, log=False, clamp=True, rounding=err)
+            ops = TopkOperands(kind.name, aa, bb, err, finish=clamp_nonpositive_, rounding=err)
             ops.spread = float(logp.max()) if logp.numel() else 0.0
             return ops
 
-    def dense(self, kind: Kind, q, kk, kf, tau, opts):
+    def dense(self, kind: Kind, q, keys, *, k, temperature, opts):
         """The map, differentiable in the points with each row's plan (its cut and polynomial) held fixed."""
         with torch.no_grad():
-            batch, _, _, heads = self._plans(q.detach(), kk.detach(), kf, tau, opts)
-        qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
-        a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
+            batch, _, _, heads = self._plans(q.detach(), keys.detach(), k, temperature, opts)
+        qf, kfl = flatten_batch(q, batch), flatten_batch(keys, batch)
+        a, b = distance_operands(qf, kfl, k=k, temperature=temperature)
         s = (a @ b.transpose(-1, -2)).clamp_max(0.0)
         rows = [_map_logits(s[h], plan.cut.to(s.dtype)) for h, plan in enumerate(heads)]
         p = torch.softmax(torch.stack(rows) if s.requires_grad else s, dim=-1)
-        return p.reshape(*batch, q.shape[-2], kk.shape[-2])
+        return p.reshape(*batch, q.shape[-2], keys.shape[-2])
 
 
 register_kernel("topk_tail", TopkTailKernel())
@@ -543,6 +557,19 @@ def distance_topk_attention(
         ``tol``, ``top`` not a sequence of positive integers, ``samples`` below 1, a negative ``seed``,
         another ``search`` or ``aggregation``, a ``recall`` outside :math:`(0, 1]`; ``TypeError`` for dtypes
         that differ; ``ImportError`` for ``search="index"`` without faiss.
+
+    Examples
+    --------
+    >>> from hypviz import data
+    >>> from hypviz.attention import attention_map, distance_topk_attention
+    >>> q, keys = data.wrapped_normal(8, 4, 0.5, seed=0), data.wrapped_normal(40, 4, 0.5, seed=1)
+    >>> res = distance_topk_attention(q, keys, temperature=1.0, top=(4, 16))
+    >>> res.top_counts.tolist()
+    [16, 16, 16, 16, 16, 16, 16, 16]
+    >>> approx = attention_map(q, keys, "distance_topk", temperature=1.0)
+    >>> exact = attention_map(q, keys, "distance", temperature=1.0)
+    >>> bool((approx >= 0).all()), bool(((approx - exact).abs().sum(-1) / 2 < 1e-6).all())  # 40 keys: all exact
+    (True, True)
     """
     top_ = _check_top(top)
     tol_ = validate.positive(tol, "tol")
@@ -553,14 +580,14 @@ def distance_topk_attention(
     if recall_ > 1.0:
         raise ValueError(f"recall must be a number in (0, 1], got {recall!r}")
     agg = validate.choice(aggregation, "aggregation", AGGREGATIONS)
-    q, kk, v, kf, batch = checked_inputs(queries, keys, k, values, detach=True)
+    q, kk, v, kf, batch = checked_inputs(queries, keys, k=k, values=values, detach=True)
     tau = check_temperature(temperature, q.shape[-1] - 1)
     qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
     vf = None if v is None else flatten_batch(v, batch)
     heads, n, m = qf.shape[0], qf.shape[-2], kfl.shape[-2]
     dt, dev = q.dtype, q.device
     with torch.no_grad():
-        a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
+        a, b = distance_operands(qf, kfl, k=kf, temperature=tau)
         use_index = search_ == "index" or (search_ == "auto" and _faiss_available())
         searches: list[Any] = [_IndexSearch(qf[h], kfl[h], kf, tau, recall_, seed_) if use_index
                                else _exact_search(qf[h], kfl[h], kf, tau) for h in range(heads)]
@@ -624,7 +651,7 @@ def distance_topk_attention(
                 if agg == "centroid":
                     norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
                     o = o[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(1e-300).sqrt())
-                out[h, rows] = lift(o, kf).to(dt)
+                out[h, rows] = lift(o, k=kf).to(dt)
 
     def back(x: torch.Tensor) -> torch.Tensor:
         return x.reshape(*batch, n, *x.shape[2:])
