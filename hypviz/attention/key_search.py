@@ -479,8 +479,7 @@ def _check_search(recall: Any, sample: Any, seed: Any, tries: Any) -> tuple[floa
 
 def _fit(faiss: Any, q: torch.Tensor, kk: torch.Tensor, kf: float, top: int, asked: float, sample: int, seed: int,
          tries: tuple[tuple[int, int], ...]) -> KeyIndex:
-    """Pick the first configuration of ``tries`` whose recall on a sample of the queries ``q (N, c)`` reaches ``asked``.
-"""
+    """Pick the first configuration of ``tries`` whose recall on a sample of the queries ``q (N, c)`` reaches ``asked``."""
     m, n = kk.shape[0], q.shape[0]
     rows = min(sample, n)
     if m < _MIN_KEYS_PER_TOP * top:
