@@ -83,3 +83,98 @@ def test_points_off_the_hyperboloid_and_mixed_dtypes_are_refused():
         exact_top_keys(q, kk * 2.0, 2)
     with pytest.raises(TypeError, match="float64 but keys are torch.float32"):
         exact_top_keys(q, kk.float(), 2)
+
+
+# ---- the index path (faiss): recall measured against exact search, a visible fallback ----
+
+def _radial(n, d, rmax, g):
+    """Points at geodesic radii uniform in [0, rmax] in uniform directions: Euclidean norms over orders of magnitude."""
+    u = torch.randn(n, d, generator=g, dtype=torch.float64)
+    r = rmax * torch.rand(n, 1, generator=g, dtype=torch.float64)
+    return torch.cat([torch.cosh(r), torch.sinh(r) * u / u.norm(dim=-1, keepdim=True)], dim=-1)
+
+
+def _mixture(n, d, clusters, g):
+    centres = 1.5 * torch.randn(clusters, d, generator=g, dtype=torch.float64)
+    return lift(centres[torch.randint(0, clusters, (n,), generator=g)] + 0.3 * torch.randn(n, d, generator=g, dtype=torch.float64))
+
+
+def _full_recall(found, exact):
+    return float((found.logits >= exact.logits[..., -1:] - 1e-9).double().mean())
+
+
+@pytest.mark.parametrize("keyset", ["gaussian", "mixture"])
+def test_the_index_reaches_its_recall_and_its_logits_are_exact(keyset):
+    pytest.importorskip("faiss")
+    from hypviz.attention import search_top_keys
+
+    g = torch.Generator().manual_seed(11)
+    make = (lambda n: lift(torch.randn(n, 16, generator=g, dtype=torch.float64))) if keyset == "gaussian" else \
+        (lambda n: _mixture(n, 16, 8, g))
+    keys, queries = make(3000), make(400)
+    got = search_top_keys(queries, keys, 8, recall=0.9, sample=100)
+    exact = exact_top_keys(queries, keys, 8)
+    assert not got.fell_back and got.method.startswith("hnsw") and got.recall >= 0.9 and got.sample == 100
+    assert got.trials[-1] == (got.method, got.recall) and all(r < 0.9 for _, r in got.trials[:-1])
+    assert _full_recall(got, exact) >= 0.85  # the sample's recall holds for every query
+    again = -0.5 * pairwise_sqdist(queries.unsqueeze(-2), keys[got.indices]).squeeze(-2)
+    assert torch.allclose(got.logits, again, rtol=1e-9, atol=1e-9)  # found keys carry their exact logits
+    assert (got.logits[:, 1:] <= got.logits[:, :-1]).all()
+    assert (got.indices.sort(dim=-1).values.diff(dim=-1) > 0).all()  # no key twice
+    assert "recall" in got.summary() and got.method in got.summary()
+
+
+def test_shells_by_time_coordinate_rescue_keys_of_spread_norms_and_a_weak_index_falls_back():
+    pytest.importorskip("faiss")
+    from hypviz.attention import search_top_keys
+
+    g = torch.Generator().manual_seed(12)
+    keys, queries = _radial(2000, 16, 10.0, g), _radial(200, 16, 10.0, g)  # norms from 1 to e^10
+    exact = exact_top_keys(queries, keys, 8)
+    one_shell = search_top_keys(queries, keys, 8, recall=0.9, sample=100, tries=((1, 16), (1, 32)))
+    assert one_shell.fell_back and one_shell.method == "exact" and one_shell.recall == 1.0
+    assert "no index reached recall 0.9" in one_shell.reason and all(r < 0.9 for _, r in one_shell.trials)
+    assert torch.equal(one_shell.indices, exact.indices) and one_shell.summary().startswith("exact search (fallback)")
+    shells = search_top_keys(queries, keys, 8, recall=0.9, sample=100, tries=((1, 32), (8, 32), (8, 128)))
+    assert not shells.fell_back and "buckets=8" in shells.method and shells.recall >= 0.9
+    assert shells.trials[0][1] < 0.9 <= shells.recall and _full_recall(shells, exact) >= 0.85
+
+
+def test_few_keys_use_exact_search_and_say_so():
+    pytest.importorskip("faiss")
+    from hypviz.attention import search_top_keys
+
+    q, kk = _points((2, 10, 5), seed=13), _points((2, 50, 5), seed=14)
+    got = search_top_keys(q, kk, 4)
+    assert got.fell_back and "exact search is as cheap" in got.reason
+    assert torch.equal(got.indices, exact_top_keys(q, kk, 4).indices)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"recall": 0.0}, "recall must be a positive finite number"),
+        ({"recall": 1.5}, "recall must be a number in (0, 1], got 1.5"),
+        ({"sample": 0}, "sample must be a positive integer"),
+        ({"tries": ()}, "tries must be a non-empty sequence of (buckets, ef) pairs"),
+        ({"tries": ((0, 16),)}, "tries must be a non-empty sequence of (buckets, ef) pairs"),
+        ({"tries": ((1.5, 16),)}, "tries must be a non-empty sequence of (buckets, ef) pairs"),
+    ],
+)
+def test_search_arguments_are_one_line_errors(kwargs, message):
+    from hypviz.attention import search_top_keys
+
+    q, kk = _points((4, 3)), _points((12, 3))
+    with pytest.raises(ValueError) as err:
+        search_top_keys(q, kk, 2, **kwargs)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_without_faiss_the_error_names_the_extra(monkeypatch):
+    import sys
+
+    from hypviz.attention import search_top_keys
+
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    with pytest.raises(ImportError, match=r"pip install 'hypviz\[search\]'"):
+        search_top_keys(_points((4, 3)), _points((200, 3)), 2)

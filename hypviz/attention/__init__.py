@@ -52,7 +52,7 @@ kind's operands, rounding bound and dense map), :mod:`~hypviz.attention.maps` (:
 :func:`verdict`), :mod:`~hypviz.attention.row_blocks` and :mod:`~hypviz.attention.streamed_compare`
 (:func:`compare`), :mod:`~hypviz.attention.given_maps` (:func:`compare_maps`),
 :mod:`~hypviz.attention.top_keys` (:func:`top_attention`), :mod:`~hypviz.attention.key_search`
-(:func:`exact_top_keys`, the strongest keys as a search), :mod:`~hypviz.attention.calibration` (the
+(:func:`exact_top_keys`, :func:`search_top_keys`: the strongest keys as a search), :mod:`~hypviz.attention.calibration` (the
 verdict's cases) and :mod:`~hypviz.attention.accuracy` (the derivations' numerical companions).
 Every public name is importable from here.
 """
@@ -77,7 +77,7 @@ from hypviz.attention.comparison import (
     verdict_text,
 )
 from hypviz.attention.given_maps import compare_maps
-from hypviz.attention.key_search import TopKeyLogits, exact_top_keys
+from hypviz.attention.key_search import KeySearch, TopKeyLogits, exact_top_keys, search_top_keys
 from hypviz.attention.maps import KINDS, MODEL_KINDS, SOFTMAX_KINDS, attention_map, focused_linear_attention, focused_linear_map, scores
 from hypviz.attention.random_features import distance_linear_attention
 from hypviz.attention.streamed_compare import compare
@@ -119,6 +119,8 @@ __all__ = [
     "top_attention",
     "TopKeyLogits",
     "exact_top_keys",
+    "KeySearch",
+    "search_top_keys",
     "compare",
     "Comparison",
     "kl_supremum",

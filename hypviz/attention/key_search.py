@@ -16,15 +16,19 @@ its block.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Sequence
 
+import numpy as np
 import torch
 
 from hypviz.attention.checks import checked_inputs, flatten_batch
 from hypviz.base import validate
 from hypviz.lorentz import distance_operands
 
-__all__ = ["TopKeyLogits", "exact_top_keys"]
+__all__ = ["TopKeyLogits", "exact_top_keys", "KeySearch", "search_top_keys", "TRIES"]
 
 ArrayLike = Any
 
@@ -141,3 +145,258 @@ def exact_top_keys(
             s = torch.matmul(a[h, start:stop], b_t, out=buf[: stop - start]).clamp_max_(0.0)
             logits[h, start:stop], indices[h, start:stop] = block_top(s, top)
     return TopKeyLogits(indices.view(*batch, n, top), logits.view(*batch, n, top))
+
+
+#: The index configurations :func:`search_top_keys` tries by default, cheapest first: ``(buckets, ef)``, the
+#: number of key shells by time coordinate (one HNSW graph each) and HNSW's ``efSearch``.
+TRIES = ((1, 16), (1, 32), (1, 64), (4, 32), (4, 64), (1, 128), (4, 128), (1, 256), (4, 256), (16, 128), (16, 512))
+
+_NEIGHBOURS = 32  # HNSW: graph degree (faiss's M)
+_MIN_KEYS_PER_TOP = 16  # fewer keys than 16 * top: exact search is as cheap as any index
+
+
+@dataclass(frozen=True)
+class KeySearch:
+    r"""Each query's ``top`` keys by :func:`search_top_keys`, with how they were found and how well.
+
+    ``indices``, ``logits``, as :class:`TopKeyLogits` (the logits exact, for the keys found);
+    ``method``, ``"exact"`` or the index used, as ``"hnsw(buckets=4, ef=64, neighbours=32)"``;
+    ``recall``, the measured top-``top`` recall (1.0 for exact search); ``recall_asked``, the recall
+    the index had to reach; ``sample``, how many queries (per key set) it was measured on;
+    ``reason``, why exact search was used (``None`` when an index was); ``trials``, every
+    configuration tried, ``(method, recall)``, in order.
+    """
+
+    indices: torch.Tensor
+    logits: torch.Tensor
+    method: str
+    recall: float
+    recall_asked: float
+    sample: int
+    reason: str | None
+    trials: tuple[tuple[str, float], ...]
+
+    @property
+    def fell_back(self) -> bool:
+        """True when exact search was used because no index was good enough (or none was worth building)."""
+        return self.reason is not None
+
+    def summary(self) -> str:
+        """One line: the method, the recall measured next to the recall asked, and the reason for a fallback."""
+        if self.reason is None:
+            return f"{self.method}: top-{self.indices.shape[-1]} recall {self.recall:.3g} on {self.sample} sampled queries " \
+                   f"(asked {self.recall_asked:g})"
+        return f"exact search (fallback): {self.reason}"
+
+
+def _import_faiss() -> Any:
+    try:
+        import faiss
+    except ImportError:
+        raise ImportError("search_top_keys needs faiss: pip install 'hypviz[search]' (faiss-cpu)") from None
+    return faiss
+
+
+def _shells(b: torch.Tensor, buckets: int) -> list[torch.Tensor]:
+    r"""Key indices split into ``buckets`` shells of nearly equal size by the time coordinate (equivalently by
+    :math:`\|\kappa\|^2 = 2\kappa_t^2 - k`), each sorted."""
+    order = torch.argsort(b[:, 0], stable=True)
+    return [part.sort().values for part in torch.tensor_split(order, min(buckets, b.shape[0]))]
+
+
+class _Shell:
+    r"""One HNSW graph over a shell of keys, MIPS made L2 by the augmentation :math:`[\kappa, \sqrt{R^2 - \|\kappa\|^2}]`."""
+
+    def __init__(self, faiss: Any, keys: torch.Tensor, members: torch.Tensor):
+        y = keys[members].double()
+        sq = (y * y).sum(dim=-1)
+        r2 = float(sq.max())
+        aug = torch.cat([y, (r2 - sq).clamp_min(0.0).sqrt().unsqueeze(-1)], dim=-1)
+        self.members = members
+        self.index = faiss.IndexHNSWFlat(aug.shape[1], _NEIGHBOURS)
+        self.index.add(np.ascontiguousarray(aug.float().cpu().numpy()))
+
+    def search(self, xq: np.ndarray, top: int, ef: int) -> torch.Tensor:
+        self.index.hnsw.efSearch = max(ef, top)
+        kq = min(top, self.members.numel())
+        _, labels = self.index.search(xq, kq)
+        lab = torch.from_numpy(labels).to(self.members.device)
+        found = self.members[lab.clamp_min(0)]
+        return torch.where(lab >= 0, found, torch.full_like(found, -1))
+
+
+def _rerank(a: torch.Tensor, b: torch.Tensor, cand: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``top`` best of each row's candidate keys (``-1``: none) by their exact logits ``a_i . b_j``, ties by index."""
+    valid = cand >= 0
+    idx = cand.clamp_min(0)
+    s = torch.einsum("nc,nmc->nm", a, b[idx]).clamp_max_(0.0)
+    s = torch.where(valid, s, torch.full_like(s, -math.inf))
+    # drop duplicate candidates (a key found twice): sort by index, keep the first of each run
+    idx_sorted, perm = torch.sort(torch.where(valid, idx, torch.full_like(idx, b.shape[0])), dim=-1, stable=True)
+    s = torch.gather(s, -1, perm)
+    dup = torch.zeros_like(valid)
+    dup[:, 1:] = idx_sorted[:, 1:] == idx_sorted[:, :-1]
+    s = s.masked_fill(dup, -math.inf)
+    logits, pos = block_top(s, top)
+    return torch.gather(idx_sorted, -1, pos), logits
+
+
+def _recall(logits: torch.Tensor, exact: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
+    r"""Tie-aware top-``top`` recall: the share of found keys whose exact logit reaches the exact ``top``-th logit
+    (to the rounding of the dot product, :math:`(d + 3)\,\varepsilon\,\|a_i\|\max_j\|b_j\|`)."""
+    eps = torch.finfo(a.dtype).eps
+    tol = (a.shape[-1] * eps) * a.norm(dim=-1, keepdim=True) * b.norm(dim=-1).max()
+    return float((logits >= exact[:, -1:] - tol).double().mean())
+
+
+def search_top_keys(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    top: int,
+    *,
+    k: float = 1.0,
+    recall: float = 0.9,
+    sample: int = 256,
+    seed: int = 0,
+    tries: Sequence[tuple[int, int]] = TRIES,
+) -> KeySearch:
+    r"""Each query's ``top`` keys of largest distance logit by an approximate index, chosen by measured recall.
+
+    The logit is an inner product (identity 1), and on the hyperboloid the keys' Euclidean norms are
+    fixed by their time coordinate, :math:`\|\kappa\|^2 = 2\kappa_t^2 - k`:
+
+    .. math::
+
+        s_{ij} = (J q_i)\cdot\kappa_j + k, \qquad
+        \|(J q_i, 0) - (\kappa_j, \sqrt{R^2 - \|\kappa_j\|^2})\|^2 = \|q_i\|^2 + R^2 - 2\,(J q_i)\cdot\kappa_j,
+
+    so within a shell of keys (:math:`R^2` its largest :math:`\|\kappa\|^2`) the top keys are the
+    Euclidean nearest neighbours of :math:`(Jq, 0)` among the augmented keys.  The keys are cut into
+    ``buckets`` shells of equal size by :math:`\kappa_t` (few shells suffice for keys of similar norms;
+    keys whose norms spread over orders of magnitude, deep trees, need more, since one :math:`R` makes
+    the augmented coordinate dominate), each shell gets a faiss HNSW graph, each query's best keys of
+    every shell are re-ranked by their exact logits (:func:`exact_top_keys`'s operands).
+
+    The configurations ``tries`` are tried in order on ``sample`` queries drawn with ``seed``; the
+    first whose tie-aware recall (the share of the keys found whose exact logit reaches the exact
+    ``top``-th logit, the minimum over the key sets of a batch) is at least ``recall`` answers every
+    query.  When none does, or when ``M < 16 top`` (exact search is as cheap), the result is exact
+    search and says why (:attr:`KeySearch.reason`).
+
+    Parameters
+    ----------
+    queries : array_like
+        ``(..., N, d + 1)`` points on the hyperboloid, time coordinate first.
+    keys : array_like
+        ``(..., M, d + 1)``, same dtype and device; leading axes broadcast, one index per key set.
+    top : int
+        How many keys per query, ``1 <= top <= M``.
+    k : float
+        The curvature parameter, :math:`\langle x, x\rangle_L = -k`.
+    recall : float
+        The recall an index must reach on the sample, in :math:`(0, 1]`.
+    sample : int
+        How many queries (per key set) the recall is measured on (all queries when fewer).
+    seed : int
+        The seed of the sample's draw.
+    tries : sequence of (int, int)
+        ``(buckets, ef)`` pairs, the index configurations in the order tried (default :data:`TRIES`).
+
+    Returns
+    -------
+    KeySearch
+        ``indices`` and ``logits`` ``(..., N, top)``, the method, the measured recall, the reason for
+        a fallback and every configuration tried.
+
+    Raises
+    ------
+    ImportError
+        When faiss is not installed (the extra ``hypviz[search]``).
+    ValueError
+        For the arguments :func:`exact_top_keys` refuses, a ``recall`` outside :math:`(0, 1]`, a bad
+        ``sample``, ``seed`` or ``tries``.
+    """
+    q, kk, _, kf, batch = checked_inputs(queries, keys, k)
+    m, n = kk.shape[-2], q.shape[-2]
+    top = validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
+    asked = validate.positive(recall, "recall")
+    if asked > 1.0:
+        raise ValueError(f"recall must be a number in (0, 1], got {recall!r}")
+    sample = validate.integer(sample, "sample", 1)
+    seed = validate.seed(seed)
+    tries = _check_tries(tries)
+    faiss = _import_faiss()
+    a, b = distance_operands(q, kk, kf)
+    a, b = flatten_batch(a, batch), flatten_batch(b, batch)
+    qf, kf_ = flatten_batch(q, batch), flatten_batch(kk, batch)
+    heads = a.shape[0]
+    rows = min(sample, n)
+    g = torch.Generator().manual_seed(seed)
+    picked = torch.randperm(n, generator=g)[:rows].sort().values.to(q.device)
+
+    def exact(reason: str, trials: tuple[tuple[str, float], ...]) -> KeySearch:
+        res = exact_top_keys(queries, keys, top, k=kf)
+        return KeySearch(res.indices, res.logits, "exact", 1.0, asked, rows, reason, trials)
+
+    if m < _MIN_KEYS_PER_TOP * top:
+        return exact(f"M = {m} keys < {_MIN_KEYS_PER_TOP} x top = {_MIN_KEYS_PER_TOP * top}: exact search is as cheap as an index", ())
+    # exact answers of the sample, and the queries in faiss's picture (J q, 0)
+    truth = [_exact_rows(a[h, picked], b[h], top) for h in range(heads)]
+    jq = [_jq(qf[h]) for h in range(heads)]
+    trials: list[tuple[str, float]] = []
+    shells: dict[tuple[int, int], list[_Shell]] = {}
+    for buckets, ef in tries:
+        name = f"hnsw(buckets={buckets}, ef={ef}, neighbours={_NEIGHBOURS})"
+        worst = 1.0
+        for h in range(heads):
+            if (h, buckets) not in shells:
+                shells[(h, buckets)] = [_Shell(faiss, kf_[h], part) for part in _shells(kf_[h], buckets)]
+            idx, logits = _search(shells[(h, buckets)], jq[h][picked.cpu().numpy()], a[h, picked], b[h], top, ef)
+            worst = min(worst, _recall(logits, truth[h], a[h, picked], b[h]))
+        trials.append((name, worst))
+        if worst >= asked:
+            out_i = torch.empty(heads, n, top, dtype=torch.int64, device=q.device)
+            out_l = torch.empty(heads, n, top, dtype=q.dtype, device=q.device)
+            for h in range(heads):
+                for start in range(0, n, _SEARCH_ROWS):
+                    stop = min(start + _SEARCH_ROWS, n)
+                    out_i[h, start:stop], out_l[h, start:stop] = _search(
+                        shells[(h, buckets)], jq[h][start:stop], a[h, start:stop], b[h], top, ef)
+            return KeySearch(out_i.view(*batch, n, top), out_l.view(*batch, n, top), name, worst, asked, rows, None,
+                             tuple(trials))
+    best = max(trials, key=lambda t: t[1])
+    return exact(f"no index reached recall {asked:g} on {rows} sampled queries (best {best[1]:.3g}, {best[0]})",
+                 tuple(trials))
+
+
+_SEARCH_ROWS = 4096  # queries per faiss call (bounds the candidates' gathered keys)
+
+
+def _check_tries(tries: Any) -> tuple[tuple[int, int], ...]:
+    expected = "a non-empty sequence of (buckets, ef) pairs of positive integers"
+    try:
+        out = tuple((int(bk), int(ef)) for bk, ef in tries)
+        ok = len(out) > 0 and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for pair in tries for v in pair)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"tries must be {expected}, got {validate._shown(tries)}")
+    return out
+
+
+def _jq(q: torch.Tensor) -> np.ndarray:
+    r"""Queries in the augmented picture, :math:`(J q, 0)`, float32 for faiss."""
+    x = torch.cat([-q[:, :1], q[:, 1:], torch.zeros_like(q[:, :1])], dim=-1)
+    return np.ascontiguousarray(x.float().cpu().numpy())
+
+
+def _exact_rows(a: torch.Tensor, b: torch.Tensor, top: int) -> torch.Tensor:
+    s = (a @ b.transpose(0, 1)).clamp_max_(0.0)
+    return block_top(s, top)[0]
+
+
+def _search(shells: list[_Shell], xq: np.ndarray, a: torch.Tensor, b: torch.Tensor, top: int, ef: int
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    cand = torch.cat([shell.search(xq, top, ef) for shell in shells], dim=-1)
+    return _rerank(a, b, cand, top)
