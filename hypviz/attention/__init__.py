@@ -37,7 +37,9 @@ and checks the bounds on the softmax gap (:func:`tv_supremum`, :func:`kl_supremu
 The fifth, ``"distance_rf"``, is the ``"distance"`` map estimated by positive random features of
 :math:`Jq/\sqrt\tau` and :math:`\kappa/\sqrt\tau` (:mod:`hypviz.attention.random_features`): the implicit map of
 :func:`distance_linear_attention`, distance attention in linear time; like ``"focused"`` it is not a
-softmax of scores, so the softmax bound does not apply to it.
+softmax of scores, so the softmax bound does not apply to it.  The sixth, ``"distance_topk"``, is the
+``"distance"`` map from each query's exact top keys and a fitted positive tail (:mod:`hypviz.attention.topk_tail`):
+the implicit map of :func:`distance_topk_attention`, which also estimates each row's error.
 
 Every public function validates its inputs once (a one-line ``ValueError`` or ``TypeError``) and
 then computes with unchecked internals.  Pairwise arrays come from matrix products (one for

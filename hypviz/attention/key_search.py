@@ -28,7 +28,7 @@ from hypviz.attention.checks import checked_inputs, flatten_batch
 from hypviz.base import validate
 from hypviz.lorentz import distance_operands
 
-__all__ = ["TopKeyLogits", "exact_top_keys", "KeySearch", "search_top_keys", "TRIES"]
+__all__ = ["TopKeyLogits", "exact_top_keys", "KeySearch", "search_top_keys"]
 
 ArrayLike = Any
 
@@ -300,7 +300,7 @@ def search_top_keys(
     seed : int
         The seed of the sample's draw.
     tries : sequence of (int, int)
-        ``(buckets, ef)`` pairs, the index configurations in the order tried (default :data:`TRIES`).
+        ``(buckets, ef)`` pairs, the index configurations in the order tried (default ``key_search.TRIES``).
 
     Returns
     -------

@@ -69,6 +69,7 @@ import torch
 
 from hypviz.attention.checks import check_temperature, checked_inputs, flatten_batch
 from hypviz.attention.kernels import Kernel, Operands, logit_error, register_kernel
+from hypviz.attention.key_search import KeySearch, exact_top_keys, search_top_keys
 from hypviz.attention.random_features import AGGREGATIONS
 from hypviz.base import validate
 from hypviz.base.kinds import Kind
@@ -81,15 +82,16 @@ ArrayLike = Any
 #: The default numbers of exact keys a row may take, smallest first.
 LEVELS: tuple[int, ...] = (16, 64, 256, 1024, 4096)
 #: The top-key searches.
-SEARCHES: tuple[str, ...] = ("exact",)
-#: :math:`\eta`: every tail polynomial is at least this on :math:`u \le 0`.
+SEARCHES: tuple[str, ...] = ("exact", "index", "auto")
+#: The margin :math:`\eta`, every tail polynomial is at least this on :math:`u \le 0`.
 MARGIN = 1e-3
-#: The default target: estimated error at most this fraction of the row's distance from uniform.
+#: The default target, the estimated error at most this fraction of the row's distance from uniform.
 TOL = 0.05
 #: The default number of sampled keys (for the fit, and as many again for the error estimate).
 SAMPLES = 64
 
 _BLOCK_ELEMENTS = 2**22  # elements of one block of logits (rows x keys)
+_SEARCH_ELEMENTS = 2**25  # elements of the top keys (rows x K) of one search
 
 
 class TopkTail(NamedTuple):
@@ -103,7 +105,8 @@ class TopkTail(NamedTuple):
     (see the module); ``row_baseline``, ``(..., N)`` the estimate of :math:`\mathrm{TV}(\hat P_i, U)`;
     ``met``, ``(..., N)`` whether ``row_error <= tol * row_baseline``; ``cut``, ``(..., N, 3)``
     :math:`(t_i, \beta_i, \gamma_i)`, the cut's logit and the tail polynomial; ``search``, the top-key
-    search used; ``recall``, its measured recall of the exact top keys (1.0 for the exact search);
+    search used (``"exact"``, or each index's one-line summary, fallbacks with their reason); ``recall``, its
+    measured recall of the exact top keys (the smallest over the searches; 1.0 for the exact search);
     ``temperature``, :math:`\tau`.
     """
 
@@ -124,18 +127,38 @@ class TopkTail(NamedTuple):
 # --------------------------------------------------------------------------- #
 # the search
 # --------------------------------------------------------------------------- #
-def _exact_top(a: torch.Tensor, b: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``kk`` largest logits of rows ``a (n, c)`` against keys ``b (M, c)``, largest first, and their keys (blocked rows)."""
-    n, m = a.shape[0], b.shape[0]
-    rows = max(1, _BLOCK_ELEMENTS // max(1, m))
-    vals = torch.empty(n, kk, dtype=a.dtype, device=a.device)
-    idx = torch.empty(n, kk, dtype=torch.long, device=a.device)
-    b_t = b.transpose(0, 1)
-    for i in range(0, n, rows):
-        s = a[i : i + rows] @ b_t
-        v, j = s.topk(kk, dim=-1, sorted=True)
-        vals[i : i + rows], idx[i : i + rows] = v, j
-    return vals, idx
+Search = Callable[[torch.Tensor, int], "tuple[torch.Tensor, torch.Tensor]"]
+
+
+def _exact_search(q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> Search:
+    """The exact search of one head's points (:func:`hypviz.attention.key_search.exact_top_keys`): rows -> (logits / tau, keys)."""
+
+    def search(rows: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
+        found = exact_top_keys(q[rows], kk, top, k=kf)
+        return found.logits * (1.0 / tau), found.indices
+
+    return search
+
+
+class _IndexSearch:
+    """The index search of one head's points (:func:`hypviz.attention.key_search.search_top_keys`), recording each call's method and recall."""
+
+    def __init__(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, recall: float, seed: int):
+        self.q, self.kk, self.kf, self.tau, self.recall, self.seed = q, kk, kf, tau, recall, seed
+        self.found: list[KeySearch] = []
+
+    def __call__(self, rows: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
+        found = search_top_keys(self.q[rows], self.kk, top, k=self.kf, recall=self.recall, seed=self.seed)
+        self.found.append(found)
+        return found.logits * (1.0 / self.tau), found.indices
+
+
+def _faiss_available() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- #
@@ -200,8 +223,8 @@ def _levels(top: Sequence[int], m: int) -> list[int]:
     return sorted({min(int(t), m) for t in top})
 
 
-def _plan(a: torch.Tensor, b: torch.Tensor, top: Sequence[int], tol: float, samples: int, seed: int,
-          keep: bool, search: Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] = _exact_top) -> _Head:
+def _plan(a: torch.Tensor, b: torch.Tensor, search: Search, top: Sequence[int], tol: float, samples: int, seed: int,
+          keep: bool) -> _Head:
     """Per row of one head, ``a (N, c)`` against ``b (M, c)``: the number of top keys, the cut, the polynomial, the estimates."""
     n, m = a.shape[0], b.shape[0]
     dt, dev = a.dtype, a.device
@@ -231,11 +254,16 @@ def _plan(a: torch.Tensor, b: torch.Tensor, top: Sequence[int], tol: float, samp
         last = li == len(levels) - 1
         big = levels[li + 1] if not last else min(4 * k, m)
         chunk = max(1, min(_BLOCK_ELEMENTS // max(1, m), _BLOCK_ELEMENTS // max(1, big + 2 * samples)))
+        # one search for many rows (an index is built once per call), the fit on smaller chunks of them
+        per_search = chunk * max(1, _SEARCH_ELEMENTS // (big * chunk))
         undecided = []
         for i0 in range(0, todo.numel(), chunk):
             rows = todo[i0 : i0 + chunk]
             ar = a[rows]
-            vals, idx = search(ar, b, big)
+            if i0 % per_search == 0:
+                s0 = i0
+                found_v, found_i = search(todo[i0 : i0 + per_search], big)
+            vals, idx = found_v[i0 - s0 : i0 - s0 + chunk], found_i[i0 - s0 : i0 - s0 + chunk]
             v64 = vals.double()
             mx = v64[:, 0]
             if k >= m:  # every key exact
@@ -320,7 +348,9 @@ def _map_logits(s: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:
     r"""In place on the logits ``s (n, M)``: :math:`s` on the top keys (:math:`s \ge t`), :math:`t + \log p(s - t)` below."""
     t, beta, gamma = cut[:, :1], cut[:, 1:2], cut[:, 2:3]
     u = s - t
-    tail = torch.log((1.0 + u * (beta + gamma * u)).clamp_min(torch.finfo(s.dtype).tiny)).add_(t)
+    tail = torch.log((1.0 + u * (beta + gamma * u)).clamp_min(torch.finfo(s.dtype).tiny)) + t
+    if s.requires_grad:  # out of place, so autograd can follow (the cut and the polynomial held fixed)
+        return torch.where(u >= 0, s, tail)
     return torch.where(u >= 0, s, tail, out=s)
 
 
@@ -359,7 +389,8 @@ class TopkTailKernel(Kernel):
         batch = torch.broadcast_shapes(q.shape[:-2], kk.shape[:-2])
         qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
         a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
-        heads = [_plan(a[h], b[h], LEVELS, TOL, SAMPLES, opts.get("seed", 0), keep=False) for h in range(a.shape[0])]
+        heads = [_plan(a[h], b[h], _exact_search(qf[h], kfl[h], kf, tau), LEVELS, TOL, SAMPLES, opts.get("seed", 0), keep=False)
+                 for h in range(a.shape[0])]
         return batch, a, b, heads
 
     def operands(self, kind: Kind, q, kk, kf, tau, opts):
@@ -379,12 +410,14 @@ class TopkTailKernel(Kernel):
             return ops
 
     def dense(self, kind: Kind, q, kk, kf, tau, opts):
+        """The map, differentiable in the points with each row's plan (its cut and polynomial) held fixed."""
         with torch.no_grad():
-            batch, a, b, heads = self._plans(q, kk, kf, tau, opts)
-            s = (a @ b.transpose(-1, -2)).clamp_max_(0.0)
-            for h, plan in enumerate(heads):
-                _map_logits(s[h], plan.cut.to(s.dtype))
-            p = torch.softmax(s, dim=-1)
+            batch, _, _, heads = self._plans(q.detach(), kk.detach(), kf, tau, opts)
+        qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
+        a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
+        s = (a @ b.transpose(-1, -2)).clamp_max(0.0)
+        rows = [_map_logits(s[h], plan.cut.to(s.dtype)) for h, plan in enumerate(heads)]
+        p = torch.softmax(torch.stack(rows) if s.requires_grad else s, dim=-1)
         return p.reshape(*batch, q.shape[-2], kk.shape[-2])
 
 
@@ -431,6 +464,7 @@ def distance_topk_attention(
     samples: int = SAMPLES,
     seed: int = 0,
     search: str = "exact",
+    recall: float = 0.9,
     aggregation: str = "centroid",
 ) -> TopkTail:
     r"""Distance attention from each query's exact top keys and a fitted positive tail (see the module for the method).
@@ -456,8 +490,8 @@ def distance_topk_attention(
         \text{spatial: } o_i = \mathrm{lift}\Bigl(\sum_j \hat P_{ij} v_{s,j}\Bigr),
 
     the tail's share through key sums (:math:`O((N + M)\, c^2 d_v)`) and the top keys' explicitly, so
-    the map is never formed.  The search for the top keys is exact (blocked products, no ``N x M``
-    array, :math:`O(NMd)` time).  Every weight is finite and non-negative in float32 at any norm (the
+    the map is never formed.  The top keys' search is exact by default (blocked products, no ``N x M``
+    array, :math:`O(NMd)` time) or an index (``search``).  Every weight is finite and non-negative in float32 at any norm (the
     exponents are measured from each row's largest logit).
 
     Parameters
@@ -479,7 +513,12 @@ def distance_topk_attention(
     seed : int
         Seed of the sampled keys.
     search : str
-        The top-key search: ``"exact"``.
+        The top-key search: ``"exact"`` (:func:`hypviz.attention.key_search.exact_top_keys`, the default),
+        ``"index"`` (:func:`hypviz.attention.key_search.search_top_keys`: a faiss index picked by measured
+        recall, exact search where none reaches ``recall``; needs faiss) or ``"auto"`` (the index where
+        faiss is installed, else exact).  With an index a true top key it missed is weighted by the tail.
+    recall : float
+        The recall an index must reach on sampled queries, in :math:`(0, 1]` (``"index"``, ``"auto"``).
     aggregation : str
         ``"centroid"`` (default) or ``"spatial"``.
 
@@ -495,13 +534,17 @@ def distance_topk_attention(
     ValueError
         For points or shapes :func:`hypviz.attention.scores` refuses, a non-positive ``temperature`` or
         ``tol``, ``top`` not a sequence of positive integers, ``samples`` below 1, a negative ``seed``,
-        another ``search`` or ``aggregation``; ``TypeError`` for dtypes that differ.
+        another ``search`` or ``aggregation``, a ``recall`` outside :math:`(0, 1]`; ``TypeError`` for dtypes
+        that differ; ``ImportError`` for ``search="index"`` without faiss.
     """
     top_ = _check_top(top)
     tol_ = validate.positive(tol, "tol")
     n_s = validate.integer(samples, "samples", 1)
     seed_ = validate.seed(seed)
     search_ = validate.choice(search, "search", SEARCHES)
+    recall_ = validate.positive(recall, "recall")
+    if recall_ > 1.0:
+        raise ValueError(f"recall must be a number in (0, 1], got {recall!r}")
     agg = validate.choice(aggregation, "aggregation", AGGREGATIONS)
     q, kk, v, kf, batch = checked_inputs(queries, keys, k, values, detach=True)
     tau = check_temperature(temperature, q.shape[-1] - 1)
@@ -511,7 +554,17 @@ def distance_topk_attention(
     dt, dev = q.dtype, q.device
     with torch.no_grad():
         a, b = distance_operands(qf, kfl, kf, 1.0 / tau)
-        plans = [_plan(a[h], b[h], top_, tol_, n_s, seed_, keep=True) for h in range(heads)]
+        use_index = search_ == "index" or (search_ == "auto" and _faiss_available())
+        searches: list[Any] = [_IndexSearch(qf[h], kfl[h], kf, tau, recall_, seed_) if use_index
+                               else _exact_search(qf[h], kfl[h], kf, tau) for h in range(heads)]
+        plans = [_plan(a[h], b[h], searches[h], top_, tol_, n_s, seed_, keep=True) for h in range(heads)]
+        found = [f for srch in searches if isinstance(srch, _IndexSearch) for f in srch.found]
+        if found:
+            how = list(dict.fromkeys(f.summary() for f in found))
+            used = "; ".join(how)
+            measured = min(f.recall for f in found)
+        else:
+            used, measured = "exact", 1.0
         kmax = max(int(p.top.max()) for p in plans) if n else 0
         weights = torch.zeros(heads, n, kmax, dtype=dt, device=dev)
         indices = torch.full((heads, n, kmax), -1, dtype=torch.long, device=dev)
@@ -580,7 +633,7 @@ def distance_topk_attention(
         row_baseline=back(stack("baseline").to(dt)),
         met=back(stack("met")),
         cut=back(stack("cut").to(dt)),
-        search=search_,
-        recall=1.0,
+        search=used,
+        recall=measured,
         temperature=tau,
     )
