@@ -6,15 +6,17 @@
 
 1. **Correctness on the device** (float32 and float64): every kind's ``attention_map`` against a
    float64 CPU reference of the same points (tolerance from the logits' size and the dtype's unit
-   roundoff), and ``compare()`` streamed in small row blocks on the device against the statistics of
-   the dense float64 maps.  Any failure stops the script with exit code 1 before anything is measured.
+   roundoff), ``compare()`` streamed in small row blocks on the device against the statistics of
+   the dense float64 maps, and ``exact_top_keys``'s top logits against float64 ``torch.topk``.  Any failure stops the script with exit code 1 before anything is measured.
 2. **Benchmarks** (float32, d = 64): ``torch.mm`` as the baseline (and its throughput in FLOP/s),
    ``lorentz.pairwise_sqdist`` and ``attention_map`` against it; ``compare()`` of two kinds against
    the two dense ``attention_map`` calls it replaces at N = M = 16,384; ``compare()`` at N = M = 65,536
    and 1,000,000 and ``compare(rows=4096)`` at 1,000,000, each with the achieved fraction of the
    throughput of ``torch.mm`` of the same shape (one product: what spatial vs distance needs; the
    two-product figure of the general path next to it); ``distance_linear_attention`` (linear-time
-   distance attention, 64 features) at N = M = 1,000,000 and its map's error on sampled rows.
+   distance attention, 64 features) at N = M = 1,000,000 and its map's error on sampled rows; issue 30's exact
+   top-key search (``exact_top_keys``, top 16), the kind ``distance_topk_attention`` and the exact streamed map at
+   N = M = 65,536 (r^2/tau = 1.25 and 125).
 3. The GPU section of the Markdown file (the heading ``## N. GPU``, and its row of the verdict
    table) is replaced by the measured rows, with the device named; ``benchmarks/report.py`` writes
    it.  Sized to finish in well under 4 minutes on one modern GPU.
@@ -98,6 +100,14 @@ def check_correctness(dev: torch.device, n: int) -> list[str]:
         if not err <= tol:
             raise AssertionError(f"distance_linear_attention {dtype} on {dev}: output error {err:.3g} > {tol:.3g}")
         lines.append(f"distance_linear_attention {str(dtype)[6:]:<7} on {dev.type}: output error <= {tol:.1e} (checked)")
+        # the exact top-key search (issue 30): the logits of the keys found on the device are the float64 top logits
+        ref_v = torch.topk(-0.5 * lorentz.pairwise_sqdist(q64, k64), 8, dim=-1).values
+        got = attention.exact_top_keys(q, kk, 8, block_rows=5)
+        tol = 256 * eps * 10 * float(ref_v.abs().max() + 1)
+        err = float((got.logits.double().cpu() - ref_v).abs().max())
+        if not err <= tol:
+            raise AssertionError(f"exact_top_keys {dtype} on {dev}: top logits error {err:.3g} > {tol:.3g}")
+        lines.append(f"exact_top_keys {str(dtype)[6:]:<7} on {dev.type}: top-8 logits error <= {tol:.1e} (checked)")
     return lines
 
 
@@ -163,6 +173,30 @@ def _bench_linear_distance(dev: torch.device, n: int, rows: int, reps: int) -> d
             "mean_tv_uniform_b": res.mean_tv_uniform_b, "ratio": res.mean_tv / res.mean_tv_uniform_b}
 
 
+def _bench_topk_tail(dev: torch.device, n: int, reps: int, rows: int) -> dict:
+    """Issue 30 on the device at N = M = n (tau = 8, r^2/tau = 1.25 and 125): the exact top-16 search, the kind
+    ``distance_topk_attention`` and the exact streamed distance attention (blocks of rows: product, softmax, values)."""
+    out = []
+    for sharp in (1.25, 125.0):
+        r = (sharp * 8.0) ** 0.5
+        q, kb, v = (data.lifted_gaussian(n, D, r, seed=s, dtype=torch.float32).to(dev) for s in (15, 16, 17))
+        a, b = lorentz.distance_operands(q, kb, 1.0, 1.0 / 8.0)
+        block = max(1, 2**31 // (4 * n))
+
+        def exact_map() -> None:
+            for i in range(0, n, block):
+                torch.softmax(a[i : i + block] @ b.T, dim=-1) @ v
+
+        t_search = best_of(lambda: attention.exact_top_keys(q, kb, 16), reps, dev)
+        t_exact = best_of(exact_map, reps, dev)
+        t_kind = best_of(lambda: attention.distance_topk_attention(q, kb, v, temperature=8.0), 1, dev)
+        res = attention.distance_topk_attention(q, kb, v, temperature=8.0)
+        out.append({"n": n, "sharpness": sharp, "search_s": t_search, "exact_map_s": t_exact, "kind_s": t_kind,
+                    "search": res.search, "recall": res.recall, "rows_met": float(res.met.double().mean()),
+                    "finite": bool(torch.isfinite(res.output).all())})
+    return {"rows": out}
+
+
 def bench(dev: torch.device, sizes: dict) -> dict:
     reps, mm_out = sizes["repeats"], sizes["mm_out_bytes"]
     out: dict = {}
@@ -172,6 +206,7 @@ def bench(dev: torch.device, sizes: dict) -> dict:
                                ("compare_sampled", sizes["big_n"], sizes["rows"])):
         out[label] = _bench_compare(dev, n_big, rows, reps, mm_out)
     out["linear_distance"] = _bench_linear_distance(dev, sizes["big_n"], sizes["rows"], reps)
+    out["topk_tail"] = _bench_topk_tail(dev, sizes["compare_n"], reps, sizes["rows"])
     return out
 
 

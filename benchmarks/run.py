@@ -27,7 +27,14 @@ measuring).  What is measured (float32, d = 64; the floors are checked by the re
    extra memory, then its map's error against the exact distance map on 64 sampled query rows by
    ``compare(q, k, "distance_rf", "distance", rows=64)`` (floor: mean row TV at most 0.25x the exact
    map's TV from uniform, the suite's bar).  ``--only linear_distance`` runs this section alone and
-   merges it into an existing results file.
+   merges it into an existing results file;
+9. issue 30, ``attention.distance_topk_attention`` (each row's exact top keys plus a fitted positive tail, tau = 8)
+   at N = M = 10^4, 10^5 and 10^6 and r^2/tau = 1.25, 12.5 and 125, each in a fresh subprocess: its time and peak
+   extra memory, the top-key search it used and that search's recall; ``attention.search_top_keys`` alone (the faiss
+   index picked by measured recall, or exact search with the reason); the exact streamed map's time in the same
+   process (timed on 2,048 rows, scaled to N); the error on 64 sampled rows against exact rows (mean row TV over the
+   exact map's TV from uniform, top-1 agreement, whether the per-row estimate covers the true error).
+   ``--only topk_tail [--sizes 10000,100000]`` runs this section alone and merges it into an existing results file.
 
 Timings are medians (and minima) of repeats that interleave the contenders (each round runs every
 contender once), because other processes may share the CPU.  ``--quick`` uses sizes of a few
@@ -459,6 +466,116 @@ def bench_linear_distance(ns: list[int], rows: int) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- #
+# 9. top keys plus a fitted tail (issue 30): the search, the kind, the exact streamed map, in one process
+# --------------------------------------------------------------------------- #
+TOPK_TAIL = {"d": 64, "temperature": 8.0, "sharpness": (1.25, 12.5, 125.0), "top": 16, "recall": 0.9, "sample": 256,
+             "exact_rows": 2048}
+
+
+def exact_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tau: float, rows: int) -> torch.Tensor:
+    """The exact distance attention output of the first ``rows`` queries, streamed by blocks of query rows: per block
+    the logits from the stable operands (one product), a softmax and the values' product, no N x M array kept."""
+    a, b = L.distance_operands(q[:rows], k, 1.0, 1.0 / tau)
+    b_t = b.T.contiguous()
+    block = max(1, (32 * MiB) // (4 * k.shape[0]))
+    out = torch.empty(rows, v.shape[-1], dtype=v.dtype)
+    for i in range(0, rows, block):
+        out[i : i + block] = torch.softmax(a[i : i + block] @ b_t, dim=-1) @ v
+    return out
+
+
+def _tail_rows(res: Any, a: torch.Tensor, b: torch.Tensor, picked: torch.Tensor) -> torch.Tensor:
+    """The map of ``distance_topk_attention``'s result on the rows ``picked``, all keys: the top keys' weights as
+    returned, every other key :math:`e^{t - m} p(s - t) / \\hat Z` with :math:`1 / \\hat Z` the top key's weight."""
+    s = (a[picked].double() @ b.double().T)  # (rows, M) the exact logits / tau
+    w, idx, cut = res.weights[picked].double(), res.indices[picked], res.cut[picked].double()
+    t, beta, gamma = cut[:, :1], cut[:, 1:2], cut[:, 2:3]
+    m = torch.gather(s, 1, idx[:, :1].clamp_min(0))
+    u = s - t
+    p = (1.0 + u * (beta + gamma * u)) * torch.exp(t - m) * w[:, :1]
+    valid = idx >= 0
+    row = torch.arange(idx.shape[0]).unsqueeze(-1).expand_as(idx)
+    p[row[valid], idx[valid]] = w[valid]
+    return p
+
+
+def child_topk_tail(n: int, rows: int, sharpness: float) -> dict[str, Any]:
+    """Runs inside the subprocess: the search alone, the kind, the exact streamed map (on ``exact_rows`` rows, scaled),
+    then the kind's error and the search's recall on ``rows`` sampled rows against exact rows."""
+    from hypviz.attention import topk_tail
+
+    cfg = TOPK_TAIL
+    d, tau, top = cfg["d"], cfg["temperature"], cfg["top"]
+    r = math.sqrt(sharpness * tau)  # mean norm r with r^2 / tau = sharpness
+    q, k, v = (points(n, d, seed, r=r) for seed in (15, 16, 17))
+    out: dict[str, Any] = {"n": n, "m": n, "d": d, "temperature": tau, "sharpness": sharpness, "mean_norm": r,
+                           "dtype": "float32", "threads": torch.get_num_threads(), "rows": rows}
+    # the search alone (faiss, optional): the index picked by measured recall, or exact search, visibly
+    try:
+        found, t_s, base, hwm, peak, reset = _measured(
+            lambda: att.search_top_keys(q, k, top, recall=cfg["recall"], sample=cfg["sample"], seed=0))
+        out["search"] = {"time_s": t_s, "peak_extra_rss_bytes_sampled": peak[0] - base,
+                         "peak_extra_rss_bytes_hwm": (hwm - base) if reset else None, "method": found.method,
+                         "recall_sampled": found.recall, "recall_asked": found.recall_asked, "sample": found.sample,
+                         "reason": found.reason, "trials": [list(t) for t in found.trials]}
+    except ImportError as exc:
+        found, out["search"] = None, {"skipped": str(exc)}
+    search = next((s for s in ("auto", "index") if s in topk_tail.SEARCHES), "exact")
+    res, t_k, base, hwm, peak, reset = _measured(
+        lambda: att.distance_topk_attention(q, k, v, temperature=tau, search=search))
+    out["kind"] = {"search": res.search, "recall": res.recall, "time_s": t_k, "peak_extra_rss_bytes_sampled": peak[0] - base,
+                   "peak_extra_rss_bytes_hwm": (hwm - base) if reset else None,
+                   "output_finite": bool(torch.isfinite(res.output).all()),
+                   "min_weight": float(res.weights.min()), "rows_met": float(res.met.double().mean()),
+                   "mean_top_count": float(res.top_counts.double().mean())}
+    # the exact streamed map, timed on its first exact_rows rows and scaled to all N
+    er = min(n, cfg["exact_rows"])
+    _, t_e, base, hwm, peak, reset = _measured(lambda: exact_streamed(q, k, v, tau, er))
+    out["exact"] = {"rows_timed": er, "time_s": t_e * n / er, "block_time_s": t_e,
+                    "peak_extra_rss_bytes_sampled": peak[0] - base, "dense_map_bytes": 4 * n * n}
+    # error on sampled rows against exact rows
+    g = torch.Generator().manual_seed(0)
+    picked = torch.randperm(n, generator=g)[:rows].sort().values
+    a, b = L.distance_operands(q, k, 1.0, 1.0 / tau)
+    exact_p = torch.softmax(a[picked].double() @ b.double().T, dim=-1)
+    approx_p = _tail_rows(res, a, b, picked)
+    approx_p = approx_p / approx_p.sum(-1, keepdim=True)
+    tv = 0.5 * (approx_p - exact_p).abs().sum(-1)
+    tv_u = 0.5 * (exact_p - 1.0 / n).abs().sum(-1)
+    top1 = (approx_p.argmax(-1) == exact_p.argmax(-1)).double()
+    est = res.row_error[picked].double()
+    out["error"] = {"mean_tv": float(tv.mean()), "mean_tv_uniform": float(tv_u.mean()),
+                    "ratio": float(tv.mean() / tv_u.mean()), "top1_agreement": float(top1.mean()),
+                    "rows_met": float(res.met[picked].double().mean()),
+                    "estimate_covers": float((tv <= 2 * est + 1e-12).double().mean())}
+    over = tv > 0.25 * tv_u  # rows off the suite's bar: each should say so (met false)
+    out["error"]["rows_over_bar"] = int(over.sum())
+    out["error"]["rows_over_bar_flagged"] = int((over & ~res.met[picked].cpu()).sum())
+    if found is not None:  # the search's recall on the same sampled rows against exact top keys
+        ex = att.exact_top_keys(q[picked], k, top)
+        got = found.logits[picked]
+        out["search"]["recall_rows"] = float((got >= ex.logits[:, -1:] - 1e-5 * (1 + ex.logits[:, -1:].abs())).double().mean())
+    return out
+
+
+def bench_topk_tail(ns: list[int], rows: int, sharpness: tuple[float, ...]) -> dict[str, Any]:
+    out = []
+    for n in ns:
+        for sharp in sharpness:
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--child-topk-tail", str(n), str(rows), str(sharp)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"distance_topk_attention child failed:\n{proc.stderr[-3000:]}")
+            out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            o = out[-1]
+            log(f"   N = {n:,}, r^2/tau = {sharp:g}: kind {o['kind']['time_s']:.2f} s ({o['kind']['search']}), exact "
+                f"{o['exact']['time_s']:.2f} s, TV / baseline {o['error']['ratio']:.3g}")
+    return {**{k: v for k, v in TOPK_TAIL.items() if k != "sharpness"}, "sharpness": list(sharpness),
+            "rows_sampled": rows, "floor_ratio_smooth": 0.02, "floor_ratio_sharp": 0.1, "floor_time_fraction": 0.1,
+            "rows": out}
+
+
+# --------------------------------------------------------------------------- #
 # 7. GPU: benchmarks/gpu.py's checks and rows
 # --------------------------------------------------------------------------- #
 def bench_gpu(quick: bool) -> dict[str, Any]:
@@ -481,10 +598,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="results file (default benchmarks/results.json)")
     parser.add_argument("--md", default=None, help="Markdown file (default BENCHMARKS.md)")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--only", choices=("linear_distance",), default=None,
+    parser.add_argument("--only", choices=("linear_distance", "topk_tail"), default=None,
                         help="run only this section and merge it into the existing results file (then re-render)")
     parser.add_argument("--child-compare", nargs=4, metavar=("N", "D", "DEVICE", "ROWS"), help=argparse.SUPPRESS)
     parser.add_argument("--child-linear-distance", nargs=2, metavar=("N", "ROWS"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-topk-tail", nargs=3, metavar=("N", "ROWS", "SHARPNESS"), help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", type=lambda t: [int(x) for x in t.split(",")], default=None,
+                        help="with --only topk_tail: the sizes N = M, comma-separated (default 10000,100000,1000000)")
     args = parser.parse_args(argv)
 
     if args.child_compare:
@@ -494,6 +614,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child_linear_distance:
         n, rows = args.child_linear_distance
         print(json.dumps(child_linear_distance(int(n), int(rows))))
+        return 0
+    if args.child_topk_tail:
+        n, rows, sharp = args.child_topk_tail
+        print(json.dumps(child_topk_tail(int(n), int(rows), float(sharp))))
         return 0
 
     quick = args.quick
@@ -505,11 +629,18 @@ def main(argv: list[str] | None = None) -> int:
     md_path = Path(args.md or ROOT / "BENCHMARKS.md")
 
     ns8, rows8 = ([2_000, 5_000], 32) if quick else ([10_000, 100_000, 1_000_000], 64)
-    if args.only == "linear_distance":
+    ns9, rows9, sharp9 = ([1_000], 32, (1.25, 125.0)) if quick else (args.sizes or [10_000, 100_000, 1_000_000], 64,
+                                                                    TOPK_TAIL["sharpness"])
+    if args.only is not None:
         results = json.loads(json_path.read_text(encoding="utf-8"))
-        log(f"8. linear distance attention, N = {ns8} (subprocesses), merged into {json_path}")
-        results["linear_distance"] = bench_linear_distance(ns8, rows8)
-        results["linear_distance"]["machine"] = machine()
+        if args.only == "linear_distance":
+            log(f"8. linear distance attention, N = {ns8} (subprocesses), merged into {json_path}")
+            results["linear_distance"] = bench_linear_distance(ns8, rows8)
+            results["linear_distance"]["machine"] = machine()
+        else:
+            log(f"9. top keys plus a fitted tail, N = {ns9} (subprocesses), merged into {json_path}")
+            results["topk_tail"] = bench_topk_tail(ns9, rows9, sharp9)
+            results["topk_tail"]["machine"] = machine()
         json_path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
         md_path.write_text(report.render(results), encoding="utf-8")
         log(f"wrote {json_path} and {md_path}")
@@ -555,6 +686,9 @@ def main(argv: list[str] | None = None) -> int:
 
     log(f"8. linear distance attention, N = {ns8} (subprocesses)")
     results["linear_distance"] = bench_linear_distance(ns8, rows8)
+
+    log(f"9. top keys plus a fitted tail, N = {ns9} (subprocesses)")
+    results["topk_tail"] = bench_topk_tail(ns9, rows9, sharp9)
 
     if torch.cuda.is_available():
         log("7. GPU (benchmarks/gpu.py)")

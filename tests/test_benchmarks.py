@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RUN = ROOT / "benchmarks" / "run.py"
 REPORT = ROOT / "benchmarks" / "report.py"
 VERDICT = re.compile(r"^\*\*(met|NOT met|not measured|no floor)\*\*: ")
-SECTIONS = ("matmul_floor", "geoopt", "compare_vs_maps", "compare_large", "compare_sampled", "linear", "gpu", "linear_distance")
+SECTIONS = ("matmul_floor", "geoopt", "compare_vs_maps", "compare_large", "compare_sampled", "linear", "gpu", "linear_distance",
+            "topk_tail")
 
 
 def _report():
@@ -85,7 +86,7 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
 
     # every section opens with its verdict line, and the verdict table repeats it
     verdicts = _verdicts(text)
-    assert sorted(verdicts) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert sorted(verdicts) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
     for number, v in verdicts.items():
         assert re.search(rf"^\| {number}\. .*\| \*\*{re.escape(v)}\*\* \|$", text, re.MULTILINE), number
     assert verdicts[6] == "no floor"
@@ -112,6 +113,14 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
     assert [r["n"] for r in ld["rows"]] == [2_000, 5_000] and all(r["rows"] == 32 and r["output_finite"] for r in ld["rows"])
     assert all(r["peak_extra_rss_bytes_sampled"] >= 0 and r["time_s"] > 0 and 0 <= r["ratio"] for r in ld["rows"])
     assert verdicts[8] in ("met", "NOT met") and "TV / baseline" in sec[8]
+    # 9: top keys plus a fitted tail, each size and sharpness in a subprocess, next to the exact streamed map
+    tt = results["topk_tail"]
+    assert [(r["n"], r["sharpness"]) for r in tt["rows"]] == [(1_000, 1.25), (1_000, 125.0)]
+    for r in tt["rows"]:
+        assert r["kind"]["output_finite"] and r["kind"]["min_weight"] >= 0 and r["exact"]["time_s"] > 0
+        assert 0 <= r["error"]["ratio"] and r["error"]["rows_over_bar_flagged"] <= r["error"]["rows_over_bar"]
+        assert "recall_rows" in r["search"] or "skipped" in r["search"] or r["search"]["reason"]
+    assert verdicts[9] in ("met", "NOT met") and "exact streamed map" in sec[9]
 
 
 def _machine() -> dict:
@@ -156,7 +165,7 @@ def test_report_renders_a_hand_made_minimal_results_dict():
     assert "Measured on **Test CPU 9000, 2 logical CPUs**" in text and "**Quick run**" not in text
     verdicts = _verdicts(text)
     assert verdicts == {1: "not measured", 2: "not measured", 3: "met", 4: "met", 5: "NOT met", 6: "not measured",
-                        7: "not measured", 8: "not measured"}
+                        7: "not measured", 8: "not measured", 9: "not measured"}
     sec = {n: "\n".join(lines) for n, lines in _sections(text).items()}
     assert "**met**: `compare()` takes 0.80x the time of the two calls (medians; 0.83x by minima); 50% of the matmul" in sec[3]
     assert "**NOT met**: 30 s (met), peak extra memory 1.2 GiB (NOT met)" in sec[5]
@@ -180,6 +189,31 @@ def test_linear_distance_section_reads_each_size_against_the_bar():
     assert "at N = M = 1,000,000: 10 s" in sec and "TV / baseline 0.21 on 64 sampled rows" in sec
     assert "| 1,000,000 | 10 s |" in sec and "3.73e+03 GiB" in sec and "GPU: not measured" in sec
     assert "| 8. linear distance attention |" in good
+
+
+def test_topk_tail_section_reads_the_largest_size_against_the_issues_bars():
+    rep = _report()
+
+    def row(n, sharp, ratio, kind_s, exact_s, over=0, flagged=0):
+        return {"n": n, "sharpness": sharp, "kind": {"search": "index", "recall": 0.95, "time_s": kind_s,
+                                                      "peak_extra_rss_bytes_sampled": 2**20, "mean_top_count": 20.0},
+                "exact": {"time_s": exact_s},
+                "error": {"mean_tv": ratio * 0.5, "mean_tv_uniform": 0.5, "ratio": ratio, "top1_agreement": 1.0,
+                          "rows_met": 1.0, "estimate_covers": 1.0, "rows_over_bar": over, "rows_over_bar_flagged": flagged},
+                "search": {"method": "hnsw(buckets=1, ef=32, neighbours=32)", "time_s": 2.0, "recall_sampled": 0.95,
+                           "sample": 256, "reason": None, "recall_rows": 0.94}}
+
+    tt = {"d": 64, "temperature": 8.0, "top": 16, "recall": 0.9, "sample": 256, "exact_rows": 2048, "rows_sampled": 64,
+          "floor_ratio_smooth": 0.02, "floor_ratio_sharp": 0.1, "floor_time_fraction": 0.1}
+    good = [row(10_000, 1.25, 0.5, 1.0, 1.0), row(10**6, 1.25, 0.01, 5.0, 100.0), row(10**6, 12.5, 0.3, 5.0, 100.0, 3, 3),
+            row(10**6, 125, 0.05, 5.0, 100.0)]
+    render = lambda rows: rep.render({"machine": _machine(), "quick": False, "gpu": None, "topk_tail": {**tt, "rows": rows}})
+    assert _verdicts(render(good))[9] == "met"  # the small size's miss does not count: the bar is at the largest N
+    for i, bad in ((1, row(10**6, 1.25, 0.01, 20.0, 100.0)), (1, row(10**6, 1.25, 0.03, 5.0, 100.0)),
+                   (2, row(10**6, 12.5, 0.3, 5.0, 100.0, 3, 2)), (3, row(10**6, 125, 0.2, 5.0, 100.0))):
+        assert _verdicts(render(good[:i] + [bad] + good[i + 1:]))[9] == "NOT met"
+    sec = "\n".join(_sections(render(good))[9])
+    assert "| 1,000,000 | 125 | 5 s (index) |" in sec and "0.05x" in sec and "recall 0.95 on 256 sampled queries" in sec
 
 
 def test_replace_gpu_section_keeps_the_rest_and_updates_the_verdict_row():

@@ -24,8 +24,9 @@ def test_dry_run_checks_and_rewrites_only_the_gpu_section(tmp_path):
     assert "checks passed" in proc.stdout
     text = md.read_text()
     assert "## 4. Before\n\nkept" in text and "## 6. After\n\nkept too" in text and "not measured" not in text
-    # per dtype: every kind's map, two streamed comparisons, the linear distance attention's output
-    assert text.count("(checked)") == 2 * (len(attention.KINDS) + 3) and "**Dry run**" in text
+    # per dtype: every kind's map, two streamed comparisons, the linear distance attention's output, the top-key search
+    assert text.count("(checked)") == 2 * (len(attention.KINDS) + 4) and "**Dry run**" in text
+    assert "exact_top_keys float32" in text and "| 512 | 125 |" in text  # issue 30's rows at the dry run's size
     assert "`distance_linear_attention` (features=64" in text
     assert "| sampled (rows=) |" in text and "fraction of `torch.mm` throughput" in text
 

@@ -178,3 +178,23 @@ def test_without_faiss_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "faiss", None)
     with pytest.raises(ImportError, match=r"pip install 'hypviz\[search\]'"):
         search_top_keys(_points((4, 3)), _points((200, 3)), 2)
+
+
+def test_a_fitted_index_answers_later_queries_at_any_top_without_rebuilding():
+    pytest.importorskip("faiss")
+    from hypviz.attention import fit_key_index
+
+    g = torch.Generator().manual_seed(15)
+    keys, queries = lift(torch.randn(2000, 8, generator=g, dtype=torch.float64)), lift(torch.randn(300, 8, generator=g, dtype=torch.float64))
+    index = fit_key_index(queries, keys, 8, recall=0.9, sample=64)
+    assert index.reason is None and index.recall >= 0.9 and index.top == 8 and index.method.startswith("hnsw")
+    later = queries[:50].reshape(5, 10, 9)  # any leading axes
+    for top in (8, 32):
+        got = index.search(later, top)
+        exact = exact_top_keys(later, keys, top)
+        assert got.indices.shape == (5, 10, top) and got.method == index.method and got.recall == index.recall
+        assert _full_recall(got, exact) >= 0.85
+    with pytest.raises(ValueError, match="keys must be one key set of shape"):
+        fit_key_index(queries, keys.expand(2, 2000, 9), 8)
+    weak = fit_key_index(queries, _radial(2000, 8, 10.0, g), 8, recall=0.99, sample=64, tries=((1, 16),))
+    assert weak.reason is not None and weak.search(queries[:5]).method == "exact"

@@ -79,7 +79,7 @@ from hypviz.attention.comparison import (
     verdict_text,
 )
 from hypviz.attention.given_maps import compare_maps
-from hypviz.attention.key_search import KeySearch, TopKeyLogits, exact_top_keys, search_top_keys
+from hypviz.attention.key_search import KeyIndex, KeySearch, TopKeyLogits, exact_top_keys, fit_key_index, search_top_keys
 from hypviz.attention.maps import KINDS, MODEL_KINDS, SOFTMAX_KINDS, attention_map, focused_linear_attention, focused_linear_map, scores
 from hypviz.attention.random_features import distance_linear_attention
 from hypviz.attention.streamed_compare import compare
@@ -123,6 +123,8 @@ __all__ = [
     "exact_top_keys",
     "KeySearch",
     "search_top_keys",
+    "KeyIndex",
+    "fit_key_index",
     "compare",
     "Comparison",
     "kl_supremum",

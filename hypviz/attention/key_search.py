@@ -28,7 +28,7 @@ from hypviz.attention.checks import checked_inputs, flatten_batch
 from hypviz.base import validate
 from hypviz.lorentz import distance_operands
 
-__all__ = ["TopKeyLogits", "exact_top_keys", "KeySearch", "search_top_keys"]
+__all__ = ["TopKeyLogits", "exact_top_keys", "KeySearch", "search_top_keys", "KeyIndex", "fit_key_index"]
 
 ArrayLike = Any
 
@@ -279,9 +279,10 @@ def search_top_keys(
 
     The configurations ``tries`` are tried in order on ``sample`` queries drawn with ``seed``; the
     first whose tie-aware recall (the share of the keys found whose exact logit reaches the exact
-    ``top``-th logit, the minimum over the key sets of a batch) is at least ``recall`` answers every
-    query.  When none does, or when ``M < 16 top`` (exact search is as cheap), the result is exact
-    search and says why (:attr:`KeySearch.reason`).
+    ``top``-th logit) is at least ``recall`` answers every query.  When none does, or when
+    ``M < 16 top`` (exact search is as cheap), the result is exact search and says why
+    (:attr:`KeySearch.reason`).  Each key set of a batch gets its own index (:func:`fit_key_index`);
+    the result names each one's method and reports the smallest recall.
 
     Parameters
     ----------
@@ -317,56 +318,148 @@ def search_top_keys(
         ``sample``, ``seed`` or ``tries``.
     """
     q, kk, _, kf, batch = checked_inputs(queries, keys, k)
-    m, n = kk.shape[-2], q.shape[-2]
+    m = kk.shape[-2]
     top = validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
+    asked, sample, seed, tries = _check_search(recall, sample, seed, tries)
+    faiss = _import_faiss()
+    qf, kf_ = flatten_batch(q, batch), flatten_batch(kk, batch)
+    n = q.shape[-2]
+    found = [_fit(faiss, qf[h], kf_[h], kf, top, asked, sample, seed, tries).search(qf[h], top) for h in range(qf.shape[0])]
+    methods = list(dict.fromkeys(f.method for f in found))
+    reasons = list(dict.fromkeys(f.reason for f in found if f.reason is not None))
+    trials = tuple(t for f in found for t in f.trials)
+    return KeySearch(torch.stack([f.indices for f in found]).view(*batch, n, top),
+                     torch.stack([f.logits for f in found]).view(*batch, n, top),
+                     " | ".join(methods), min(f.recall for f in found), asked, found[0].sample,
+                     "; ".join(reasons) if reasons else None, trials)
+
+
+def fit_key_index(
+    queries: ArrayLike,
+    keys: ArrayLike,
+    top: int,
+    *,
+    k: float = 1.0,
+    recall: float = 0.9,
+    sample: int = 256,
+    seed: int = 0,
+    tries: Sequence[tuple[int, int]] = TRIES,
+) -> "KeyIndex":
+    r"""The index of :func:`search_top_keys` for one key set, fitted once and kept: :meth:`KeyIndex.search` answers
+    any queries of that key set (in blocks, at any ``top``) without building it again.
+
+    The configuration is picked as in :func:`search_top_keys`, on ``sample`` of ``queries`` at this ``top``
+    (:attr:`KeyIndex.recall`, measured there); an index that reached no configuration is exact search, with
+    the reason (:attr:`KeyIndex.reason`).
+
+    Parameters
+    ----------
+    queries : array_like
+        ``(..., N, d + 1)`` points the recall is measured on (a sample of them).
+    keys : array_like
+        ``(M, d + 1)``, one key set.
+    top, k, recall, sample, seed, tries
+        As for :func:`search_top_keys`.
+
+    Returns
+    -------
+    KeyIndex
+        The fitted index: its method, measured recall and reason, and :meth:`KeyIndex.search`.
+    """
+    q, kk, _, kf, _batch = checked_inputs(queries, keys, k)
+    if kk.dim() != 2:
+        raise ValueError(f"keys must be one key set of shape (M, d + 1), got shape {tuple(kk.shape)}")
+    m = kk.shape[0]
+    top = validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
+    asked, sample, seed, tries = _check_search(recall, sample, seed, tries)
+    faiss = _import_faiss()
+    return _fit(faiss, q.reshape(-1, q.shape[-1]), kk, kf, top, asked, sample, seed, tries)
+
+
+class KeyIndex:
+    r"""A top-key index over one key set, from :func:`fit_key_index`.
+
+    ``method``, ``recall``, ``recall_asked``, ``sample``, ``reason`` and ``trials`` as in :class:`KeySearch`;
+    ``top``, the number of keys the recall was measured at.
+    """
+
+    def __init__(self, keys: torch.Tensor, k: float, shells: list[_Shell] | None, ef: int, method: str, recall: float,
+                 asked: float, top: int, sample: int, reason: str | None, trials: tuple[tuple[str, float], ...]):
+        self.keys, self.k, self.shells, self.ef = keys, k, shells, ef
+        self.method, self.recall, self.recall_asked, self.top = method, recall, asked, top
+        self.sample, self.reason, self.trials = sample, reason, trials
+        self._b = distance_operands(keys[:1], keys, k)[1]
+
+    def search(self, queries: ArrayLike, top: int | None = None) -> KeySearch:
+        r"""Each query's ``top`` (default the fitted ``top``) keys by this index, as a :class:`KeySearch`.
+
+        Parameters
+        ----------
+        queries : array_like
+            ``(..., N, d + 1)`` points of the index's dtype and device.
+        top : int, optional
+            How many keys per query; the recall reported is the one measured at the fitted ``top``.
+
+        Returns
+        -------
+        KeySearch
+            ``indices`` and ``logits`` ``(..., N, top)`` and this index's method, recall and reason.
+        """
+        q, kk, _, kf, batch = checked_inputs(queries, self.keys, self.k)
+        m = kk.shape[-2]
+        top = self.top if top is None else validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
+        if self.shells is None:
+            res = exact_top_keys(q, kk, top, k=kf)
+            return KeySearch(res.indices, res.logits, "exact", 1.0, self.recall_asked, self.sample, self.reason, self.trials)
+        flat = q.reshape(-1, q.shape[-1])
+        n = flat.shape[0]
+        out_i = torch.empty(n, top, dtype=torch.int64, device=q.device)
+        out_l = torch.empty(n, top, dtype=q.dtype, device=q.device)
+        for start in range(0, n, _SEARCH_ROWS):
+            rows = flat[start : start + _SEARCH_ROWS]
+            a = distance_operands(rows, kk[:1], kf)[0]
+            out_i[start : start + rows.shape[0]], out_l[start : start + rows.shape[0]] = _search(
+                self.shells, _jq(rows), a, self._b, top, self.ef)
+        shape = (*q.shape[:-1], top)
+        return KeySearch(out_i.view(shape), out_l.view(shape), self.method, self.recall, self.recall_asked, self.sample,
+                         None, self.trials)
+
+
+def _check_search(recall: Any, sample: Any, seed: Any, tries: Any) -> tuple[float, int, int, tuple[tuple[int, int], ...]]:
     asked = validate.positive(recall, "recall")
     if asked > 1.0:
         raise ValueError(f"recall must be a number in (0, 1], got {recall!r}")
-    sample = validate.integer(sample, "sample", 1)
-    seed = validate.seed(seed)
-    tries = _check_tries(tries)
-    faiss = _import_faiss()
-    a, b = distance_operands(q, kk, kf)
-    a, b = flatten_batch(a, batch), flatten_batch(b, batch)
-    qf, kf_ = flatten_batch(q, batch), flatten_batch(kk, batch)
-    heads = a.shape[0]
+    return asked, validate.integer(sample, "sample", 1), validate.seed(seed), _check_tries(tries)
+
+
+def _fit(faiss: Any, q: torch.Tensor, kk: torch.Tensor, kf: float, top: int, asked: float, sample: int, seed: int,
+         tries: tuple[tuple[int, int], ...]) -> KeyIndex:
+    """Pick the first configuration of ``tries`` whose recall on a sample of the queries ``q (N, c)`` reaches ``asked``."""
+    m, n = kk.shape[0], q.shape[0]
     rows = min(sample, n)
+    if m < _MIN_KEYS_PER_TOP * top:
+        return KeyIndex(kk, kf, None, 0, "exact", 1.0, asked, top, rows, f"M = {m} keys < {_MIN_KEYS_PER_TOP} x top = "
+                        f"{_MIN_KEYS_PER_TOP * top}: exact search is as cheap as an index", ())
     g = torch.Generator().manual_seed(seed)
     picked = torch.randperm(n, generator=g)[:rows].sort().values.to(q.device)
-
-    def exact(reason: str, trials: tuple[tuple[str, float], ...]) -> KeySearch:
-        res = exact_top_keys(queries, keys, top, k=kf)
-        return KeySearch(res.indices, res.logits, "exact", 1.0, asked, rows, reason, trials)
-
-    if m < _MIN_KEYS_PER_TOP * top:
-        return exact(f"M = {m} keys < {_MIN_KEYS_PER_TOP} x top = {_MIN_KEYS_PER_TOP * top}: exact search is as cheap as an index", ())
-    # exact answers of the sample, and the queries in faiss's picture (J q, 0)
-    truth = [_exact_rows(a[h, picked], b[h], top) for h in range(heads)]
-    jq = [_jq(qf[h]) for h in range(heads)]
+    a, b = distance_operands(q[picked], kk, kf)
+    truth = _exact_rows(a, b, top)  # the sample's exact answers
+    xq = _jq(q[picked])  # the sample in faiss's picture (J q, 0)
     trials: list[tuple[str, float]] = []
-    shells: dict[tuple[int, int], list[_Shell]] = {}
+    shells: dict[int, list[_Shell]] = {}
     for buckets, ef in tries:
         name = f"hnsw(buckets={buckets}, ef={ef}, neighbours={_NEIGHBOURS})"
-        worst = 1.0
-        for h in range(heads):
-            if (h, buckets) not in shells:
-                shells[(h, buckets)] = [_Shell(faiss, kf_[h], part) for part in _shells(kf_[h], buckets)]
-            idx, logits = _search(shells[(h, buckets)], jq[h][picked.cpu().numpy()], a[h, picked], b[h], top, ef)
-            worst = min(worst, _recall(logits, truth[h], a[h, picked], b[h]))
-        trials.append((name, worst))
-        if worst >= asked:
-            out_i = torch.empty(heads, n, top, dtype=torch.int64, device=q.device)
-            out_l = torch.empty(heads, n, top, dtype=q.dtype, device=q.device)
-            for h in range(heads):
-                for start in range(0, n, _SEARCH_ROWS):
-                    stop = min(start + _SEARCH_ROWS, n)
-                    out_i[h, start:stop], out_l[h, start:stop] = _search(
-                        shells[(h, buckets)], jq[h][start:stop], a[h, start:stop], b[h], top, ef)
-            return KeySearch(out_i.view(*batch, n, top), out_l.view(*batch, n, top), name, worst, asked, rows, None,
-                             tuple(trials))
+        if buckets not in shells:
+            shells[buckets] = [_Shell(faiss, kk, part) for part in _shells(kk, buckets)]
+        _, logits = _search(shells[buckets], xq, a, b, top, ef)
+        got = _recall(logits, truth, a, b)
+        trials.append((name, got))
+        if got >= asked:
+            return KeyIndex(kk, kf, shells[buckets], ef, name, got, asked, top, rows, None, tuple(trials))
     best = max(trials, key=lambda t: t[1])
-    return exact(f"no index reached recall {asked:g} on {rows} sampled queries (best {best[1]:.3g}, {best[0]})",
-                 tuple(trials))
+    return KeyIndex(kk, kf, None, 0, "exact", 1.0, asked, top, rows,
+                    f"no index reached recall {asked:g} on {rows} sampled queries (best {best[1]:.3g}, {best[0]})",
+                    tuple(trials))
 
 
 _SEARCH_ROWS = 4096  # queries per faiss call (bounds the candidates' gathered keys)
