@@ -518,6 +518,22 @@ def test_every_notebook_image_has_a_meaningful_alt_text(real):
             assert re.search(r'<script[^>]*src="\.\./_static/hypviz_figures\.js[?"]', html), f"{nb.stem}: no click-to-enlarge"
 
 
+def test_every_notebook_figure_has_its_caption_under_it_in_both_languages(real):
+    """Each notebook cell that draws a figure is followed on the page by its caption (``p.hypviz-caption``),
+    in English on the English page and in Chinese (opening with 图。) on the Chinese one; the alt text is the caption."""
+    mimes = ("image/png", PLOTLY_MIME)
+    for nb in real_notebooks():
+        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        drawn = sum(1 for c in cells if c["cell_type"] == "code"
+                    and any(m in out.get("data", {}) for out in c.get("outputs", []) for m in mimes))
+        for folder, word in (("", "Figure."), ("zh_CN/", "图。")):
+            html = _text(real / folder / "notebooks" / f"{nb.stem}.html")
+            captions = re.findall(r'<p class="hypviz-caption"><strong>([^<]*)</strong>', html)
+            assert captions == [word] * drawn, f"{folder}{nb.stem}: {drawn} figures, captions {captions}"
+            for alt in re.findall(r'<img\b[^>]*\balt="([^"]*)"', html):
+                assert alt.startswith(word), f"{folder}{nb.stem}: an image whose alt text is not its caption: {alt[:80]!r}"
+
+
 #: the widest a notebook figure may be declared (its 1x size, CSS px): the text column is 721 px wide at an
 #: 800 px window (737 px at 1280, measured by tests/test_browser.py), so a wider figure is shrunk; up to this
 #: width it keeps >= 88 % of its size, and its 10 pt tick labels (11.1 px at the house's 80 dpi) >= 9.7 px

@@ -59,3 +59,16 @@ def test_the_built_chinese_pages_say_it_in_chinese(zh):
     assert f'placeholder="{hypviz_site.ZH_SEARCH_TEXT}"' in (zh / "index.html").read_text(encoding="utf-8")
     english = (zh.parent / "notebooks" / "05_attention_maps.html").read_text(encoding="utf-8")
     assert "Show code cell source" in english and all(a.startswith("Figure") for a in re.findall(r'<img\b[^>]*\balt="([^"]*)"', english))
+
+
+def test_a_caption_is_a_paragraph_opening_with_figure_in_bold():
+    pytest.importorskip("myst_parser")
+    from docutils.core import publish_doctree
+    from myst_parser.parsers.docutils_ import Parser
+
+    first = lambda text: publish_doctree(text, parser=Parser()).children[0]  # noqa: E731
+    assert hypviz_site.is_caption(first("**Figure.** Titled *maps*: weight against key.\n"))
+    assert hypviz_site.is_caption(first("**图。** 标题「maps」：纵轴为权重。\n"))
+    assert not hypviz_site.is_caption(first("Figure. Titled maps.\n"))
+    assert not hypviz_site.is_caption(first("The **Figure.** below.\n"))
+    assert not hypviz_site.is_caption(first("**Figures.** many\n"))

@@ -111,6 +111,46 @@ def test_the_check_catches_a_folded_table_and_accepts_a_shown_one():
 
 
 # --------------------------------------------------------------------------- #
+# printed tables fit the column
+# --------------------------------------------------------------------------- #
+#: printed characters a line of output holds without wrapping in the text column at an 800 px window
+#: (721 px; the output's monospace font is 8.4 px a character: 85 characters, less the output's padding)
+COLUMN_CHARS = 80
+#: notebooks whose printed tables are still wider than the column (the page wraps their lines); the list only shrinks
+WIDE_TABLES_YET = ("01", "02", "03", "06", "07", "08", "09", "10", "11")
+
+
+def wide_tables(nb: dict, limit: int = COLUMN_CHARS) -> list[str]:
+    """Each printed table on the page (a shown output of three or more lines) with a line longer than ``limit``."""
+    problems = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or _folded(cell):
+            continue
+        for out in cell.get("outputs", []):
+            if out.get("output_type") != "stream":
+                continue
+            lines = _source({"source": out.get("text", "")}).splitlines()
+            longest = max((len(line) for line in lines), default=0)
+            if len(lines) >= 3 and longest > limit:
+                problems.append(f"cell {i}: a line of {longest} characters (of {len(lines)} lines)")
+    return problems
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2] not in WIDE_TABLES_YET], ids=lambda p: p.stem)
+def test_printed_tables_fit_the_column(path):
+    """A printed table's lines are at most COLUMN_CHARS long: nothing wraps at 800 px (split it, or shorten headers)."""
+    problems = wide_tables(json.loads(path.read_text(encoding="utf-8")))
+    assert not problems, f"{path.name}: " + "; ".join(problems)
+
+
+def test_the_width_check_sees_a_wide_table_and_ignores_a_folded_one():
+    wide = "r  " + "x" * 90 + "\n0.1  0.5\n0.2  0.6\n"
+    assert wide_tables({"cells": [_code("print(t)", printed=wide)]}) == ["cell 0: a line of 93 characters (of 3 lines)"]
+    assert wide_tables({"cells": [_code("print(t)", ["hide-output"], printed=wide)]}) == []
+    assert wide_tables({"cells": [_code("print(t)", printed="r  TV\n0.1  0.5\n0.2  0.6\n")]}) == []
+
+
+# --------------------------------------------------------------------------- #
 # nbval markers are not shown
 # --------------------------------------------------------------------------- #
 def _site_extension():

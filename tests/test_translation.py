@@ -249,3 +249,57 @@ def test_landing_page_says_which_pages_are_translated(templates):
         assert set(re.findall(r"\b\d\d\b", first)) == full, (text, sorted(full))
         assert set(re.findall(r"\b\d\d\b", second)) == partial, (text, sorted(partial))
     assert "API" in english.split(";", 1)[1] and "API" in chinese.split("；", 1)[1], "the API pages are not translated yet"
+
+
+# ----------------------------------------------------------------------------- figure captions
+
+FIGURE_MIMES = ("image/png", "application/vnd.plotly.v1+json")
+CAPTION_EN, CAPTION_ZH = "**Figure.** ", "**图。** "  # a caption's opening words (docs/_ext/hypviz_site.py: CAPTION_WORDS)
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def figure_captions(nb: dict) -> list[tuple[int, str | None]]:
+    """(cell index, its caption or None) for every cell of ``nb`` that draws a figure (a PNG or a plotly figure).
+
+    The caption is the markdown cell right under the figure's cell when it opens with ``**Figure.** ``.
+    """
+    cells = nb["cells"]
+    found = []
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code" or not any(m in out.get("data", {}) for out in cell.get("outputs", []) for m in FIGURE_MIMES):
+            continue
+        below = cells[i + 1] if i + 1 < len(cells) else None
+        text = "".join(below["source"]).strip() if below is not None and below["cell_type"] == "markdown" else ""
+        found.append((i, text if text.startswith(CAPTION_EN) else None))
+    return found
+
+
+def test_the_caption_finder_sees_a_missing_caption():
+    figure = {"cell_type": "code", "outputs": [{"data": {"image/png": "iVBOR"}}], "source": []}
+    caption = {"cell_type": "markdown", "source": ["**Figure.** Titled *maps*: weight against key."]}
+    prose = {"cell_type": "markdown", "source": ["The maps differ."]}
+    assert figure_captions({"cells": [figure, caption, figure, prose, figure]}) == [
+        (0, "**Figure.** Titled *maps*: weight against key."), (2, None), (4, None)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_figure_has_a_caption_in_both_languages(path):
+    """Every figure a notebook draws has a caption under it that says its titles and axes in words (the
+    figures are drawn in English), and the Chinese page translates it: a msgstr opening with **图。**,
+    in Chinese, with the caption's formulas."""
+    import json
+
+    captions = figure_captions(json.loads(path.read_text(encoding="utf-8")))
+    missing = [i for i, text in captions if text is None]
+    assert not missing, f"{path.name}: figures without a caption (a markdown cell opening with {CAPTION_EN!r}) under cells {missing}"
+    catalogue = _catalogue(f"notebooks/{path.stem}")
+    untranslated = []
+    for i, text in captions:
+        entry = catalogue.get(text) if catalogue is not None else None
+        chinese = entry.string if entry is not None and not entry.fuzzy else ""
+        formulas = re.findall(r"\$[^$]+\$", text)
+        if not (chinese.startswith(CAPTION_ZH) and len(re.findall(r"[\u4e00-\u9fff]", chinese)) >= 10
+                and all(f in chinese for f in formulas)):
+            untranslated.append(f"cell {i}: {chinese[:80]!r}")
+    assert not untranslated, f"{path.name}: captions not translated in docs/locale/zh_CN/LC_MESSAGES/notebooks/{path.stem}.po:\n" + \
+        "\n".join(untranslated)

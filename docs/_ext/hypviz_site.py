@@ -16,8 +16,11 @@
   the site uses its ``tex-svg.js`` bundle (no web fonts to load from disk, and the SVG output
   is what plotly.js needs to typeset LaTeX in figure titles).
 
-* **Figures people can read.**  Every notebook image gets an alt text from the figure's own title
-  (``suptitle`` / ``set_title`` / ``title=`` in the cell's source) or else from the prose just
+* **Figures people can read.**  A notebook figure is followed by its caption, a paragraph that opens
+  with **Figure.** and says the figure's titles, axes and legend in words (translated on the Chinese
+  pages, where the figure itself is drawn in English); it gets the class ``hypviz-caption``
+  (:func:`is_caption`).  Every notebook image gets an alt text: its caption, or else the figure's
+  own title (``suptitle`` / ``set_title`` / ``title=`` in the cell's source) or the prose just
   before the cell (:func:`alt_text`), and ``_static/hypviz_figures.js`` opens any figure at its full
   resolution on click (Escape or a click closes it).
 * **Nothing hidden sideways.**  ``_static/hypviz_fit.js`` (on every page) scales a display
@@ -283,8 +286,41 @@ def _text_before(cell) -> tuple[str, str]:
     return before, title
 
 
+# ----------------------------------------------------------------------------- figure captions
+CAPTION_WORDS = {"en": "Figure.", "zh_CN": "图。"}  # a notebook's figure caption opens with these, in bold
+CAPTION_CLASS = "hypviz-caption"
+
+
+def is_caption(paragraph) -> bool:
+    """Whether ``paragraph`` is a figure caption: a paragraph that opens with **Figure.** (**图。** translated)."""
+    if not isinstance(paragraph, nodes.paragraph):
+        return False
+    # MyST starts a paragraph with an empty text node: the first child that holds text
+    first = next((c for c in paragraph.children if not (isinstance(c, nodes.Text) and not c.astext().strip())), None)
+    return isinstance(first, nodes.strong) and first.astext().strip() in CAPTION_WORDS.values()
+
+
+def _caption_after(cell):
+    """The caption paragraph right after the notebook cell ``cell`` (its next sibling), or ``None``."""
+    parent = cell.parent
+    if parent is None:
+        return None
+    index = parent.index(cell)
+    following = parent.children[index + 1] if index + 1 < len(parent.children) else None
+    return following if following is not None and is_caption(following) else None
+
+
+def _mark_captions(app, doctree) -> None:
+    """A figure caption (the paragraph under a figure that opens with **Figure.**/**图。**) gets the class
+    ``hypviz-caption`` (set in smaller type, close under its figure by the stylesheet)."""
+    for paragraph in list(doctree.findall(nodes.paragraph)):
+        if is_caption(paragraph):
+            paragraph["classes"].append(CAPTION_CLASS)
+
+
 def _add_alt_text(app, doctree) -> None:
-    """Every image a notebook cell drew gets an alt text (figure titles, else the preceding prose)."""
+    """Every image a notebook cell drew gets an alt text: its caption (in the page's language) where the
+    cell has one under it, else the figure's titles or the preceding prose (:func:`alt_text`)."""
     for image in list(doctree.findall(nodes.image)):
         if image.get("alt"):
             continue
@@ -292,6 +328,10 @@ def _add_alt_text(app, doctree) -> None:
         while cell is not None and not (isinstance(cell, nodes.container) and cell.get("nb_element") == "cell_code"):
             cell = cell.parent
         if cell is None:
+            continue
+        caption = _caption_after(cell)
+        if caption is not None:
+            image["alt"] = _plain(caption.astext())[:400]
             continue
         before, title = _text_before(cell)
         language = app.config.language if app.config.language in ALT_WORDS else "en"
@@ -414,6 +454,7 @@ def setup(app):
     app.connect("config-inited", _chinese_search_text)
     app.connect("doctree-read", _hide_nbval_markers, priority=400)
     app.connect("doctree-read", _add_alt_text)
+    app.connect("doctree-read", _mark_captions)
     app.connect("builder-inited", _chinese_search_stemmer)
     app.connect("build-finished", _copy_plotly_js)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -45,7 +45,9 @@
       if ((link && !link.classList.contains("image-reference")) || img.getAttribute("data-hypviz-enlarge")) { return; }
       img.setAttribute("data-hypviz-enlarge", "yes");
       if (!link) { img.setAttribute("tabindex", "0"); }
-      img.title = (img.alt ? img.alt + " " : "") + "(click to enlarge)";
+      // the hint in the page's language (the Chinese pages are <html lang="zh-CN">)
+      var hint = (document.documentElement.lang || "").toLowerCase().indexOf("zh") === 0 ? "（点击放大）" : " (click to enlarge)";
+      img.title = (img.alt || "") + hint;
       img.addEventListener("click", function (e) { e.preventDefault(); e.stopPropagation(); open(img); });
       img.addEventListener("keydown", function (e) {
         if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(img); }

@@ -100,7 +100,19 @@ def attention_map(
     ``power`` and ``norm_scale`` (no softmax; ``temperature`` is not used).  ``"distance_rf"`` is the
     implicit map of the linear-time distance attention, :func:`hypviz.attention.random_features.distance_rf_map`
     with ``features`` random features drawn from ``seed`` (orthogonal, with the first-order control
-    variate): an estimate of the ``"distance"`` map at ``temperature``.
+    variate): an estimate of the ``"distance"`` map at ``temperature``.  The two kinds of
+    :data:`MODEL_KINDS` are
+
+    .. math::
+
+        A^{\mathrm{sigmoid}}_{ij} = \sigma\Bigl(\frac{-\tfrac12\|q_i - \kappa_j\|_L^2}{\tau} + b\Bigr),
+        \qquad
+        A^{\mathrm{poincare}}_{ij} = \mathrm{softmax}_j\Bigl(\frac{-d(q_i, \kappa_j)}{\tau}\Bigr),
+        \quad d = \sqrt{k}\,\operatorname{arcosh}\Bigl(1 + \frac{\|q - \kappa\|_L^2}{2k}\Bigr),
+
+    the Lorentz GCN's gate (HyboNet's ``(2 + 2<q,kappa>_L)/scale + bias`` at :math:`k = 1`,
+    :math:`\tau = \mathrm{scale}/2`, ``bias`` its :math:`b`) and the Poincare-ball attention of the
+    HNN++ style (the distance of the ball equals the hyperboloid's, so the points are hyperboloid points).
 
     Parameters
     ----------
@@ -123,18 +135,7 @@ def attention_map(
     features, seed : int
         The number of random features and their seed (``"distance_rf"`` only).
     bias : float
-        The gate's bias :math:`b` (``"sigmoid"`` only).  The two kinds of :data:`MODEL_KINDS` are
-
-        .. math::
-
-            A^{\mathrm{sigmoid}}_{ij} = \sigma\Bigl(\frac{-\tfrac12\|q_i - \kappa_j\|_L^2}{\tau} + b\Bigr),
-            \qquad
-            A^{\mathrm{poincare}}_{ij} = \mathrm{softmax}_j\Bigl(\frac{-d(q_i, \kappa_j)}{\tau}\Bigr),
-            \quad d = \sqrt{k}\,\operatorname{arcosh}\Bigl(1 + \frac{\|q - \kappa\|_L^2}{2k}\Bigr),
-
-        the Lorentz GCN's gate (HyboNet's ``(2 + 2<q,kappa>_L)/scale + bias`` at :math:`k = 1`,
-        :math:`\tau = \mathrm{scale}/2`) and the Poincare-ball attention of the HNN++ style (the
-        distance of the ball equals the hyperboloid's, so the points are hyperboloid points).
+        The gate's bias :math:`b` of the ``"sigmoid"`` map above (``"sigmoid"`` only).
 
     Returns
     -------
