@@ -45,6 +45,7 @@ FIRST = (
     "tests/test_site.py",
     "tests/test_browser.py",
     "notebooks/10_linear_distance_attention.ipynb",
+    "notebooks/11_topk_tail.ipynb",
     "notebooks/08_where_it_breaks.ipynb",
     "tests/test_hostile_paths.py",
     "tests/test_benchmarks.py",
