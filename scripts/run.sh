@@ -4,18 +4,18 @@
 # committed outputs into build/html/ (Sphinx + MyST-NB, offline; the test command's nbval run checks
 # those outputs), and write the demo attention report to build/demo/.
 #   bash scripts/run.sh
-# It talks: a line per step with the time since the start, and a "still ..." line every 20 s while a long step (the installs, the site build) runs.  It is incremental: the installs are
+# It talks: a line per step with the time since the start, and a "still ..." line every 10 s while a long step (the installs, the site build) runs.  It is incremental: the installs are
 # skipped when a stamp of constraints.txt, pyproject.toml, the torch pin and the extras matches the
 # one written after the last successful install (in the venv), and scripts/site.py keeps a site
 # whose inputs are unchanged ("unchanged, kept").  HYPVIZ_REINSTALL=1 forces the installs;
-# HYPVIZ_TICK sets the seconds between the "still ..." lines (default 20).
+# HYPVIZ_TICK sets the seconds between the "still ..." lines (default 10: at least one line in 30 s even when a busy machine delays the ticker).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${HYPVIZ_VENV:-.venv}"
 extras=lab
 start=$SECONDS
 ticker=""
-tick="${HYPVIZ_TICK:-20}"
+tick="${HYPVIZ_TICK:-10}"
 
 say() { printf 'hypviz [%3ds] %s\n' "$((SECONDS - start))" "$*"; }
 # a background "still <what>" line every $tick s until stop_ticker; it ends with this script

@@ -66,7 +66,8 @@ def kind_specs(draw) -> dict:
     if spec["kernel"] == "bilinear":
         spec["bias"] = draw(st.floats(-1e6, 1e6))
         spec["constant"] = draw(st.floats(-1e3, 1e3))
-    spec["options"] = tuple(draw(st.lists(st.sampled_from(kinds.OPTIONS), unique=True, max_size=5)))
+    declared = sorted({name for kernel in kernels.KERNELS.values() for name in kernel.options})  # every kernel's options
+    spec["options"] = tuple(draw(st.lists(st.sampled_from(declared), unique=True, max_size=5)))
     spec["temperature"], spec["comparable"] = draw(st.booleans()), draw(st.booleans())
     for field in draw(st.lists(st.sampled_from(FIELDS_OF_KIND), unique=True, max_size=2)):
         spec[field] = draw(HOSTILE)
