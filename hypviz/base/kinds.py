@@ -69,7 +69,8 @@ class Kind:
     Every field is checked when the entry is made (a one-line ``ValueError`` naming the field: ``name`` a word,
     ``options`` a tuple of distinct words (names its kernel declares), ``bias`` and ``constant`` finite real numbers,
     the texts non-empty single lines, the flags bools); :func:`register` also requires a kind computed by a
-    built-in kind's kernel to have that kind's family and to declare the options that kernel reads.
+    built-in kind's kernel to have that kind's family, to declare the options that kernel reads and to take the
+    temperature when that kernel divides by it.
     """
 
     name: str
@@ -161,6 +162,11 @@ def register(kind: Kind) -> Kind:
         raise ValueError(
             f"Kind {kind.name!r}: options must include {', '.join(map(repr, needed))} (the kernel {kind.kernel!r} reads "
             f"them, as the built-in kind {peers[0].name!r} does), got {short(kind.options)}"
+        )
+    if peers and any(kd.temperature for kd in peers) and not kind.temperature:
+        raise ValueError(
+            f"Kind {kind.name!r}: temperature must be True (the kernel {kind.kernel!r} divides by the temperature, as the "
+            f"built-in kind {next(kd for kd in peers if kd.temperature).name!r} does), got False"
         )
     _REGISTRY[kind.name] = kind
     return kind
