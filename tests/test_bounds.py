@@ -120,8 +120,8 @@ def test_adversarial_random_rows_near_the_bound():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda q, kk: acc.softmax_gap_bounds(q, kk, 0.0), "tau"),
-        (lambda q, kk: acc.softmax_gap_bounds(q, kk, float("nan")), "tau"),
+        (lambda q, kk: acc.softmax_gap_bounds(q, kk, 0.0), "temperature must be"),
+        (lambda q, kk: acc.softmax_gap_bounds(q, kk, float("nan")), "temperature must be"),
         (lambda q, kk: acc.softmax_gap_bounds(q[0], kk, 1.0), "queries"),
         (lambda q, kk: acc.softmax_gap_bounds(q, lorentz.lift(torch.zeros(3, 5, dtype=torch.float64)), 1.0), "last dimensions"),
         (lambda q, kk: acc.softmax_gap_bounds(q * 2, kk, 1.0), "off the hyperboloid"),

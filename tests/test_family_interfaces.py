@@ -649,7 +649,7 @@ def test_a_reader_registered_at_run_time_captures_a_new_family(per_head):
             assert recs[1].head_temperatures == pytest.approx([0.7, 1.9])
             assert recs[1].temperature == pytest.approx(math.sqrt(0.7 * 1.9))
             (res,) = model_report.analyse([recs[1]], device="cpu", progress=False)
-            assert res.own is None and res.own_is_reference and "one per head" in res.tau_text
+            assert res.own is None and res.own_is_reference and "one per head" in res.temperature_text
             layer.flip = True  # a layer that applies its heads' temperatures swapped is caught
             bad = _capture(layer, x, key_padding=pad)
             assert all(r.verify_note.startswith("not verified") and r.verify_error > 1e-3 for r in bad)

@@ -15,6 +15,7 @@ import torch
 from hypviz import attention as att
 from hypviz import data
 from hypviz import lorentz as L
+from hypviz.base import kinds
 
 go = pytest.importorskip("plotly.graph_objects")
 pio = pytest.importorskip("plotly.io")
@@ -327,6 +328,33 @@ def one_line(excinfo, *words):
     assert "\n" not in text
     for w in words:
         assert w in text, f"{w!r} not in {text!r}"
+
+
+def test_the_kinds_come_from_the_registry_a_new_one_shows_up_and_an_unknown_one_is_refused(heat_setup):
+    q, kk = heat_setup
+    # a kind registered at run time (the distance logits plus a quarter of the key-norm bias) shows up, titled as
+    # the registry says, its map the one attention_map computes; once removed it is refused like any unknown name
+    kinds.register(kinds.Kind(
+        name="quarter_bias", family="softmax", kernel="bilinear", bias=0.25, constant=0.25,
+        formula=r"\mathrm{softmax}_j((-\tfrac12\|q - \kappa_j\|_L^2 + \tfrac14 q_t \kappa_{t,j}) / \tau)",
+        title="quarter bias", plain="quarter bias", html="quarter bias (run time)",
+        description="a quarter of the way from distance to spatial (a test kind)", rounding="as spatial and distance",
+    ))
+    try:
+        fig = ex.attention_heatmap_explorer(q, kk, "quarter_bias", "distance", temperature=2.0)
+        titles = [a.text for a in fig.layout.annotations]
+        assert "A<sup>quarter_bias</sup>: quarter bias (run time)" in titles
+        want = att.attention_map(q, kk, "quarter_bias", temperature=2.0).numpy()
+        got = ex.trace_array(trace(fig, "A<sup>quarter_bias</sup>").z)
+        np.testing.assert_allclose(got, want, atol=1e-4)  # stored to 4 decimals of the largest weight (< 1)
+    finally:
+        kinds.unregister("quarter_bias")
+    for bad, name in ((("quarter_bias", "distance"), "a"), (("spatial", "sigmoid"), "b")):  # gone; not comparable
+        with pytest.raises(ValueError) as info:
+            ex.attention_heatmap_explorer(q, kk, *bad, temperature=2.0)
+        message = str(info.value)
+        assert "\n" not in message and message.startswith(f"{name} must be ")
+        assert all(repr(n) in message for n in kinds.comparable())
 
 
 def test_bad_input(unit_points, spread_setup, disk_setup, heat_setup):

@@ -208,7 +208,7 @@ def layers():
 
 def test_each_layer_is_said_in_words_with_its_default_temperature(layers, tmp_path):
     focused, full = layers
-    assert focused.default_tau and not full.default_tau
+    assert focused.default_temperature and not full.default_temperature
     words = model_report.layer_sentence(focused)
     assert words.startswith("At hypviz's default tau = sqrt(d) = 2 (d = 4; not a temperature you gave), the layer's "
                             "focused (Hypformer, linear) map ")

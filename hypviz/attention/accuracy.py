@@ -132,9 +132,7 @@ def softmax_gap_bounds(queries: Any, keys: Any, temperature: float, *, k: float 
         different ``d``.
     """
     kf = lorentz.check_k(k)
-    tau_f = float(temperature)
-    if not math.isfinite(tau_f) or tau_f <= 0:
-        raise ValueError(f"tau must be a positive temperature, got {temperature!r}")
+    tau_f = validate.positive(temperature, "temperature")
     q = _as_points64(queries, kf, "queries")
     kk = _as_points64(keys, kf, "keys")
     if q.shape[-1] != kk.shape[-1]:
@@ -435,11 +433,11 @@ class GapStudy(NamedTuple):
     prediction: float
 
     def setup_text(self) -> str:
-        """The set-up in one line (distribution, norms and their ratio, N, M, d, tau, k, seeds)."""
+        """The set-up in one line (distribution, norms and their ratio, N, M, d, temperature, k, seeds)."""
         s = self.setup
         return (f"isotropic Gaussian q_s, kappa_s (independent), mean norms |q_s| = {s['query_norm']:g}, "
                 f"|kappa_s| = {s['key_norm']:g} (rho = {s['rho']:g}), N = {s['n']}, M = {s['m']}, d = {s['d']}, "
-                f"tau = {s['tau']:g}, k = {s['k']:g}, {s['seeds']} seeds")
+                f"tau = {s['temperature']:g}, k = {s['k']:g}, {s['seeds']} seeds")
 
 
 def gaussian_gap_study(
@@ -495,7 +493,7 @@ def gaussian_gap_study(
                             topk=1, spearman=False, device="cpu")
     tv, tvu = res.tv.double().mean(-1), res.tv_uniform_b.double().mean(-1)
     top1 = res.top1.double().mean(-1)
-    setup = {"query_norm": qn, "key_norm": kn, "rho": qn / kn, "n": n, "m": m, "d": d, "tau": tau_f, "k": kf,
+    setup = {"query_norm": qn, "key_norm": kn, "rho": qn / kn, "n": n, "m": m, "d": d, "temperature": tau_f, "k": kf,
              "seeds": seeds, "first_seed": first_seed}
     return GapStudy(seed_interval(tv / tvu, confidence), seed_interval(top1, confidence), seed_interval(tv, confidence),
                     seed_interval(tvu, confidence), setup, predicted_gap_ratio(qn / kn, qn, k=kf))

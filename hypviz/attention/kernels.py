@@ -505,7 +505,7 @@ def raw_scores(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float) -> t
 class SharedLogits:
     r"""Two ``"bilinear"`` kinds from ONE product: logits :math:`S - \alpha\, c\, w^\top` with :math:`\alpha = 1 - \mathrm{bias}`.
 
-    ``S = q_s kappa_s^T / tau``, ``c = q_t / tau`` and ``w = kappa_t - sqrt(k) = |kappa_s|^2 / (kappa_t + sqrt(k))``
+    ``S = q_s kappa_s^T / temperature``, ``c = q_t / temperature`` and ``w = kappa_t - sqrt(k) = |kappa_s|^2 / (kappa_t + sqrt(k))``
     (no cancellation): by identities 1 and 4, :math:`-\frac12\|q - \kappa\|_L^2/\tau + \mathrm{bias}\, q_t\kappa_t/\tau
     = S - (1 - \mathrm{bias})\, c\, w^\top` plus a row constant, which does not change a softmax.  So two such
     kinds differ by a rank-one update, exact in every digit that matters to a softmax.  ``err(alpha)``

@@ -221,12 +221,12 @@ def verify(rec: Any, seen: torch.Tensor | None, aux: dict[str, Any] | None = Non
 
 def fit_temperature(rec: Any, seen: torch.Tensor, aux: dict[str, Any] | None = None,
                     make: Callable[[float], Any] | None = None) -> tuple[float, float]:
-    r"""The :math:`\tau` whose rebuilt output is closest to ``seen``: ``(tau, error)``.
+    r"""The :math:`\tau` whose rebuilt output is closest to ``seen``: ``(temperature, error)``.
 
     A grid of 41 values of :math:`\log\tau` over :math:`[\tau_0/100, 100\,\tau_0]` (:math:`\tau_0` =
     ``rec.temperature``), then 60 golden-section steps around the best one, on the first 256 query
-    rows; the error returned is that of all rows at the fitted :math:`\tau`.  ``make(tau)`` returns the
-    record at ``tau`` (default: ``dataclasses.replace(rec, temperature=tau)``).
+    rows; the error returned is that of all rows at the fitted :math:`\tau`.  ``make(temperature)`` returns the
+    record at that temperature (default: ``dataclasses.replace(rec, temperature=temperature)``).
     """
     full, full_aux, full_seen = rec, aux, seen
     if rec.n_queries > _FIT_ROWS:

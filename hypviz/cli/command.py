@@ -90,11 +90,11 @@ bytes, control characters and lone surrogates escaped (``\xff``, ``\x1b``, ``\ud
 in the report.  Heavy imports (torch, matplotlib, plotly) happen after the cheap
 checks.
 
-This module holds the argument parser, the commands and :func:`main`; the jobs they call live in
-:mod:`hypviz.reports.input_files` (reading the files), :mod:`hypviz.reports.inputs` (checking the points: the
-:class:`~hypviz.reports.inputs.Inputs` and :class:`~hypviz.reports.inputs.Settings` the reports read),
-:mod:`hypviz.reports.publishing` (the output folder, signals), :mod:`hypviz.reports.point_report` /
-:mod:`hypviz.reports.model_report` (the reports) and :mod:`hypviz.reports.writing` (their files); the kinds
+This module holds the argument parser, the commands and :func:`main`, and nothing else: each command checks its
+options, makes one call into :mod:`hypviz.reports.runs` (:func:`~hypviz.reports.runs.compare_report`,
+:func:`~hypviz.reports.runs.capture_report`, :func:`~hypviz.reports.runs.demo_report`), which reads the files,
+analyses, writes and publishes the report, and prints the lines it returns; :func:`main` turns what happened into
+the exit code and the one-line messages, and handles the signals (:mod:`hypviz.reports.publishing`).  The kinds
 of ``--kinds`` and ``--reference``, with their one-line descriptions, are read from the registry
 :mod:`hypviz.base.kinds` (free of torch, like ``--help``).
 """
@@ -113,28 +113,15 @@ from typing import Any, Sequence
 
 from hypviz.base import kinds, validate
 from hypviz.base.messages import UsageError, one_line, show
-from hypviz.reports import publishing
-from hypviz.reports.input_files import (
-    MAX_LAYERS_ENV,
-    MAX_NAME_ENV,
-    Unreadable,
-    check_file,
-    load_torch_file,
-    max_input_bytes,
-    max_layers,
-    max_name_chars,
-    read_input,
-    resolve_k,
-)
-from hypviz.reports.inputs import DEMO_NORMS, Inputs, Settings, demo_inputs, prepare
-from hypviz.reports.publishing import RUN, check_out, interrupted_message, produce, say
+from hypviz.reports import publishing, runs
+from hypviz.reports.inputs import DEMO_NORMS, Settings
+from hypviz.reports.publishing import RUN, interrupted_message, say
 
 __all__ = ["main", "build_parser"]
 
-#: The kinds the command compares by default (``--kinds``), its default ``--reference``, and the demo's kinds.
+#: The kinds the command compares by default (``--kinds``) and its default ``--reference``.
 DEFAULT_KINDS = ("spatial", "focused")
 DEFAULT_REFERENCE = "distance"
-DEMO_KINDS = ("spatial", "focused", "lorentz")
 
 
 # --------------------------------------------------------------------------- #
@@ -401,15 +388,6 @@ def _check_device(device: str) -> str:
     return device
 
 
-def _resolve_device(device: str):
-    from hypviz.attention import resolve_device
-
-    try:
-        return resolve_device(device)
-    except ValueError as exc:
-        raise UsageError(f"--device: {one_line(exc)}") from None
-
-
 # options of the kinds: (option, attribute, the name in Kind.options, default)
 _KIND_OPTIONS = (("--power", "power", "power", 2.0), ("--norm-scale", "norm_scale", "norm_scale", 1.0),
                  ("--features", "features", "features", 256), ("--rf-seed", "rf_seed", "seed", 0))
@@ -435,6 +413,7 @@ def _kind_options(args: argparse.Namespace) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """``hypviz compare QUERIES KEYS``: the options checked, then :func:`hypviz.reports.runs.compare_report`."""
     if args.keys is None:
         return cmd_model(args)
     if args.reference in args.kinds:
@@ -442,47 +421,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not args.kinds:
         raise UsageError(f"--kinds has nothing to compare with the reference {args.reference!r}; add another kind")
     _kind_options(args)
-    qpath, kpath = check_file(args.queries, "QUERIES"), check_file(args.keys, "KEYS")
-    out = check_out(args.out, args.force, (qpath, kpath))
     _check_device(args.device)
-    try:
-        q, qname, qmade = read_input(qpath, "QUERIES", args.queries_key, "--queries-key")
-        kk, kname, kmade = read_input(kpath, "KEYS", args.keys_key, "--keys-key")
-    except UsageError:
-        for role, pth in (("QUERIES", qpath), ("KEYS", kpath)):
-            if _is_capture_file(pth):
-                raise UsageError(
-                    f"{role}: {show(pth)} is a capture file (written by hypviz.capture's Capture.save); "
-                    f"pass the capture file alone: hypviz compare {show(pth)}"
-                ) from None
-        raise
-    described = {  # names as they may be shown: undecodable bytes and control characters escaped
-        "queries": {"path": show(qpath), "array": show(qname) if qname is not None else None,
-                    "shape": list(q.shape), "dtype": qmade},
-        "keys": {"path": show(kpath), "array": show(kname) if kname is not None else None,
-                 "shape": list(kk.shape), "dtype": kmade},
-    }
-    kf, note = resolve_k(args.k, (qpath, kpath))
-    inputs = prepare(
-        q,
-        kk,
-        k=kf,
-        spatial=args.spatial,
-        heads_axis=args.heads_axis,
-        dtype=args.dtype,
-        described=described,
-        model=args.model,
-        made_in=(qmade, kmade),
-    )
-    if note:
-        print(f"hypviz compare: {note}")
-    device = _resolve_device(args.device)
-    inputs.title = f"{show(qpath.name)} vs {show(kpath.name)}" if qpath != kpath else show(qpath.name)
     settings = Settings(
         kinds=args.kinds,
         reference=args.reference,
         temperature=args.temperature,
-        device=str(device),
+        device=args.device,
         sample_rows=args.sample_rows,
         rows=args.rows,
         seed=args.seed,
@@ -493,9 +437,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         progress=args.progress,
         command="compare",
     )
-    return _run(
-        inputs, settings, out, args.force, extra_options={"heads_axis": args.heads_axis, "dtype": args.dtype, "model": args.model}
+    published = runs.compare_report(
+        args.queries, args.keys, args.out, settings, force=args.force, k=args.k, spatial=args.spatial,
+        model=args.model, heads_axis=args.heads_axis, dtype=args.dtype, queries_key=args.queries_key,
+        keys_key=args.keys_key,
     )
+    say("\n".join(published.lines))
+    return 0
 
 
 # options of `hypviz compare QUERIES KEYS` that a capture file does not take: (option, attribute, default)
@@ -506,19 +454,8 @@ _NOT_FOR_CAPTURES = (("--k", "k", None), ("--kinds", "kinds", list(DEFAULT_KINDS
                      ("--features", "features", None), ("--rf-seed", "rf_seed", None))
 
 
-def _is_capture_file(path: Path) -> bool:
-    """Whether ``path`` is a ``.pt``/``.pth`` file written by :mod:`hypviz.capture` (read within the input limit)."""
-    if path.suffix.lower() not in (".pt", ".pth"):
-        return False
-    try:
-        obj = load_torch_file(path, "QUERIES", max_input_bytes())
-    except Exception:  # unreadable in any way: not a capture file
-        return False
-    return isinstance(obj, dict) and obj.get("format") == "hypviz.capture"
-
-
 def cmd_model(args: argparse.Namespace) -> int:
-    """``hypviz compare CAPTURE.pt``: one report for every attention layer a :mod:`hypviz.capture` file holds."""
+    """``hypviz compare CAPTURE.pt``: the options checked, then :func:`hypviz.reports.runs.capture_report`."""
     given = [opt for opt, attr, default in _NOT_FOR_CAPTURES if getattr(args, attr, default) != default]
     if given:
         raise UsageError(
@@ -526,153 +463,19 @@ def cmd_model(args: argparse.Namespace) -> int:
             f"and norm_scale; drop {'it' if len(given) == 1 else 'them'} (a capture file takes --temperature, "
             "--device, --progress, --out, --force)"
         )
-    path = check_file(args.queries, "CAPTURE")
-    if path.suffix.lower() not in (".pt", ".pth"):
-        raise UsageError(
-            f"KEYS is missing: pass a KEYS file, or a capture file (.pt written by hypviz.capture's Capture.save) "
-            f"as the only argument; {show(path.name)} is not one"
-        )
-    out = check_out(args.out, args.force, (path,))
     _check_device(args.device)
-    records = _read_capture(path)
-    if args.temperature is not None and all(rec.temperature is not None for rec in records):
-        raise UsageError(
-            f"--temperature: every layer of {show(path.name)} records its own temperature (it applies only to layers "
-            "without one, such as focused layers, as their distance reference's tau); drop it"
-        )
-    from hypviz.reports import model_report, writing
-
-    device = _resolve_device(args.device)
-    results = []
-    for rec in records:  # one layer at a time, so that a refusal names the layer
-        try:
-            results += model_report.analyse([rec], temperature=args.temperature, device=str(device), progress=args.progress)
-        except ValueError as exc:  # what the record holds cannot be analysed: said naming the layer
-            if not _OVERFLOW.search(str(exc)):
-                raise UsageError(f"CAPTURE: layer {rec.name} (call {rec.call}): {show(one_line(exc))}") from None
-            where = "--temperature" if rec.temperature is None else f"the temperature {rec.temperature:g} it stores"
-            raise UsageError(f"CAPTURE: layer {rec.name} (call {rec.call}), {where}: {one_line(exc)}") from None
-    files = produce(out, args.force, lambda tmp: writing.write_model_report(results, tmp, {"path": show(path), "layers": len(records)}))
-    say(model_report.summary(results, Path(show(out)), files))
+    published = runs.capture_report(args.queries, args.out, force=args.force, temperature=args.temperature,
+                                    device=args.device, progress=args.progress)
+    say("\n".join(published.lines))
     return 0
 
 
-_OVERFLOW = re.compile(r"^temperature \S+ makes the logits overflow")
-
-
-def _read_capture(path: Path) -> list[Any]:
-    """The records of a capture file, within the limits: its tensors' bytes (``HYPVIZ_MAX_INPUT_BYTES``), its
-    number of layers (``HYPVIZ_MAX_LAYERS``), its names' lengths (``HYPVIZ_MAX_NAME_CHARS``), all checked before a
-    record is built; names escaped for display; half-precision points (checked in their own dtype) in float32."""
-    from hypviz.capture import records as records_mod
-
-    try:
-        obj = load_torch_file(path, "CAPTURE", max_input_bytes())
-    except Unreadable as exc:
-        raise UsageError(
-            f"KEYS is missing and {show(path)} is not a readable capture file ({exc.reason}); pass a KEYS file"
-        ) from None
-    layers = obj.get("layers") if isinstance(obj, dict) else None
-    if isinstance(layers, list):
-        limit = max_layers()
-        if len(layers) > limit:
-            raise UsageError(
-                f"CAPTURE: {show(path)} holds {len(layers)} layer records, above the limit of {limit}; "
-                f"set {MAX_LAYERS_ENV} to a larger number to analyse them all (the report draws 3.4 inches a layer)"
-            )
-        chars = max_name_chars()
-        for i, d in enumerate(layers):
-            for key in ("name", "kind", "mode"):
-                value = d.get(key) if isinstance(d, dict) else None
-                if isinstance(value, str) and len(value) > chars:
-                    raise UsageError(
-                        f"CAPTURE: {show(path)} record {i}: its {key} is {len(value)} characters long, above the limit "
-                        f"of {chars}; set {MAX_NAME_ENV} to a larger number to read it"
-                    )
-    try:
-        records = records_mod.parse(obj, show(path))
-    except Exception as exc:  # the reader checks only what the file holds: whatever it raises, the file is the cause
-        capture = isinstance(obj, dict) and obj.get("format") == records_mod.FORMAT
-        if capture and isinstance(exc, (TypeError, ValueError)):  # what is wrong in a capture file
-            raise UsageError(f"CAPTURE: {one_line(exc)}") from None
-        if capture:  # a value the record's checks did not expect (a tensor where a number belongs, ...)
-            raise UsageError(
-                f"CAPTURE: {show(path)}: a layer record holds a value that cannot be read "
-                f"({type(exc).__name__}: {show(one_line(exc)[:300])})"
-            ) from None
-        raise UsageError(
-            f"KEYS is missing and {show(path)} is not a readable capture file ({one_line(exc)}); pass a KEYS file"
-        ) from None
-    return [_for_display(rec) for rec in records]
-
-
-def _for_display(rec: Any) -> Any:
-    """A record as the report uses it: its name escaped (control characters, lone surrogates), float16/bfloat16
-    points re-lifted in float32 (they were checked in their own dtype by the record's check)."""
-    import torch
-
-    from hypviz.lorentz import lift
-
-    rec.name = show(rec.name)
-    if rec.queries.dtype in (torch.float16, torch.bfloat16):
-        for role in ("queries", "keys", "values"):
-            t = getattr(rec, role)
-            if t is not None:
-                setattr(rec, role, lift(t[..., 1:].float(), k=rec.k))
-    return rec
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
-    out = check_out(args.out, args.force)
+    """``hypviz demo``: the options checked, then :func:`hypviz.reports.runs.demo_report`."""
     _check_device(args.device)
-    inputs = demo_inputs()
-    device = _resolve_device(args.device)
-    settings = Settings(
-        kinds=list(DEMO_KINDS),
-        reference=DEFAULT_REFERENCE,
-        temperature=None,
-        device=str(device),
-        sample_rows=args.sample_rows,
-        rows=args.rows,
-        seed=args.seed,
-        progress=args.progress,
-        command="demo",
-    )
-    return _run(inputs, settings, out, args.force, save_inputs=True)
-
-
-def _run(
-    inputs: Inputs,
-    settings: Settings,
-    out: Path,
-    force: bool,
-    *,
-    save_inputs: bool = False,
-    extra_options: dict[str, Any] | None = None,
-) -> int:
-    from hypviz.reports import point_report as report
-    from hypviz.reports import writing
-
-    try:
-        result = report.analyse(inputs, settings)
-    except ValueError as exc:
-        if not _OVERFLOW.search(str(exc)):
-            raise
-        raise UsageError(f"--temperature: {one_line(exc)}") from None
-
-    def write(tmp: Path) -> list[str]:
-        if save_inputs:
-            import numpy as np
-
-            np.savez(
-                tmp / "inputs.npz",
-                queries=inputs.queries.detach().cpu().numpy(),
-                keys=inputs.keys.detach().cpu().numpy(),
-            )
-        return writing.write_point_report(result, tmp, options=extra_options or {})
-
-    files = produce(out, force, write)
-    say(report.summary(result, Path(show(out)), files, show_inputs=save_inputs))
+    published = runs.demo_report(args.out, force=args.force, device=args.device, sample_rows=args.sample_rows,
+                                 rows=args.rows, seed=args.seed, progress=args.progress)
+    say("\n".join(published.lines))
     return 0
 
 

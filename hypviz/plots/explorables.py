@@ -1,4 +1,4 @@
-"""Interactive explorables: plotly figures with sliders that work without a kernel, and a still beside each.
+r"""Interactive explorables: plotly figures with sliders that work without a kernel, and a still beside each.
 
 Each explorer takes points (and the grid its slider runs over), gets every number from
 :mod:`hypviz.attention` and :mod:`hypviz.lorentz` in float64, and returns a
@@ -8,10 +8,10 @@ kernel running.  Two sliders of one figure never fight: a figure holds one copy 
 per-parameter trace, a slider over the second parameter only switches which copy is visible.
 
 =================================== ==================================================================
-:func:`norm_temperature_explorer`   norm scale ``r`` and temperature ``tau``: the gap
+:func:`norm_temperature_explorer`   norm scale ``r`` and ``temperature`` :math:`\tau`: the gap
                                     ``TV(spatial, distance)`` and the baseline ``TV(distance, U)``
-                                    against ``r`` and against ``r^2/tau`` (where they collapse), and
-                                    one query's weights under both maps
+                                    against ``r`` and against :math:`r^2/\tau` (where they
+                                    collapse), and one query's weights under both maps
 :func:`key_spread_explorer`         the relative spread ``s`` of the key norms at a fixed mean norm:
                                     the gap falls to 0 while the baseline stays; the weights converge
                                     onto the diagonal (the maps agree), not onto the uniform point
@@ -100,8 +100,10 @@ __all__ = [
 ArrayLike = Any
 
 
-#: The two kinds whose gap the explorers (a) to (c) show: the thread's spatial map and Hypformer's distance map,
-#: the pair whose gap collapses onto r^2 / tau (read from the registry by each sweep, never recomputed here).
+#: The two kinds whose gap the explorers (a) to (c) study: the thread's spatial map and Hypformer's distance map, the
+#: pair whose gap collapses onto r^2 / temperature.  Names only: each explorer looks them up in the registry
+#: (hypviz.base.kinds) when it runs, so one that is not registered is refused in one line; their maps come from
+#: hypviz.attention, never computed here.  (d) takes any kind the registry's compare takes.
 _THREAD_PAIR: tuple[str, str] = ("spatial", "distance")
 
 
@@ -132,25 +134,27 @@ def norm_temperature_explorer(
     digits: int = 4,
     height: int = 660,
 ) -> go.Figure:
-    r"""Sliders for the norm scale ``r`` and the temperature ``tau``: gap and baseline collapse onto ``r^2/tau``.
+    r"""Sliders for the norm scale ``r`` and the ``temperature`` :math:`\tau`: gap and baseline collapse onto :math:`r^2/\tau`.
 
     The spatial parts of ``queries (N, d + 1)`` and ``keys (M, d + 1)`` are multiplied by each
     ``r`` of ``radii`` and lifted (:func:`hypviz.lorentz.lift`; points of mean spatial norm 1, e.g.
-    ``data.lifted_gaussian(N, d, 1.0)``, make ``r`` the mean norm); for every ``(r, tau)``,
-    :func:`hypviz.attention.compare` gives the mean row gap ``TV(S, P)`` between the spatial map
-    ``S = softmax(q_s . kappa_s / tau)`` and the distance map ``P = softmax(-1/2 |q - kappa|^2_L / tau)``,
-    the baseline ``TV(P, U)`` (``U`` the uniform row) and their ratio.  Three panels:
+    ``data.lifted_gaussian(N, d, 1.0)``, make ``r`` the mean norm); for every ``r`` and every :math:`\tau` of
+    ``temperatures``, :func:`hypviz.attention.compare` gives the mean row gap ``TV(S, P)`` between the spatial map
+    :math:`S = \mathrm{softmax}(q_s \cdot \kappa_s / \tau)` and the distance map
+    :math:`P = \mathrm{softmax}(-\tfrac12\|q - \kappa\|_L^2 / \tau)`, the baseline ``TV(P, U)`` (``U`` the uniform
+    row) and their ratio.  Three panels:
 
-    1. gap (solid) and baseline (dashed) against ``r``, one colour per ``tau``, log-log;
-    2. the same against ``r^2/tau``: the curves of all temperatures coincide;
+    1. gap (solid) and baseline (dashed) against ``r``, one colour per temperature, log-log;
+    2. the same against :math:`r^2/\tau`: the curves of all temperatures coincide;
     3. one query's weights, ``M P_j`` against ``M S_j`` for every key ``kappa_j`` (1 = uniform),
        coloured by the key's norm relative to the mean key norm, with ``y = x`` and the uniform
-       point ``(1, 1)``: as ``r^2/tau`` shrinks the cloud collapses onto the uniform point, it
+       point ``(1, 1)``: as :math:`r^2/\tau` shrinks the cloud collapses onto the uniform point, it
        does not settle on the diagonal.  Weights outside ``weight_range`` lie off the axes.
 
     The ``r`` slider moves the markers of panels 1 and 2 and the weights of panel 3 (for every
-    ``tau`` at once); the ``tau`` slider shows the copies for its temperature.  ``start = (r, tau)``
-    (grid values) sets the sliders' starting positions (default: the middle of each grid).
+    temperature at once); the temperature slider (:math:`\tau`) shows the copies for its temperature.
+    ``start = (r, temperature)`` (grid values) sets the sliders' starting positions (default: the middle of
+    each grid).
 
     Returns
     -------
@@ -166,9 +170,9 @@ def norm_temperature_explorer(
     qi = checked_index(query, "query", q0.shape[0], "queries")
     digits = check_digits(digits)
     if start is not None and (not isinstance(start, (tuple, list)) or len(start) != 2):
-        raise ValueError(f"start must be a pair (r, tau) of grid values or None, got {start!r}")
+        raise ValueError(f"start must be a pair (r, temperature) of grid values or None, got {start!r}")
     ir = grid_position(None if start is None else start[0], rs, "start[0] (r)", len(rs) // 2)
-    it = grid_position(None if start is None else start[1], taus, "start[1] (tau)", len(taus) // 2)
+    it = grid_position(None if start is None else start[1], taus, "start[1] (temperature)", len(taus) // 2)
     lo_w, hi_w = (float(v) for v in weight_range)
     if not 0 < lo_w < 1 < hi_w:
         raise ValueError(f"weight_range must be (low, high) with 0 < low < 1 < high, got {weight_range!r}")
@@ -288,7 +292,7 @@ def key_spread_explorer(
     The keys are ``kappa_j(s) = lift(m (1 + s w_j) u_j)``: ``u_j`` the unit vectors of
     ``directions (M, d)``, ``w_j`` the ``offsets (M,)`` in ``[-1, 1]``, ``m = mean_norm``; for each
     ``s`` of ``spreads`` (``s max|w| < 1``) :func:`hypviz.attention.compare` gives the gap
-    ``TV(S, P)`` between the spatial and the distance softmax at ``tau = temperature``, the
+    ``TV(S, P)`` between the spatial and the distance softmax at ``temperature``, the
     baseline ``TV(P, U)`` and their ratio.  ``s = 0`` (equal norms) makes the two maps identical
     (identity 4: the bias ``q_t kappa_t`` is then the same for every key); it is not a slider
     position because the spread is drawn on a log axis.  Three panels:
@@ -418,8 +422,9 @@ def disk_query_explorer(
     ``queries (P, 3)`` are the query's positions (a path, one slider step each) and ``keys (M, 3)``
     the keys, points of the hyperbolic plane (``d = 2``) on ``<x, x>_L = -k``, drawn in the
     Poincare disk of radius ``sqrt(k)`` (:func:`hypviz.lorentz.to_poincare`).  Left panel: each
-    key's weight under the spatial map ``softmax_j(q_s . kappa_{s,j} / tau)``; right panel: under
-    the distance map ``softmax_j(-1/2 |q - kappa_j|^2_L / tau)`` (colour and size, one scale for
+    key's weight under the spatial map :math:`\mathrm{softmax}_j(q_s \cdot \kappa_{s,j} / \tau)`; right panel: under
+    the distance map :math:`\mathrm{softmax}_j(-\tfrac12\|q - \kappa_j\|_L^2 / \tau)` (:math:`\tau` = ``temperature``;
+    colour and size, one scale for
     both panels and every position, from :func:`hypviz.attention.attention_map`).  Hovering a key
     shows its hyperbolic distance from the query (:func:`hypviz.lorentz.dist`), its norm and both
     weights.  The spatial map rewards keys far out in the direction of ``q_s`` (and is uniform
@@ -442,8 +447,9 @@ def disk_query_explorer(
     P, M = qs.shape[0], kk.shape[0]
     root_k = math.sqrt(kf)
 
+    pair = tuple(checked_kind(name, "kind") for name in _THREAD_PAIR)  # the registry's, checked at each call
     weights = dict(zip(("spatial", "distance"), (att.attention_map(qs, kk, kind, k=kf, temperature=tau).numpy()
-                                                for kind in _THREAD_PAIR)))
+                                                for kind in pair)))
     dists = L.dist(qs[:, None, :], kk[None, :, :], k=kf).numpy()  # (P, M) geodesic distances
     disk_q = L.to_poincare(qs, k=kf).numpy()
     disk_k = L.to_poincare(kk, k=kf).numpy()

@@ -222,7 +222,7 @@ def _model_heads_table(results: Sequence[LayerResult]) -> str:
             else:
                 oh = own_heads[h]
                 at_default = (f" <small>(at hypviz's default &tau; = &radic;d = {fmt(lr.temperature)}, not the layer's)</small>"
-                              if lr.default_tau else "")
+                              if lr.default_temperature else "")
                 own = [e(lr.record.kind), verdict_html(oh["verdict"], oh["row_verdicts"]) + at_default, fmt(oh["mean_tv"]),
                        fmt(oh["mean_tv_uniform_a"]), fmt(oh["mean_tv_uniform_b"]), fmt(oh["top1_agreement"]),
                        fmt(oh["rank_correlation"])]
@@ -239,7 +239,7 @@ def model_page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any])
     e = html.escape
     worst = [[e(w["layer"]), str(w["head"]), str(w["query"]), fmt(w["query_norm"]), fmt(w["tv"]),
               fmt(w["tv_uniform_reference"]), e(w["comparison"])] for w in worst_queries(results)]
-    layers = [[e(lr.label), e(lr.record.mode), e(getattr(lr.record, "detail", None) or ""), e(lr.record.kind), fmt(lr.record.k), e(lr.tau_text),
+    layers = [[e(lr.label), e(lr.record.mode), e(getattr(lr.record, "detail", None) or ""), e(lr.record.kind), fmt(lr.record.k), e(lr.temperature_text),
                fmt(lr.record.power), fmt(lr.record.norm_scale), str(lr.record.n_heads), str(lr.record.n_queries),
                str(lr.record.n_keys), str(lr.record.dim),
                {True: "train", False: "eval", None: "not recorded"}[getattr(lr.record, "training", None)],

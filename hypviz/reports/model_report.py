@@ -44,7 +44,7 @@ import numpy as np
 
 from hypviz import attention
 from hypviz.base import kinds
-from hypviz.reports.point_report import fmt, json_ready, kind_words, per_head, sentence, tau_words
+from hypviz.reports.point_report import fmt, json_ready, kind_words, per_head, sentence, temperature_words
 
 __all__ = ["REFERENCE", "THREAD", "LayerResult", "analyse", "per_head", "layer_sentence", "worst_queries", "metrics",
            "row_arrays", "layer_panels", "summary"]
@@ -105,7 +105,7 @@ class LayerResult:
         return f"verified (error <= {tol:.2g}, sqrt(eps) of {getattr(self.record, 'dtype', None) or 'float32'})"
 
     @property
-    def tau_text(self) -> str:
+    def temperature_text(self) -> str:
         r""":math:`\tau` as shown: the layer's, measured from its output, or hypviz's default :math:`\sqrt{d}`."""
         src = getattr(self.record, "temperature_source", None)
         if self.record.temperature is None:
@@ -118,7 +118,7 @@ class LayerResult:
         return fmt(self.temperature) + (f" ({src})" if src in ("measured", "default") else "") + sign
 
     @property
-    def default_tau(self) -> bool:
+    def default_temperature(self) -> bool:
         r"""Whether the distance reference was read at hypviz's default :math:`\tau = \sqrt{d}` (the layer records no
         temperature of its own and none was given)."""
         return self.record.temperature is None and abs(self.temperature - math.sqrt(self.record.dim)) <= 1e-12 * self.temperature
@@ -241,7 +241,7 @@ def layer_sentence(lr: LayerResult) -> str:
     then nothing is said about its own map), its own map against the distance softmax
     (:func:`hypviz.reports.point_report.sentence`, over all its heads' rows; hypviz's default temperature named when
     the verdict was read at it), and the thread's spatial softmax against the same reference."""
-    note = tau_words(lr.temperature, lr.record.dim) if lr.default_tau else ""
+    note = temperature_words(lr.temperature, lr.record.dim) if lr.default_temperature else ""
     if not lr.verified:
         own = (f"hypviz did not rebuild this layer's output ({lr.reason}), so nothing is said about the layer's own map. "
                "For comparison, ")
@@ -249,10 +249,10 @@ def layer_sentence(lr: LayerResult) -> str:
         own = "The layer's map is the distance softmax itself (its output rebuilt and verified). For comparison, "
     else:
         words = sentence(lr.own.row_verdicts, lr.own.a, REFERENCE, lr.own.gap_ratio,
-                         a_name=f"layer's {kind_words(lr.own.a)}", tau_note=note)
+                         a_name=f"layer's {kind_words(lr.own.a)}", temperature_note=note)
         own = f"{words} For comparison, "
         note = ""  # said once, next to the first verdict it affects
-    thread = sentence(lr.thread.row_verdicts, THREAD, REFERENCE, lr.thread.gap_ratio, tau_note=note)
+    thread = sentence(lr.thread.row_verdicts, THREAD, REFERENCE, lr.thread.gap_ratio, temperature_note=note)
     return own + thread[0].lower() + thread[1:]
 
 
@@ -390,7 +390,7 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
         detail = getattr(rec, "detail", None)
         checked = getattr(rec, "checked", None)
         lines.append(f"  {lr.label}: {rec.mode}{f' ({detail})' if detail else ''}, kind {rec.kind}, {rec.n_heads} head(s) x {rec.n_queries} queries x "
-                     f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {lr.tau_text}, {mode}, "
+                     f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {lr.temperature_text}, {mode}, "
                      + (f"{lr.verification_bound}" + (f"; checked: {checked}" if checked else "") if lr.verified
                         else str(getattr(rec, "verify_note", None) or "not verified")))
         lines.append(f"    in words: {layer_sentence(lr)}")

@@ -45,7 +45,7 @@ import torch
 from hypviz import attention
 from hypviz.reports.inputs import Inputs, Settings
 
-__all__ = ["ROW_FIELDS", "FAR_RATIO", "Result", "fmt", "kind_words", "share_words", "ratio_words", "tau_words", "sentence",
+__all__ = ["ROW_FIELDS", "FAR_RATIO", "Result", "fmt", "kind_words", "share_words", "ratio_words", "temperature_words", "sentence",
            "sentences", "per_head",
            "analyse", "json_ready", "metrics", "row_arrays", "summary"]
 
@@ -154,14 +154,14 @@ def ratio_words(gap_ratio: float | None, a: str, b: str) -> str:
             f"so the gap measures the {a} map's own structure.")
 
 
-def tau_words(temperature: float, dim: int) -> str:
+def temperature_words(temperature: float, dim: int) -> str:
     r"""The note that names a default temperature next to a verdict read against it:
     ``"at hypviz's default tau = sqrt(d) = 2 (d = 4; not a temperature you gave)"``."""
     return f"at hypviz's default tau = sqrt(d) = {fmt(temperature)} (d = {dim}; not a temperature you gave)"
 
 
 def sentence(fractions: dict[str, float], a: str, b: str, gap_ratio: float | None = None, *, a_name: str | None = None,
-             tau_note: str = "") -> str:
+             temperature_note: str = "") -> str:
     r"""One plain sentence for a comparison of map ``a`` with the reference ``b``, from its row-verdict fractions.
 
     The fractions (row verdict -> fraction of rows, :attr:`hypviz.attention.Comparison.row_verdicts`) are said
@@ -173,8 +173,8 @@ def sentence(fractions: dict[str, float], a: str, b: str, gap_ratio: float | Non
     above :data:`FAR_RATIO`, a second sentence says what it means (:func:`ratio_words`).  For example
     ``{"different": 0.5, "uninformative": 0.5}`` of spatial against distance gives "The spatial map weighs the keys
     differently from the distance map on half the rows; on the other half both maps are nearly uniform."
-    ``a_name`` replaces the plain name of ``a`` (a model's own map: ``"layer's"``); ``tau_note`` (the temperature the
-    verdict was read at, when it is a default: :func:`tau_words`) opens the sentence, next to the verdict it affects.
+    ``a_name`` replaces the plain name of ``a`` (a model's own map: ``"layer's"``); ``temperature_note`` (the temperature the
+    verdict was read at, when it is a default: :func:`temperature_words`) opens the sentence, next to the verdict it affects.
     """
     wa, wb = (kind_words(a) if a_name is None else a_name), kind_words(b)
     order = attention.ROW_VERDICTS
@@ -203,7 +203,7 @@ def sentence(fractions: dict[str, float], a: str, b: str, gap_ratio: float | Non
         else:
             clauses.append(f"on {share} it {said.get(name, name)}")
     text = "; ".join(clauses)
-    text = (f"{tau_note}, {text}" if tau_note else text) + "."
+    text = (f"{temperature_note}, {text}" if temperature_note else text) + "."
     text = text[0].upper() + text[1:]
     extra = ratio_words(gap_ratio, wa, wb)
     return f"{text} {extra}" if extra else text
@@ -396,8 +396,8 @@ def sentences(result: Result) -> list[str]:
     out = []
     for comp in result.comparisons:
         uses_tau = any(getattr(kinds.get(kd), "temperature", True) for kd in (comp.a, comp.b) if kd in kinds.names())
-        note = tau_words(comp.temperature, comp.dim) if result.settings.temperature is None and uses_tau else ""
-        out.append(sentence(comp.row_verdicts, comp.a, comp.b, comp.gap_ratio, tau_note=note))
+        note = temperature_words(comp.temperature, comp.dim) if result.settings.temperature is None and uses_tau else ""
+        out.append(sentence(comp.row_verdicts, comp.a, comp.b, comp.gap_ratio, temperature_note=note))
     return out
 
 
