@@ -3,7 +3,7 @@
 The curvature is ``k`` and keyword-only (``f(x, *, k=1.0)``); the temperature is ``temperature``
 (never ``tau``, never a ``scale`` meaning its inverse); keys are ``keys`` or ``kappa``, never ``kk``;
 the curvature is never ``kf``.  Public means: every module of ``hypviz`` whose dotted name has no
-part starting with ``_`` (the command, ``hypviz.cli``, parses text and is checked by its own tests),
+part starting with ``_`` (the command, ``hypviz.cli``, parses text: its options and metavars are checked apart),
 every name of such a module not starting with ``_`` that the module defines, and for a class its
 constructor and the public methods and properties it defines.  A record's generated constructor (a
 dataclass or a named tuple: ``Comparison``, ``LayerRecord``, ...) holds ``k`` as a field, in field order,
@@ -231,3 +231,18 @@ def test_the_name_rules_catch_what_they_are_for():
     assert not docstring_offences("f", r"A softmax at :math:`\\tau` = ``temperature``.")
     assert not docstring_offences("f", 'It says ``"at the default tau = 2"``.')
     assert not docstring_offences("f", "Text.\n\nExamples\n--------\n>>> sp.Symbol('tau')\ntau\n")
+
+
+def test_the_command_line_has_one_name_per_quantity():
+    from hypviz.cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # the sub-commands' parsers (argparse keeps them here)
+    bad = []
+    for name, sub in commands.items():
+        for action in sub._actions:
+            for text in [*action.option_strings, action.metavar or "", action.dest or ""]:
+                words = re.split(r"[-_\s]+", str(text).lower())
+                bad += [f"hypviz {name} {text}: {FORBIDDEN_PARTS[w]}" for w in words if w in FORBIDDEN_PARTS]
+    assert "--temperature" in {o for a in commands["compare"]._actions for o in a.option_strings}
+    assert not bad, "\n".join(bad)

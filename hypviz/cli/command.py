@@ -3,11 +3,11 @@ r"""The ``hypviz`` command: compare the attention maps of your own queries and k
 ::
 
     hypviz compare QUERIES KEYS [--spatial | --model lorentz|poincare] [--k K] [--heads-axis AXIS]
-                   [--kinds spatial,focused] [--reference distance] [--temperature TAU]
+                   [--kinds spatial,focused] [--reference distance] [--temperature T]
                    [--power P] [--norm-scale S] [--features D] [--rf-seed SEED] [--dtype auto|float32|float64]
                    [--queries-key NAME] [--keys-key NAME] [--device auto|cpu|cuda|cuda:INDEX]
                    [--sample-rows N] [--rows R] [--seed SEED] [--[no-]progress] [--out DIR] [--force]
-    hypviz compare CAPTURE.pt [--temperature TAU] [--device ...] [--[no-]progress] [--out DIR] [--force]
+    hypviz compare CAPTURE.pt [--temperature T] [--device ...] [--[no-]progress] [--out DIR] [--force]
     hypviz demo [--device ...] [--sample-rows N] [--rows R] [--seed SEED] [--[no-]progress] [--out DIR] [--force]
 
 The second form reads a file written by :mod:`hypviz.capture` and reports on every attention
@@ -336,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--temperature",
         type=_positive("--temperature"),
         default=None,
-        metavar="TAU",
+        metavar="T",
         help="softmax temperature (default sqrt(d)); Hypformer's full attention is distance at k*scale/2",
     )
     c.add_argument(
