@@ -234,6 +234,7 @@ def test_the_name_rules_catch_what_they_are_for():
 
 
 def test_the_command_line_has_one_name_per_quantity():
+    """The options, their metavars and their help (where the temperature is ``T``, as in ``--temperature T``)."""
     from hypviz.cli import build_parser
 
     parser = build_parser()
@@ -241,8 +242,8 @@ def test_the_command_line_has_one_name_per_quantity():
     bad = []
     for name, sub in commands.items():
         for action in sub._actions:
-            for text in [*action.option_strings, action.metavar or "", action.dest or ""]:
-                words = re.split(r"[-_\s]+", str(text).lower())
+            for text in [*action.option_strings, action.metavar or "", action.dest or "", action.help or ""]:
+                words = re.split(r"[^a-z0-9]+", str(text).lower())  # the help too: the kinds' descriptions, formulas
                 bad += [f"hypviz {name} {text}: {FORBIDDEN_PARTS[w]}" for w in words if w in FORBIDDEN_PARTS]
     assert "--temperature" in {o for a in commands["compare"]._actions for o in a.option_strings}
     assert not bad, "\n".join(bad)

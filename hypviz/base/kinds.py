@@ -259,7 +259,7 @@ register(Kind(
     title=r"spatial: $\mathrm{softmax}_j(q_s\cdot \kappa_{s,j}/\tau)$",
     plain="spatial: softmax_j(q_s·κ_s,j / τ)",
     html="spatial softmax<sub>j</sub>(q<sub>s</sub>·κ<sub>s,j</sub> / τ)",
-    description="softmax of the spatial dot products q_s . kappa_s / tau (the thread's map)",
+    description="softmax of the spatial dot products q_s . kappa_s / T (the thread's map)",
     rounding=_PRODUCT,
 ))
 register(Kind(
@@ -268,7 +268,7 @@ register(Kind(
     title=r"distance: $\mathrm{softmax}_j(-\frac{1}{2}\|q-\kappa_j\|_L^2/\tau)$",
     plain="distance: softmax_j(−½‖q − κ_j‖²_L / τ)",
     html="distance softmax<sub>j</sub>(−½‖q − κ<sub>j</sub>‖²<sub>L</sub> / τ)",
-    description="softmax of -1/2 |q - kappa|^2_L / tau (Hypformer's full attention)",
+    description="softmax of -1/2 |q - kappa|^2_L / T (Hypformer's full attention)",
     rounding=_PRODUCT + ", on the d + 3 stable distance operands",
 ))
 register(Kind(
@@ -277,7 +277,7 @@ register(Kind(
     title=r"Lorentz: $\mathrm{softmax}_j(\langle q,\kappa_j\rangle_L/\tau)$",
     plain="Lorentz: softmax_j(⟨q, κ_j⟩_L / τ)",
     html="Lorentz softmax<sub>j</sub>(⟨q, κ<sub>j</sub>⟩<sub>L</sub> / τ)",
-    description="softmax of the Lorentzian inner product <q, kappa>_L / tau (equal to distance's, identity 5)",
+    description="softmax of the Lorentzian inner product <q, kappa>_L / T (equal to distance's, identity 5)",
     rounding=_PRODUCT + ", on the distance operands (the same softmax, identity 5)",
 ))
 register(Kind(
@@ -315,7 +315,7 @@ register(Kind(
     title=r"sigmoid gate (Lorentz GCN): $\sigma(-\frac{1}{2}\|q-\kappa_j\|_L^2/\tau+b)$",
     plain="sigmoid gate (Lorentz GCN): σ(−½‖q − κ_j‖²_L / τ + b)",
     html="sigmoid gate σ(−½‖q − κ<sub>j</sub>‖²<sub>L</sub> / τ + b)",
-    description="the Lorentz GCN's gate sigma(-1/2 |q - kappa|^2_L / tau + b) (rows not normalised)",
+    description="the Lorentz GCN's gate sigma(-1/2 |q - kappa|^2_L / T + b) (rows not normalised)",
     rounding="not used (a gate is not compared row by row)",
 ))
 register(Kind(
@@ -324,7 +324,7 @@ register(Kind(
     title=r"Poincaré distance: $\mathrm{softmax}_j(-d(q,\kappa_j)/\tau)$",
     plain="Poincaré distance: softmax_j(−d(q, κ_j) / τ)",
     html="Poincaré distance softmax<sub>j</sub>(−d(q, κ<sub>j</sub>) / τ)",
-    description="softmax of the hyperbolic distance itself, -d(q, kappa) / tau (HNN++-style attention; d not squared)",
+    description="softmax of the hyperbolic distance itself, -d(q, kappa) / T (HNN++-style attention; d not squared)",
     rounding="not used (not compared by compare())",
 ))
 
