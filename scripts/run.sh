@@ -7,7 +7,8 @@
 # It talks: a line per step with the time since the start, and a "still ..." line every 10 s while a long step (the installs, the site build) runs.  It is incremental: the installs are
 # skipped when a stamp of constraints.txt, pyproject.toml, the torch pin and the extras matches the
 # one written after the last successful install (in the venv), and scripts/site.py keeps a site
-# whose inputs are unchanged ("unchanged, kept").  HYPVIZ_REINSTALL=1 forces the installs;
+# whose inputs are unchanged ("unchanged, kept"); the test command's site tests read that build/html
+# instead of building their own while its stamp matches the sources (CI runs this script just before).  HYPVIZ_REINSTALL=1 forces the installs;
 # HYPVIZ_TICK sets the seconds between the "still ..." lines (default 10: at least one line in 30 s even when a busy machine delays the ticker).
 set -euo pipefail
 cd "$(dirname "$0")/.."

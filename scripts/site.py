@@ -172,6 +172,29 @@ def site_is_current(out: Path, stamp: str) -> bool:
     return kept == stamp and (out / "index.html").is_file() and (out / SECOND_LANGUAGE / "index.html").is_file()
 
 
+def is_current(
+    out: Path = DEFAULT_OUT,
+    *,
+    warnings_as_errors: bool = True,
+    docs: Path = DOCS,
+    notebooks_dir: Path = NOTEBOOKS,
+    readme: Path = README,
+) -> bool:
+    """``out`` holds a finished site that :func:`build` made, with these settings, from the inputs as they are now.
+
+    True when the stamp kept in ``out`` equals :func:`input_stamp` of the current inputs with the
+    build's options (:func:`site_is_current`): the same test that lets ``build(force=False)`` keep a
+    site.  The test command uses it to read the main job's ``build/html`` instead of building again.
+    """
+    stamp = input_stamp(docs, notebooks_dir, readme, options=_options(warnings_as_errors))
+    return site_is_current(out, stamp)
+
+
+def _options(warnings_as_errors: bool) -> str:
+    """The build's own settings, as they enter the stamp."""
+    return f"warnings_as_errors={warnings_as_errors}"
+
+
 def check_site(out: Path, notebooks: list[Path]) -> None:
     """The finished site has its pages and loads nothing from the network (raises SiteError)."""
     if not (out / "index.html").is_file():
@@ -222,7 +245,7 @@ def build(
     (:func:`input_stamp`, :func:`site_is_current`).
     """
     out = Path(out).resolve()
-    stamp = input_stamp(docs, notebooks_dir, readme, options=f"warnings_as_errors={warnings_as_errors}")
+    stamp = input_stamp(docs, notebooks_dir, readme, options=_options(warnings_as_errors))
     if not force and site_is_current(out, stamp):
         log(f"site: unchanged, kept {_show(out / 'index.html')} (its inputs match the stamp {stamp[:12]}; --force rebuilds)")
         return out / "index.html"

@@ -36,7 +36,7 @@ def points():
 #: Files that run first, in this order.  ``bash scripts/test.sh`` hands whole files to its workers
 #: (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``) in the order of the collection, so
 #: the longest go first and the short ones fill the gaps at the end.  The perturbed notebook runs
-#: (``test_portability``) lead: their three processes then share the CPUs with everything else
+#: (``test_portability``) lead: its process then shares the CPUs with everything else
 #: instead of starting after it.  The site's tests come early, the browser's after them, so that
 #: the one build of the site (``run_folder``) is made before the browser asks for it.  The rest
 #: is by measured time, longest first; files not named follow in the collection's order.
@@ -94,6 +94,48 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if path in QUICK or path.startswith(DOCTESTED):
             item.add_marker(pytest.mark.quick)
     items.sort(key=lambda item: _rank(_path(item)))
+
+
+# --------------------------------------------------------------------------- #
+# the environment of the test command's notebook kernels (nbval)
+# --------------------------------------------------------------------------- #
+#: What the kernels of this run's nbval items (``notebooks/NN_*.ipynb``) get in their environment: one
+#: thread (reductions and matrix products split differently from the default threads), MKL's
+#: code path for any x86-64 CPU, torch's AVX2 kernels instead of AVX-512 and 64 KiB row blocks in
+#: ``attention.compare``.  Each changes the summation order of the results it touches, so the
+#: main nbval run is itself a perturbed run: a stored digit must survive all of these at once.
+#: ``tests/test_portability.py`` re-runs the notebooks once more under torch's non-vectorised
+#: kernels and the default threads.  The workers' own environment (the unit tests') is unchanged.
+NOTEBOOK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MKL_CBWR": "COMPATIBLE",
+                "ATEN_CPU_CAPABILITY": "avx2", "HYPVIZ_BLOCK_BYTES": "65536"}
+
+
+class NotebookEnvironment:
+    """Sets :data:`NOTEBOOK_ENV` while a notebook item is set up (nbval starts the notebook's kernel
+    then, with a copy of ``os.environ``), and restores the worker's environment right after.
+
+    A plugin, not a hook of this file: this file's hooks reach only the items under ``tests/``."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        if item.path.suffix != ".ipynb":
+            yield
+            return
+        saved = {name: os.environ.get(name) for name in NOTEBOOK_ENV}
+        os.environ.update(NOTEBOOK_ENV)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.pluginmanager.has_plugin("hypviz-notebook-environment"):
+        config.pluginmanager.register(NotebookEnvironment(), "hypviz-notebook-environment")
 
 
 @pytest.fixture(scope="session")

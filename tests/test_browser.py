@@ -9,8 +9,10 @@ in the visible text), that every plotly figure is drawn and its slider, where it
 the plot, that images decode, that every link (navigation, in-page table of contents,
 previous/next, cross-references) leads to a file and an anchor that exist, that the search page
 finds the right notebooks for "Taylor", "Hoeffding" and "karate", and that at 800 px the page does
-not scroll sideways (printed lines wrap at the column's edge: no output hides text sideways;
-``tests/test_layout.py`` measures every page at 1280 and 800 px).
+not scroll sideways (printed lines wrap at the column's edge: no output hides text sideways), and
+that no output, equation or table of any page is clipped or beyond the column at 1280 or 800 px.
+Each page of the real site is loaded once for all of that (``_visit_site``: probed at 1280 px as
+loaded, then resized to 800 px in the same tab); ``tests/test_layout.py`` checks the page chrome.
 
 Chromium is Debian's ``chromium`` package (``apt-get install -y chromium``); where it is missing
 every test here is skipped with that reason (shown by ``pytest -ra``).  The protocol is spoken
@@ -148,6 +150,59 @@ READY = r"""
   return document.readyState === 'complete';
 })()
 """
+
+
+# every output, display equation and table of the article: clipped or beyond the column
+CLIP_PROBE = r"""
+(() => {
+  const visible = el => el.getClientRects().length > 0 && getComputedStyle(el).visibility !== 'hidden';
+  const article = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const col = article.getBoundingClientRect();
+  const name = el => {
+    const cell = el.closest('div.cell');
+    const where = cell ? 'cell ' + Array.from(document.querySelectorAll('div.cell')).indexOf(cell) : '';
+    const text = (el.innerText || el.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 60);
+    return `${el.tagName.toLowerCase()}.${String(el.className).split(' ')[0]} ${where} "${text}"`;
+  };
+  const selectors = ['div.cell_output pre', 'div.cell_output .output', 'div.cell_output table', 'article table',
+                     'mjx-container', 'div.math', 'div.cell_output .text_latex'];
+  const seen = new Set(), problems = [];
+  let checked = 0, scaled = 0, minScale = 1;
+  for (const el of article.querySelectorAll(selectors.join(', '))) {
+    if (seen.has(el) || !visible(el)) continue;
+    seen.add(el);
+    checked += 1;
+    const r = el.getBoundingClientRect();
+    if (r.right > col.right + 1) problems.push(`${name(el)}: right edge ${Math.round(r.right - col.right)} px beyond the column`);
+    const ox = getComputedStyle(el).overflowX;
+    if (ox !== 'visible' && el.scrollWidth > el.clientWidth + 1)
+      problems.push(`${name(el)}: ${el.scrollWidth - el.clientWidth} px clipped (overflow-x ${ox})`);
+    if (el.tagName === 'MJX-CONTAINER') {
+      const svg = el.querySelector('svg');
+      const box = (el.closest('div.math, div.output, dd, li, td') || el.parentElement).getBoundingClientRect();
+      if (svg && svg.getBoundingClientRect().right > Math.min(box.right, col.right) + 1)
+        problems.push(`${name(el)}: equation ${Math.round(svg.getBoundingClientRect().right - Math.min(box.right, col.right))} px beyond its box`);
+      if (el.style.fontSize) { scaled += 1; minScale = Math.min(minScale, parseFloat(el.style.fontSize) / 100); }
+    }
+  }
+  // any other box of the article that hides content sideways (outside code input and MathJax's internals)
+  for (const el of article.querySelectorAll('*')) {
+    if (seen.has(el) || !visible(el) || el.closest('div.cell_input, div.highlight, mjx-container, .hypviz-plotly-box, .js-plotly-plot')) continue;
+    const ox = getComputedStyle(el).overflowX;
+    if (ox !== 'visible' && el.scrollWidth > el.clientWidth + 1) problems.push(`${name(el)}: ${el.scrollWidth - el.clientWidth} px clipped (overflow-x ${ox})`);
+  }
+  const root = document.documentElement;
+  if (root.scrollWidth > root.clientWidth + 1) problems.push(`the page scrolls sideways (${root.scrollWidth} > ${root.clientWidth} px)`);
+  return JSON.stringify({checked, scaled, minScale, problems: problems.slice(0, 12), count: problems.length,
+                         fitted: document.documentElement.getAttribute('data-hypviz-fitted')});
+})()
+"""
+
+
+def _wait_fitted(tab: "Tab", what: str) -> None:
+    assert tab.wait_for(READY, timeout=60, await_promise=True), f"{what}: MathJax or the figures did not finish"
+    assert tab.wait_for("document.documentElement.getAttribute('data-hypviz-fitted') === 'yes'", timeout=30), \
+        f"{what}: hypviz_fit.js did not run"
 
 
 class Tab:
@@ -417,12 +472,22 @@ def _pages(site: Path) -> list[Path]:
     return sorted(p for p in site.rglob("*.html") if "_static" not in p.relative_to(site).parts)
 
 
+# LAYOUT_PROBE's results by (page, width), taken by _visit on the page as _layout would take them
+# (a fresh tab at that width, ready, 0.3 s later): the layout tests below read them instead of loading
+# every notebook page again at 1280 and at 800 px.
+_LAYOUTS: dict[tuple[Path, int], dict] = {}
+
+
 def _visit(browser: Chromium, page: Path, width: int = 1280) -> tuple[dict, Tab]:
-    """Open ``page``, wait for MathJax and the figures, probe it; the caller closes the tab."""
+    """Open ``page``, wait for MathJax and the figures, probe it (and keep its LAYOUT_PROBE); the caller closes the tab."""
     tab = browser.tab(page.as_uri(), width=width)
     ready = tab.wait_for(READY, timeout=60, await_promise=True)
     tab.pump(0.3)
     result = tab.probe(SITE_PROBE)
+    if ready:
+        layout = json.loads(tab.eval(LAYOUT_PROBE))
+        layout["errors"] = tab.errors
+        _LAYOUTS.setdefault((page, width), layout)
     result.update(errors=tab.errors, requests=tab.requests, failed=tab.failed, ready=ready)
     return result, tab
 
@@ -500,15 +565,37 @@ def _slider_moves(tab: Tab, div_id: str) -> str | None:
 _VISITS: dict[Path, dict[str, dict]] = {}
 
 
+CLIP_WIDTHS = (1280, 800)
+
+
+def _clip(tab: Tab, what: str, width: int) -> dict:
+    """CLIP_PROBE of the page in ``tab`` at ``width`` (the tab resized to it first when it is narrower), once
+    ``hypviz_fit.js`` has fitted it; ``{"failed": why}`` when it did not finish."""
+    if width != 1280:  # the same tab, resized: hypviz_fit.js measures again
+        tab.eval("document.documentElement.removeAttribute('data-hypviz-fitted')")
+        tab.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        _wait_fitted(tab, f"{what} at {width} px")
+    except AssertionError as exc:
+        return {"failed": str(exc).splitlines()[0]}
+    tab.pump(0.2)
+    return json.loads(tab.eval(CLIP_PROBE))
+
+
 def _visit_site(browser: Chromium, site: Path) -> dict[str, dict]:
-    """Every page of ``site`` opened once at 1280 px (sliders moved), probed; cached for the tests below."""
+    """Every page of ``site`` opened once at 1280 px and probed (SITE_PROBE and LAYOUT_PROBE as loaded, then
+    CLIP_PROBE once fitted), its sliders moved, then resized to 800 px and CLIP_PROBE'd again; cached for the
+    tests below."""
     if site not in _VISITS:
         results = {}
         for page in _pages(site):
             result, tab = _visit(browser, page)
+            what = page.relative_to(site).as_posix()
             try:
+                result["clip"] = {1280: _clip(tab, what, 1280) if result["ready"] else {"failed": "not ready"}}
                 result["slider_failures"] = [f for f in map(lambda d: _slider_moves(tab, d), result["sliders"]) if f]
-                result["errors"] = tab.errors  # including any raised while the sliders moved
+                result["clip"][800] = _clip(tab, what, 800) if result["ready"] else {"failed": "not ready"}
+                result["errors"] = tab.errors  # including any raised while the sliders moved or the page was resized
             finally:
                 tab.close()
             result["broken_links"] = _broken_links(page, result["links"])
@@ -531,6 +618,37 @@ def test_every_page_of_the_site_renders_offline(browser, real_site):
             assert result["copy_buttons"] > 0, f"{what}: code cells without copy buttons"
     broken = {what: r["broken_links"] for what, r in results.items() if r["broken_links"]}
     assert not broken, f"links that lead nowhere: {broken}"
+
+
+def test_nothing_is_clipped_or_beyond_the_column(browser, real_site):
+    """Every page, both languages, at 1280 and 800 px: no clipped or overflowing output, equation or table.
+
+    Each page is measured in the tab of its visit (``_visit_site``): at 1280 px as loaded and fitted,
+    then (after its sliders moved) resized to 800 px and fitted again.  An overflow box fails when its
+    ``scrollWidth`` exceeds its ``clientWidth`` by more than 1 px (the rest could only be read with a
+    scrollbar), and any output, equation or table fails when its right edge is beyond the content column
+    (``tests/test_layout.py`` checks that the probe sees both)."""
+    results = _visit_site(browser, real_site)
+    assert len(results) >= 2 * 12 and "zh_CN/index.html" in results, sorted(results)
+    problems: dict[str, list[str]] = {}
+    totals = {w: {"checked": 0, "scaled": 0, "min_scale": 1.0} for w in CLIP_WIDTHS}
+    for what, result in results.items():
+        for width in CLIP_WIDTHS:
+            r = result["clip"][width]
+            if "failed" in r:
+                problems[f"{what} at {width} px"] = [r["failed"]]
+                continue
+            totals[width]["checked"] += r["checked"]
+            totals[width]["scaled"] += r["scaled"]
+            totals[width]["min_scale"] = min(totals[width]["min_scale"], r["minScale"])
+            if r["count"]:
+                problems[f"{what} at {width} px"] = [f"{r['count']} problems", *r["problems"]]
+        if result["errors"]:
+            problems.setdefault(what, []).append(f"errors in the browser: {result['errors']}")
+    MEASURED["clip"] = {"pages": len(results), **{f"{w} px": totals[w] for w in CLIP_WIDTHS}}
+    print(f"\nlayout: {MEASURED['clip']}")
+    assert all(totals[w]["checked"] > 100 for w in CLIP_WIDTHS), totals  # the probe did find the outputs
+    assert not problems, json.dumps(problems, indent=1, ensure_ascii=False)
 
 
 def test_navigation_is_in_story_order_with_previous_and_next(browser, real_site):
@@ -684,6 +802,9 @@ LAYOUT_PROBE = r"""
 
 
 def _layout(browser: Chromium, page: Path, width: int) -> dict:
+    """LAYOUT_PROBE of ``page`` freshly loaded at ``width`` (kept from an earlier _visit of it, if any)."""
+    if (page, width) in _LAYOUTS:
+        return _LAYOUTS[(page, width)]
     tab = browser.tab(page.as_uri(), width=width)
     try:
         assert tab.wait_for(READY, timeout=60, await_promise=True), f"{page.name}: not ready"

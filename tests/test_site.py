@@ -130,9 +130,14 @@ def built_site(kind: str, work: Path) -> Path:
 
     ``work`` is the run's shared folder (the ``run_folder`` fixture of ``conftest.py``): the first
     process of the run (pytest-xdist worker) that needs a site builds it there, under a lock, from
-    the repository as it is now; the others wait for it and read the same build.  A site is never
-    taken from an earlier run or from ``build/html``, so no stale site can pass a test.
-    Both are built with warnings allowed and listed in ``KIND-warnings.txt`` (:func:`site_warnings`):
+    the repository as it is now; the others wait for it and read the same build.  The real site is
+    copied from the main job's ``build/html`` (``bash scripts/run.sh``, just before the test command
+    in CI) instead when that holds a site built with warnings as errors from the inputs as they are
+    now (``site.is_current``: the stamp of every input -- docs/, the notebooks, README.md, the
+    package's sources, scripts/site.py, the tools' versions -- equals the one kept in the site); it
+    then had no warning, or it would not exist.  Any changed input changes the stamp, so no stale
+    site can pass a test: it is rebuilt here.  A site is never taken from an earlier test run.
+    Sites built here allow warnings and list them in ``KIND-warnings.txt`` (:func:`site_warnings`):
     a docstring that Sphinx warns about fails one test below, not every test of the site.
     """
     _requires_sphinx()
@@ -141,6 +146,11 @@ def built_site(kind: str, work: Path) -> Path:
     done, out = work / f"{kind}.built", work / kind / "html"
     with _run_lock(work, f"site-{kind}"):
         if not done.is_file():
+            if kind == "real" and site.is_current(site.DEFAULT_OUT, warnings_as_errors=True):
+                shutil.copytree(site.DEFAULT_OUT, out)
+                (work / "real.reused").write_text(str(site.DEFAULT_OUT))
+                done.write_text(str(out / "index.html"))
+                return out
             nbs = tiny_notebooks(work / "tiny-notebooks") if kind == "tiny" else site.NOTEBOOKS
             if kind == "tiny":  # what test_build_replaces_the_output_whole_... checks: a stale page, the notebooks
                 out.mkdir(parents=True, exist_ok=True)
@@ -395,6 +405,28 @@ def test_build_replaces_the_output_whole_and_leaves_no_temporary_folders(tiny, r
     before = json.loads((run_folder / "tiny-notebooks-before.json").read_text())
     assert _digests(run_folder / "tiny-notebooks") == before, "the build must not touch the notebooks"
     assert not list((ROOT / "docs").rglob("_readme.md")) and not (ROOT / "docs" / "notebooks").exists()
+
+
+def test_the_main_jobs_site_is_read_only_when_it_is_current(tmp_path):
+    """``built_site`` copies ``build/html`` only when ``site.is_current``: a site stamped from the inputs as
+    they are now, built with warnings as errors; a changed notebook, or a site built with warnings allowed,
+    is not current (so it is rebuilt)."""
+    docs, nbs, readme, out = tmp_path / "docs", tmp_path / "notebooks", tmp_path / "README.md", tmp_path / "html"
+    docs.mkdir()
+    (docs / "conf.py").write_text("project = 'x'\n")
+    nbs.mkdir()
+    (nbs / "01_a.ipynb").write_text('{"cells": []}')
+    readme.write_text("# readme\n")
+    inputs = {"docs": docs, "notebooks_dir": nbs, "readme": readme}
+    assert not site.is_current(out, **inputs)  # nothing there
+    (out / site.SECOND_LANGUAGE).mkdir(parents=True)
+    for page in (out / "index.html", out / site.SECOND_LANGUAGE / "index.html"):
+        page.write_text("<html></html>")
+    (out / site.STAMP_NAME).write_text(site.input_stamp(docs, nbs, readme, options="warnings_as_errors=True") + "\n")
+    assert site.is_current(out, **inputs)
+    assert not site.is_current(out, warnings_as_errors=False, **inputs)
+    (nbs / "01_a.ipynb").write_text('{"cells": [1]}')
+    assert not site.is_current(out, **inputs)
 
 
 def test_a_sphinx_warning_fails_the_build_and_keeps_the_old_site(tmp_path, capsys):
