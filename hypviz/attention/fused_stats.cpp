@@ -1,0 +1,370 @@
+/* The statistics of one row block of compare()'s one-product path, fused: hypviz/attention/fused_stats.py.
+ *
+ * Per row i of a block S (rows x M, contiguous) with c_i, w_j and the two kinds' alpha_a, alpha_b:
+ *   l_a,ij = S_ij - alpha_a c_i w_j,   l_b,ij = S_ij - alpha_b c_i w_j.
+ * Passes over a row while it is in cache, each a vectorised loop (one thread per range of rows):
+ *   1. the maxima of l_a and l_b by chunks (the chunk maxima locate the top k);
+ *   2. e_a = exp(l_a - max l_a), e_b = exp(l_b - max l_b) (kept), Z_a, Z_b and sum_j e_b,j w_j;
+ *   3. sum_j |e_a,j - Z_a / M| and the same for b (the uniform baselines);
+ *   4. with x_j = (alpha_b - alpha_a) c_i (w_j - E_Pb w) (log P_a - log P_b up to a constant, centred under
+ *      P_b): sum_j e_b,j x_j and sum_j e_b,j expm1(x_j), expm1(x) kept;
+ *   5. sum_j e_b,j |expm1(x_j) - m1| (the tilted TV).
+ * Sums are accumulated in double.  Rows the kernel leaves to the caller are flagged:
+ *   bit 0: the logit gap exceeds max_gap (KL and TV from log-softmax by the caller; NaN here);
+ *   bit 1 / bit 2: map a's / b's baseline on a near-uniform row whose centred logits span more than max_gap.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+/* e^x in float, about 1 ulp on [-87, 88], 0 below -87 (Cody-Waite reduction, Cephes' polynomial); branch-free */
+inline float exp_f(float x) {
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    float t = xc * 1.44269504088896341f + 12582912.0f; /* round to nearest by the 1.5 * 2^23 shift */
+    int32_t ti;
+    memcpy(&ti, &t, 4);
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = (ti - 0x4B400000 + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    float y = p * scale;
+    return x < -87.0f ? 0.0f : y;
+}
+
+/* e^x - 1 in float without cancellation: Taylor to x^9 on |x| < 0.5 (relative error below 2e-9), else exp_f - 1 */
+inline float expm1_f(float x) {
+    float s = 2.75573192e-6f;
+    s = s * x + 2.48015873e-5f;
+    s = s * x + 1.98412698e-4f;
+    s = s * x + 1.38888889e-3f;
+    s = s * x + 8.33333333e-3f;
+    s = s * x + 4.16666667e-2f;
+    s = s * x + 1.66666667e-1f;
+    s = s * x + 0.5f;
+    s = s * x * x + x;
+    float b = exp_f(x) - 1.0f;
+    return (x < 0.5f && x > -0.5f) ? s : b;
+}
+
+inline float exp_t(float x) { return exp_f(x); }
+inline double exp_t(double x) { return exp(x); }
+inline float expm1_t(float x) { return expm1_f(x); }
+inline double expm1_t(double x) { return expm1(x); }
+
+template <class T>
+void chunk_max(const T *__restrict s, const T *__restrict w, T cwa, T cwb, int64_t n, T *xa_out, T *xb_out) {
+    T xa = -INFINITY, xb = -INFINITY;
+#pragma omp simd reduction(max : xa, xb)
+    for (int64_t j = 0; j < n; j++) {
+        T a = s[j] - cwa * w[j], b = s[j] - cwb * w[j];
+        xa = a > xa ? a : xa;
+        xb = b > xb ? b : xb;
+    }
+    *xa_out = xa;
+    *xb_out = xb;
+}
+
+template <class T>
+double exps(const T *__restrict s, const T *__restrict w, T cw, T mx, int64_t m, T *__restrict e) {
+    double z = 0.0;
+#pragma omp simd reduction(+ : z)
+    for (int64_t j = 0; j < m; j++) {
+        T v = exp_t((s[j] - cw * w[j]) - mx);
+        e[j] = v;
+        z += (double)v;
+    }
+    return z;
+}
+
+/* e_j = exp(s_j - cw w_j - mx) kept; returns sum_j e_j and sum_j e_j w_j */
+template <class T>
+void exps_w(const T *__restrict s, const T *__restrict w, T cw, T mx, int64_t m, T *__restrict e, double *z_out,
+            double *zw_out) {
+    double z = 0.0, zw = 0.0;
+#pragma omp simd reduction(+ : z, zw)
+    for (int64_t j = 0; j < m; j++) {
+        T v = exp_t((s[j] - cw * w[j]) - mx);
+        e[j] = v;
+        z += (double)v;
+        zw += (double)v * (double)w[j];
+    }
+    *z_out = z;
+    *zw_out = zw;
+}
+
+template <class T>
+double abs_dev(const T *__restrict e, T mean, int64_t m) {
+    double z = 0.0;
+#pragma omp simd reduction(+ : z)
+    for (int64_t j = 0; j < m; j++) {
+        T d = e[j] - mean;
+        z += (double)(d < 0 ? -d : d);
+    }
+    return z;
+}
+
+/* x_j = scw (w_j - wb), expm1(x_j) kept; sum_j e_b,j x_j, sum_j e_b,j expm1(x_j) and sum_j e_b,j e^{x_j} */
+template <class T>
+void tilt(const T *__restrict w, const T *__restrict eb, T wb, T scw, int64_t m, T *__restrict ex, double *s1_out,
+          double *m1_out, double *za_out) {
+    double s1 = 0.0, m1 = 0.0, za = 0.0;
+#pragma omp simd reduction(+ : s1, m1, za)
+    for (int64_t j = 0; j < m; j++) {
+        T x = scw * (w[j] - wb);
+        T e = expm1_t(x);
+        ex[j] = e;
+        s1 += (double)(eb[j] * x);
+        m1 += (double)(eb[j] * e);
+        za += (double)(eb[j] + eb[j] * e);
+    }
+    *s1_out = s1;
+    *m1_out = m1;
+    *za_out = za;
+}
+
+/* with e_a,j = kk e_b,j e^{x_j}: sum_j |e_a,j - mean_a|, sum_j |e_b,j - mean_b| and sum_j e_b,j |expm1(x_j) - m1| */
+template <class T>
+void deviations(const T *__restrict eb, const T *__restrict ex, T kk, T mean_a, T mean_b, T m1, int64_t m, bool with_a,
+                double *da_out, double *db_out, double *dev_out) {
+    double da = 0.0, db = 0.0, dev = 0.0;
+    if (with_a) {
+#pragma omp simd reduction(+ : da, db, dev)
+        for (int64_t j = 0; j < m; j++) {
+            T b = eb[j], e = ex[j];
+            T a = kk * (b + b * e) - mean_a;
+            T d = b - mean_b, t = e - m1;
+            da += (double)(a < 0 ? -a : a);
+            db += (double)(d < 0 ? -d : d);
+            dev += (double)(b * (t < 0 ? -t : t));
+        }
+    } else {
+#pragma omp simd reduction(+ : db, dev)
+        for (int64_t j = 0; j < m; j++) {
+            T b = eb[j], e = ex[j];
+            T d = b - mean_b, t = e - m1;
+            db += (double)(d < 0 ? -d : d);
+            dev += (double)(b * (t < 0 ? -t : t));
+        }
+    }
+    *da_out = da;
+    *db_out = db;
+    *dev_out = dev;
+}
+
+/* keep the k largest (v, i) in descending order; among ties the first pushed */
+inline void push_top(double *v, int64_t *idx, int64_t *cnt, int64_t k, double x, int64_t i) {
+    if (*cnt == k && !(x > v[k - 1])) return;
+    int64_t p = *cnt < k ? (*cnt)++ : k - 1;
+    while (p > 0 && x > v[p - 1]) {
+        v[p] = v[p - 1];
+        idx[p] = idx[p - 1];
+        p--;
+    }
+    v[p] = x;
+    idx[p] = i;
+}
+
+/* the top k of l_j = s_j - cw w_j: only the k chunks with the largest maxima (and the tail) hold them */
+template <class T>
+void top_k(const T *s, const T *w, T cw, int64_t m, int64_t k, int64_t chunk, const T *cmax, int64_t n_chunks,
+           double *v, int64_t *idx, double *cv, int64_t *ci) {
+    int64_t cnt = 0;
+    if (n_chunks < 4 * k) {
+        for (int64_t j = 0; j < m; j++) push_top(v, idx, &cnt, k, (double)(s[j] - cw * w[j]), j);
+        return;
+    }
+    int64_t cc = 0;
+    for (int64_t q = 0; q < n_chunks; q++) push_top(cv, ci, &cc, k, (double)cmax[q], q);
+    for (int64_t t = 0; t < k; t++)
+        for (int64_t j = ci[t] * chunk; j < (ci[t] + 1) * chunk; j++) push_top(v, idx, &cnt, k, (double)(s[j] - cw * w[j]), j);
+    for (int64_t j = n_chunks * chunk; j < m; j++) push_top(v, idx, &cnt, k, (double)(s[j] - cw * w[j]), j);
+    for (int64_t t = 1; t < k; t++) /* ties across chunks: the earliest index first, as a scan of the row gives */
+        for (int64_t p = t; p > 0 && v[p] == v[p - 1] && idx[p] < idx[p - 1]; p--) {
+            double tv = v[p];
+            v[p] = v[p - 1];
+            v[p - 1] = tv;
+            int64_t ti = idx[p];
+            idx[p] = idx[p - 1];
+            idx[p - 1] = ti;
+        }
+}
+
+/* TV(softmax(l), U) and M max P of a near-uniform row without cancellation: u = l - mean l (tv_uniform); 1 if too wide */
+template <class T>
+int uniform_row(const T *s, const T *w, T cw, int64_t m, double max_gap, double *tv_out, double *peak_out) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < m; j++) sum += (double)(s[j] - cw * w[j]);
+    T mean = (T)(sum / (double)m);
+    T umax = -INFINITY, umin = INFINITY;
+    double se = 0.0;
+    for (int64_t j = 0; j < m; j++) {
+        T u = (s[j] - cw * w[j]) - mean;
+        umax = u > umax ? u : umax;
+        umin = u < umin ? u : umin;
+        se += (double)expm1_t(u);
+    }
+    if ((double)umax - (double)umin > max_gap) return 1;
+    double me = se / (double)m, sa = 0.0;
+    for (int64_t j = 0; j < m; j++) sa += fabs((double)expm1_t((T)((s[j] - cw * w[j]) - mean)) - me);
+    *peak_out = exp((double)umax) / (1.0 + me);
+    *tv_out = 0.5 * (sa / (double)m) / (1.0 + me);
+    return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+typedef struct {
+    const void *s, *c, *w, *tol_a, *tol_b, *gap;
+    double alpha_a, alpha_b, small, max_gap;
+    int64_t rows, m, k, chunk;
+    double *va, *vb, *a_at_ib, *b_at_ia, *ua, *ub, *peak_a, *peak_b, *kl, *tv;
+    int64_t *ia, *ib;
+    int32_t *flags;
+    int64_t row0, row1;
+    int status;
+} job_t;
+
+}
+
+namespace {
+
+template <class T>
+void rows(job_t *jb) {
+    const int64_t m = jb->m, k = jb->k, chunk = jb->chunk, n_chunks = m / chunk;
+    const size_t bytes = ((m * sizeof(T) + 63) / 64) * 64;
+    T *ea = (T *)aligned_alloc(64, bytes), *eb = (T *)aligned_alloc(64, bytes);
+    T *cma = (T *)malloc((n_chunks + 1) * sizeof(T)), *cmb = (T *)malloc((n_chunks + 1) * sizeof(T));
+    double *cv = (double *)malloc(k * sizeof(double));
+    int64_t *ci = (int64_t *)malloc(k * sizeof(int64_t));
+    if (ea && eb && cma && cmb && cv && ci) {
+        const T *w = (const T *)jb->w;
+        const T sgn = (T)(jb->alpha_b - jb->alpha_a);
+        for (int64_t i = jb->row0; i < jb->row1; i++) {
+            const T *s = (const T *)jb->s + i * m;
+            const T c = ((const T *)jb->c)[i];
+            const T cwa = (T)jb->alpha_a * c, cwb = (T)jb->alpha_b * c;
+            const bool small_a = (double)((const T *)jb->tol_a)[i] < jb->small;
+            const bool small_b = (double)((const T *)jb->tol_b)[i] < jb->small;
+            const bool wide = (double)((const T *)jb->gap)[i] > jb->max_gap;
+            int32_t flags = wide ? 1 : 0;
+            T ma = -INFINITY, mb = -INFINITY;
+            for (int64_t q = 0; q <= n_chunks; q++) {
+                int64_t j0 = q * chunk, j1 = q < n_chunks ? j0 + chunk : m;
+                chunk_max(s + j0, w + j0, cwa, cwb, j1 - j0, cma + q, cmb + q);
+                ma = cma[q] > ma ? cma[q] : ma;
+                mb = cmb[q] > mb ? cmb[q] : mb;
+            }
+            double *va = jb->va + i * k, *vb = jb->vb + i * k;
+            int64_t *ia = jb->ia + i * k, *ib = jb->ib + i * k;
+            top_k(s, w, cwa, m, k, chunk, cma, n_chunks, va, ia, cv, ci);
+            top_k(s, w, cwb, m, k, chunk, cmb, n_chunks, vb, ib, cv, ci);
+            for (int64_t t = 0; t < k; t++) {
+                jb->a_at_ib[i * k + t] = (double)(s[ib[t]] - cwa * w[ib[t]]);
+                jb->b_at_ia[i * k + t] = (double)(s[ia[t]] - cwb * w[ia[t]]);
+            }
+            double zb, zw;
+            exps_w(s, w, cwb, mb, m, eb, &zb, &zw);
+            const T mean_b = (T)(zb / (double)m);
+            if (small_b) {
+                if (uniform_row(s, w, cwb, m, jb->max_gap, jb->ub + i, jb->peak_b + i)) flags |= 4;
+            } else {
+                jb->peak_b[i] = (double)m / zb;
+            }
+            if (small_a && uniform_row(s, w, cwa, m, jb->max_gap, jb->ua + i, jb->peak_a + i)) flags |= 2;
+            if (!wide) {
+                /* e_a,j = e_b,j e^{x_j} kk: la - lb = sgn c w = x + sgn c wb, so kk = exp(sgn c wb + mb - ma) */
+                const double wb = zw / zb;
+                double s1, m1, za;
+                tilt(w, eb, (T)wb, sgn * c, m, ea, &s1, &m1, &za);
+                const double kk = exp((double)sgn * (double)c * (double)(T)wb + (double)mb - (double)ma);
+                za *= kk;
+                s1 /= zb;
+                m1 /= zb;
+                double da, db, dev;
+                deviations(eb, ea, (T)kk, (T)(za / (double)m), mean_b, (T)m1, m, !small_a, &da, &db, &dev);
+                const double kl = log1p(m1) - s1;
+                jb->kl[i] = kl > 0.0 ? kl : 0.0;
+                jb->tv[i] = 0.5 * (dev / zb) / (1.0 + m1);
+                if (!small_b) jb->ub[i] = 0.5 * db / zb;
+                if (!small_a) {
+                    jb->ua[i] = 0.5 * da / za;
+                    jb->peak_a[i] = (double)m / za;
+                }
+            } else {
+                jb->kl[i] = NAN;
+                jb->tv[i] = NAN;
+                if (!small_b) jb->ub[i] = 0.5 * abs_dev(eb, mean_b, m) / zb;
+                if (!small_a) {
+                    const double za = exps(s, w, cwa, ma, m, ea);
+                    jb->ua[i] = 0.5 * abs_dev(ea, (T)(za / (double)m), m) / za;
+                    jb->peak_a[i] = (double)m / za;
+                }
+            }
+            jb->flags[i] = flags;
+        }
+    } else {
+        jb->status = 1;
+    }
+    free(ea);
+    free(eb);
+    free(cma);
+    free(cmb);
+    free(cv);
+    free(ci);
+}
+
+void *run_f32(void *arg) {
+    rows<float>((job_t *)arg);
+    return nullptr;
+}
+void *run_f64(void *arg) {
+    rows<double>((job_t *)arg);
+    return nullptr;
+}
+
+}  // namespace
+
+/* The block's rows split over `threads` threads (the calling one included); 0 on success. */
+extern "C" int hypviz_shared_rows(int is_double, int threads, const job_t *proto) {
+    enum { MAX_THREADS = 256 };
+    if (threads > proto->rows) threads = (int)proto->rows;
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    job_t jobs[MAX_THREADS];
+    pthread_t tid[MAX_THREADS];
+    bool started[MAX_THREADS];
+    void *(*run)(void *) = is_double ? run_f64 : run_f32;
+    for (int t = 0; t < threads; t++) {
+        jobs[t] = *proto;
+        jobs[t].row0 = proto->rows * t / threads;
+        jobs[t].row1 = proto->rows * (t + 1) / threads;
+        jobs[t].status = 0;
+        started[t] = false;
+    }
+    for (int t = 1; t < threads; t++) started[t] = pthread_create(&tid[t], nullptr, run, &jobs[t]) == 0;
+    for (int t = 1; t < threads; t++)
+        if (!started[t]) run(&jobs[t]);
+    run(&jobs[0]);
+    int status = jobs[0].status;
+    for (int t = 1; t < threads; t++) {
+        if (started[t]) pthread_join(tid[t], nullptr);
+        status |= jobs[t].status;
+    }
+    return status;
+}
