@@ -2,7 +2,7 @@
  *
  * Per row i of a block S (rows x M, contiguous) with c_i, w_j and the two kinds' alpha_a, alpha_b:
  *   l_a,ij = S_ij - alpha_a c_i w_j,   l_b,ij = S_ij - alpha_b c_i w_j.
- * Passes over a row while it is in cache, each a vectorised loop (one thread per range of rows):
+ * Passes over a row while it is in cache, each a vectorised loop (OpenMP threads over ranges of rows):
  *   1. the maxima of l_a and l_b by chunks (the chunk maxima locate the top k);
  *   2. e_a = exp(l_a - max l_a), e_b = exp(l_b - max l_b) (kept), Z_a, Z_b and sum_j e_b,j w_j;
  *   3. sum_j |e_a,j - Z_a / M| and the same for b (the uniform baselines);
@@ -14,7 +14,7 @@
  *   bit 1 / bit 2: map a's / b's baseline on a near-uniform row whose centred logits span more than max_gap.
  */
 #include <math.h>
-#include <pthread.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,19 +45,29 @@ inline float exp_f(float x) {
     return x < -87.0f ? 0.0f : y;
 }
 
-/* e^x - 1 in float without cancellation: Taylor to x^9 on |x| < 0.5 (relative error below 2e-9), else exp_f - 1 */
+/* e^x - 1 in float without cancellation, for |x| <= 87: x = n ln 2 + r, |r| <= ln(2) / 2, expm1(r) by its Taylor
+ * series to r^8 (relative error below 2e-8), then 2^n expm1(r) + (2^n - 1), exact for n = 0 */
 inline float expm1_f(float x) {
-    float s = 2.75573192e-6f;
-    s = s * x + 2.48015873e-5f;
-    s = s * x + 1.98412698e-4f;
-    s = s * x + 1.38888889e-3f;
-    s = s * x + 8.33333333e-3f;
-    s = s * x + 4.16666667e-2f;
-    s = s * x + 1.66666667e-1f;
-    s = s * x + 0.5f;
-    s = s * x * x + x;
-    float b = exp_f(x) - 1.0f;
-    return (x < 0.5f && x > -0.5f) ? s : b;
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    int32_t ti;
+    memcpy(&ti, &t, 4);
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 2.48015873e-5f;
+    p = p * r + 1.98412698e-4f;
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r * r + r;
+    int32_t bits = (ti - 0x4B400000 + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return scale * p + (scale - 1.0f);
 }
 
 inline float exp_t(float x) { return exp_f(x); }
@@ -78,14 +88,23 @@ void chunk_max(const T *__restrict s, const T *__restrict w, T cwa, T cwb, int64
     *xb_out = xb;
 }
 
+/* Positive sums: T accumulators over blocks of BLOCK terms (16 to 32 terms per vector lane), the blocks added in
+ * double (relative error at most about 32 eps of T, typically a few); the signed tilted moments in double. */
+constexpr int64_t BLOCK = 512;
+
 template <class T>
 double exps(const T *__restrict s, const T *__restrict w, T cw, T mx, int64_t m, T *__restrict e) {
     double z = 0.0;
-#pragma omp simd reduction(+ : z)
-    for (int64_t j = 0; j < m; j++) {
-        T v = exp_t((s[j] - cw * w[j]) - mx);
-        e[j] = v;
-        z += (double)v;
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T zp = 0;
+#pragma omp simd reduction(+ : zp)
+        for (int64_t j = j0; j < j1; j++) {
+            T v = exp_t((s[j] - cw * w[j]) - mx);
+            e[j] = v;
+            zp += v;
+        }
+        z += (double)zp;
     }
     return z;
 }
@@ -95,12 +114,18 @@ template <class T>
 void exps_w(const T *__restrict s, const T *__restrict w, T cw, T mx, int64_t m, T *__restrict e, double *z_out,
             double *zw_out) {
     double z = 0.0, zw = 0.0;
-#pragma omp simd reduction(+ : z, zw)
-    for (int64_t j = 0; j < m; j++) {
-        T v = exp_t((s[j] - cw * w[j]) - mx);
-        e[j] = v;
-        z += (double)v;
-        zw += (double)v * (double)w[j];
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T zp = 0, zwp = 0;
+#pragma omp simd reduction(+ : zp, zwp)
+        for (int64_t j = j0; j < j1; j++) {
+            T v = exp_t((s[j] - cw * w[j]) - mx);
+            e[j] = v;
+            zp += v;
+            zwp += v * w[j];
+        }
+        z += (double)zp;
+        zw += (double)zwp;
     }
     *z_out = z;
     *zw_out = zw;
@@ -109,27 +134,38 @@ void exps_w(const T *__restrict s, const T *__restrict w, T cw, T mx, int64_t m,
 template <class T>
 double abs_dev(const T *__restrict e, T mean, int64_t m) {
     double z = 0.0;
-#pragma omp simd reduction(+ : z)
-    for (int64_t j = 0; j < m; j++) {
-        T d = e[j] - mean;
-        z += (double)(d < 0 ? -d : d);
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T zp = 0;
+#pragma omp simd reduction(+ : zp)
+        for (int64_t j = j0; j < j1; j++) {
+            T d = e[j] - mean;
+            zp += d < 0 ? -d : d;
+        }
+        z += (double)zp;
     }
     return z;
 }
 
-/* x_j = scw (w_j - wb), expm1(x_j) kept; sum_j e_b,j x_j, sum_j e_b,j expm1(x_j) and sum_j e_b,j e^{x_j} */
+/* x_j = scw (w_j - wb), expm1(x_j) kept; sum_j e_b,j x_j, sum_j e_b,j expm1(x_j) (double) and sum_j e_b,j e^{x_j} */
 template <class T>
 void tilt(const T *__restrict w, const T *__restrict eb, T wb, T scw, int64_t m, T *__restrict ex, double *s1_out,
           double *m1_out, double *za_out) {
     double s1 = 0.0, m1 = 0.0, za = 0.0;
-#pragma omp simd reduction(+ : s1, m1, za)
-    for (int64_t j = 0; j < m; j++) {
-        T x = scw * (w[j] - wb);
-        T e = expm1_t(x);
-        ex[j] = e;
-        s1 += (double)(eb[j] * x);
-        m1 += (double)(eb[j] * e);
-        za += (double)(eb[j] + eb[j] * e);
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T zp = 0;
+#pragma omp simd reduction(+ : s1, m1, zp)
+        for (int64_t j = j0; j < j1; j++) {
+            T x = scw * (w[j] - wb);
+            T e = expm1_t(x);
+            T be = eb[j] * e;
+            ex[j] = e;
+            s1 += (double)(eb[j] * x);
+            m1 += (double)be;
+            zp += eb[j] + be;
+        }
+        za += (double)zp;
     }
     *s1_out = s1;
     *m1_out = m1;
@@ -141,26 +177,23 @@ template <class T>
 void deviations(const T *__restrict eb, const T *__restrict ex, T kk, T mean_a, T mean_b, T m1, int64_t m, bool with_a,
                 double *da_out, double *db_out, double *dev_out) {
     double da = 0.0, db = 0.0, dev = 0.0;
-    if (with_a) {
-#pragma omp simd reduction(+ : da, db, dev)
-        for (int64_t j = 0; j < m; j++) {
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T dap = 0, dbp = 0, devp = 0;
+#pragma omp simd reduction(+ : dap, dbp, devp)
+        for (int64_t j = j0; j < j1; j++) {
             T b = eb[j], e = ex[j];
             T a = kk * (b + b * e) - mean_a;
             T d = b - mean_b, t = e - m1;
-            da += (double)(a < 0 ? -a : a);
-            db += (double)(d < 0 ? -d : d);
-            dev += (double)(b * (t < 0 ? -t : t));
+            dap += a < 0 ? -a : a;
+            dbp += d < 0 ? -d : d;
+            devp += b * (t < 0 ? -t : t);
         }
-    } else {
-#pragma omp simd reduction(+ : db, dev)
-        for (int64_t j = 0; j < m; j++) {
-            T b = eb[j], e = ex[j];
-            T d = b - mean_b, t = e - m1;
-            db += (double)(d < 0 ? -d : d);
-            dev += (double)(b * (t < 0 ? -t : t));
-        }
+        da += (double)dap;
+        db += (double)dbp;
+        dev += (double)devp;
     }
-    *da_out = da;
+    *da_out = with_a ? da : 0.0;
     *db_out = db;
     *dev_out = dev;
 }
@@ -236,7 +269,6 @@ typedef struct {
     double *va, *vb, *a_at_ib, *b_at_ia, *ua, *ub, *peak_a, *peak_b, *kl, *tv;
     int64_t *ia, *ib;
     int32_t *flags;
-    int64_t row0, row1;
     int status;
 } job_t;
 
@@ -252,10 +284,16 @@ void rows(job_t *jb) {
     T *cma = (T *)malloc((n_chunks + 1) * sizeof(T)), *cmb = (T *)malloc((n_chunks + 1) * sizeof(T));
     double *cv = (double *)malloc(k * sizeof(double));
     int64_t *ci = (int64_t *)malloc(k * sizeof(int64_t));
-    if (ea && eb && cma && cmb && cv && ci) {
+    const bool ok = ea && eb && cma && cmb && cv && ci;
+    {  /* every thread of the team meets the loop; one without its scratch takes no rows' work, says so */
         const T *w = (const T *)jb->w;
         const T sgn = (T)(jb->alpha_b - jb->alpha_a);
-        for (int64_t i = jb->row0; i < jb->row1; i++) {
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t i = 0; i < jb->rows; i++) {
+            if (!ok) {
+                jb->status = 1;
+                continue;
+            }
             const T *s = (const T *)jb->s + i * m;
             const T c = ((const T *)jb->c)[i];
             const T cwa = (T)jb->alpha_a * c, cwb = (T)jb->alpha_b * c;
@@ -318,8 +356,6 @@ void rows(job_t *jb) {
             }
             jb->flags[i] = flags;
         }
-    } else {
-        jb->status = 1;
     }
     free(ea);
     free(eb);
@@ -329,42 +365,22 @@ void rows(job_t *jb) {
     free(ci);
 }
 
-void *run_f32(void *arg) {
-    rows<float>((job_t *)arg);
-    return nullptr;
-}
-void *run_f64(void *arg) {
-    rows<double>((job_t *)arg);
-    return nullptr;
-}
-
 }  // namespace
 
-/* The block's rows split over `threads` threads (the calling one included); 0 on success. */
+/* The block's rows shared by `threads` OpenMP threads (torch's own runtime where it is loaded), taken one at a
+ * time (no thread idles at the end while another finishes a share); 0 on success. */
 extern "C" int hypviz_shared_rows(int is_double, int threads, const job_t *proto) {
-    enum { MAX_THREADS = 256 };
-    if (threads > proto->rows) threads = (int)proto->rows;
     if (threads < 1) threads = 1;
-    if (threads > MAX_THREADS) threads = MAX_THREADS;
-    job_t jobs[MAX_THREADS];
-    pthread_t tid[MAX_THREADS];
-    bool started[MAX_THREADS];
-    void *(*run)(void *) = is_double ? run_f64 : run_f32;
-    for (int t = 0; t < threads; t++) {
-        jobs[t] = *proto;
-        jobs[t].row0 = proto->rows * t / threads;
-        jobs[t].row1 = proto->rows * (t + 1) / threads;
-        jobs[t].status = 0;
-        started[t] = false;
-    }
-    for (int t = 1; t < threads; t++) started[t] = pthread_create(&tid[t], nullptr, run, &jobs[t]) == 0;
-    for (int t = 1; t < threads; t++)
-        if (!started[t]) run(&jobs[t]);
-    run(&jobs[0]);
-    int status = jobs[0].status;
-    for (int t = 1; t < threads; t++) {
-        if (started[t]) pthread_join(tid[t], nullptr);
-        status |= jobs[t].status;
+    int status = 0;
+#pragma omp parallel num_threads(threads) reduction(| : status)
+    {
+        job_t job = *proto;
+        job.status = 0;
+        if (is_double)
+            rows<double>(&job);
+        else
+            rows<float>(&job);
+        status |= job.status;
     }
     return status;
 }

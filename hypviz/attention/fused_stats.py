@@ -5,7 +5,8 @@ over each ``rows x M`` block; the kernel of ``fused_stats.cpp`` takes five over 
 (chunk maxima; the exponentials and their sums; the baselines' deviations; the tilted moments; the tilted
 TV), with sums in double.  It is compiled with the machine's C++ compiler (``-O3 -march=native``) at
 first use and cached (``HYPVIZ_CACHE_DIR``, else ``~/.cache/hypviz``), and loaded through :mod:`ctypes`;
-its threads are the block's rows split ``torch.get_num_threads()`` ways.  :func:`availability` says whether it
+its OpenMP threads (torch's own runtime, loaded first: no second pool spinning beside it) split the block's rows
+``torch.get_num_threads()`` ways.  :func:`availability` says whether it
 can run here and why not.  The eager code stays the reference (``tests/test_compare_fused.py``).
 """
 
@@ -27,7 +28,7 @@ __all__ = ["availability", "shared_rows", "FLAGS"]
 
 _SOURCE = Path(__file__).with_name("fused_stats.cpp")
 #: The compiler flags: vectorised for this machine, no contraction into FMA (every pass computes a logit alike).
-FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp-simd", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-mprefer-vector-width=512", "-fPIC", "-shared")
+FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-mprefer-vector-width=512", "-fPIC", "-shared")
 _COMPILE_TIMEOUT_S = 120
 
 
@@ -40,8 +41,6 @@ class _Job(ctypes.Structure):
         ("ia", ctypes.c_void_p),
         ("ib", ctypes.c_void_p),
         ("flags", ctypes.c_void_p),
-        ("row0", ctypes.c_int64),
-        ("row1", ctypes.c_int64),
         ("status", ctypes.c_int),
     ]
 
@@ -84,7 +83,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
             cache.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
             os.close(fd)
-            proc = subprocess.run([cc, *FLAGS, "-o", tmp, str(_SOURCE), "-lm", "-lpthread"], capture_output=True,
+            proc = subprocess.run([cc, *FLAGS, "-o", tmp, str(_SOURCE), "-lm"], capture_output=True,
                                   text=True, timeout=_COMPILE_TIMEOUT_S)
             if proc.returncode != 0:
                 os.unlink(tmp)
@@ -177,7 +176,7 @@ def shared_rows(
         va=_ptr(res["va"]), vb=_ptr(res["vb"]), a_at_ib=_ptr(res["a_at_ib"]), b_at_ia=_ptr(res["b_at_ia"]),
         ua=_ptr(res["ua"]), ub=_ptr(res["ub"]), peak_a=_ptr(res["pa"]), peak_b=_ptr(res["pb"]),
         kl=_ptr(res["kl"]), tv=_ptr(res["tv"]), ia=_ptr(res["ia"]), ib=_ptr(res["ib"]), flags=_ptr(res["flags"]),
-        row0=0, row1=rows, status=0,
+        status=0,
     )
     if rows and lib.hypviz_shared_rows(int(dt == torch.float64), torch.get_num_threads(), ctypes.byref(job)) != 0:
         raise MemoryError(f"the fused kernel could not allocate its scratch rows (M = {m})")

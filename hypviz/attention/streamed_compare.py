@@ -55,6 +55,9 @@ _MIN_BLOCK_ELEMENTS = 2**20  # compare on CPU: elements per buffer at least, so 
 
 
 _FUSED_MIN_LOGITS = 2**24  # compare: the fused statistics (compiled at first use) from this many logits per map on
+# compare, fused on the CPU: rows per block at most (the product of few rows re-reads all keys per block: N = M = 65,536,
+# d = 64, float32, one thread: 32 rows 4.0 ns of CPU per logit, 512 rows 1.84, 8,192 rows 1.48)
+_FUSED_MAX_ROWS = 1024
 
 #: The paths :func:`run_compare` can take (:class:`hypviz.attention.comparison.Plan`'s ``path``): ``"fused"`` is
 #: ``"one_product"`` with each block's statistics in one compiled kernel (:mod:`hypviz.attention.fused_stats`).
@@ -293,9 +296,9 @@ def _fused_blocks(
             ta, tb = tol[0][sl], tol[1][sl]
             res = fused_stats.shared_rows(s, c, w, alphas, ta, tb, gap, t_k, small, TILT_MAX_GAP)
 
-            def whole(idx: torch.Tensor | None, h: int = h, i: int = i, r: int = r) -> tuple[torch.Tensor, torch.Tensor]:
-                idx = torch.arange(r) if idx is None else idx
-                return sh.rows(h, i + idx, alpha_a, dev), sh.rows(h, i + idx, alpha_b, dev)
+            def whole(idx: torch.Tensor | None, s: torch.Tensor = s, c: torch.Tensor = c) -> tuple[torch.Tensor, torch.Tensor]:
+                x, cx = (s, c) if idx is None else (s.index_select(0, idx), c.index_select(0, idx))
+                return tuple(x.clone() if alpha == 0.0 else torch.addr(x, cx, w, alpha=-alpha) for alpha in alphas)
 
             finish_top = agreement(*(res[x].to(dtype) if x[0] != "i" else res[x] for x in ("va", "ia", "vb", "ib", "a_at_ib", "b_at_ia")),
                                    ta, tb, t_k, s.shape[-1], whole, out, top1, sl, defer=True)
@@ -569,7 +572,7 @@ def plan_compare(
             q = q.index_select(-2, row_index.to(q.device))
     n, m = q.shape[-2], kk.shape[-2]
     itemsize = q.element_size()
-    block_reason = "block_rows given"
+    block_reason, automatic = "block_rows given", block_rows is None
     if block_rows is None:
         block_rows = _block_rows_for(m, itemsize, memory_budget, dev)
         block_reason = ("from memory_budget" if memory_budget is not None else
@@ -577,6 +580,7 @@ def plan_compare(
                         "cache-sized on the CPU (the L2 of the threads sharing each pass)")
     rows = min(block_rows, n)
     heads = math.prod(batch)
+    spearman = m <= _SPEARMAN_MAX_KEYS if spearman is None else spearman
 
     kernel = kernel_for(kind_a)
     bare = [kd.kernel for kd in (kind_a, kind_b) if not kernel_for(kd).has_operands()]
@@ -592,6 +596,11 @@ def plan_compare(
             fused, why = fused_stats.availability(q.dtype, dev)
             if fused:
                 path, reason = "fused", reason + f"; each block's statistics in one fused kernel ({why})"
+                if automatic and dev.type == "cpu":  # the kernel keeps each row in cache: the rows serve the product
+                    budget = _DEFAULT_BUDGET if memory_budget is None else memory_budget
+                    rows = min(n, _FUSED_MAX_ROWS, max(1, budget // ((1 + spearman) * m * itemsize)))
+                    block_reason = (f"the product's rows for the fused kernel: {1 + spearman} buffer(s) in "
+                                    f"{'memory_budget' if memory_budget else '256 MiB'}, at most {_FUSED_MAX_ROWS} rows")
             else:
                 reason += f"; the statistics eager ({why})"
     elif kernel is kernel_for(kind_b):
@@ -601,12 +610,12 @@ def plan_compare(
         path, reason = "two_products", (f"{a!r} and {b!r} have different kernels ({kind_a.kernel!r}, {kind_b.kernel!r}): "
                                         "one product per map and block")
     route = Plan(path=path, reason=reason, block_rows=rows, n_blocks=heads * math.ceil(n / rows),
-                 memory_budget=3 * rows * m * itemsize, block_reason=block_reason,
+                 memory_budget=((1 + spearman) if path == "fused" else 3) * rows * m * itemsize, block_reason=block_reason,
                  sampled_rows=None if row_index is None else n)
     return ComparePlan(
         a=kind_a, b=kind_b, q=flatten_batch(q, batch), keys=flatten_batch(kk, batch), values=v, batch=batch, k=kf,
         temperature=temperature, options=opts, device=dev, topk=min(topk, m),
-        spearman=m <= _SPEARMAN_MAX_KEYS if spearman is None else spearman, half=half, home=q.device,
+        spearman=spearman, half=half, home=q.device,
         n_total=n_total, row_index=row_index, progress=progress, plan=route)
 
 
@@ -675,9 +684,10 @@ def run_compare(plan: ComparePlan) -> Comparison:
     names = ("kl", "tv", "gap", "overlap", "ra", "ea", "rb", "eb", "ua", "ub", "pa", "pb") + (("rho",) if rank else ())
     out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
     top1 = torch.empty(heads, n, dtype=torch.bool, device=dev)
+    fused = plan.plan.path == "fused"  # one buffer (two for Spearman)
     buf_a = torch.empty(rows, m, dtype=dtype, device=dev)
-    buf_b = torch.empty(rows, m, dtype=dtype, device=dev)
-    buf_c = torch.empty(rows, m, dtype=dtype, device=dev)
+    buf_b = torch.empty(rows if not fused or rank else 0, m, dtype=dtype, device=dev)
+    buf_c = torch.empty(rows if not fused else 0, m, dtype=dtype, device=dev)
     tol_a, tol_b = (2.0 * err_a).to(dev), (2.0 * err_b).to(dev)
 
     n_blocks = plan.plan.n_blocks
