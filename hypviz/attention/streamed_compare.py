@@ -23,7 +23,7 @@ import torch
 from hypviz.attention.checks import check_kind, check_temperature, checked_inputs, flatten_batch, resolve_device
 from hypviz.attention.comparison import TOPK_MAX, Comparison, Plan, assemble
 from hypviz.attention.kernels import DenseRows, Operands, SharedLogits, check_logit_range, kernel_for, options, rows_for, softmax_rows_
-from hypviz.attention import fused_stats
+from hypviz.attention.fused_stats import availability as fused_availability, shared_rows
 from hypviz.attention.row_blocks import (
     _P_ROUTE_EPS,
     TILT_MAX_GAP,
@@ -124,7 +124,7 @@ class ComparePlan:
             raise ValueError(f"path must be 'two_products' or 'dense_rows' for {self.a.name!r} and {self.b.name!r} "
                              f"(their kernels share no product), got {path!r}")
         if path == "fused":
-            ok, why = fused_stats.availability(self.q.dtype, self.device)
+            ok, why = fused_availability(self.q.dtype, self.device)
             if not ok:
                 raise ValueError(f"path must be one of 'one_product', 'two_products', 'dense_rows' here ({why}), got 'fused'")
         return dataclasses.replace(self, plan=dataclasses.replace(self.plan, path=path, reason="chosen by the caller (with_path)"))
@@ -294,7 +294,7 @@ def _fused_blocks(
             gap = abs(sign) * c * w_span  # spread of log P_a - log P_b
             out["gap"][sl] = gap
             ta, tb = tol[0][sl], tol[1][sl]
-            res = fused_stats.shared_rows(s, c, w, alphas, ta, tb, gap, t_k, small, TILT_MAX_GAP)
+            res = shared_rows(s, c, w, alphas, ta, tb, gap, t_k, small, TILT_MAX_GAP)
 
             def whole(idx: torch.Tensor | None, s: torch.Tensor = s, c: torch.Tensor = c) -> tuple[torch.Tensor, torch.Tensor]:
                 x, cx = (s, c) if idx is None else (s.index_select(0, idx), c.index_select(0, idx))
@@ -448,6 +448,11 @@ def compare(
     is :math:`\Delta_i` in exact arithmetic.  Every other pair takes ``"two_products"``: each kind's own
     operands and finishing (:class:`hypviz.attention.kernels.Operands`), one product per map and block.
 
+    *The fused path.*  On the CPU, from :math:`2^{24}` logits per map, ``"one_product"`` becomes ``"fused"``
+    where a C++ compiler is found: each block's statistics in one kernel compiled at first use
+    (:mod:`hypviz.attention.fused_stats`: a few passes over each row while it is in cache, the sums in double),
+    the same formulas as the eager statistics, which stay the reference (``plan.with_path("one_product")``).
+
     *The statistics.*  With :math:`x_j = \log P_{a,j} - \log P_{b,j}` centred under :math:`P_b`,
 
     .. math::
@@ -593,7 +598,7 @@ def plan_compare(
         if n * m < _FUSED_MIN_LOGITS:
             reason += f"; the statistics eager (fewer than 2^{_FUSED_MIN_LOGITS.bit_length() - 1} logits per map)"
         else:
-            fused, why = fused_stats.availability(q.dtype, dev)
+            fused, why = fused_availability(q.dtype, dev)
             if fused:
                 path, reason = "fused", reason + f"; each block's statistics in one fused kernel ({why})"
                 if automatic and dev.type == "cpu":  # the kernel keeps each row in cache: the rows serve the product
