@@ -2,14 +2,16 @@
  *
  * Per row i of a block S (rows x M, contiguous) with c_i, w_j and the two kinds' alpha_a, alpha_b:
  *   l_a,ij = S_ij - alpha_a c_i w_j,   l_b,ij = S_ij - alpha_b c_i w_j.
- * Passes over a row while it is in cache, each a vectorised loop (OpenMP threads over ranges of rows):
+ * Four passes over a row while it is in cache (OpenMP threads take rows one at a time), each a vectorised loop:
  *   1. the maxima of l_a and l_b by chunks (the chunk maxima locate the top k);
- *   2. e_a = exp(l_a - max l_a), e_b = exp(l_b - max l_b) (kept), Z_a, Z_b and sum_j e_b,j w_j;
- *   3. sum_j |e_a,j - Z_a / M| and the same for b (the uniform baselines);
- *   4. with x_j = (alpha_b - alpha_a) c_i (w_j - E_Pb w) (log P_a - log P_b up to a constant, centred under
- *      P_b): sum_j e_b,j x_j and sum_j e_b,j expm1(x_j), expm1(x) kept;
- *   5. sum_j e_b,j |expm1(x_j) - m1| (the tilted TV).
- * Sums are accumulated in double.  Rows the kernel leaves to the caller are flagged:
+ *   2. e_b = exp(l_b - max l_b) (kept), Z_b and sum_j e_b,j w_j;
+ *   3. with x_j = (alpha_b - alpha_a) c_i (w_j - E_Pb w) (log P_a - log P_b up to a constant, centred under
+ *      P_b): expm1(x_j) (kept), sum_j e_b,j x_j, sum_j e_b,j expm1(x_j) and Z_a = K sum_j e_b,j e^{x_j}, since
+ *      e_a,j = exp(l_a,j - max l_a) = K e_b,j e^{x_j} with K = exp((alpha_b - alpha_a) c_i E_Pb w + max l_b - max l_a);
+ *   4. sum_j |e_a,j - Z_a / M|, sum_j |e_b,j - Z_b / M| (the uniform baselines) and sum_j e_b,j |expm1(x_j) - m1|
+ *      (the tilted TV).
+ * Two exponentials per logit.  Rows whose logit gap is wider than max_gap take e_a directly instead.
+ * Positive sums in T over blocks of 512 terms, added in double; the signed moments in double.  Rows the kernel leaves to the caller are flagged:
  *   bit 0: the logit gap exceeds max_gap (KL and TV from log-softmax by the caller; NaN here);
  *   bit 1 / bit 2: map a's / b's baseline on a near-uniform row whose centred logits span more than max_gap.
  */

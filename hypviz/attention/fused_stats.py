@@ -1,9 +1,10 @@
 """The statistics of a row block of :func:`hypviz.attention.compare`'s one-product path in one fused kernel.
 
 The eager statistics (:mod:`hypviz.attention.row_blocks`) take some thirty elementwise and reduction passes
-over each ``rows x M`` block; the kernel of ``fused_stats.cpp`` takes five over each row while it is in cache
-(chunk maxima; the exponentials and their sums; the baselines' deviations; the tilted moments; the tilted
-TV), with sums in double.  It is compiled with the machine's C++ compiler (``-O3 -march=native``) at
+over each ``rows x M`` block; the kernel of ``fused_stats.cpp`` takes four over each row while it is in cache
+(chunk maxima; map b's exponentials and their sums; the tilted moments, map a's weights following from b's as
+:math:`e_{a,j} = K e_{b,j} e^{x_j}`; the deviations of the baselines and of the tilted TV), two exponentials per
+logit, with sums in double (positive ones over blocks of 512 terms in the input's dtype).  It is compiled with the machine's C++ compiler (``-O3 -march=native``) at
 first use and cached (``HYPVIZ_CACHE_DIR``, else ``~/.cache/hypviz``), and loaded through :mod:`ctypes`;
 its OpenMP threads (torch's own runtime, loaded first: no second pool spinning beside it) split the block's rows
 ``torch.get_num_threads()`` ways.  :func:`availability` says whether it
@@ -28,7 +29,9 @@ __all__ = ["availability", "shared_rows", "FLAGS"]
 
 _SOURCE = Path(__file__).with_name("fused_stats.cpp")
 #: The compiler flags: vectorised for this machine, no contraction into FMA (every pass computes a logit alike).
-FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-mprefer-vector-width=512", "-fPIC", "-shared")
+#: AVX-512 vectors where x86 has them (``-mprefer-vector-width`` is an x86 option).
+FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
+                          *(("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()), "-fPIC", "-shared")
 _COMPILE_TIMEOUT_S = 120
 
 
