@@ -126,7 +126,8 @@ def test_the_kernels_top_k_is_torchs_over_chunks():
         logits = s - alpha * c[:, None] * w[None]
         v, _ = torch.topk(logits.double(), 5, dim=-1)
         torch.testing.assert_close(r["va"], v, rtol=1e-6, atol=1e-6)
-        assert torch.equal(torch.gather(logits, -1, r["ia"]).double(), r["va"])
+        eps = torch.finfo(torch.float32).eps  # the kernel's logits may round through one FMA: within an ulp of torch's
+        torch.testing.assert_close(torch.gather(logits, -1, r["ia"]).double(), r["va"], rtol=2 * eps, atol=2 * eps * 10)
         assert bool((r["ia"].sort(dim=-1).values.diff(dim=-1) > 0).all())
         if alpha == 0.0:
             assert r["ia"][2].tolist() == [0, 1, 2, 3, 4]
