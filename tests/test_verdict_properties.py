@@ -207,7 +207,8 @@ def test_compare_reads_a_rounding_level_tie_as_a_set():
     ta = tb = torch.full((2, 1), 1e-9, dtype=torch.float64)
     va, ia = torch.topk(la, 3, dim=-1)
     vb, _ = torch.topk(lb, 3, dim=-1)
-    ratio, excess, shared = top_set(la, lb, va, ia, vb, ta, tb)
+    lbt = torch.gather(lb, -1, ia)
+    ratio, excess, shared = top_set(va, ia, vb, lbt, ta, tb, la.shape[-1], lambda idx: (la, lb) if idx is None else (la[idx], lb[idx]))
     want = 0.5 * (1.0 + math.exp(-0.7))  # the mean over the tied set, whichever of the two rounding put first
     torch.testing.assert_close(ratio, torch.full((2,), want, dtype=torch.float64))
     assert bool(shared.all()) and bool((excess > 0).all())

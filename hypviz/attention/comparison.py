@@ -290,6 +290,9 @@ class Plan:
     of the row-block buffers; ``block_reason``: where ``block_rows`` came from; ``sampled_rows``: the query rows
     drawn per head (``rows=``), ``None`` when every row is computed.
 
+    ``"fused"`` is ``"one_product"`` with each block's statistics in one compiled kernel
+    (:mod:`hypviz.attention.fused_stats`); ``"dense_rows"`` compares the logs of the dense maps, row block by row block.
+
     Examples
     --------
     >>> from hypviz import data

@@ -93,6 +93,9 @@ def baseline(
     return tv, peak, total
 
 
+Rows = Callable[[torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]]
+
+
 def rank_stats(
     la: torch.Tensor,
     lb: torch.Tensor,
@@ -107,41 +110,72 @@ def rank_stats(
 ) -> tuple[Callable[[torch.Tensor, torch.Tensor], None], torch.Tensor, torch.Tensor] | None:
     """Tie-aware top-1 / top-k agreement, the top sets (:func:`top_set`) and Spearman of one row block; reads ``la``, ``lb`` only.
 
+    The top k of each map (:func:`_topk_rows`) and each map's logits at the other's, then :func:`agreement`.
+    With ``defer``, the top sets' excesses are finished by the returned function, called with both maps'
+    peaks ``M max_j P_j`` (:func:`baseline`) once the block's baselines are known, after ``la`` and ``lb``
+    may have been overwritten; returned with the index of each map's largest logit per row (``(rows, 1)``).
+    """
+    va, ia = _topk_rows(la, t_k)
+    vb, ib = _topk_rows(lb, t_k)
+
+    def whole(idx: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        return (la, lb) if idx is None else (la.index_select(0, idx), lb.index_select(0, idx))
+
+    finish = agreement(va, ia, vb, ib, torch.gather(la, -1, ib), torch.gather(lb, -1, ia), tol_a, tol_b, t_k,
+                       la.shape[-1], whole, out, top1, sl, defer)
+    if rank:
+        out["rho"][sl] = spearman_rows(la, lb)
+    return None if finish is None else (finish, ia[:, :1], ib[:, :1])
+
+
+def spearman_rows(la: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
+    r"""Spearman's rank correlation of each row of ``la`` and ``lb``: :math:`1 - 6 \sum_j d_j^2 / (M (M^2 - 1))`."""
+    m = la.shape[-1]
+    ra = la.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
+    rb = lb.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
+    ssd = ra.sub_(rb).square_().sum(dim=-1)
+    return 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
+
+
+def agreement(
+    va: torch.Tensor, ia: torch.Tensor, vb: torch.Tensor, ib: torch.Tensor, a_at_ib: torch.Tensor, b_at_ia: torch.Tensor,
+    tol_a: torch.Tensor, tol_b: torch.Tensor, t_k: int, m: int, whole: Rows, out: dict[str, torch.Tensor],
+    top1: torch.Tensor, sl: tuple, defer: bool,
+) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+    """Tie-aware top-k agreement and the top sets of one row block, from each map's top k and its logits at the other's.
+
     A key of one map's top-k counts as shared when its log-weight in the other map is at least that
     map's k-th largest minus ``tol`` (the rounding bound of the difference of two computed logits);
     the overlap is the larger of the two directions' counts over ``k``.  Keys tied in exact arithmetic
     (symmetric embeddings) are therefore never told apart by rounding noise, and the work is
-    ``O(rows x k)`` beyond the two ``topk`` calls.  With ``defer``, the top sets' excesses are
-    finished by the returned function, called with both maps' peaks ``M max_j P_j`` (:func:`baseline`)
-    once the block's baselines are known, after ``la`` and ``lb`` may have been overwritten; returned
-    with the index of each map's largest logit per row (``(rows, 1)``).
+    ``O(rows x k)``.  ``va, ia`` (``vb, ib``): map a's (b's) top k, descending; ``a_at_ib``: map a's logits
+    at b's top keys, ``b_at_ia`` the converse; ``whole(idx)``: both maps' logit rows ``idx`` of the block
+    (``None``: all), read only for the rare rows whose top set extends past the top k.  With ``defer`` returns
+    the function finishing the top sets' excesses from both maps' peaks (:func:`rank_stats`).
     """
-    va, ia = _topk_rows(la, t_k)
-    vb, ib = _topk_rows(lb, t_k)
     ta, tb = tol_a.unsqueeze(-1), tol_b.unsqueeze(-1)
-    b_in_a = torch.gather(la, -1, ib) >= va[:, -1:] - ta  # (rows, k)
-    a_in_b = torch.gather(lb, -1, ia) >= vb[:, -1:] - tb
+    b_in_a = a_at_ib >= va[:, -1:] - ta  # (rows, k)
+    a_in_b = b_at_ia >= vb[:, -1:] - tb
     both = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1))
-    out["overlap"][sl] = both.to(la.dtype) / t_k
-    ra, ea, sa = top_set(la, lb, va, ia, vb, ta, tb, defer=defer)
-    rb, eb, sb = top_set(lb, la, vb, ib, va, tb, ta, defer=defer)
+    out["overlap"][sl] = both.to(va.dtype) / t_k
+
+    def swapped(idx: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        xa, xb = whole(idx)
+        return xb, xa
+
+    ra, ea, sa = top_set(va, ia, vb, b_at_ia, ta, tb, m, whole, defer=defer)
+    rb, eb, sb = top_set(vb, ib, va, a_at_ib, tb, ta, m, swapped, defer=defer)
     top1[sl] = sa | sb
     out["ra"][sl], out["rb"][sl] = ra, rb
-    if rank:
-        m = la.shape[-1]
-        ra = la.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
-        rb = lb.argsort(dim=-1).argsort(dim=-1).to(la.dtype)
-        ssd = ra.sub_(rb).square_().sum(dim=-1)
-        out["rho"][sl] = 1.0 - 6.0 * ssd / (m * (m * m - 1.0)) if m > 1 else torch.ones_like(ssd)
     if not defer:
         out["ea"][sl], out["eb"][sl] = ea, eb
         return None
 
     def finish(peak_a: torch.Tensor, peak_b: torch.Tensor) -> None:
-        out["ea"][sl] = ea.finish(peak_a / la.shape[-1])
-        out["eb"][sl] = eb.finish(peak_b / la.shape[-1])
+        out["ea"][sl] = ea.finish(peak_a / m)
+        out["eb"][sl] = eb.finish(peak_b / m)
 
-    return finish, ia[:, :1], ib[:, :1]
+    return finish
 
 
 class TopExcess:
@@ -166,8 +200,8 @@ class TopExcess:
 
 
 def top_set(
-    la: torch.Tensor, lb: torch.Tensor, va: torch.Tensor, ia: torch.Tensor, vb: torch.Tensor, ta: torch.Tensor, tb: torch.Tensor,
-    defer: bool = False,
+    va: torch.Tensor, ia: torch.Tensor, vb: torch.Tensor, lbt: torch.Tensor, ta: torch.Tensor, tb: torch.Tensor, m: int,
+    whole: Rows, defer: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | TopExcess, torch.Tensor]:
     r"""The top set :math:`T_a` of map ``a`` (logits within ``ta`` of its largest) read in both maps, per row of a block.
 
@@ -176,20 +210,20 @@ def top_set(
     set are its largest within rounding), ``a``'s excess over uniform on the set,
     :math:`\sum_{j \in T_a} (P_{a,j} - 1/M)_+` (computed only on the rows whose ratio is below 1: it
     decides whether the set counts, :func:`hypviz.attention.verdict`; 0 elsewhere), and whether ``b``
-    has its own largest weight (within rounding) on the set.  ``va, ia``: the top-k of ``la``; ``vb``:
-    that of ``lb``; the set is read from them unless all k are tied, then from the whole row.  With
-    ``defer`` the excess comes as a :class:`TopExcess` to finish from ``a``'s largest weight.
+    has its own largest weight (within rounding) on the set.  ``va, ia``: the top-k of map ``a``; ``vb``:
+    that of map ``b``; ``lbt``: map ``b``'s logits at ``ia``; ``m``: the keys; ``whole(idx)``: the rows ``idx``
+    of both maps' logits (``a``'s first; ``None``: all rows).  The set is read from the top k unless all k are
+    tied, then from the whole row.  With ``defer`` the excess comes as a :class:`TopExcess` to finish from
+    ``a``'s largest weight.
     """
-    m = la.shape[-1]
     cut = va[:, :1] - ta
     inside = va >= cut  # (rows, k): the top set among the top k
-    lbt = torch.gather(lb, -1, ia)
     wb = torch.exp((lbt - vb[:, :1] + tb).clamp_max_(0.0))
     ratio = (wb * inside).sum(dim=-1) / inside.sum(dim=-1)
     shared = ((lbt >= vb[:, :1] - tb) & inside).any(dim=-1)
     wide = inside[:, -1].nonzero().squeeze(-1) if va.shape[-1] < m else inside[:, -1].new_zeros(0, dtype=torch.long)
     if len(wide):  # the top set may extend past the top k: read those rows whole
-        xa, xb = la.index_select(0, wide), lb.index_select(0, wide)
+        xa, xb = whole(wide)
         full = xa >= cut.index_select(0, wide)
         wfull = torch.exp((xb - vb.index_select(0, wide)[:, :1] + tb.index_select(0, wide)).clamp_max(0.0))
         ratio[wide] = (wfull * full).sum(dim=-1) / full.sum(dim=-1)
@@ -199,7 +233,7 @@ def top_set(
     if len(wide):
         w_low = wide[low.index_select(0, wide)]
         if len(w_low):
-            xa = la.index_select(0, w_low)
+            xa = whole(w_low)[0]
             pa = torch.exp(xa - torch.logsumexp(xa, dim=-1, keepdim=True))
             excess[w_low] = ((pa - 1.0 / m).clamp_min_(0.0) * (xa >= cut.index_select(0, w_low))).sum(dim=-1)
         low[wide] = False
@@ -209,7 +243,7 @@ def top_set(
     rows = pending.rows
     if len(rows) == 0:
         return ratio, excess, shared
-    lse = torch.logsumexp(la if len(rows) == la.shape[0] else la.index_select(0, rows), dim=-1)
+    lse = torch.logsumexp(whole(None if len(rows) == va.shape[0] else rows)[0], dim=-1)
     p_max = torch.zeros_like(ratio)
     p_max[rows] = torch.exp(va.index_select(0, rows)[:, 0] - lse)
     return ratio, pending.finish(p_max), shared

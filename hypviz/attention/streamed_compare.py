@@ -23,14 +23,18 @@ import torch
 from hypviz.attention.checks import check_kind, check_temperature, checked_inputs, flatten_batch, resolve_device
 from hypviz.attention.comparison import TOPK_MAX, Comparison, Plan, assemble
 from hypviz.attention.kernels import DenseRows, Operands, SharedLogits, check_logit_range, kernel_for, options, rows_for, softmax_rows_
+from hypviz.attention.fused_stats import availability as fused_availability, shared_rows
 from hypviz.attention.row_blocks import (
+    _P_ROUTE_EPS,
     TILT_MAX_GAP,
+    agreement,
     baseline,
     block_stats,
     direct_stats,
     favourite,
     output_stats,
     rank_stats,
+    spearman_rows,
     tv_uniform,
     weighted_sum,
 )
@@ -50,8 +54,14 @@ _L2_FALLBACK = 2**20  # per-core L2 bytes assumed where the CPU's caches cannot 
 _MIN_BLOCK_ELEMENTS = 2**20  # compare on CPU: elements per buffer at least, so that torch's fixed cost per call stays small
 
 
-#: The paths :func:`run_compare` can take (:class:`hypviz.attention.comparison.Plan`'s ``path``).
-PATHS: tuple[str, ...] = ("one_product", "two_products", "dense_rows")
+_FUSED_MIN_LOGITS = 2**24  # compare: the fused statistics (compiled at first use) from this many logits per map on
+# compare, fused on the CPU: rows per block at most (the product of few rows re-reads all keys per block: N = M = 65,536,
+# d = 64, float32, one thread: 32 rows 4.0 ns of CPU per logit, 512 rows 1.84, 8,192 rows 1.48)
+_FUSED_MAX_ROWS = 1024
+
+#: The paths :func:`run_compare` can take (:class:`hypviz.attention.comparison.Plan`'s ``path``): ``"fused"`` is
+#: ``"one_product"`` with each block's statistics in one compiled kernel (:mod:`hypviz.attention.fused_stats`).
+PATHS: tuple[str, ...] = ("fused", "one_product", "two_products", "dense_rows")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,9 +120,13 @@ class ComparePlan:
         if path != "dense_rows" and not (kernel.has_operands() and kernel_for(self.b).has_operands()):
             raise ValueError(f"path must be 'dense_rows' for {self.a.name!r} and {self.b.name!r} (a kernel declares no "
                              f"operands), got {path!r}")
-        if path == "one_product" and not (kernel is kernel_for(self.b) and kernel.shares_product(self.a, self.b)):
+        if path in ("one_product", "fused") and not (kernel is kernel_for(self.b) and kernel.shares_product(self.a, self.b)):
             raise ValueError(f"path must be 'two_products' or 'dense_rows' for {self.a.name!r} and {self.b.name!r} "
                              f"(their kernels share no product), got {path!r}")
+        if path == "fused":
+            ok, why = fused_availability(self.q.dtype, self.device)
+            if not ok:
+                raise ValueError(f"path must be one of 'one_product', 'two_products', 'dense_rows' here ({why}), got 'fused'")
         return dataclasses.replace(self, plan=dataclasses.replace(self.plan, path=path, reason="chosen by the caller (with_path)"))
 
 
@@ -236,6 +250,75 @@ def _shared_blocks(
                 kl_w, tv_w = direct_stats(sh.rows(h, i + idx, alpha_a, dev), sh.rows(h, i + idx, alpha_b, dev))
                 out["kl"][h, i + idx] = kl_w
                 out["tv"][h, i + idx] = tv_w
+            if bar is not None:
+                bar.update(1)
+
+
+def _fused_blocks(
+    sh: SharedLogits,
+    alphas: tuple[float, float],
+    n: int,
+    rows: int,
+    t_k: int,
+    rank: bool,
+    tol: tuple[torch.Tensor, torch.Tensor],
+    out: dict[str, torch.Tensor],
+    top1: torch.Tensor,
+    bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    dev: torch.device,
+    bar: Any,
+) -> None:
+    """The statistics of :func:`_shared_blocks` with each block's elementwise work in one fused kernel.
+
+    Per block: ``S`` by one matrix product, then :func:`hypviz.attention.fused_stats.shared_rows` (both maps'
+    top k, baselines, peaks, KL and TV in a few passes over each row while it is in cache), then the
+    ``O(rows x k)`` agreement (:func:`hypviz.attention.row_blocks.agreement`).  The few rows the kernel leaves
+    (a logit gap beyond ``TILT_MAX_GAP``; near-uniform rows whose centred logits are that wide; top sets past the
+    top k) are recomputed and taken by the eager formulas.
+    """
+    buf_s, buf_d, _ = bufs
+    alpha_a, alpha_b = alphas
+    sign = alpha_b - alpha_a
+    small = _P_ROUTE_EPS * torch.finfo(buf_s.dtype).eps
+    dtype = buf_s.dtype
+    for h in range(sh.A.shape[0]):
+        b_t = sh.B[h].to(dev).transpose(0, 1)
+        w = sh.w[h].to(dev).contiguous()
+        w_span = w.amax() - w.amin()
+        for i in range(0, n, rows):
+            j = min(i + rows, n)
+            r = j - i
+            sl = (h, slice(i, j))
+            c = sh.c[h, i:j].to(dev)
+            s = torch.mm(sh.A[h, i:j].to(dev), b_t, out=buf_s[:r])
+            gap = abs(sign) * c * w_span  # spread of log P_a - log P_b
+            out["gap"][sl] = gap
+            ta, tb = tol[0][sl], tol[1][sl]
+            res = shared_rows(s, c, w, alphas, ta, tb, gap, t_k, small, TILT_MAX_GAP)
+
+            def whole(idx: torch.Tensor | None, s: torch.Tensor = s, c: torch.Tensor = c) -> tuple[torch.Tensor, torch.Tensor]:
+                x, cx = (s, c) if idx is None else (s.index_select(0, idx), c.index_select(0, idx))
+                return tuple(x.clone() if alpha == 0.0 else torch.addr(x, cx, w, alpha=-alpha) for alpha in alphas)
+
+            finish_top = agreement(*(res[x].to(dtype) if x[0] != "i" else res[x] for x in ("va", "ia", "vb", "ib", "a_at_ib", "b_at_ia")),
+                                   ta, tb, t_k, s.shape[-1], whole, out, top1, sl, defer=True)
+            flags = res["flags"]
+            for bit, side in ((2, "a"), (4, "b")):  # near-uniform rows too wide for the kernel: tv_uniform's own route
+                idx = (flags & bit).nonzero().squeeze(-1)
+                if len(idx):
+                    l_rows = whole(idx)[0 if side == "a" else 1]
+                    res["u" + side][idx], res["p" + side][idx] = (t.double() for t in tv_uniform(l_rows, torch.empty_like(l_rows)))
+            finish_top(res["pa"].to(dtype), res["pb"].to(dtype))
+            for name in ("ua", "ub", "pa", "pb", "kl", "tv"):
+                out[name][sl] = res[name]
+            idx = (flags & 1).nonzero().squeeze(-1)
+            if len(idx):  # a logit gap too wide for the tilted forms: log-softmax directly
+                kl_w, tv_w = direct_stats(*whole(idx))
+                out["kl"][h, i + idx] = kl_w
+                out["tv"][h, i + idx] = tv_w
+            if rank:
+                la, lb = _two_rows(s, c, w, alpha_a, alpha_b, buf_d[:r])
+                out["rho"][sl] = spearman_rows(la, lb)
             if bar is not None:
                 bar.update(1)
 
@@ -365,6 +448,11 @@ def compare(
     is :math:`\Delta_i` in exact arithmetic.  Every other pair takes ``"two_products"``: each kind's own
     operands and finishing (:class:`hypviz.attention.kernels.Operands`), one product per map and block.
 
+    *The fused path.*  On the CPU, from :math:`2^{24}` logits per map, ``"one_product"`` becomes ``"fused"``
+    where a C++ compiler is found: each block's statistics in one kernel compiled at first use
+    (:mod:`hypviz.attention.fused_stats`: a few passes over each row while it is in cache, the sums in double),
+    the same formulas as the eager statistics, which stay the reference (``plan.with_path("one_product")``).
+
     *The statistics.*  With :math:`x_j = \log P_{a,j} - \log P_{b,j}` centred under :math:`P_b`,
 
     .. math::
@@ -489,7 +577,7 @@ def plan_compare(
             q = q.index_select(-2, row_index.to(q.device))
     n, m = q.shape[-2], kk.shape[-2]
     itemsize = q.element_size()
-    block_reason = "block_rows given"
+    block_reason, automatic = "block_rows given", block_rows is None
     if block_rows is None:
         block_rows = _block_rows_for(m, itemsize, memory_budget, dev)
         block_reason = ("from memory_budget" if memory_budget is not None else
@@ -497,6 +585,7 @@ def plan_compare(
                         "cache-sized on the CPU (the L2 of the threads sharing each pass)")
     rows = min(block_rows, n)
     heads = math.prod(batch)
+    spearman = m <= _SPEARMAN_MAX_KEYS if spearman is None else spearman
 
     kernel = kernel_for(kind_a)
     bare = [kd.kernel for kd in (kind_a, kind_b) if not kernel_for(kd).has_operands()]
@@ -506,6 +595,19 @@ def plan_compare(
     elif kernel is kernel_for(kind_b) and kernel.shares_product(kind_a, kind_b):
         path, reason = "one_product", (f"{a!r} and {b!r} share one product per row block (their kernel {kind_a.kernel!r}: "
                                        "the second map's logits are a rank-one update of the first's)")
+        if n * m < _FUSED_MIN_LOGITS:
+            reason += f"; the statistics eager (fewer than 2^{_FUSED_MIN_LOGITS.bit_length() - 1} logits per map)"
+        else:
+            fused, why = fused_availability(q.dtype, dev)
+            if fused:
+                path, reason = "fused", reason + f"; each block's statistics in one fused kernel ({why})"
+                if automatic and dev.type == "cpu":  # the kernel keeps each row in cache: the rows serve the product
+                    budget = _DEFAULT_BUDGET if memory_budget is None else memory_budget
+                    rows = min(n, _FUSED_MAX_ROWS, max(1, budget // ((1 + spearman) * m * itemsize)))
+                    block_reason = (f"the product's rows for the fused kernel: {1 + spearman} buffer(s) in "
+                                    f"{'memory_budget' if memory_budget else '256 MiB'}, at most {_FUSED_MAX_ROWS} rows")
+            else:
+                reason += f"; the statistics eager ({why})"
     elif kernel is kernel_for(kind_b):
         path, reason = "two_products", (f"{a!r} and {b!r} do not share one product (their kernel {kind_a.kernel!r} says "
                                         "so): one product per map and block")
@@ -513,12 +615,12 @@ def plan_compare(
         path, reason = "two_products", (f"{a!r} and {b!r} have different kernels ({kind_a.kernel!r}, {kind_b.kernel!r}): "
                                         "one product per map and block")
     route = Plan(path=path, reason=reason, block_rows=rows, n_blocks=heads * math.ceil(n / rows),
-                 memory_budget=3 * rows * m * itemsize, block_reason=block_reason,
+                 memory_budget=((1 + spearman) if path == "fused" else 3) * rows * m * itemsize, block_reason=block_reason,
                  sampled_rows=None if row_index is None else n)
     return ComparePlan(
         a=kind_a, b=kind_b, q=flatten_batch(q, batch), keys=flatten_batch(kk, batch), values=v, batch=batch, k=kf,
         temperature=temperature, options=opts, device=dev, topk=min(topk, m),
-        spearman=m <= _SPEARMAN_MAX_KEYS if spearman is None else spearman, half=half, home=q.device,
+        spearman=spearman, half=half, home=q.device,
         n_total=n_total, row_index=row_index, progress=progress, plan=route)
 
 
@@ -552,7 +654,7 @@ def run_compare(plan: ComparePlan) -> Comparison:
     qf, kfl, v, batch, kf, tau, opts, dev = plan.q, plan.keys, plan.values, plan.batch, plan.k, plan.temperature, plan.options, plan.device
     heads, n, m = qf.shape[0], qf.shape[-2], kfl.shape[-2]
     dtype, rows, t_k, rank = qf.dtype, plan.plan.block_rows, plan.topk, plan.spearman
-    shared = plan.plan.path == "one_product"
+    shared = plan.plan.path in ("one_product", "fused")
     if shared:
         kernel = kernel_for(kind_a)
         sh, alphas = kernel.shared(kind_a, kind_b, qf, kfl, k=kf, temperature=tau)
@@ -587,9 +689,10 @@ def run_compare(plan: ComparePlan) -> Comparison:
     names = ("kl", "tv", "gap", "overlap", "ra", "ea", "rb", "eb", "ua", "ub", "pa", "pb") + (("rho",) if rank else ())
     out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
     top1 = torch.empty(heads, n, dtype=torch.bool, device=dev)
+    fused = plan.plan.path == "fused"  # one buffer (two for Spearman)
     buf_a = torch.empty(rows, m, dtype=dtype, device=dev)
-    buf_b = torch.empty(rows, m, dtype=dtype, device=dev)
-    buf_c = torch.empty(rows, m, dtype=dtype, device=dev)
+    buf_b = torch.empty(rows if not fused or rank else 0, m, dtype=dtype, device=dev)
+    buf_c = torch.empty(rows if not fused else 0, m, dtype=dtype, device=dev)
     tol_a, tol_b = (2.0 * err_a).to(dev), (2.0 * err_b).to(dev)
 
     n_blocks = plan.plan.n_blocks
@@ -603,7 +706,8 @@ def run_compare(plan: ComparePlan) -> Comparison:
         bar = tqdm(total=n_blocks, desc=f"compare {a} vs {b}", unit="block", leave=False, file=sys.stderr)
     try:
         if shared:
-            _shared_blocks(sh, alphas, n, rows, t_k, rank, (tol_a, tol_b), out, top1, (buf_a, buf_b, buf_c), dev, bar)
+            blocks = _fused_blocks if plan.plan.path == "fused" else _shared_blocks
+            blocks(sh, alphas, n, rows, t_k, rank, (tol_a, tol_b), out, top1, (buf_a, buf_b, buf_c), dev, bar)
         else:
             for h in range(heads):
                 ba_t = ka.B[h].to(dev).transpose(0, 1)

@@ -1,0 +1,388 @@
+/* The statistics of one row block of compare()'s one-product path, fused: hypviz/attention/fused_stats.py.
+ *
+ * Per row i of a block S (rows x M, contiguous) with c_i, w_j and the two kinds' alpha_a, alpha_b:
+ *   l_a,ij = S_ij - alpha_a c_i w_j,   l_b,ij = S_ij - alpha_b c_i w_j.
+ * Four passes over a row while it is in cache (OpenMP threads take rows one at a time), each a vectorised loop:
+ *   1. the maxima of l_a and l_b by chunks (the chunk maxima locate the top k);
+ *   2. e_b = exp(l_b - max l_b) (kept), Z_b and sum_j e_b,j w_j;
+ *   3. with x_j = (alpha_b - alpha_a) c_i (w_j - E_Pb w) (log P_a - log P_b up to a constant, centred under
+ *      P_b): expm1(x_j) (kept), sum_j e_b,j x_j, sum_j e_b,j expm1(x_j) and Z_a = K sum_j e_b,j e^{x_j}, since
+ *      e_a,j = exp(l_a,j - max l_a) = K e_b,j e^{x_j} with K = exp((alpha_b - alpha_a) c_i E_Pb w + max l_b - max l_a);
+ *   4. sum_j |e_a,j - Z_a / M|, sum_j |e_b,j - Z_b / M| (the uniform baselines) and sum_j e_b,j |expm1(x_j) - m1|
+ *      (the tilted TV).
+ * Two exponentials per logit.  Rows whose logit gap is wider than max_gap take e_a directly instead.
+ * Positive sums in T over blocks of 512 terms, added in double; the signed moments in double.  Rows the kernel leaves to the caller are flagged:
+ *   bit 0: the logit gap exceeds max_gap (KL and TV from log-softmax by the caller; NaN here);
+ *   bit 1 / bit 2: map a's / b's baseline on a near-uniform row whose centred logits span more than max_gap.
+ */
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+/* e^x in float, about 1 ulp on [-87, 88], 0 below -87 (Cody-Waite reduction, Cephes' polynomial); branch-free */
+inline float exp_f(float x) {
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    float t = xc * 1.44269504088896341f + 12582912.0f; /* round to nearest by the 1.5 * 2^23 shift */
+    int32_t ti;
+    memcpy(&ti, &t, 4);
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = (ti - 0x4B400000 + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    float y = p * scale;
+    return x < -87.0f ? 0.0f : y;
+}
+
+/* e^x - 1 in float without cancellation, for |x| <= 87: x = n ln 2 + r, |r| <= ln(2) / 2, expm1(r) by its Taylor
+ * series to r^8 (relative error below 2e-8), then 2^n expm1(r) + (2^n - 1), exact for n = 0 */
+inline float expm1_f(float x) {
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    int32_t ti;
+    memcpy(&ti, &t, 4);
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 2.48015873e-5f;
+    p = p * r + 1.98412698e-4f;
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r * r + r;
+    int32_t bits = (ti - 0x4B400000 + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    return scale * p + (scale - 1.0f);
+}
+
+inline float exp_t(float x) { return exp_f(x); }
+inline double exp_t(double x) { return exp(x); }
+inline float expm1_t(float x) { return expm1_f(x); }
+inline double expm1_t(double x) { return expm1(x); }
+
+template <class T>
+void chunk_max(const T *__restrict s, const T *__restrict w, T cwa, T cwb, int64_t n, T *xa_out, T *xb_out) {
+    T xa = -INFINITY, xb = -INFINITY;
+#pragma omp simd reduction(max : xa, xb)
+    for (int64_t j = 0; j < n; j++) {
+        T a = s[j] - cwa * w[j], b = s[j] - cwb * w[j];
+        xa = a > xa ? a : xa;
+        xb = b > xb ? b : xb;
+    }
+    *xa_out = xa;
+    *xb_out = xb;
+}
+
+/* Positive sums: T accumulators over blocks of BLOCK terms (16 to 32 terms per vector lane), the blocks added in
+ * double (relative error at most about 32 eps of T, typically a few); the signed tilted moments in double. */
+constexpr int64_t BLOCK = 512;
+
+template <class T>
+double exps(const T *__restrict s, const T *__restrict w, T cw, T mx, int64_t m, T *__restrict e) {
+    double z = 0.0;
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T zp = 0;
+#pragma omp simd reduction(+ : zp)
+        for (int64_t j = j0; j < j1; j++) {
+            T v = exp_t((s[j] - cw * w[j]) - mx);
+            e[j] = v;
+            zp += v;
+        }
+        z += (double)zp;
+    }
+    return z;
+}
+
+/* e_j = exp(s_j - cw w_j - mx) kept; returns sum_j e_j and sum_j e_j w_j */
+template <class T>
+void exps_w(const T *__restrict s, const T *__restrict w, T cw, T mx, int64_t m, T *__restrict e, double *z_out,
+            double *zw_out) {
+    double z = 0.0, zw = 0.0;
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T zp = 0, zwp = 0;
+#pragma omp simd reduction(+ : zp, zwp)
+        for (int64_t j = j0; j < j1; j++) {
+            T v = exp_t((s[j] - cw * w[j]) - mx);
+            e[j] = v;
+            zp += v;
+            zwp += v * w[j];
+        }
+        z += (double)zp;
+        zw += (double)zwp;
+    }
+    *z_out = z;
+    *zw_out = zw;
+}
+
+template <class T>
+double abs_dev(const T *__restrict e, T mean, int64_t m) {
+    double z = 0.0;
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T zp = 0;
+#pragma omp simd reduction(+ : zp)
+        for (int64_t j = j0; j < j1; j++) {
+            T d = e[j] - mean;
+            zp += d < 0 ? -d : d;
+        }
+        z += (double)zp;
+    }
+    return z;
+}
+
+/* x_j = scw (w_j - wb), expm1(x_j) kept; sum_j e_b,j x_j, sum_j e_b,j expm1(x_j) (double) and sum_j e_b,j e^{x_j} */
+template <class T>
+void tilt(const T *__restrict w, const T *__restrict eb, T wb, T scw, int64_t m, T *__restrict ex, double *s1_out,
+          double *m1_out, double *za_out) {
+    double s1 = 0.0, m1 = 0.0, za = 0.0;
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T zp = 0;
+#pragma omp simd reduction(+ : s1, m1, zp)
+        for (int64_t j = j0; j < j1; j++) {
+            T x = scw * (w[j] - wb);
+            T e = expm1_t(x);
+            T be = eb[j] * e;
+            ex[j] = e;
+            s1 += (double)(eb[j] * x);
+            m1 += (double)be;
+            zp += eb[j] + be;
+        }
+        za += (double)zp;
+    }
+    *s1_out = s1;
+    *m1_out = m1;
+    *za_out = za;
+}
+
+/* with e_a,j = kk e_b,j e^{x_j}: sum_j |e_a,j - mean_a|, sum_j |e_b,j - mean_b| and sum_j e_b,j |expm1(x_j) - m1| */
+template <class T>
+void deviations(const T *__restrict eb, const T *__restrict ex, T kk, T mean_a, T mean_b, T m1, int64_t m, bool with_a,
+                double *da_out, double *db_out, double *dev_out) {
+    double da = 0.0, db = 0.0, dev = 0.0;
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T dap = 0, dbp = 0, devp = 0;
+#pragma omp simd reduction(+ : dap, dbp, devp)
+        for (int64_t j = j0; j < j1; j++) {
+            T b = eb[j], e = ex[j];
+            T a = kk * (b + b * e) - mean_a;
+            T d = b - mean_b, t = e - m1;
+            dap += a < 0 ? -a : a;
+            dbp += d < 0 ? -d : d;
+            devp += b * (t < 0 ? -t : t);
+        }
+        da += (double)dap;
+        db += (double)dbp;
+        dev += (double)devp;
+    }
+    *da_out = with_a ? da : 0.0;
+    *db_out = db;
+    *dev_out = dev;
+}
+
+/* keep the k largest (v, i) in descending order; among ties the first pushed */
+inline void push_top(double *v, int64_t *idx, int64_t *cnt, int64_t k, double x, int64_t i) {
+    if (*cnt == k && !(x > v[k - 1])) return;
+    int64_t p = *cnt < k ? (*cnt)++ : k - 1;
+    while (p > 0 && x > v[p - 1]) {
+        v[p] = v[p - 1];
+        idx[p] = idx[p - 1];
+        p--;
+    }
+    v[p] = x;
+    idx[p] = i;
+}
+
+/* the top k of l_j = s_j - cw w_j: only the k chunks with the largest maxima (and the tail) hold them */
+template <class T>
+void top_k(const T *s, const T *w, T cw, int64_t m, int64_t k, int64_t chunk, const T *cmax, int64_t n_chunks,
+           double *v, int64_t *idx, double *cv, int64_t *ci) {
+    int64_t cnt = 0;
+    if (n_chunks < 4 * k) {
+        for (int64_t j = 0; j < m; j++) push_top(v, idx, &cnt, k, (double)(s[j] - cw * w[j]), j);
+        return;
+    }
+    int64_t cc = 0;
+    for (int64_t q = 0; q < n_chunks; q++) push_top(cv, ci, &cc, k, (double)cmax[q], q);
+    for (int64_t t = 0; t < k; t++)
+        for (int64_t j = ci[t] * chunk; j < (ci[t] + 1) * chunk; j++) push_top(v, idx, &cnt, k, (double)(s[j] - cw * w[j]), j);
+    for (int64_t j = n_chunks * chunk; j < m; j++) push_top(v, idx, &cnt, k, (double)(s[j] - cw * w[j]), j);
+    for (int64_t t = 1; t < k; t++) /* ties across chunks: the earliest index first, as a scan of the row gives */
+        for (int64_t p = t; p > 0 && v[p] == v[p - 1] && idx[p] < idx[p - 1]; p--) {
+            double tv = v[p];
+            v[p] = v[p - 1];
+            v[p - 1] = tv;
+            int64_t ti = idx[p];
+            idx[p] = idx[p - 1];
+            idx[p - 1] = ti;
+        }
+}
+
+/* TV(softmax(l), U) and M max P of a near-uniform row without cancellation: u = l - mean l (tv_uniform); 1 if too wide */
+template <class T>
+int uniform_row(const T *s, const T *w, T cw, int64_t m, double max_gap, double *tv_out, double *peak_out) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < m; j++) sum += (double)(s[j] - cw * w[j]);
+    T mean = (T)(sum / (double)m);
+    T umax = -INFINITY, umin = INFINITY;
+    double se = 0.0;
+    for (int64_t j = 0; j < m; j++) {
+        T u = (s[j] - cw * w[j]) - mean;
+        umax = u > umax ? u : umax;
+        umin = u < umin ? u : umin;
+        se += (double)expm1_t(u);
+    }
+    if ((double)umax - (double)umin > max_gap) return 1;
+    double me = se / (double)m, sa = 0.0;
+    for (int64_t j = 0; j < m; j++) sa += fabs((double)expm1_t((T)((s[j] - cw * w[j]) - mean)) - me);
+    *peak_out = exp((double)umax) / (1.0 + me);
+    *tv_out = 0.5 * (sa / (double)m) / (1.0 + me);
+    return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+typedef struct {
+    const void *s, *c, *w, *tol_a, *tol_b, *gap;
+    double alpha_a, alpha_b, small, max_gap;
+    int64_t rows, m, k, chunk;
+    double *va, *vb, *a_at_ib, *b_at_ia, *ua, *ub, *peak_a, *peak_b, *kl, *tv;
+    int64_t *ia, *ib;
+    int32_t *flags;
+    int status;
+} job_t;
+
+}
+
+namespace {
+
+template <class T>
+void rows(job_t *jb) {
+    const int64_t m = jb->m, k = jb->k, chunk = jb->chunk, n_chunks = m / chunk;
+    const size_t bytes = ((m * sizeof(T) + 63) / 64) * 64;
+    T *ea = (T *)aligned_alloc(64, bytes), *eb = (T *)aligned_alloc(64, bytes);
+    T *cma = (T *)malloc((n_chunks + 1) * sizeof(T)), *cmb = (T *)malloc((n_chunks + 1) * sizeof(T));
+    double *cv = (double *)malloc(k * sizeof(double));
+    int64_t *ci = (int64_t *)malloc(k * sizeof(int64_t));
+    const bool ok = ea && eb && cma && cmb && cv && ci;
+    {  /* every thread of the team meets the loop; one without its scratch takes no rows' work, says so */
+        const T *w = (const T *)jb->w;
+        const T sgn = (T)(jb->alpha_b - jb->alpha_a);
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t i = 0; i < jb->rows; i++) {
+            if (!ok) {
+                jb->status = 1;
+                continue;
+            }
+            const T *s = (const T *)jb->s + i * m;
+            const T c = ((const T *)jb->c)[i];
+            const T cwa = (T)jb->alpha_a * c, cwb = (T)jb->alpha_b * c;
+            const bool small_a = (double)((const T *)jb->tol_a)[i] < jb->small;
+            const bool small_b = (double)((const T *)jb->tol_b)[i] < jb->small;
+            const bool wide = (double)((const T *)jb->gap)[i] > jb->max_gap;
+            int32_t flags = wide ? 1 : 0;
+            T ma = -INFINITY, mb = -INFINITY;
+            for (int64_t q = 0; q <= n_chunks; q++) {
+                int64_t j0 = q * chunk, j1 = q < n_chunks ? j0 + chunk : m;
+                chunk_max(s + j0, w + j0, cwa, cwb, j1 - j0, cma + q, cmb + q);
+                ma = cma[q] > ma ? cma[q] : ma;
+                mb = cmb[q] > mb ? cmb[q] : mb;
+            }
+            double *va = jb->va + i * k, *vb = jb->vb + i * k;
+            int64_t *ia = jb->ia + i * k, *ib = jb->ib + i * k;
+            top_k(s, w, cwa, m, k, chunk, cma, n_chunks, va, ia, cv, ci);
+            top_k(s, w, cwb, m, k, chunk, cmb, n_chunks, vb, ib, cv, ci);
+            for (int64_t t = 0; t < k; t++) {
+                jb->a_at_ib[i * k + t] = (double)(s[ib[t]] - cwa * w[ib[t]]);
+                jb->b_at_ia[i * k + t] = (double)(s[ia[t]] - cwb * w[ia[t]]);
+            }
+            double zb, zw;
+            exps_w(s, w, cwb, mb, m, eb, &zb, &zw);
+            const T mean_b = (T)(zb / (double)m);
+            if (small_b) {
+                if (uniform_row(s, w, cwb, m, jb->max_gap, jb->ub + i, jb->peak_b + i)) flags |= 4;
+            } else {
+                jb->peak_b[i] = (double)m / zb;
+            }
+            if (small_a && uniform_row(s, w, cwa, m, jb->max_gap, jb->ua + i, jb->peak_a + i)) flags |= 2;
+            if (!wide) {
+                /* e_a,j = e_b,j e^{x_j} kk: la - lb = sgn c w = x + sgn c wb, so kk = exp(sgn c wb + mb - ma) */
+                const double wb = zw / zb;
+                double s1, m1, za;
+                tilt(w, eb, (T)wb, sgn * c, m, ea, &s1, &m1, &za);
+                const double kk = exp((double)sgn * (double)c * (double)(T)wb + (double)mb - (double)ma);
+                za *= kk;
+                s1 /= zb;
+                m1 /= zb;
+                double da, db, dev;
+                deviations(eb, ea, (T)kk, (T)(za / (double)m), mean_b, (T)m1, m, !small_a, &da, &db, &dev);
+                const double kl = log1p(m1) - s1;
+                jb->kl[i] = kl > 0.0 ? kl : 0.0;
+                jb->tv[i] = 0.5 * (dev / zb) / (1.0 + m1);
+                if (!small_b) jb->ub[i] = 0.5 * db / zb;
+                if (!small_a) {
+                    jb->ua[i] = 0.5 * da / za;
+                    jb->peak_a[i] = (double)m / za;
+                }
+            } else {
+                jb->kl[i] = NAN;
+                jb->tv[i] = NAN;
+                if (!small_b) jb->ub[i] = 0.5 * abs_dev(eb, mean_b, m) / zb;
+                if (!small_a) {
+                    const double za = exps(s, w, cwa, ma, m, ea);
+                    jb->ua[i] = 0.5 * abs_dev(ea, (T)(za / (double)m), m) / za;
+                    jb->peak_a[i] = (double)m / za;
+                }
+            }
+            jb->flags[i] = flags;
+        }
+    }
+    free(ea);
+    free(eb);
+    free(cma);
+    free(cmb);
+    free(cv);
+    free(ci);
+}
+
+}  // namespace
+
+/* The block's rows shared by `threads` OpenMP threads (torch's own runtime where it is loaded), taken one at a
+ * time (no thread idles at the end while another finishes a share); 0 on success. */
+extern "C" int hypviz_shared_rows(int is_double, int threads, const job_t *proto) {
+    if (threads < 1) threads = 1;
+    int status = 0;
+#pragma omp parallel num_threads(threads) reduction(| : status)
+    {
+        job_t job = *proto;
+        job.status = 0;
+        if (is_double)
+            rows<double>(&job);
+        else
+            rows<float>(&job);
+        status |= job.status;
+    }
+    return status;
+}
