@@ -146,10 +146,10 @@ def test_float32_at_large_norms_no_nan_no_negative_weight(r):
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(top=()), "top must be a non-empty sequence of positive integers"),
-    (dict(top=(0, 16)), "top must be a non-empty sequence of positive integers"),
-    (dict(top="16"), "top must be a non-empty sequence of positive integers"),
-    (dict(top=(16.0,)), "top must be a non-empty sequence of positive integers"),
+    (dict(top=()), "top must be a non-empty sequence of non-negative integers"),
+    (dict(top=(-1, 16)), "top must be a non-empty sequence of non-negative integers"),
+    (dict(top="16"), "top must be a non-empty sequence of non-negative integers"),
+    (dict(top=(16.0,)), "top must be a non-empty sequence of non-negative integers"),
     (dict(tol=0.0), "tol must be a positive finite number"),
     (dict(samples=0), "samples must be a positive integer"),
     (dict(seed=-1), "seed must be an integer from 0"),
