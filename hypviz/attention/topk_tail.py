@@ -75,7 +75,7 @@ from hypviz.base import validate
 from hypviz.base.kinds import Kind
 from hypviz.lorentz import distance_operands, lift
 
-__all__ = ["LEVELS", "SEARCHES", "MARGIN", "TOL", "SAMPLES", "TopkTail", "distance_topk_attention", "TopkOperands", "TopkTailKernel"]
+__all__ = ["LEVELS", "SEARCHES", "MARGIN", "TOL", "SAMPLES", "TAIL_SAMPLES", "TopkTail", "distance_topk_attention", "TopkOperands", "TopkTailKernel"]
 
 ArrayLike = Any
 
@@ -89,6 +89,8 @@ MARGIN = 1e-3
 TOL = 0.05
 #: The default number of sampled keys (for the fit, and as many again for the error estimate).
 SAMPLES = 64
+#: The tail-only level samples this many times ``samples`` keys (for its fit, and as many again for its estimate).
+TAIL_SAMPLES = 4
 
 _BLOCK_ELEMENTS = 2**22  # elements of one block of logits (rows x keys)
 _EXACT_BLOCK_ELEMENTS = 2**24  # exact search: elements of one block of logits (rows x keys), computed once
@@ -99,10 +101,12 @@ _INDEX_KEYS_PER_TOP = 16  # fewer keys than this times K: exact search (search_t
 class TopkTail(NamedTuple):
     r"""The result of :func:`distance_topk_attention`.
 
-    ``output``, ``(..., N, d_v + 1)`` points (``None`` without values); ``weights``, ``(..., N, k_max)``
-    the normalised weights :math:`\hat P_{ij}` of each row's top keys, strongest first (0 where a row has
-    fewer than ``k_max``); ``indices``, ``(..., N, k_max)`` those keys (-1 where padded); ``top_counts``,
-    ``(..., N)`` :math:`k_i`; ``tail_mass``, ``(..., N)`` the tail's share :math:`\sum_{j \notin T_i} \hat P_{ij}`;
+    ``output``, ``(..., N, d_v + 1)`` points (``None`` without values); ``weights``, ``(T,)`` the normalised
+    weights :math:`\hat P_{ij}` of every row's top keys, row after row (the rows of ``(..., N)`` in order), each
+    row's strongest first, :math:`T = \sum_i k_i`; ``indices``, ``(T,)`` those keys; ``offsets``, ``(..., N)``
+    where each row's entries start (row :math:`i`'s are ``offsets[i] : offsets[i] + top_counts[i]``; a flat
+    layout, since a few rows with many top keys would make a padded array of ``N x max k_i`` entries);
+    ``top_counts``, ``(..., N)`` :math:`k_i` (0 for a row weighted by the tail alone); ``tail_mass``, ``(..., N)`` the tail's share :math:`\sum_{j \notin T_i} \hat P_{ij}`;
     ``row_error``, ``(..., N)`` :math:`\hat\varepsilon_i`, the estimate of :math:`\mathrm{TV}(\hat P_i, P_i)`
     (see the module); ``row_baseline``, ``(..., N)`` the estimate of :math:`\mathrm{TV}(\hat P_i, U)`;
     ``met``, ``(..., N)`` whether ``row_error <= tol * row_baseline``; ``cut``, ``(..., N, 3)``
@@ -116,14 +120,17 @@ class TopkTail(NamedTuple):
     >>> from hypviz import data
     >>> from hypviz.attention import distance_topk_attention
     >>> q, keys = data.wrapped_normal(8, 4, 0.5, seed=0), data.wrapped_normal(300, 4, 0.5, seed=1)
-    >>> res = distance_topk_attention(q, keys, temperature=1.0)
-    >>> res.weights.shape, res.search
-    (torch.Size([8, 256]), 'exact')
+    >>> res = distance_topk_attention(q, keys, temperature=4.0)
+    >>> res.top_counts.tolist(), res.weights.shape, res.search
+    ([64, 0, 256, 16, 0, 0, 16, 64], torch.Size([416]), 'exact')
+    >>> res.padded()[0].shape  # (..., N, max k_i)
+    torch.Size([8, 256])
     """
 
     output: torch.Tensor | None
     weights: torch.Tensor
     indices: torch.Tensor
+    offsets: torch.Tensor
     top_counts: torch.Tensor
     tail_mass: torch.Tensor
     row_error: torch.Tensor
@@ -133,6 +140,18 @@ class TopkTail(NamedTuple):
     search: str
     recall: float
     temperature: float
+
+    def padded(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``weights`` and ``indices`` as ``(..., N, max k_i)`` arrays, each row's entries first (weight 0 and index -1 after)."""
+        counts = self.top_counts.reshape(-1)
+        width = int(counts.max()) if counts.numel() else 0
+        pos = torch.arange(width, device=counts.device)
+        valid = pos < counts.unsqueeze(-1)
+        at = (self.offsets.reshape(-1).unsqueeze(-1) + pos).clamp_max(max(0, self.weights.numel() - 1))
+        w = torch.where(valid, self.weights[at] if self.weights.numel() else torch.zeros_like(at, dtype=self.weights.dtype),
+                        torch.zeros((), dtype=self.weights.dtype, device=counts.device))
+        i = torch.where(valid, self.indices[at] if self.indices.numel() else torch.zeros_like(at), -1)
+        return w.reshape(*self.top_counts.shape, width), i.reshape(*self.top_counts.shape, width)
 
 
 # --------------------------------------------------------------------------- #
@@ -417,9 +436,11 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
     if levels[0] == 0:  # the tail alone, no search
         levels = levels[1:]
         left = []
-        bf, be_ = b[s_fit].double() - st.bbar, b[s_est].double() - st.bbar
-        if be_.shape[0] == 0:  # fewer than 2 x samples keys: the fit sample stands in
-            be_ = bf
+        wide = TAIL_SAMPLES * samples  # the level is cheap per key sampled: more keys, a closer fit and estimate
+        if m <= 2 * wide:  # few keys: every key in the fit, and the estimate exact
+            bf = be_ = b.double() - st.bbar
+        else:
+            bf, be_ = b[perm[:wide]].double() - st.bbar, b[perm[wide : 2 * wide]].double() - st.bbar
         for i0 in range(0, n, _TAIL_ROWS):
             rows = todo[i0 : i0 + _TAIL_ROWS]
             a64, ms, sqr = stats(rows)
@@ -692,9 +713,10 @@ def distance_topk_attention(
             measured = min(f.recall for f in found)
         else:
             used, measured = "exact", 1.0
-        kmax = max(int(p.top.max()) for p in plans) if n else 0
-        weights = torch.zeros(heads, n, kmax, dtype=dt, device=dev)
-        indices = torch.full((heads, n, kmax), -1, dtype=torch.long, device=dev)
+        counts = torch.stack([p.top for p in plans]) if plans else torch.zeros(heads, n, dtype=torch.long, device=dev)
+        offsets = (torch.cumsum(counts.reshape(-1), 0) - counts.reshape(-1)).reshape(heads, n)
+        weights = torch.zeros(int(counts.sum()), dtype=dt, device=dev)
+        indices = torch.zeros(int(counts.sum()), dtype=torch.long, device=dev)
         tail_mass = torch.zeros(heads, n, dtype=dt, device=dev)
         out = None
         if vf is not None:
@@ -730,8 +752,8 @@ def distance_topk_attention(
                 else:
                     tail = (m * (1.0 + delta * (bh + gh * delta)) + gh * sq[rows] - p_top.sum(-1)).clamp_min(0.0)
                 zhat = top_w.sum(-1) + rho * tail
-                weights[h, rows, :kr] = (top_w / zhat.unsqueeze(-1)).to(dt)
-                indices[h, rows, :kr] = ti
+                at = offsets[h, rows].unsqueeze(-1) + torch.arange(kr, device=dev)
+                weights[at], indices[at] = (top_w / zhat.unsqueeze(-1)).to(dt), ti
                 tail_mass[h, rows] = (rho * tail / zhat).to(dt)
                 if vf is None:
                     continue
@@ -761,8 +783,9 @@ def distance_topk_attention(
     stack = lambda name: torch.stack([getattr(p, name) for p in plans]) if plans else torch.zeros(heads, n)  # noqa: E731
     return TopkTail(
         output=None if out is None else back(out),
-        weights=back(weights),
-        indices=back(indices),
+        weights=weights,
+        indices=indices,
+        offsets=back(offsets),
         top_counts=back(stack("top")),
         tail_mass=back(tail_mass),
         row_error=back(stack("error").to(dt)),
