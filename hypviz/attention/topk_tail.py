@@ -55,6 +55,20 @@ same strata (``row_baseline``).  Each row takes the smallest :math:`k` of ``top`
 ``top`` (:math:`4k` after the last); a row that meets it at no entry keeps the last and is marked
 (``met`` false).  An entry of ``top`` at least :math:`M` means every key exact.
 
+**The tail alone, no search** (:math:`k = 0`).  The entry 0 of ``top`` (the first of :data:`LEVELS`) is tried
+first for every row: no top keys, every key weighted by a quadratic in the centred logit,
+:math:`q_i(y) = \alpha_i + \beta_i y + \gamma_i y^2`, fitted by least squares to :math:`e^{y - y_0}` on
+:data:`TAIL_SAMPLES` :math:`\times` ``samples`` sampled keys (every key when :math:`M` is at most twice that).  Its cut is
+:math:`t_i = \bar s_i + D_i`, :math:`D_i = \|a_i\| \max_j \|b'_j\|`, which no logit exceeds (Cauchy-Schwarz:
+:math:`y_{ij} \le D_i`), and its polynomial :math:`p_i(u) = q_i(u + D_i)/q_i(D_i)`, kept positive on all of
+:math:`\mathbb R`: :math:`\gamma_i \ge 0` and :math:`\beta_i^2 \le 4\gamma_i(1 - \eta)` in the cut's form, so
+:math:`p_i \ge \eta` everywhere (a fit outside that set is replaced by the constant, the uniform row).  The estimate
+is the same bound over all keys from as many other sampled keys,
+:math:`\hat\varepsilon_i = \frac{M}{n} \sum_{j \in S_i} |q_i(y_j) - e^{y_j - y_0}| \big/ \sum_l q_i(y_l)`, with
+:math:`\sum_l q_i(y_l) = M\alpha_i + \gamma_i \sum_l y_l^2` exact from the key sums.  A row decided there costs
+:math:`O(c^2 d_v)` beyond the key sums; the others go on to the searched levels, whose search runs once per
+block of rows (an exact block's logits computed once, every level read from them).
+
 **Where it cannot be accurate.**  When a row's weight is spread over more keys than the largest
 :math:`k` while varying faster than a quadratic can follow (Gaussian keys at :math:`r^2/\tau \approx 12.5`,
 whose significant keys grow in proportion to :math:`M`), no entry meets the bar and the row says so.
@@ -640,7 +654,8 @@ def distance_topk_attention(
     temperature : float, optional
         :math:`\tau`, default :math:`\sqrt d`.
     top : sequence of int
-        The numbers of exact keys a row may take (:data:`LEVELS`); one at least :math:`M` makes every key exact.
+        The numbers of exact keys a row may take (:data:`LEVELS`); 0 is the tail alone (no search), one at least
+        :math:`M` makes every key exact.
     tol : float
         The target :math:`\hat\varepsilon_i \le \mathrm{tol}\cdot\mathrm{TV}(\hat P_i, U)` (:data:`TOL`).
     samples : int
