@@ -93,7 +93,7 @@ __all__ = ["LEVELS", "SEARCHES", "MARGIN", "TOL", "SAMPLES", "TAIL_SAMPLES", "To
 
 ArrayLike = Any
 
-#: The default numbers of exact keys a row may take, smallest first (0: the tail alone, no search).
+#: The default numbers of exact keys a row may take, smallest first (0 is the tail alone, with no search).
 LEVELS: tuple[int, ...] = (0, 16, 64, 256, 1024, 4096)
 #: The top-key searches.
 SEARCHES: tuple[str, ...] = ("exact", "index", "auto")
