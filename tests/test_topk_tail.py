@@ -187,3 +187,28 @@ def test_the_index_search_reports_its_method_and_recall():
     assert bool((res.indices >= 0).all()) and float((0.5 * (found - w).abs().sum(-1)).mean()) <= 0.25 * base
     auto = att.distance_topk_attention(q, kk, temperature=tau, top=(16,), search="auto")
     assert auto.search == res.search
+
+
+def test_the_tail_alone_needs_no_search_stays_positive_and_estimates_its_error():
+    q, kk = data.lifted_gaussian(64, 16, 1.5, seed=7), data.lifted_gaussian(3000, 16, 1.5, seed=8)
+    v = data.lifted_gaussian(3000, 4, 1.0, seed=9)
+    tau = 4.0
+    res = att.distance_topk_attention(q, kk, v, temperature=tau, top=(0,), search="auto")
+    assert bool((res.top_counts == 0).all()) and res.weights.numel() == 0 and res.search == "exact"  # no search ran
+    s = _logits(q, kk, tau)
+    t, beta, gamma = res.cut.unbind(-1)
+    assert bool((t >= s.amax(-1) - 1e-9).all())  # the cut: no logit above it (Cauchy-Schwarz)
+    assert bool((gamma >= 0).all()) and bool((beta * beta <= 4 * gamma * (1 - 1e-3) + 1e-15).all())  # p >= eta on R
+    p = _rebuilt(res, s)
+    assert bool((p > 0).all()) and bool(res.met.all())
+    exact = torch.softmax(s, -1)
+    true = 0.5 * (p - exact).abs().sum(-1)
+    base = 0.5 * (exact - 1 / 3000).abs().sum(-1)
+    assert float(true.mean() / base.mean()) <= 0.02
+    est = res.row_error.double()  # estimated on 256 sampled keys (3000 > 512)
+    assert float((true <= 1.5 * est).double().mean()) >= 0.9 and float((est <= 4.0 * true).double().mean()) >= 0.9
+    m = p @ v  # the output is the centroid of the map's weighted values, through the key sums
+    torch.testing.assert_close(res.output, L.lift(m[:, 1:] / torch.sqrt(m[:, 0] ** 2 - m[:, 1:].square().sum(-1)).unsqueeze(-1)),
+                               rtol=1e-9, atol=1e-10)
+    # the default levels try it first: every row of this smooth set is decided without top keys
+    assert bool((att.distance_topk_attention(q, kk, temperature=tau).top_counts == 0).all())
