@@ -200,7 +200,7 @@ def test_a_fitted_index_answers_later_queries_at_any_top_without_rebuilding():
     assert weak.reason is not None and weak.search(queries[:5]).method == "exact"
 
 
-@pytest.mark.parametrize("m, top", [(50, 7), (20_000, 5), (20_000, 64), (4_100, 4_100)])
+@pytest.mark.parametrize("m, top", [(50, 7), (20_000, 5), (20_000, 64), (100_000, 500), (4_100, 4_100)])
 def test_block_top_is_torch_topk_with_ties_in_index_order(m, top):
     from hypviz.attention.key_search import block_top
 

@@ -86,14 +86,14 @@ def block_top(s: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
     ``torch.topk`` leaves the order of equal entries unspecified; here every entry at least the
     ``top``-th largest is a candidate, candidates are sorted by value (descending, stable) within
     their row, so equal values keep increasing index order, and each row's first ``top`` are kept.
-    For long rows the candidates come from one cheap pass first: the row is cut into chunks of about
-    :math:`\sqrt M` entries, and every entry at least the ``top``-th largest lies in a chunk whose maximum
+    For long rows the candidates come from one cheap pass first: the row is cut into chunks of at most
+    :math:`\sqrt M` entries (fewer when ``top`` is large), and every entry at least the ``top``-th largest lies in a chunk whose maximum
     is at least the ``top``-th largest chunk maximum (``top`` chunks hold all the ``top`` largest entries),
     so only those chunks are searched; a row where more than ``top`` chunk maxima tie at that value is
     searched whole.
     """
     rows, m = s.shape
-    chunk = max(64, int(math.sqrt(m)))
+    chunk = max(16, min(int(math.sqrt(m)), m // (8 * top)))  # about sqrt(M), smaller for a large top: few candidates
     n_chunks = m // chunk
     if n_chunks < 4 * top or rows == 0:
         return _block_top_direct(s, top)
