@@ -198,3 +198,19 @@ def test_a_fitted_index_answers_later_queries_at_any_top_without_rebuilding():
         fit_key_index(queries, keys.expand(2, 2000, 9), 8)
     weak = fit_key_index(queries, _radial(2000, 8, 10.0, g), 8, recall=0.99, sample=64, tries=((1, 16),))
     assert weak.reason is not None and weak.search(queries[:5]).method == "exact"
+
+
+@pytest.mark.parametrize("m, top", [(50, 7), (20_000, 5), (20_000, 64), (100_000, 500), (4_100, 4_100)])
+def test_block_top_is_torch_topk_with_ties_in_index_order(m, top):
+    from hypviz.attention.key_search import block_top
+
+    g = torch.Generator().manual_seed(m + top)
+    s = torch.randint(-40, 0, (6, m), generator=g).double()  # many exact ties, across the cut too
+    s[1] = -1.0  # a row of one value
+    s[2, : m // 2] = torch.rand(m // 2, generator=g, dtype=torch.float64) - 0.5  # ties only below the top
+    s[3] = torch.randn(m, generator=g, dtype=torch.float64)  # no ties: the chunk maxima's pass
+    val, col = block_top(s, top)
+    for i in range(s.shape[0]):  # the reference: sort by (value descending, index ascending)
+        ref = sorted(range(m), key=lambda j: (-float(s[i, j]), j))[:top]
+        assert col[i].tolist() == ref
+        assert bool((val[i] == s[i, ref]).all())

@@ -102,12 +102,17 @@ def test_the_result_is_its_map_applied_to_the_values():
     p = _rebuilt(res, _logits(q, kk, tau))
     # the top keys are the largest logits, their weights the map's
     ref_idx = _logits(q, kk, tau).argsort(-1, descending=True)
+    w, idx = res.padded()
+    assert res.weights.shape == (int(res.top_counts.sum()),) and res.offsets.tolist() == (
+        torch.cumsum(res.top_counts, 0) - res.top_counts).tolist()
     for i in range(q.shape[0]):
         kt = int(res.top_counts[i])
-        assert set(res.indices[i, :kt].tolist()) == set(ref_idx[i, :kt].tolist())
-        assert bool((res.indices[i, kt:] == -1).all()) and bool((res.weights[i, kt:] == 0).all())
-        torch.testing.assert_close(res.weights[i, :kt], p[i, res.indices[i, :kt]], rtol=1e-10, atol=1e-15)
-        torch.testing.assert_close(res.tail_mass[i], 1.0 - p[i, res.indices[i, :kt]].sum(), rtol=1e-8, atol=1e-14)
+        flat = slice(int(res.offsets[i]), int(res.offsets[i]) + kt)
+        assert idx[i, :kt].tolist() == res.indices[flat].tolist() and bool((w[i, :kt] == res.weights[flat]).all())
+        assert set(idx[i, :kt].tolist()) == set(ref_idx[i, :kt].tolist())
+        assert bool((idx[i, kt:] == -1).all()) and bool((w[i, kt:] == 0).all())
+        torch.testing.assert_close(w[i, :kt], p[i, idx[i, :kt]], rtol=1e-10, atol=1e-15)
+        torch.testing.assert_close(res.tail_mass[i], 1.0 - p[i, idx[i, :kt]].sum(), rtol=1e-8, atol=1e-14)
     m = p @ v  # the centroid of the map's weighted values
     ref = L.lift(m[:, 1:] / torch.sqrt(m[:, 0] ** 2 - m[:, 1:].square().sum(-1)).unsqueeze(-1))
     torch.testing.assert_close(res.output, ref, rtol=1e-9, atol=1e-10)
@@ -122,7 +127,7 @@ def test_the_result_is_its_map_applied_to_the_values():
 def test_every_key_exact_when_top_reaches_m():
     q, kk = data.lifted_gaussian((2, 20), 5, 3.0, seed=4), data.lifted_gaussian((2, 50), 5, 3.0, seed=5)
     res = att.distance_topk_attention(q, kk, temperature=1.0, top=(8, 50))
-    assert res.weights.shape[:2] == (2, 20) and res.row_error.shape == (2, 20)
+    assert res.padded()[0].shape[:2] == (2, 20) and res.row_error.shape == (2, 20) and res.offsets.shape == (2, 20)
     s = _logits(q, kk, 1.0)
     exact = res.top_counts == 50
     assert bool(exact.any()) and bool((res.row_error[exact] == 0).all())
@@ -146,10 +151,10 @@ def test_float32_at_large_norms_no_nan_no_negative_weight(r):
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(top=()), "top must be a non-empty sequence of positive integers"),
-    (dict(top=(0, 16)), "top must be a non-empty sequence of positive integers"),
-    (dict(top="16"), "top must be a non-empty sequence of positive integers"),
-    (dict(top=(16.0,)), "top must be a non-empty sequence of positive integers"),
+    (dict(top=()), "top must be a non-empty sequence of non-negative integers"),
+    (dict(top=(-1, 16)), "top must be a non-empty sequence of non-negative integers"),
+    (dict(top="16"), "top must be a non-empty sequence of non-negative integers"),
+    (dict(top=(16.0,)), "top must be a non-empty sequence of non-negative integers"),
     (dict(tol=0.0), "tol must be a positive finite number"),
     (dict(samples=0), "samples must be a positive integer"),
     (dict(seed=-1), "seed must be an integer from 0"),
@@ -177,7 +182,33 @@ def test_the_index_search_reports_its_method_and_recall():
     p = torch.softmax(s, -1)
     base = float((0.5 * (p - 1 / 1024).abs().sum(-1)).mean())
     # the index's top keys: each row's weights on them are the exact map's up to the tail's share
-    found = torch.gather(p, -1, res.indices.clamp_min(0))
-    assert bool((res.indices >= 0).all()) and float((0.5 * (found - res.weights).abs().sum(-1)).mean()) <= 0.25 * base
+    w, idx = res.padded()
+    found = torch.gather(p, -1, idx.clamp_min(0))
+    assert bool((res.indices >= 0).all()) and float((0.5 * (found - w).abs().sum(-1)).mean()) <= 0.25 * base
     auto = att.distance_topk_attention(q, kk, temperature=tau, top=(16,), search="auto")
     assert auto.search == res.search
+
+
+def test_the_tail_alone_needs_no_search_stays_positive_and_estimates_its_error():
+    q, kk = data.lifted_gaussian(64, 16, 1.5, seed=7), data.lifted_gaussian(3000, 16, 1.5, seed=8)
+    v = data.lifted_gaussian(3000, 4, 1.0, seed=9)
+    tau = 4.0
+    res = att.distance_topk_attention(q, kk, v, temperature=tau, top=(0,), search="auto")
+    assert bool((res.top_counts == 0).all()) and res.weights.numel() == 0 and res.search == "exact"  # no search ran
+    s = _logits(q, kk, tau)
+    t, beta, gamma = res.cut.unbind(-1)
+    assert bool((t >= s.amax(-1) - 1e-9).all())  # the cut: no logit above it (Cauchy-Schwarz)
+    assert bool((gamma >= 0).all()) and bool((beta * beta <= 4 * gamma * (1 - 1e-3) + 1e-15).all())  # p >= eta on R
+    p = _rebuilt(res, s)
+    assert bool((p > 0).all()) and bool(res.met.all())
+    exact = torch.softmax(s, -1)
+    true = 0.5 * (p - exact).abs().sum(-1)
+    base = 0.5 * (exact - 1 / 3000).abs().sum(-1)
+    assert float(true.mean() / base.mean()) <= 0.02
+    est = res.row_error.double()  # estimated on 256 sampled keys (3000 > 512)
+    assert float((true <= 1.5 * est).double().mean()) >= 0.9 and float((est <= 4.0 * true).double().mean()) >= 0.9
+    m = p @ v  # the output is the centroid of the map's weighted values, through the key sums
+    torch.testing.assert_close(res.output, L.lift(m[:, 1:] / torch.sqrt(m[:, 0] ** 2 - m[:, 1:].square().sum(-1)).unsqueeze(-1)),
+                               rtol=1e-9, atol=1e-10)
+    # the default levels try it first: every row of this smooth set is decided without top keys
+    assert bool((att.distance_topk_attention(q, kk, temperature=tau).top_counts == 0).all())

@@ -55,24 +55,61 @@ class TopKeyLogits(NamedTuple):
     logits: torch.Tensor
 
 
+def _block_top_direct(s: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`block_top` on every entry of each row: ``torch.topk``, then, within each row's ``top``, equal values put in
+    index order; a row where more entries than ``top`` reach its ``top``-th value (a tie across the cut) takes
+    every entry at least that value as a candidate, sorted stably by value."""
+    rows = s.shape[0]
+    val, col = torch.topk(s, top, dim=-1)
+    order = torch.argsort(col, dim=-1)
+    val, col = torch.gather(val, -1, order), torch.gather(col, -1, order)
+    order = torch.argsort(val, dim=-1, descending=True, stable=True)  # by value, equal values by index
+    val, col = torch.gather(val, -1, order), torch.gather(col, -1, order)
+    across = (s >= val[:, -1:]).sum(dim=-1) > top
+    if bool(across.any()):
+        sub = s[across]
+        row, c = torch.nonzero(sub >= val[across, -1:], as_tuple=True)  # row-major: columns increase within a row
+        v = sub[row, c]
+        o = torch.argsort(v, descending=True, stable=True)
+        o = o[torch.argsort(row[o], stable=True)]  # grouped by row, by value within, ties by column
+        row, c, v = row[o], c[o], v[o]
+        counts = torch.bincount(row, minlength=sub.shape[0])
+        starts = torch.cumsum(counts, 0) - counts
+        keep = torch.arange(row.numel(), device=s.device) - starts[row] < top
+        val[across], col[across] = v[keep].view(-1, top), c[keep].view(-1, top)
+    return val, col
+
+
 def block_top(s: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``top`` largest entries of each row of ``s`` ``(rows, M)``, largest first, equal entries by index.
+    r"""The ``top`` largest entries of each row of ``s`` ``(rows, M)``, largest first, equal entries by index.
 
     ``torch.topk`` leaves the order of equal entries unspecified; here every entry at least the
     ``top``-th largest is a candidate, candidates are sorted by value (descending, stable) within
     their row, so equal values keep increasing index order, and each row's first ``top`` are kept.
+    For long rows the candidates come from one cheap pass first: the row is cut into chunks of at most
+    :math:`\sqrt M` entries (fewer when ``top`` is large), and every entry at least the ``top``-th largest lies in a chunk whose maximum
+    is at least the ``top``-th largest chunk maximum (``top`` chunks hold all the ``top`` largest entries),
+    so only those chunks are searched; a row where more than ``top`` chunk maxima tie at that value is
+    searched whole.
     """
-    rows = s.shape[0]
-    kth = torch.topk(s, top, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)
-    row, col = torch.nonzero(s >= kth, as_tuple=True)  # row-major: columns increase within a row
-    val = s[row, col]
-    order = torch.argsort(val, descending=True, stable=True)
-    order = order[torch.argsort(row[order], stable=True)]  # grouped by row, by value within, ties by column
-    row, col, val = row[order], col[order], val[order]
-    counts = torch.bincount(row, minlength=rows)
-    starts = torch.cumsum(counts, 0) - counts
-    keep = torch.arange(row.numel(), device=s.device) - starts[row] < top
-    return val[keep].view(rows, top), col[keep].view(rows, top)
+    rows, m = s.shape
+    chunk = max(16, min(int(math.sqrt(m)), m // (8 * top)))  # about sqrt(M), smaller for a large top: few candidates
+    n_chunks = m // chunk
+    if n_chunks < 4 * top or rows == 0:
+        return _block_top_direct(s, top)
+    main = n_chunks * chunk
+    maxima = s[:, :main].reshape(rows, n_chunks, chunk).amax(dim=-1)
+    cv, best = torch.topk(maxima, top, dim=-1)
+    tied = (maxima >= cv[:, -1:]).sum(dim=-1) > top
+    best = best.sort(dim=-1).values  # chunks in index order: candidates' columns increase within a row
+    idx = (best.unsqueeze(-1) * chunk + torch.arange(chunk, device=s.device)).reshape(rows, top * chunk)
+    if main < m:
+        idx = torch.cat([idx, torch.arange(main, m, device=s.device).expand(rows, m - main)], dim=-1)
+    val, pos = _block_top_direct(torch.gather(s, -1, idx), top)
+    col = torch.gather(idx, -1, pos)
+    if bool(tied.any()):
+        val[tied], col[tied] = _block_top_direct(s[tied], top)
+    return val, col
 
 
 def exact_top_keys(

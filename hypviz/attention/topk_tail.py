@@ -55,6 +55,20 @@ same strata (``row_baseline``).  Each row takes the smallest :math:`k` of ``top`
 ``top`` (:math:`4k` after the last); a row that meets it at no entry keeps the last and is marked
 (``met`` false).  An entry of ``top`` at least :math:`M` means every key exact.
 
+**The tail alone, no search** (:math:`k = 0`).  The entry 0 of ``top`` (the first of :data:`LEVELS`) is tried
+first for every row: no top keys, every key weighted by a quadratic in the centred logit,
+:math:`q_i(y) = \alpha_i + \beta_i y + \gamma_i y^2`, fitted by least squares to :math:`e^{y - y_0}` on
+:data:`TAIL_SAMPLES` :math:`\times` ``samples`` sampled keys (every key when :math:`M` is at most twice that).  Its cut is
+:math:`t_i = \bar s_i + D_i`, :math:`D_i = \|a_i\| \max_j \|b'_j\|`, which no logit exceeds (Cauchy-Schwarz:
+:math:`y_{ij} \le D_i`), and its polynomial :math:`p_i(u) = q_i(u + D_i)/q_i(D_i)`, kept positive on all of
+:math:`\mathbb R`: :math:`\gamma_i \ge 0` and :math:`\beta_i^2 \le 4\gamma_i(1 - \eta)` in the cut's form, so
+:math:`p_i \ge \eta` everywhere (a fit outside that set is replaced by the constant, the uniform row).  The estimate
+is the same bound over all keys from as many other sampled keys,
+:math:`\hat\varepsilon_i = \frac{M}{n} \sum_{j \in S_i} |q_i(y_j) - e^{y_j - y_0}| \big/ \sum_l q_i(y_l)`, with
+:math:`\sum_l q_i(y_l) = M\alpha_i + \gamma_i \sum_l y_l^2` exact from the key sums.  A row decided there costs
+:math:`O(c^2 d_v)` beyond the key sums; the others go on to the searched levels, whose search runs once per
+block of rows (an exact block's logits computed once, every level read from them).
+
 **Where it cannot be accurate.**  When a row's weight is spread over more keys than the largest
 :math:`k` while varying faster than a quadratic can follow (Gaussian keys at :math:`r^2/\tau \approx 12.5`,
 whose significant keys grow in proportion to :math:`M`), no entry meets the bar and the row says so.
@@ -63,24 +77,24 @@ whose significant keys grow in proportion to :math:`M`), no entry meets the bar 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import torch
 
 from hypviz.attention.checks import check_temperature, checked_inputs, flatten_batch
 from hypviz.attention.kernels import Kernel, Operands, Option, clamp_nonpositive_, logit_error, register_kernel
-from hypviz.attention.key_search import KeyIndex, KeySearch, exact_top_keys, fit_key_index, search_top_keys
+from hypviz.attention.key_search import KeyIndex, KeySearch, block_top, fit_key_index, search_top_keys
 from hypviz.attention.random_features import AGGREGATIONS
 from hypviz.base import validate
 from hypviz.base.kinds import Kind
 from hypviz.lorentz import distance_operands, lift
 
-__all__ = ["LEVELS", "SEARCHES", "MARGIN", "TOL", "SAMPLES", "TopkTail", "distance_topk_attention", "TopkOperands", "TopkTailKernel"]
+__all__ = ["LEVELS", "SEARCHES", "MARGIN", "TOL", "SAMPLES", "TAIL_SAMPLES", "TopkTail", "distance_topk_attention", "TopkOperands", "TopkTailKernel"]
 
 ArrayLike = Any
 
-#: The default numbers of exact keys a row may take, smallest first.
-LEVELS: tuple[int, ...] = (16, 64, 256, 1024, 4096)
+#: The default numbers of exact keys a row may take, smallest first (0 is the tail alone, with no search).
+LEVELS: tuple[int, ...] = (0, 16, 64, 256, 1024, 4096)
 #: The top-key searches.
 SEARCHES: tuple[str, ...] = ("exact", "index", "auto")
 #: The margin :math:`\eta`, every tail polynomial is at least this on :math:`u \le 0`.
@@ -89,19 +103,24 @@ MARGIN = 1e-3
 TOL = 0.05
 #: The default number of sampled keys (for the fit, and as many again for the error estimate).
 SAMPLES = 64
+#: The tail-only level samples this many times ``samples`` keys (for its fit, and as many again for its estimate).
+TAIL_SAMPLES = 4
 
 _BLOCK_ELEMENTS = 2**22  # elements of one block of logits (rows x keys)
-_SEARCH_ELEMENTS = 2**25  # elements of the top keys (rows x K) of one search
+_EXACT_BLOCK_ELEMENTS = 2**24  # exact search: elements of one block of logits (rows x keys), computed once
+_TAIL_ROWS = 2048  # rows of one block of the tail-only level
 _INDEX_KEYS_PER_TOP = 16  # fewer keys than this times K: exact search (search_top_keys's own rule)
 
 
 class TopkTail(NamedTuple):
     r"""The result of :func:`distance_topk_attention`.
 
-    ``output``, ``(..., N, d_v + 1)`` points (``None`` without values); ``weights``, ``(..., N, k_max)``
-    the normalised weights :math:`\hat P_{ij}` of each row's top keys, strongest first (0 where a row has
-    fewer than ``k_max``); ``indices``, ``(..., N, k_max)`` those keys (-1 where padded); ``top_counts``,
-    ``(..., N)`` :math:`k_i`; ``tail_mass``, ``(..., N)`` the tail's share :math:`\sum_{j \notin T_i} \hat P_{ij}`;
+    ``output``, ``(..., N, d_v + 1)`` points (``None`` without values); ``weights``, ``(T,)`` the normalised
+    weights :math:`\hat P_{ij}` of every row's top keys, row after row (the rows of ``(..., N)`` in order), each
+    row's strongest first, :math:`T = \sum_i k_i`; ``indices``, ``(T,)`` those keys; ``offsets``, ``(..., N)``
+    where each row's entries start (row :math:`i`'s are ``offsets[i] : offsets[i] + top_counts[i]``; a flat
+    layout, since a few rows with many top keys would make a padded array of ``N x max k_i`` entries);
+    ``top_counts``, ``(..., N)`` :math:`k_i` (0 for a row weighted by the tail alone); ``tail_mass``, ``(..., N)`` the tail's share :math:`\sum_{j \notin T_i} \hat P_{ij}`;
     ``row_error``, ``(..., N)`` :math:`\hat\varepsilon_i`, the estimate of :math:`\mathrm{TV}(\hat P_i, P_i)`
     (see the module); ``row_baseline``, ``(..., N)`` the estimate of :math:`\mathrm{TV}(\hat P_i, U)`;
     ``met``, ``(..., N)`` whether ``row_error <= tol * row_baseline``; ``cut``, ``(..., N, 3)``
@@ -115,14 +134,17 @@ class TopkTail(NamedTuple):
     >>> from hypviz import data
     >>> from hypviz.attention import distance_topk_attention
     >>> q, keys = data.wrapped_normal(8, 4, 0.5, seed=0), data.wrapped_normal(300, 4, 0.5, seed=1)
-    >>> res = distance_topk_attention(q, keys, temperature=1.0)
-    >>> res.weights.shape, res.search
-    (torch.Size([8, 256]), 'exact')
+    >>> res = distance_topk_attention(q, keys, temperature=4.0)
+    >>> res.top_counts.tolist(), res.weights.shape, res.search
+    ([64, 0, 256, 16, 0, 0, 16, 64], torch.Size([416]), 'exact')
+    >>> res.padded()[0].shape  # (..., N, max k_i)
+    torch.Size([8, 256])
     """
 
     output: torch.Tensor | None
     weights: torch.Tensor
     indices: torch.Tensor
+    offsets: torch.Tensor
     top_counts: torch.Tensor
     tail_mass: torch.Tensor
     row_error: torch.Tensor
@@ -133,38 +155,63 @@ class TopkTail(NamedTuple):
     recall: float
     temperature: float
 
+    def padded(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``weights`` and ``indices`` as ``(..., N, max k_i)`` arrays, each row's entries first (weight 0 and index -1 after)."""
+        counts = self.top_counts.reshape(-1)
+        width = int(counts.max()) if counts.numel() else 0
+        pos = torch.arange(width, device=counts.device)
+        valid = pos < counts.unsqueeze(-1)
+        at = (self.offsets.reshape(-1).unsqueeze(-1) + pos).clamp_max(max(0, self.weights.numel() - 1))
+        w = torch.where(valid, self.weights[at] if self.weights.numel() else torch.zeros_like(at, dtype=self.weights.dtype),
+                        torch.zeros((), dtype=self.weights.dtype, device=counts.device))
+        i = torch.where(valid, self.indices[at] if self.indices.numel() else torch.zeros_like(at), -1)
+        return w.reshape(*self.top_counts.shape, width), i.reshape(*self.top_counts.shape, width)
+
 
 # --------------------------------------------------------------------------- #
 # the search
 # --------------------------------------------------------------------------- #
-Search = Callable[[torch.Tensor, int], "tuple[torch.Tensor, torch.Tensor]"]
+class _ExactSearch:
+    """The exact search of one head's operands: each block of rows' logits ``a_rows @ b^T`` computed once, every level
+    read from them (:func:`hypviz.attention.key_search.block_top`, tie-aware)."""
 
+    def __init__(self, a: torch.Tensor, b: torch.Tensor):
+        self.a, self.b_t = a, b.transpose(0, 1)
+        self.block_rows = max(1, _EXACT_BLOCK_ELEMENTS // max(1, b.shape[0]))
+        self.s: torch.Tensor | None = None
 
-def _exact_search(q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> Search:
-    """The exact search of one head's points (:func:`hypviz.attention.key_search.exact_top_keys`): rows -> (logits / tau, keys)."""
+    def start(self, rows: torch.Tensor) -> None:
+        self.s = (self.a[rows] @ self.b_t).clamp_max_(0.0)
 
-    def search(rows: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
-        found = exact_top_keys(q[rows], kk, top, k=kf)
-        return found.logits * (1.0 / tau), found.indices
-
-    return search
+    def top(self, local: torch.Tensor, big: int) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.s is not None
+        s = self.s if local.numel() == self.s.shape[0] else self.s[local]
+        return block_top(s, big)
 
 
 class _IndexSearch:
     """The index search of one head's points (:func:`hypviz.attention.key_search.search_top_keys`), recording each call's method and recall."""
 
+    block_rows = 4096
+
     def __init__(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, recall: float, seed: int):
         self.q, self.kk, self.kf, self.tau, self.recall, self.seed = q, kk, kf, tau, recall, seed
         self.found: list[KeySearch] = []
         self.index: KeyIndex | None = None
+        self.rows: torch.Tensor | None = None
 
-    def __call__(self, rows: torch.Tensor, top: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.kk.shape[-2] < _INDEX_KEYS_PER_TOP * top:  # search_top_keys answers exactly, and says why
-            found = search_top_keys(self.q[rows], self.kk, top, k=self.kf, recall=self.recall, seed=self.seed)
+    def start(self, rows: torch.Tensor) -> None:
+        self.rows = rows
+
+    def top(self, local: torch.Tensor, big: int) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.rows is not None
+        q = self.q[self.rows[local]]
+        if self.kk.shape[-2] < _INDEX_KEYS_PER_TOP * big:  # search_top_keys answers exactly, and says why
+            found = search_top_keys(q, self.kk, big, k=self.kf, recall=self.recall, seed=self.seed)
         else:  # one index per key set, fitted (its recall measured) at the first top asked, searched at every top
             if self.index is None:
-                self.index = fit_key_index(self.q, self.kk, top, k=self.kf, recall=self.recall, seed=self.seed)
-            found = self.index.search(self.q[rows], top)
+                self.index = fit_key_index(self.q, self.kk, big, k=self.kf, recall=self.recall, seed=self.seed)
+            found = self.index.search(q, big)
         self.found.append(found)
         return found.logits * (1.0 / self.tau), found.indices
 
@@ -231,31 +278,154 @@ class _Head(NamedTuple):
     error: torch.Tensor  # (N,) float64
     baseline: torch.Tensor  # (N,) float64
     met: torch.Tensor  # (N,) bool
-    best: torch.Tensor  # (N,) float64: m, the row's largest logit
+    best: torch.Tensor  # (N,) float64: m, the row's largest logit (t for a tail-only row)
     rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # (row index, top logits, top keys) per decided block
+
+
+class _KeyStats(NamedTuple):
+    """One head's key sums for the plan: the mean key operand, the centred keys' Gram matrix and largest norm."""
+
+    bbar: torch.Tensor  # (c,) float64
+    cov: torch.Tensor  # (c, c) float64: sum_j b'_j b'_j^T
+    reach: float  # max_j |b'_j|
+
+
+def _key_stats(b: torch.Tensor) -> _KeyStats:
+    m, c = b.shape
+    bbar = b.double().mean(0)
+    cov = torch.zeros(c, c, dtype=torch.float64, device=b.device)
+    reach = 0.0
+    block = max(1, _BLOCK_ELEMENTS // max(1, c))
+    for i in range(0, m, block):
+        bc = b[i : i + block].double() - bbar
+        cov += bc.transpose(0, 1) @ bc
+        reach = max(reach, float(bc.norm(dim=-1).max()))
+    return _KeyStats(bbar, cov, reach)
 
 
 def _levels(top: Sequence[int], m: int) -> list[int]:
     return sorted({min(int(t), m) for t in top})
 
 
-def _plan(a: torch.Tensor, b: torch.Tensor, search: Search, top: Sequence[int], tol: float, samples: int, seed: int,
+def _tail_only(y_f: torch.Tensor, y_e: torch.Tensor, sq: torch.Tensor, reach: torch.Tensor, m: int, dt: torch.dtype
+               ) -> tuple[torch.Tensor, ...]:
+    r"""The tail-only level (no top keys) of a block of rows from the centred logits of the two samples.
+
+    Fits :math:`q(y) = \alpha + \beta y + \gamma y^2 \approx e^{y - y_0}` (least squares on ``y_f``), kept where it
+    is positive on all of :math:`\mathbb R` with margin (in the cut's form below); else the constant
+    :math:`q = \operatorname{mean}_j e^{y_j - y_0}` (the uniform row).  The cut :math:`t = \bar s + D`,
+    :math:`D = \|a_i\| \max_j \|b'_j\|` (Cauchy-Schwarz: every centred logit is at most :math:`D`), and
+    :math:`p(u) = q(u + D) / q(D)`.  Returns ``D`` and, in the cut's form, ``beta, gamma``, the estimates ``e_hat,
+    b_hat`` (from ``y_e``).
+    """
+    y0 = torch.maximum(y_f.amax(-1), y_e.amax(-1))
+    rms = torch.sqrt(sq / m).clamp_min(1e-300)
+    z = y_f / rms.unsqueeze(-1)  # the fit in y / rms(y): well conditioned
+    r = torch.exp(y_f - y0.unsqueeze(-1))
+    basis = torch.stack([torch.ones_like(z), z, z * z], dim=-1)  # (rows, n, 3)
+    gram = basis.transpose(-1, -2) @ basis
+    gram = gram + 1e-12 * gram.diagonal(dim1=-2, dim2=-1).sum(-1)[:, None, None] * torch.eye(3, dtype=gram.dtype)
+    coef = torch.linalg.solve(gram, (basis * r.unsqueeze(-1)).sum(-2))
+    al, be, ga = coef[:, 0], coef[:, 1] / rms, coef[:, 2] / (rms * rms)
+    d = reach
+    # the cut's form: p(u) = q(u + D) / q(D) = 1 + beta_u u + gamma_u u^2, kept positive on R: beta_u^2 <= 4 gamma_u (1 - eta)
+    qd = al + d * (be + ga * d)
+    bu, gu = (be + 2.0 * ga * d) / qd, ga / qd
+    ok = (torch.isfinite(coef).all(-1) & (qd > 0) & (ga >= 0) & (bu * bu <= 4.0 * gu * (1.0 - MARGIN)))
+    const = r.mean(-1)
+    al, be, ga = torch.where(ok, al, const), torch.where(ok, be, 0.0), torch.where(ok, ga, 0.0)
+    qd = torch.where(ok, qd, const)
+    bu, gu = torch.where(ok, bu, 0.0).to(dt).double(), torch.where(ok, gu, 0.0).to(dt).double()
+    # the estimates on the second sample: q's error against e^{y - y0}, and the distance from uniform
+    zhat = m * al + ga * sq  # sum_j q(y_j): sum_j y_j = 0, sum_j y_j^2 = sq
+    qe = al.unsqueeze(-1) + y_e * (be.unsqueeze(-1) + ga.unsqueeze(-1) * y_e)
+    scale = m / y_e.shape[-1]
+    e_hat = scale * (qe - torch.exp(y_e - y0.unsqueeze(-1))).abs().sum(-1) / zhat
+    b_hat = 0.5 * scale * (qe / zhat.unsqueeze(-1) - 1.0 / m).abs().sum(-1)
+    return d, bu, gu, e_hat, b_hat
+
+
+def _searched(v64: torch.Tensor, k: int, big: int, m: int, lf: torch.Tensor | None, le: torch.Tensor | None,
+              ms: torch.Tensor, sqr: torch.Tensor, dt: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """A searched level of a block of rows: ``v64`` the top ``big`` logits (float64), ``lf``, ``le`` the two samples'
+    logits (``None`` when every key below rank ``big`` is... none).  Returns ``t, beta, gamma, e_hat, b_hat``."""
+    mx = v64[:, 0]
+    if k >= m:  # every key exact
+        t = v64[:, m - 1]
+        pw = torch.exp(v64 - mx.unsqueeze(-1))
+        pw = pw / pw.sum(-1, keepdim=True)
+        return t, torch.ones_like(t), torch.full_like(t, 0.5), torch.zeros_like(t), 0.5 * (pw - 1.0 / m).abs().sum(-1)
+    t = v64[:, k - 1]
+    u_str = v64[:, k:big] - t.unsqueeze(-1)  # ranks k+1..K, exact
+    t_big = v64[:, big - 1] if big < m else torch.full_like(t, -math.inf)
+    out_n = m - big
+    if out_n:
+        in_f = lf < t_big.unsqueeze(-1)  # below rank K: the sampled stratum
+        nf = in_f.sum(-1)
+        u_f = torch.where(in_f, lf - t.unsqueeze(-1), torch.zeros_like(lf))
+        w_f = in_f * (out_n / nf.clamp_min(1)).unsqueeze(-1)
+        u_all = torch.cat([u_str, u_f], dim=-1)
+        w_all = torch.cat([torch.ones_like(u_str), w_f], dim=-1)
+    else:
+        u_all, w_all = u_str, torch.ones_like(u_str)
+    beta, gamma = _fit(u_all, w_all)
+    beta, gamma = beta.to(dt).double(), gamma.to(dt).double()
+    t = t.to(dt).double()
+    rho = torch.exp(t - mx)  # the cut's weight, relative to the largest
+    top_w = torch.exp(v64[:, :k] - mx.unsqueeze(-1))
+    ztop = top_w.sum(-1)
+    delta = ms - t
+    p_all = m * (1.0 + delta * (beta + gamma * delta)) + gamma * sqr
+    p_top = _poly(v64[:, :k] - t.unsqueeze(-1), beta, gamma).sum(-1)
+    tail = (p_all - p_top).clamp_min(0.0)
+    zhat = ztop + rho * tail
+    p_str = _poly(u_str, beta, gamma)
+    e_str = (p_str - torch.exp(u_str)).abs().sum(-1)
+    pw_top = top_w / zhat.unsqueeze(-1)
+    b_hat = 0.5 * ((pw_top - 1.0 / m).abs().sum(-1) + (rho.unsqueeze(-1) * p_str / zhat.unsqueeze(-1) - 1.0 / m).abs().sum(-1))
+    if out_n:
+        in_e = le < t_big.unsqueeze(-1)
+        ne = in_e.sum(-1)
+        u_e = le - t.unsqueeze(-1)
+        p_e = _poly(u_e, beta, gamma)
+        # rows whose estimate sample fell entirely inside the top K: the fit sample stands in
+        use_f = ne == 0
+        if le.shape[-1] != lf.shape[-1]:  # fewer than 2 x samples keys: no separate estimate sample
+            u_e, p_e, in_e = lf - t.unsqueeze(-1), _poly(lf - t.unsqueeze(-1), beta, gamma), in_f
+            ne = in_e.sum(-1)
+        elif bool(use_f.any()):
+            p_f = _poly(lf - t.unsqueeze(-1), beta, gamma)
+            u_e = torch.where(use_f.unsqueeze(-1), lf - t.unsqueeze(-1), u_e)
+            p_e = torch.where(use_f.unsqueeze(-1), p_f, p_e)
+            in_e = torch.where(use_f.unsqueeze(-1), lf < t_big.unsqueeze(-1), in_e)
+            ne = in_e.sum(-1)
+        scale = out_n / ne.clamp_min(1)
+        zero = torch.zeros_like(u_e)  # keys above rank K are not in this stratum (and their e^u may overflow)
+        e_smp = scale * torch.where(in_e, (p_e - torch.exp(u_e.clamp_max(0.0))).abs(), zero).sum(-1)
+        b_smp = scale * torch.where(in_e, (rho.unsqueeze(-1) * p_e / zhat.unsqueeze(-1) - 1.0 / m).abs(), zero).sum(-1)
+        nothing = ne == 0  # no sampled key below rank K at all: bound it by the rank-K key's error
+        e_smp = torch.where(nothing, out_n * (p_str[:, -1] - torch.exp(u_str[:, -1])).abs(), e_smp)
+        b_smp = torch.where(nothing, out_n * (rho * p_str[:, -1] / zhat - 1.0 / m).abs(), b_smp)
+    else:
+        e_smp = torch.zeros_like(t)
+        b_smp = torch.zeros_like(t)
+    return t, beta, gamma, rho * (e_str + e_smp) / zhat, b_hat + 0.5 * b_smp
+
+
+def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol: float, samples: int, seed: int,
           keep: bool) -> _Head:
-    """Per row of one head, ``a (N, c)`` against ``b (M, c)``: the number of top keys, the cut, the polynomial, the estimates."""
+    """Per row of one head, ``a (N, c)`` against ``b (M, c)``: the number of top keys, the cut, the polynomial, the estimates.
+
+    The tail-only level (``0`` in ``top``) first, for every row, without search; then, per block of the rows it
+    left, one search (``search.start``: an exact block's logits, computed once) read at each level in turn.
+    """
     n, m = a.shape[0], b.shape[0]
     dt, dev = a.dtype, a.device
     levels = _levels(top, m)
     gen = torch.Generator().manual_seed(seed)
     perm = torch.randperm(m, generator=gen).to(dev)
     s_fit, s_est = perm[:samples], perm[samples : 2 * samples]
-    # per row, for the key sums: the mean logit and sum_j y_j^2 (centred logits), both from the centred keys
-    b64 = b.double()
-    bbar = b64.mean(0)
-    bc = b64 - bbar
-    cov = bc.transpose(0, 1) @ bc
-    a64 = a.double()
-    mean_s = a64 @ bbar
-    sq = ((a64 @ cov) * a64).sum(-1).clamp_min(0.0)
+    st = _key_stats(b)
     cut = torch.zeros(n, 3, dtype=torch.float64, device=dev)
     topn = torch.zeros(n, dtype=torch.long, device=dev)
     err = torch.zeros(n, dtype=torch.float64, device=dev)
@@ -263,103 +433,61 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Search, top: Sequence[int], 
     met = torch.zeros(n, dtype=torch.bool, device=dev)
     best = torch.zeros(n, dtype=torch.float64, device=dev)
     kept: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def record(rows: torch.Tensor, done: torch.Tensor, k: int, t, beta, gamma, e_hat, b_hat, good, mx, vals, idx) -> None:
+        dr = rows[done]
+        cut[dr, 0], cut[dr, 1], cut[dr, 2] = t[done], beta[done], gamma[done]
+        topn[dr] = k
+        err[dr], base[dr], met[dr], best[dr] = e_hat[done], b_hat[done], good[done], mx[done]
+        if keep and dr.numel():
+            kept.append((dr, vals[done, :k], idx[done, :k]))
+
+    def stats(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        a64 = a[rows].double()  # per row: the mean logit and sum_j y_j^2 (centred logits)
+        return a64, a64 @ st.bbar, ((a64 @ st.cov) * a64).sum(-1).clamp_min(0.0)
+
     todo = torch.arange(n, device=dev)
-    for li, k in enumerate(levels):
-        if not todo.numel():
-            break
-        last = li == len(levels) - 1
-        big = levels[li + 1] if not last else min(4 * k, m)
-        chunk = max(1, min(_BLOCK_ELEMENTS // max(1, m), _BLOCK_ELEMENTS // max(1, big + 2 * samples)))
-        # one search for many rows (an index is built once per call), the fit on smaller chunks of them
-        per_search = chunk * max(1, _SEARCH_ELEMENTS // (big * chunk))
-        undecided = []
-        for i0 in range(0, todo.numel(), chunk):
-            rows = todo[i0 : i0 + chunk]
+    if levels[0] == 0:  # the tail alone, no search
+        levels = levels[1:]
+        left = []
+        wide = TAIL_SAMPLES * samples  # the level is cheap per key sampled: more keys, a closer fit and estimate
+        if m <= 2 * wide:  # few keys: every key in the fit, and the estimate exact
+            bf = be_ = b.double() - st.bbar
+        else:
+            bf, be_ = b[perm[:wide]].double() - st.bbar, b[perm[wide : 2 * wide]].double() - st.bbar
+        for i0 in range(0, n, _TAIL_ROWS):
+            rows = todo[i0 : i0 + _TAIL_ROWS]
+            a64, ms, sqr = stats(rows)
+            d = a64.norm(dim=-1) * st.reach
+            d, beta, gamma, e_hat, b_hat = _tail_only(a64 @ bf.transpose(0, 1), a64 @ be_.transpose(0, 1), sqr, d, m, dt)
+            t = (ms + d).to(dt).double()
+            good = e_hat <= tol * b_hat
+            done = good | (not levels)
+            record(rows, done, 0, t, beta, gamma, e_hat, b_hat, good, t,
+                   torch.zeros(rows.numel(), 0, dtype=dt, device=dev), torch.zeros(rows.numel(), 0, dtype=torch.long, device=dev))
+            left.append(rows[~done])
+        todo = torch.cat(left) if left else todo[:0]
+    for r0 in range(0, todo.numel(), search.block_rows):
+        block = todo[r0 : r0 + search.block_rows]
+        search.start(block)
+        local = torch.arange(block.numel(), device=dev)
+        for li, k in enumerate(levels):
+            if not local.numel():
+                break
+            last = li == len(levels) - 1
+            big = levels[li + 1] if not last else min(4 * k, m)
+            rows = block[local]
+            vals, idx = search.top(local, big)
             ar = a[rows]
-            if i0 % per_search == 0:
-                s0 = i0
-                found_v, found_i = search(todo[i0 : i0 + per_search], big)
-            vals, idx = found_v[i0 - s0 : i0 - s0 + chunk], found_i[i0 - s0 : i0 - s0 + chunk]
+            _, ms, sqr = stats(rows)
+            lf = (ar @ b[s_fit].transpose(0, 1)).double() if big < m else None
+            le = (ar @ b[s_est].transpose(0, 1)).double() if big < m else None
             v64 = vals.double()
-            mx = v64[:, 0]
-            if k >= m:  # every key exact
-                t = v64[:, m - 1]
-                beta = torch.ones_like(t)
-                gamma = torch.full_like(t, 0.5)
-                e_hat = torch.zeros_like(t)
-                ztop = torch.exp(v64 - mx.unsqueeze(-1)).sum(-1)
-                zhat = ztop
-                pw = torch.exp(v64 - mx.unsqueeze(-1)) / zhat.unsqueeze(-1)
-                b_hat = 0.5 * (pw - 1.0 / m).abs().sum(-1)
-            else:
-                t = v64[:, k - 1]
-                u_str = v64[:, k:big] - t.unsqueeze(-1)  # ranks k+1..K, exact
-                t_big = v64[:, big - 1] if big < m else torch.full_like(t, -math.inf)
-                out_n = m - big
-                lf = (ar @ b[s_fit].transpose(0, 1)).double() if out_n else None
-                le = (ar @ b[s_est].transpose(0, 1)).double() if out_n else None
-                if out_n:
-                    in_f = lf < t_big.unsqueeze(-1)  # below rank K: the sampled stratum
-                    nf = in_f.sum(-1)
-                    u_f = torch.where(in_f, lf - t.unsqueeze(-1), torch.zeros_like(lf))
-                    w_f = in_f * (out_n / nf.clamp_min(1)).unsqueeze(-1)
-                    u_all = torch.cat([u_str, u_f], dim=-1)
-                    w_all = torch.cat([torch.ones_like(u_str), w_f], dim=-1)
-                else:
-                    u_all, w_all = u_str, torch.ones_like(u_str)
-                beta, gamma = _fit(u_all, w_all)
-                beta, gamma = beta.to(dt).double(), gamma.to(dt).double()
-                t = t.to(dt).double()
-                rho = torch.exp(t - mx)  # the cut's weight, relative to the largest
-                top_w = torch.exp(v64[:, :k] - mx.unsqueeze(-1))
-                ztop = top_w.sum(-1)
-                delta = mean_s[rows] - t
-                p_all = m * (1.0 + delta * (beta + gamma * delta)) + gamma * sq[rows]
-                p_top = _poly(v64[:, :k] - t.unsqueeze(-1), beta, gamma).sum(-1)
-                tail = (p_all - p_top).clamp_min(0.0)
-                zhat = ztop + rho * tail
-                p_str = _poly(u_str, beta, gamma)
-                e_str = (p_str - torch.exp(u_str)).abs().sum(-1)
-                pw_top = top_w / zhat.unsqueeze(-1)
-                b_hat = 0.5 * ((pw_top - 1.0 / m).abs().sum(-1) + (rho.unsqueeze(-1) * p_str / zhat.unsqueeze(-1) - 1.0 / m).abs().sum(-1))
-                if out_n:
-                    in_e = le < t_big.unsqueeze(-1)
-                    ne = in_e.sum(-1)
-                    u_e = le - t.unsqueeze(-1)
-                    p_e = _poly(u_e, beta, gamma)
-                    # rows whose estimate sample fell entirely inside the top K: the fit sample stands in
-                    use_f = ne == 0
-                    if le.shape[-1] != lf.shape[-1]:  # fewer than 2 x samples keys: no separate estimate sample
-                        u_e, p_e, in_e = lf - t.unsqueeze(-1), _poly(lf - t.unsqueeze(-1), beta, gamma), in_f
-                        ne = in_e.sum(-1)
-                    elif bool(use_f.any()):
-                        p_f = _poly(lf - t.unsqueeze(-1), beta, gamma)
-                        u_e = torch.where(use_f.unsqueeze(-1), lf - t.unsqueeze(-1), u_e)
-                        p_e = torch.where(use_f.unsqueeze(-1), p_f, p_e)
-                        in_e = torch.where(use_f.unsqueeze(-1), lf < t_big.unsqueeze(-1), in_e)
-                        ne = in_e.sum(-1)
-                    scale = out_n / ne.clamp_min(1)
-                    zero = torch.zeros_like(u_e)  # keys above rank K are not in this stratum (and their e^u may overflow)
-                    e_smp = scale * torch.where(in_e, (p_e - torch.exp(u_e.clamp_max(0.0))).abs(), zero).sum(-1)
-                    b_smp = scale * torch.where(in_e, (rho.unsqueeze(-1) * p_e / zhat.unsqueeze(-1) - 1.0 / m).abs(), zero).sum(-1)
-                    nothing = ne == 0  # no sampled key below rank K at all: bound it by the rank-K key's error
-                    e_smp = torch.where(nothing, out_n * (p_str[:, -1] - torch.exp(u_str[:, -1])).abs(), e_smp)
-                    b_smp = torch.where(nothing, out_n * (rho * p_str[:, -1] / zhat - 1.0 / m).abs(), b_smp)
-                else:
-                    e_smp = torch.zeros_like(t)
-                    b_smp = torch.zeros_like(t)
-                e_hat = rho * (e_str + e_smp) / zhat
-                b_hat = b_hat + 0.5 * b_smp
+            t, beta, gamma, e_hat, b_hat = _searched(v64, k, big, m, lf, le, ms, sqr, dt)
             good = e_hat <= tol * b_hat
             done = good | last
-            dr = rows[done]
-            cut[dr, 0], cut[dr, 1], cut[dr, 2] = t[done], beta[done], gamma[done]
-            topn[dr] = min(k, m)
-            err[dr], base[dr], met[dr], best[dr] = e_hat[done], b_hat[done], good[done], mx[done]
-            if keep and dr.numel():
-                kept.append((dr, vals[done, : min(k, m)], idx[done, : min(k, m)]))
-            undecided.append(rows[~done])
-        todo = torch.cat(undecided) if undecided else todo[:0]
+            record(rows, done, min(k, m), t, beta, gamma, e_hat, b_hat, good, v64[:, 0], vals, idx)
+            local = local[~done]
     return _Head(cut, topn, err, base, met, best, kept)
 
 
@@ -396,7 +524,7 @@ def _bound_factor(cut: torch.Tensor, largest: torch.Tensor, eps: float) -> tuple
     r"""Per row, :math:`G \ge \sup_{u \le 0} |p'(u)/p(u)|` (:math:`|\beta| + \sqrt{\gamma/\eta}`) and a bound on :math:`|\log p|` over :math:`|u| \le 2\,\mathrm{largest}`."""
     beta, gamma = cut[..., 1].abs(), cut[..., 2]
     g = beta + torch.sqrt(gamma / MARGIN)
-    span = 2.0 * largest
+    span = 2.0 * largest + cut[..., 0].abs()  # |u| = |s - t|
     logp = torch.log1p(beta * span + gamma * span * span) + abs(math.log(MARGIN))
     return g, logp
 
@@ -410,7 +538,7 @@ class TopkTailKernel(Kernel):
         batch = torch.broadcast_shapes(q.shape[:-2], kk.shape[:-2])
         qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
         a, b = distance_operands(qf, kfl, k=kf, temperature=tau)
-        heads = [_plan(a[h], b[h], _exact_search(qf[h], kfl[h], kf, tau), LEVELS, TOL, SAMPLES, opts.get("seed", 0), keep=False)
+        heads = [_plan(a[h], b[h], _ExactSearch(a[h], b[h]), LEVELS, TOL, SAMPLES, opts.get("seed", 0), keep=False)
                  for h in range(a.shape[0])]
         return batch, a, b, heads
 
@@ -450,8 +578,8 @@ register_kernel("topk_tail", TopkTailKernel())
 # --------------------------------------------------------------------------- #
 def _check_top(top: Any) -> tuple[int, ...]:
     if isinstance(top, (str, bytes)) or not isinstance(top, Sequence) or not top or not all(
-            isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in top):
-        raise ValueError(f"top must be a non-empty sequence of positive integers (numbers of exact keys), got {top!r:.80}")
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in top):
+        raise ValueError(f"top must be a non-empty sequence of non-negative integers (numbers of exact keys), got {top!r:.80}")
     return tuple(sorted(set(int(t) for t in top)))
 
 
@@ -526,7 +654,8 @@ def distance_topk_attention(
     temperature : float, optional
         :math:`\tau`, default :math:`\sqrt d`.
     top : sequence of int
-        The numbers of exact keys a row may take (:data:`LEVELS`); one at least :math:`M` makes every key exact.
+        The numbers of exact keys a row may take (:data:`LEVELS`); 0 is the tail alone (no search), one at least
+        :math:`M` makes every key exact.
     tol : float
         The target :math:`\hat\varepsilon_i \le \mathrm{tol}\cdot\mathrm{TV}(\hat P_i, U)` (:data:`TOL`).
     samples : int
@@ -590,7 +719,7 @@ def distance_topk_attention(
         a, b = distance_operands(qf, kfl, k=kf, temperature=tau)
         use_index = search_ == "index" or (search_ == "auto" and _faiss_available())
         searches: list[Any] = [_IndexSearch(qf[h], kfl[h], kf, tau, recall_, seed_) if use_index
-                               else _exact_search(qf[h], kfl[h], kf, tau) for h in range(heads)]
+                               else _ExactSearch(a[h], b[h]) for h in range(heads)]
         plans = [_plan(a[h], b[h], searches[h], top_, tol_, n_s, seed_, keep=True) for h in range(heads)]
         found = [f for srch in searches if isinstance(srch, _IndexSearch) for f in srch.found]
         if found:
@@ -599,9 +728,10 @@ def distance_topk_attention(
             measured = min(f.recall for f in found)
         else:
             used, measured = "exact", 1.0
-        kmax = max(int(p.top.max()) for p in plans) if n else 0
-        weights = torch.zeros(heads, n, kmax, dtype=dt, device=dev)
-        indices = torch.full((heads, n, kmax), -1, dtype=torch.long, device=dev)
+        counts = torch.stack([p.top for p in plans]) if plans else torch.zeros(heads, n, dtype=torch.long, device=dev)
+        offsets = (torch.cumsum(counts.reshape(-1), 0) - counts.reshape(-1)).reshape(heads, n)
+        weights = torch.zeros(int(counts.sum()), dtype=dt, device=dev)
+        indices = torch.zeros(int(counts.sum()), dtype=torch.long, device=dev)
         tail_mass = torch.zeros(heads, n, dtype=dt, device=dev)
         out = None
         if vf is not None:
@@ -618,7 +748,11 @@ def distance_topk_attention(
             cov = bc.transpose(0, 1) @ bc
             mean_s = a64 @ bbar
             sq = ((a64 @ cov) * a64).sum(-1).clamp_min(0.0)
-            for rows, tv_, ti in plan.rows:
+            dv = 1 if vf is None else vals.shape[-1]
+            vals64 = None
+            pieces = ((rows[i : i + step], tv_[i : i + step], ti[i : i + step]) for rows, tv_, ti in plan.rows
+                      for step in [max(1, _BLOCK_ELEMENTS // max(1, ti.shape[-1] * dv))] for i in range(0, rows.numel(), step))
+            for rows, tv_, ti in pieces:  # (r, k_i, d_v) values gathered at a time: at most _BLOCK_ELEMENTS
                 kr = ti.shape[-1]
                 mx = plan.best[rows]
                 v64 = tv_.double()
@@ -633,20 +767,25 @@ def distance_topk_attention(
                 else:
                     tail = (m * (1.0 + delta * (bh + gh * delta)) + gh * sq[rows] - p_top.sum(-1)).clamp_min(0.0)
                 zhat = top_w.sum(-1) + rho * tail
-                weights[h, rows, :kr] = (top_w / zhat.unsqueeze(-1)).to(dt)
-                indices[h, rows, :kr] = ti
+                at = offsets[h, rows].unsqueeze(-1) + torch.arange(kr, device=dev)
+                weights[at], indices[at] = (top_w / zhat.unsqueeze(-1)).to(dt), ti
                 tail_mass[h, rows] = (rho * tail / zhat).to(dt)
                 if vf is None:
                     continue
-                vt = vals[h][ti].double()  # (r, k, d_v): the top keys' values
-                num = (top_w.unsqueeze(-1) * vt).sum(-2)
+                coef = top_w if exact else top_w - rho.unsqueeze(-1) * p_top  # the top keys exactly, less their tail share
+                if 4 * kr >= m and bool((ti >= 0).all()):  # many top keys: dense rows of coefficients, one product
+                    if vals64 is None:
+                        vals64 = vals[h].double()
+                    num = torch.zeros(len(rows), m, dtype=torch.float64, device=dev).scatter_(-1, ti, coef) @ vals64
+                else:
+                    num = torch.bmm(coef.unsqueeze(1), vals[h][ti].double()).squeeze(1)  # (r, k, d_v) values gathered
                 if not exact:
                     c0 = 1.0 + delta * (bh + gh * delta)
                     c1 = bh + 2.0 * gh * delta
                     ar = a64[rows]
                     quad = ((ar.unsqueeze(-1) * ar.unsqueeze(-2)).reshape(len(rows), -1) @ s2)
                     allv = c0.unsqueeze(-1) * s0 + c1.unsqueeze(-1) * (ar @ s1) + gh.unsqueeze(-1) * quad
-                    num = num + rho.unsqueeze(-1) * (allv - (p_top.unsqueeze(-1) * vt).sum(-2))
+                    num = num + rho.unsqueeze(-1) * allv
                 o = num / zhat.unsqueeze(-1)
                 if agg == "centroid":
                     norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
@@ -659,8 +798,9 @@ def distance_topk_attention(
     stack = lambda name: torch.stack([getattr(p, name) for p in plans]) if plans else torch.zeros(heads, n)  # noqa: E731
     return TopkTail(
         output=None if out is None else back(out),
-        weights=back(weights),
-        indices=back(indices),
+        weights=weights,
+        indices=indices,
+        offsets=back(offsets),
         top_counts=back(stack("top")),
         tail_mass=back(tail_mass),
         row_error=back(stack("error").to(dt)),
