@@ -129,14 +129,14 @@ def _ptr(t: torch.Tensor) -> int:
 
 def shared_rows(
     s: torch.Tensor, c: torch.Tensor, w: torch.Tensor, alphas: tuple[float, float], tol_a: torch.Tensor,
-    tol_b: torch.Tensor, gap: torch.Tensor, k: int, small: float, max_gap: float,
+    tol_b: torch.Tensor, gap: torch.Tensor, top: int, small: float, max_gap: float,
 ) -> dict[str, torch.Tensor]:
     r"""Every per-row statistic of a one-product block: the maps' logits :math:`l_{a|b} = S - \alpha_{a|b}\, c\, w^\top`.
 
     ``s``: the block's product ``(rows, M)`` (contiguous, read only); ``c`` ``(rows,)``, ``w`` ``(M,)``; ``tol_a``,
     ``tol_b``: the logits' rounding bounds per row; ``gap``: each row's spread of :math:`\log P_a - \log P_b`.
-    Returns (double, per row): ``va``, ``ia``, ``vb``, ``ib`` (each map's top ``k``, descending; among tied values
-    the first index), ``a_at_ib``, ``b_at_ia`` (each map's logits at the other's top-k keys); the uniform
+    Returns (double, per row): ``va``, ``ia``, ``vb``, ``ib`` (each map's ``top`` largest, descending; among tied values
+    the first index), ``a_at_ib``, ``b_at_ia`` (each map's logits at the other's top keys); the uniform
     baselines ``ua``, ``ub`` and peaks ``pa``, ``pb`` (:math:`\mathrm{TV}(P, U)` and :math:`M \max_j P_j`, from
     :math:`e_j = e^{l_j - \max l}`: :math:`\tfrac12 \sum_j |e_j - Z/M| / Z` and :math:`M / Z`, or on rows whose
     ``tol < small`` without cancellation as :func:`hypviz.attention.row_blocks.tv_uniform`); ``kl``, ``tv``
@@ -168,15 +168,15 @@ def shared_rows(
         raise ValueError(f"s must be a contiguous float32 or float64 CPU tensor, got {dt} on {s.device}")
     c, w, tol_a, tol_b, gap = (t.to(dt).contiguous() for t in (c, w, tol_a, tol_b, gap))
     f64 = dict(dtype=torch.float64)
-    res = {name: torch.empty(rows, k, **f64) for name in ("va", "vb", "a_at_ib", "b_at_ia")}
-    res.update({name: torch.empty(rows, k, dtype=torch.int64) for name in ("ia", "ib")})
+    res = {name: torch.empty(rows, top, **f64) for name in ("va", "vb", "a_at_ib", "b_at_ia")}
+    res.update({name: torch.empty(rows, top, dtype=torch.int64) for name in ("ia", "ib")})
     res.update({name: torch.empty(rows, **f64) for name in ("ua", "ub", "pa", "pb", "kl", "tv")})
     res["flags"] = torch.zeros(rows, dtype=torch.int32)
     chunk = max(64, int(m**0.5))
     job = _Job(
         s=_ptr(s), c=_ptr(c), w=_ptr(w), tol_a=_ptr(tol_a), tol_b=_ptr(tol_b), gap=_ptr(gap),
         alpha_a=float(alphas[0]), alpha_b=float(alphas[1]), small=float(small), max_gap=float(max_gap),
-        rows=rows, m=m, k=k, chunk=chunk,
+        rows=rows, m=m, k=top, chunk=chunk,
         va=_ptr(res["va"]), vb=_ptr(res["vb"]), a_at_ib=_ptr(res["a_at_ib"]), b_at_ia=_ptr(res["b_at_ia"]),
         ua=_ptr(res["ua"]), ub=_ptr(res["ub"]), peak_a=_ptr(res["pa"]), peak_b=_ptr(res["pb"]),
         kl=_ptr(res["kl"]), tv=_ptr(res["tv"]), ia=_ptr(res["ia"]), ib=_ptr(res["ib"]), flags=_ptr(res["flags"]),

@@ -56,7 +56,8 @@ same strata (``row_baseline``).  Each row takes the smallest :math:`k` of ``top`
 (``met`` false).  An entry of ``top`` at least :math:`M` means every key exact.
 
 **The tail alone, no search** (:math:`k = 0`).  The entry 0 of ``top`` (the first of :data:`LEVELS`) is tried
-first for every row: no top keys, every key weighted by a quadratic in the centred logit,
+first for every row (unless the next entry already takes every key exactly, which then costs no more): no top
+keys, every key weighted by a quadratic in the centred logit,
 :math:`q_i(y) = \alpha_i + \beta_i y + \gamma_i y^2`, fitted by least squares to :math:`e^{y - y_0}` on
 :data:`TAIL_SAMPLES` :math:`\times` ``samples`` sampled keys (every key when :math:`M` is at most twice that).  Its cut is
 :math:`t_i = \bar s_i + D_i`, :math:`D_i = \|a_i\| \max_j \|b'_j\|`, which no logit exceeds (Cauchy-Schwarz:
@@ -304,7 +305,10 @@ def _key_stats(b: torch.Tensor) -> _KeyStats:
 
 
 def _levels(top: Sequence[int], m: int) -> list[int]:
-    return sorted({min(int(t), m) for t in top})
+    levels = sorted({min(int(t), m) for t in top})
+    if len(levels) > 1 and levels[0] == 0 and levels[1] >= m:  # every key exact at the first search: no tail to fit
+        return levels[1:]
+    return levels
 
 
 def _tail_only(y_f: torch.Tensor, y_e: torch.Tensor, sq: torch.Tensor, reach: torch.Tensor, m: int, dt: torch.dtype
