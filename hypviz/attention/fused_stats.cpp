@@ -72,6 +72,32 @@ inline float expm1_f(float x) {
     return scale * p + (scale - 1.0f);
 }
 
+/* e^x - 1 (as expm1_f) and e^x - 1 - x without cancellation: r^2 p(r) where n = 0 (r = x), else from e^x - 1 */
+inline float expm1_less_x_f(float x, float *e_out) {
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    float t = xc * 1.44269504088896341f + 12582912.0f;
+    int32_t ti;
+    memcpy(&ti, &t, 4);
+    float n = t - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 2.48015873e-5f;
+    p = p * r + 1.98412698e-4f;
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    const float q = p * r * r;
+    int32_t bits = (ti - 0x4B400000 + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, 4);
+    const float e = scale * (q + r) + (scale - 1.0f);
+    *e_out = e;
+    return n == 0.0f ? q : e - x;
+}
+
 inline float exp_t(float x) { return exp_f(x); }
 inline double exp_t(double x) { return exp(x); }
 inline float expm1_t(float x) { return expm1_f(x); }
@@ -149,28 +175,49 @@ double abs_dev(const T *__restrict e, T mean, int64_t m) {
     return z;
 }
 
-/* x_j = scw (w_j - wb), expm1(x_j) kept; sum_j e_b,j x_j, sum_j e_b,j expm1(x_j) (double) and sum_j e_b,j e^{x_j} */
+/* x_j = scw (w_j - wb), expm1(x_j) kept; sum_j e_b,j x_j, sum_j e_b,j (expm1(x_j) - x_j) and sum_j e_b,j e^{x_j}.
+ * The first is zero up to rounding (x is centred under P_b) and enters KL = log(1 + m_1) - E x only times m_1; the
+ * second, KL's size, is a sum of positive terms, each e^x - 1 - x without cancellation in float (expm1_less_x_f):
+ * all three in T over blocks of BLOCK terms.  In double, the signed moments in double and their difference. */
 template <class T>
 void tilt(const T *__restrict w, const T *__restrict eb, T wb, T scw, int64_t m, T *__restrict ex, double *s1_out,
-          double *m1_out, double *za_out) {
-    double s1 = 0.0, m1 = 0.0, za = 0.0;
+          double *q_out, double *za_out) {
+    double s1 = 0.0, q = 0.0, za = 0.0;
     for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
         const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
-        T zp = 0;
-#pragma omp simd reduction(+ : s1, m1, zp)
+        T sp = 0, qp = 0, zp = 0;
+#pragma omp simd reduction(+ : sp, qp, zp)
         for (int64_t j = j0; j < j1; j++) {
-            T x = scw * (w[j] - wb);
-            T e = expm1_t(x);
-            T be = eb[j] * e;
+            T x = scw * (w[j] - wb), e;
+            T d = expm1_less_x_f(x, &e);
             ex[j] = e;
-            s1 += (double)(eb[j] * x);
-            m1 += (double)be;
-            zp += eb[j] + be;
+            sp += eb[j] * x;
+            qp += eb[j] * d;
+            zp += eb[j] + eb[j] * e;
         }
+        s1 += (double)sp;
+        q += (double)qp;
         za += (double)zp;
     }
     *s1_out = s1;
-    *m1_out = m1;
+    *q_out = q;
+    *za_out = za;
+}
+
+template <>
+void tilt<double>(const double *__restrict w, const double *__restrict eb, double wb, double scw, int64_t m,
+                  double *__restrict ex, double *s1_out, double *q_out, double *za_out) {
+    double s1 = 0.0, m1 = 0.0, za = 0.0;
+#pragma omp simd reduction(+ : s1, m1, za)
+    for (int64_t j = 0; j < m; j++) {
+        double x = scw * (w[j] - wb), e = expm1(x);
+        ex[j] = e;
+        s1 += eb[j] * x;
+        m1 += eb[j] * e;
+        za += eb[j] + eb[j] * e;
+    }
+    *s1_out = s1;
+    *q_out = m1 - s1;
     *za_out = za;
 }
 
@@ -267,7 +314,7 @@ extern "C" {
 typedef struct {
     const void *s, *c, *w, *tol_a, *tol_b, *gap;
     double alpha_a, alpha_b, small, max_gap;
-    int64_t rows, m, k, chunk;
+    int64_t rows, m, k, chunk, seg;
     double *va, *vb, *a_at_ib, *b_at_ia, *ua, *ub, *peak_a, *peak_b, *kl, *tv;
     int64_t *ia, *ib;
     int32_t *flags;
@@ -281,12 +328,16 @@ namespace {
 template <class T>
 void rows(job_t *jb) {
     const int64_t m = jb->m, k = jb->k, chunk = jb->chunk, n_chunks = m / chunk;
+    const int64_t seg = jb->seg > chunk ? (jb->seg + chunk - 1) / chunk * chunk : chunk, n_seg = (m + seg - 1) / seg;
     const size_t bytes = ((m * sizeof(T) + 63) / 64) * 64;
     T *ea = (T *)aligned_alloc(64, bytes), *eb = (T *)aligned_alloc(64, bytes);
     T *cma = (T *)malloc((n_chunks + 1) * sizeof(T)), *cmb = (T *)malloc((n_chunks + 1) * sizeof(T));
+    T *sma = (T *)malloc(n_seg * sizeof(T)), *smb = (T *)malloc(n_seg * sizeof(T));
+    double *zq = (double *)malloc(4 * n_seg * sizeof(double));
     double *cv = (double *)malloc(k * sizeof(double));
     int64_t *ci = (int64_t *)malloc(k * sizeof(int64_t));
-    const bool ok = ea && eb && cma && cmb && cv && ci;
+    const bool ok = ea && eb && cma && cmb && sma && smb && zq && cv && ci;
+    double *zwq = zq + n_seg, *fq = zq + 2 * n_seg, *zaq = zq + 3 * n_seg;
     {  /* every thread of the team meets the loop; one without its scratch takes no rows' work, says so */
         const T *w = (const T *)jb->w;
         const T sgn = (T)(jb->alpha_b - jb->alpha_a);
@@ -303,12 +354,30 @@ void rows(job_t *jb) {
             const bool small_b = (double)((const T *)jb->tol_b)[i] < jb->small;
             const bool wide = (double)((const T *)jb->gap)[i] > jb->max_gap;
             int32_t flags = wide ? 1 : 0;
+            /* passes 1 and 2 segment by segment, while it is in cache: its chunk maxima, then map b's exponentials
+             * relative to the segment's maximum (e_b,j = f_q eb_j, f_q = exp(max_q l_b - max l_b)) and their sums */
             T ma = -INFINITY, mb = -INFINITY;
-            for (int64_t q = 0; q <= n_chunks; q++) {
-                int64_t j0 = q * chunk, j1 = q < n_chunks ? j0 + chunk : m;
-                chunk_max(s + j0, w + j0, cwa, cwb, j1 - j0, cma + q, cmb + q);
-                ma = cma[q] > ma ? cma[q] : ma;
-                mb = cmb[q] > mb ? cmb[q] : mb;
+            cma[n_chunks] = cmb[n_chunks] = -INFINITY;
+            for (int64_t q = 0; q < n_seg; q++) {
+                const int64_t j0 = q * seg, j1 = j0 + seg < m ? j0 + seg : m;
+                T sa = -INFINITY, sb = -INFINITY;
+                for (int64_t h = j0 / chunk; h <= n_chunks && h * chunk < j1; h++) {
+                    const int64_t h0 = h * chunk, h1 = h < n_chunks ? h0 + chunk : m;
+                    chunk_max(s + h0, w + h0, cwa, cwb, h1 - h0, cma + h, cmb + h);
+                    sa = cma[h] > sa ? cma[h] : sa;
+                    sb = cmb[h] > sb ? cmb[h] : sb;
+                }
+                sma[q] = sa;
+                smb[q] = sb;
+                ma = sa > ma ? sa : ma;
+                mb = sb > mb ? sb : mb;
+                exps_w(s + j0, w + j0, cwb, sb, j1 - j0, eb + j0, zq + q, zwq + q);
+            }
+            double zb = 0.0, zw = 0.0;
+            for (int64_t q = 0; q < n_seg; q++) {
+                fq[q] = exp((double)smb[q] - (double)mb);
+                zb += fq[q] * zq[q];
+                zw += fq[q] * zwq[q];
             }
             double *va = jb->va + i * k, *vb = jb->vb + i * k;
             int64_t *ia = jb->ia + i * k, *ib = jb->ib + i * k;
@@ -318,27 +387,47 @@ void rows(job_t *jb) {
                 jb->a_at_ib[i * k + t] = (double)(s[ib[t]] - cwa * w[ib[t]]);
                 jb->b_at_ia[i * k + t] = (double)(s[ia[t]] - cwb * w[ia[t]]);
             }
-            double zb, zw;
-            exps_w(s, w, cwb, mb, m, eb, &zb, &zw);
-            const T mean_b = (T)(zb / (double)m);
+            const double mean_b = zb / (double)m;
             if (small_b) {
                 if (uniform_row(s, w, cwb, m, jb->max_gap, jb->ub + i, jb->peak_b + i)) flags |= 4;
             } else {
                 jb->peak_b[i] = (double)m / zb;
             }
             if (small_a && uniform_row(s, w, cwa, m, jb->max_gap, jb->ua + i, jb->peak_a + i)) flags |= 2;
+            /* a baseline's segment: sum_j |f eb_j - mean| = f sum_j |eb_j - mean / f|, or, where the segment's largest
+             * weight f is below mean / 1024 (every term positive, mean / f possibly beyond T), len mean - f sum_j eb_j */
             if (!wide) {
                 /* e_a,j = e_b,j e^{x_j} kk: la - lb = sgn c w = x + sgn c wb, so kk = exp(sgn c wb + mb - ma) */
                 const double wb = zw / zb;
-                double s1, m1, za;
-                tilt(w, eb, (T)wb, sgn * c, m, ea, &s1, &m1, &za);
+                double s1 = 0.0, dq = 0.0, za = 0.0;
+                for (int64_t q = 0; q < n_seg; q++) {
+                    const int64_t j0 = q * seg, j1 = j0 + seg < m ? j0 + seg : m;
+                    double s1q, dqq;
+                    tilt(w + j0, eb + j0, (T)wb, sgn * c, j1 - j0, ea + j0, &s1q, &dqq, zaq + q);
+                    s1 += fq[q] * s1q;
+                    dq += fq[q] * dqq;
+                    za += fq[q] * zaq[q];
+                }
                 const double kk = exp((double)sgn * (double)c * (double)(T)wb + (double)mb - (double)ma);
                 za *= kk;
                 s1 /= zb;
-                m1 /= zb;
-                double da, db, dev;
-                deviations(eb, ea, (T)kk, (T)(za / (double)m), mean_b, (T)m1, m, !small_a, &da, &db, &dev);
-                const double kl = log1p(m1) - s1;
+                const double m1 = s1 + dq / zb;  /* E_Pb[e^x - 1] */
+                const double mean_a = za / (double)m;
+                double da = 0.0, db = 0.0, dev = 0.0;
+                for (int64_t q = 0; q < n_seg; q++) {
+                    const int64_t j0 = q * seg, j1 = j0 + seg < m ? j0 + seg : m;
+                    const double f = fq[q], fa = kk * f, len = (double)(j1 - j0);
+                    /* map a's weights in the segment are at most exp(max_q l_a - max l_a) */
+                    const bool low_a = 1024.0 * exp((double)sma[q] - (double)ma) <= mean_a || !(fa > 0.0);
+                    const bool low_b = 1024.0 * f <= mean_b;
+                    double daq, dbq, devq;
+                    deviations(eb + j0, ea + j0, (T)1, low_a ? (T)0 : (T)(mean_a / fa), low_b ? (T)0 : (T)(mean_b / f),
+                               (T)m1, j1 - j0, !small_a && !low_a, &daq, &dbq, &devq);
+                    da += low_a ? len * mean_a - fa * zaq[q] : fa * daq;
+                    db += low_b ? len * mean_b - f * zq[q] : f * dbq;
+                    dev += f * devq;
+                }
+                const double kl = log1p(m1) - s1;  /* log(1 + s1 + dq) - s1: an error in s1 enters times m1 / (1 + m1) */
                 jb->kl[i] = kl > 0.0 ? kl : 0.0;
                 jb->tv[i] = 0.5 * (dev / zb) / (1.0 + m1);
                 if (!small_b) jb->ub[i] = 0.5 * db / zb;
@@ -349,7 +438,16 @@ void rows(job_t *jb) {
             } else {
                 jb->kl[i] = NAN;
                 jb->tv[i] = NAN;
-                if (!small_b) jb->ub[i] = 0.5 * abs_dev(eb, mean_b, m) / zb;
+                if (!small_b) {
+                    double db = 0.0;
+                    for (int64_t q = 0; q < n_seg; q++) {
+                        const int64_t j0 = q * seg, j1 = j0 + seg < m ? j0 + seg : m;
+                        const double f = fq[q];
+                        db += 1024.0 * f <= mean_b ? (double)(j1 - j0) * mean_b - f * zq[q]
+                                                   : f * abs_dev(eb + j0, (T)(mean_b / f), j1 - j0);
+                    }
+                    jb->ub[i] = 0.5 * db / zb;
+                }
                 if (!small_a) {
                     const double za = exps(s, w, cwa, ma, m, ea);
                     jb->ua[i] = 0.5 * abs_dev(ea, (T)(za / (double)m), m) / za;
@@ -363,6 +461,9 @@ void rows(job_t *jb) {
     free(eb);
     free(cma);
     free(cmb);
+    free(sma);
+    free(smb);
+    free(zq);
     free(cv);
     free(ci);
 }

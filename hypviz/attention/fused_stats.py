@@ -40,7 +40,7 @@ class _Job(ctypes.Structure):
     _fields_ = [
         *((name, ctypes.c_void_p) for name in ("s", "c", "w", "tol_a", "tol_b", "gap")),
         *((name, ctypes.c_double) for name in ("alpha_a", "alpha_b", "small", "max_gap")),
-        *((name, ctypes.c_int64) for name in ("rows", "m", "k", "chunk")),
+        *((name, ctypes.c_int64) for name in ("rows", "m", "k", "chunk", "seg")),
         *((name, ctypes.c_void_p) for name in ("va", "vb", "a_at_ib", "b_at_ia", "ua", "ub", "peak_a", "peak_b", "kl", "tv")),
         ("ia", ctypes.c_void_p),
         ("ib", ctypes.c_void_p),
@@ -129,7 +129,7 @@ def _ptr(t: torch.Tensor) -> int:
 
 def shared_rows(
     s: torch.Tensor, c: torch.Tensor, w: torch.Tensor, alphas: tuple[float, float], tol_a: torch.Tensor,
-    tol_b: torch.Tensor, gap: torch.Tensor, top: int, small: float, max_gap: float,
+    tol_b: torch.Tensor, gap: torch.Tensor, top: int, small: float, max_gap: float, segment: int | None = None,
 ) -> dict[str, torch.Tensor]:
     r"""Every per-row statistic of a one-product block: the maps' logits :math:`l_{a|b} = S - \alpha_{a|b}\, c\, w^\top`.
 
@@ -176,7 +176,7 @@ def shared_rows(
     job = _Job(
         s=_ptr(s), c=_ptr(c), w=_ptr(w), tol_a=_ptr(tol_a), tol_b=_ptr(tol_b), gap=_ptr(gap),
         alpha_a=float(alphas[0]), alpha_b=float(alphas[1]), small=float(small), max_gap=float(max_gap),
-        rows=rows, m=m, k=top, chunk=chunk,
+        rows=rows, m=m, k=top, chunk=chunk, seg=m if segment is None else max(1, int(segment)),
         va=_ptr(res["va"]), vb=_ptr(res["vb"]), a_at_ib=_ptr(res["a_at_ib"]), b_at_ia=_ptr(res["b_at_ia"]),
         ua=_ptr(res["ua"]), ub=_ptr(res["ub"]), peak_a=_ptr(res["pa"]), peak_b=_ptr(res["pb"]),
         kl=_ptr(res["kl"]), tv=_ptr(res["tv"]), ia=_ptr(res["ia"]), ib=_ptr(res["ib"]), flags=_ptr(res["flags"]),
