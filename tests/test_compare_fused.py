@@ -135,24 +135,27 @@ def test_the_kernels_top_k_is_torchs_over_chunks():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_kernels_segments_give_one_passs_statistics(dtype):
-    # the first passes segment by segment (e_b relative to each segment's maximum, the sums rescaled in double):
-    # segments of 64 and 1,000 keys give what one segment gives, on rows of moderate gap, a row with one peak and a
-    # row whose last third lies 60 below (their baselines partly from the segment sums), and a wide-gap row
+    # the first passes segment by segment (e_b relative to each segment's maximum, the sums rescaled in double), and
+    # narrow rows' expm1(x) recomputed rather than kept (cache=0): the same statistics as one segment with all kept,
+    # on rows of moderate gap, narrow rows (gap <= 0.3: expm1 without range reduction), a row with one peak and a row
+    # whose last third lies 60 below (their baselines partly from the segment sums), and a wide-gap row
     g = torch.Generator().manual_seed(1)
     m = 3000
     s = torch.randn(6, m, generator=g, dtype=dtype)
     s[1, 100] += 40.0
     s[3, 2000:] -= 60.0
     w, c = torch.rand(m, generator=g, dtype=dtype), torch.rand(6, generator=g, dtype=dtype) + 0.5
+    c[4:] = torch.tensor([0.05, 0.25], dtype=dtype)
     tol = torch.full((6,), 1e-3, dtype=dtype)
     gap = c * (w.max() - w.min())
     gap[2] = 2 * TILT_MAX_GAP
     one = fused_stats.shared_rows(s, c, w, (0.0, 1.0), tol, tol, gap, 5, 1e-6, TILT_MAX_GAP)
     assert one["flags"].tolist() == [0, 0, 1, 0, 0, 0] and bool(one["kl"][2].isnan())
+    assert (gap <= 0.3).tolist() == [False] * 4 + [True] * 2
     # the exponentials' arguments (up to |l| ~ 64) rounded at another maximum: a few eps times |l| apart
     rtol = 256 * torch.finfo(dtype).eps
-    for segment in (64, 1000):
-        many = fused_stats.shared_rows(s, c, w, (0.0, 1.0), tol, tol, gap, 5, 1e-6, TILT_MAX_GAP, segment=segment)
+    for segment, cache in ((64, None), (1000, 0), (None, 0)):
+        many = fused_stats.shared_rows(s, c, w, (0.0, 1.0), tol, tol, gap, 5, 1e-6, TILT_MAX_GAP, segment, cache)
         for name in ("ua", "ub", "pa", "pb", "kl", "tv"):
             torch.testing.assert_close(many[name], one[name], rtol=rtol, atol=0.0, equal_nan=True, msg=name)
         for name in ("va", "ia", "vb", "ib", "a_at_ib", "b_at_ia", "flags"):

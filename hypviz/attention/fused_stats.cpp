@@ -2,16 +2,23 @@
  *
  * Per row i of a block S (rows x M, contiguous) with c_i, w_j and the two kinds' alpha_a, alpha_b:
  *   l_a,ij = S_ij - alpha_a c_i w_j,   l_b,ij = S_ij - alpha_b c_i w_j.
- * Four passes over a row while it is in cache (OpenMP threads take rows one at a time), each a vectorised loop:
- *   1. the maxima of l_a and l_b by chunks (the chunk maxima locate the top k);
- *   2. e_b = exp(l_b - max l_b) (kept), Z_b and sum_j e_b,j w_j;
- *   3. with x_j = (alpha_b - alpha_a) c_i (w_j - E_Pb w) (log P_a - log P_b up to a constant, centred under
- *      P_b): expm1(x_j) (kept), sum_j e_b,j x_j, sum_j e_b,j expm1(x_j) and Z_a = K sum_j e_b,j e^{x_j}, since
- *      e_a,j = exp(l_a,j - max l_a) = K e_b,j e^{x_j} with K = exp((alpha_b - alpha_a) c_i E_Pb w + max l_b - max l_a);
- *   4. sum_j |e_a,j - Z_a / M|, sum_j |e_b,j - Z_b / M| (the uniform baselines) and sum_j e_b,j |expm1(x_j) - m1|
- *      (the tilted TV).
- * Two exponentials per logit.  Rows whose logit gap is wider than max_gap take e_a directly instead.
- * Positive sums in T over blocks of 512 terms, added in double; the signed moments in double.  Rows the kernel leaves to the caller are flagged:
+ * Three passes over a row (OpenMP threads take rows one at a time), each a vectorised loop:
+ *   1. segment by segment (seg keys, a few hundred KiB that stay in the L2 from one loop to the next): the maxima
+ *      of l_a and l_b by chunks (the chunk maxima locate the top k), then e_b = exp(l_b - max_q l_b) (kept) relative
+ *      to the segment's maximum, its sum and sum_j e_b,j w_j; the segments' sums rescaled by f_q = exp(max_q l_b -
+ *      max l_b) in double give Z_b and E_Pb w (s and w read from memory once, not twice);
+ *   2. with x_j = (alpha_b - alpha_a) c_i (w_j - E_Pb w) (log P_a - log P_b up to a constant, centred under
+ *      P_b): expm1(x_j), sum_j e_b,j x_j, sum_j e_b,j (expm1(x_j) - x_j) (KL's size, positive terms without
+ *      cancellation) and Z_a = K sum_j e_b,j e^{x_j}, since e_a,j = exp(l_a,j - max l_a) = K e_b,j e^{x_j} with
+ *      K = exp((alpha_b - alpha_a) c_i E_Pb w + max l_b - max l_a); on a narrow row (logit gap <= NARROW_X)
+ *      expm1 is a polynomial without range reduction, recomputed in pass 3 where a row's w, e_b and expm1(x) do
+ *      not fit the cache (fewer bytes moved than kept), else kept;
+ *   3. sum_j |e_a,j - Z_a / M|, sum_j |e_b,j - Z_b / M| (the uniform baselines) and sum_j e_b,j |expm1(x_j) - m1|
+ *      (the tilted TV), per segment with the centres divided by the segment's factor (a segment whose largest
+ *      weight is below mean / 1024 adds len mean - its sum, no pass).
+ * Two exponentials per logit (three on narrow rows that recompute).  Rows whose logit gap is wider than max_gap take
+ * e_a directly instead.  Sums in T over blocks of 512 terms, added in double (in double inputs the signed moments
+ * in double).  Rows the kernel leaves to the caller are flagged:
  *   bit 0: the logit gap exceeds max_gap (KL and TV from log-softmax by the caller; NaN here);
  *   bit 1 / bit 2: map a's / b's baseline on a near-uniform row whose centred logits span more than max_gap.
  */
@@ -204,6 +211,61 @@ void tilt(const T *__restrict w, const T *__restrict eb, T wb, T scw, int64_t m,
     *za_out = za;
 }
 
+/* tilt on a row whose |x| <= NARROW_X (x is centred, so |x| <= the logit gap): e^x - 1 - x = x^2 p(x) by the
+ * polynomial of expm1_f with no range reduction (relative error below 1e-8 for |x| <= 1/2); expm1(x) kept in ex
+ * unless ex is null */
+constexpr double NARROW_X = 0.3;
+
+template <class T>
+inline T narrow_expm1_less_x(T x, T *e_out) {
+    T p = (T)2.48015873e-5;
+    p = p * x + (T)1.98412698e-4;
+    p = p * x + (T)1.38888889e-3;
+    p = p * x + (T)8.33333333e-3;
+    p = p * x + (T)4.16666667e-2;
+    p = p * x + (T)1.66666667e-1;
+    p = p * x + (T)0.5;
+    const T d = p * x * x;
+    *e_out = d + x;
+    return d;
+}
+
+template <class T>
+void tilt_narrow(const T *__restrict w, const T *__restrict eb, T wb, T scw, int64_t m, T *__restrict ex,
+                 double *s1_out, double *q_out, double *za_out) {
+    double s1 = 0.0, q = 0.0, za = 0.0;
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T sp = 0, qp = 0, zp = 0;
+        if (ex) {
+#pragma omp simd reduction(+ : sp, qp, zp)
+            for (int64_t j = j0; j < j1; j++) {
+                T x = scw * (w[j] - wb), e;
+                T d = narrow_expm1_less_x(x, &e);
+                ex[j] = e;
+                sp += eb[j] * x;
+                qp += eb[j] * d;
+                zp += eb[j] + eb[j] * e;
+            }
+        } else {
+#pragma omp simd reduction(+ : sp, qp, zp)
+            for (int64_t j = j0; j < j1; j++) {
+                T x = scw * (w[j] - wb), e;
+                T d = narrow_expm1_less_x(x, &e);
+                sp += eb[j] * x;
+                qp += eb[j] * d;
+                zp += eb[j] + eb[j] * e;
+            }
+        }
+        s1 += (double)sp;
+        q += (double)qp;
+        za += (double)zp;
+    }
+    *s1_out = s1;
+    *q_out = q;
+    *za_out = za;
+}
+
 template <>
 void tilt<double>(const double *__restrict w, const double *__restrict eb, double wb, double scw, int64_t m,
                   double *__restrict ex, double *s1_out, double *q_out, double *za_out) {
@@ -233,6 +295,33 @@ void deviations(const T *__restrict eb, const T *__restrict ex, T kk, T mean_a, 
         for (int64_t j = j0; j < j1; j++) {
             T b = eb[j], e = ex[j];
             T a = kk * (b + b * e) - mean_a;
+            T d = b - mean_b, t = e - m1;
+            dap += a < 0 ? -a : a;
+            dbp += d < 0 ? -d : d;
+            devp += b * (t < 0 ? -t : t);
+        }
+        da += (double)dap;
+        db += (double)dbp;
+        dev += (double)devp;
+    }
+    *da_out = with_a ? da : 0.0;
+    *db_out = db;
+    *dev_out = dev;
+}
+
+/* deviations with expm1(x_j) recomputed from w_j (a narrow row's tilt keeps none) */
+template <class T>
+void deviations_narrow(const T *__restrict eb, const T *__restrict w, T wb, T scw, T mean_a, T mean_b, T m1, int64_t m,
+                       bool with_a, double *da_out, double *db_out, double *dev_out) {
+    double da = 0.0, db = 0.0, dev = 0.0;
+    for (int64_t j0 = 0; j0 < m; j0 += BLOCK) {
+        const int64_t j1 = j0 + BLOCK < m ? j0 + BLOCK : m;
+        T dap = 0, dbp = 0, devp = 0;
+#pragma omp simd reduction(+ : dap, dbp, devp)
+        for (int64_t j = j0; j < j1; j++) {
+            T b = eb[j], e;
+            narrow_expm1_less_x(scw * (w[j] - wb), &e);
+            T a = (b + b * e) - mean_a;
             T d = b - mean_b, t = e - m1;
             dap += a < 0 ? -a : a;
             dbp += d < 0 ? -d : d;
@@ -314,7 +403,7 @@ extern "C" {
 typedef struct {
     const void *s, *c, *w, *tol_a, *tol_b, *gap;
     double alpha_a, alpha_b, small, max_gap;
-    int64_t rows, m, k, chunk, seg;
+    int64_t rows, m, k, chunk, seg, cache;
     double *va, *vb, *a_at_ib, *b_at_ia, *ua, *ub, *peak_a, *peak_b, *kl, *tv;
     int64_t *ia, *ib;
     int32_t *flags;
@@ -324,6 +413,22 @@ typedef struct {
 }
 
 namespace {
+
+/* the tilt of a row: narrow (|x| <= NARROW_X) or not; expm1(x) kept in ex unless `again` (recomputed later) */
+template <class T>
+void tilt_row(bool narrow, bool again, const T *w, const T *eb, T wb, T scw, int64_t m, T *ex, double *s1, double *q,
+              double *za) {
+    if (narrow)
+        tilt_narrow(w, eb, wb, scw, m, again ? nullptr : ex, s1, q, za);
+    else
+        tilt(w, eb, wb, scw, m, ex, s1, q, za);
+}
+
+template <>
+void tilt_row<double>(bool, bool, const double *w, const double *eb, double wb, double scw, int64_t m, double *ex,
+                      double *s1, double *q, double *za) {
+    tilt(w, eb, wb, scw, m, ex, s1, q, za);
+}
 
 template <class T>
 void rows(job_t *jb) {
@@ -399,11 +504,15 @@ void rows(job_t *jb) {
             if (!wide) {
                 /* e_a,j = e_b,j e^{x_j} kk: la - lb = sgn c w = x + sgn c wb, so kk = exp(sgn c wb + mb - ma) */
                 const double wb = zw / zb;
+                /* a narrow row's expm1(x) is a short polynomial: recomputed by the deviations where the row's w, e_b and
+                 * expm1(x) would not stay in the cache between the passes, else kept */
+                const bool narrow = sizeof(T) == sizeof(float) && (double)((const T *)jb->gap)[i] <= NARROW_X;
+                const bool again = narrow && 3 * m * (int64_t)sizeof(T) > jb->cache;
                 double s1 = 0.0, dq = 0.0, za = 0.0;
                 for (int64_t q = 0; q < n_seg; q++) {
                     const int64_t j0 = q * seg, j1 = j0 + seg < m ? j0 + seg : m;
                     double s1q, dqq;
-                    tilt(w + j0, eb + j0, (T)wb, sgn * c, j1 - j0, ea + j0, &s1q, &dqq, zaq + q);
+                    tilt_row(narrow, again, w + j0, eb + j0, (T)wb, sgn * c, j1 - j0, ea + j0, &s1q, &dqq, zaq + q);
                     s1 += fq[q] * s1q;
                     dq += fq[q] * dqq;
                     za += fq[q] * zaq[q];
@@ -421,8 +530,12 @@ void rows(job_t *jb) {
                     const bool low_a = 1024.0 * exp((double)sma[q] - (double)ma) <= mean_a || !(fa > 0.0);
                     const bool low_b = 1024.0 * f <= mean_b;
                     double daq, dbq, devq;
-                    deviations(eb + j0, ea + j0, (T)1, low_a ? (T)0 : (T)(mean_a / fa), low_b ? (T)0 : (T)(mean_b / f),
-                               (T)m1, j1 - j0, !small_a && !low_a, &daq, &dbq, &devq);
+                    const T ca = low_a ? (T)0 : (T)(mean_a / fa), cb = low_b ? (T)0 : (T)(mean_b / f);
+                    if (again)
+                        deviations_narrow(eb + j0, w + j0, (T)wb, sgn * c, ca, cb, (T)m1, j1 - j0, !small_a && !low_a,
+                                          &daq, &dbq, &devq);
+                    else
+                        deviations(eb + j0, ea + j0, (T)1, ca, cb, (T)m1, j1 - j0, !small_a && !low_a, &daq, &dbq, &devq);
                     da += low_a ? len * mean_a - fa * zaq[q] : fa * daq;
                     db += low_b ? len * mean_b - f * zq[q] : f * dbq;
                     dev += f * devq;

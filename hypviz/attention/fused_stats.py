@@ -1,10 +1,11 @@
 """The statistics of a row block of :func:`hypviz.attention.compare`'s one-product path in one fused kernel.
 
 The eager statistics (:mod:`hypviz.attention.row_blocks`) take some thirty elementwise and reduction passes
-over each ``rows x M`` block; the kernel of ``fused_stats.cpp`` takes four over each row while it is in cache
-(chunk maxima; map b's exponentials and their sums; the tilted moments, map a's weights following from b's as
-:math:`e_{a,j} = K e_{b,j} e^{x_j}`; the deviations of the baselines and of the tilted TV), two exponentials per
-logit, with sums in double (positive ones over blocks of 512 terms in the input's dtype).  It is compiled with the machine's C++ compiler (``-O3 -march=native``) at
+over each ``rows x M`` block; the kernel of ``fused_stats.cpp`` takes three over each row (chunk maxima and map
+b's exponentials segment by segment while the segment is in cache, each relative to its segment's maximum; the
+tilted moments, map a's weights following from b's as :math:`e_{a,j} = K e_{b,j} e^{x_j}`; the deviations of the
+baselines and of the tilted TV), two exponentials per logit, with sums over blocks of 512 terms in the input's dtype
+added in double.  It is compiled with the machine's C++ compiler (``-O3 -march=native``) at
 first use and cached (``HYPVIZ_CACHE_DIR``, else ``~/.cache/hypviz``), and loaded through :mod:`ctypes`;
 its OpenMP threads (torch's own runtime, loaded first: no second pool spinning beside it) split the block's rows
 ``torch.get_num_threads()`` ways.  :func:`availability` says whether it
@@ -40,7 +41,7 @@ class _Job(ctypes.Structure):
     _fields_ = [
         *((name, ctypes.c_void_p) for name in ("s", "c", "w", "tol_a", "tol_b", "gap")),
         *((name, ctypes.c_double) for name in ("alpha_a", "alpha_b", "small", "max_gap")),
-        *((name, ctypes.c_int64) for name in ("rows", "m", "k", "chunk", "seg")),
+        *((name, ctypes.c_int64) for name in ("rows", "m", "k", "chunk", "seg", "cache")),
         *((name, ctypes.c_void_p) for name in ("va", "vb", "a_at_ib", "b_at_ia", "ua", "ub", "peak_a", "peak_b", "kl", "tv")),
         ("ia", ctypes.c_void_p),
         ("ib", ctypes.c_void_p),
@@ -130,6 +131,7 @@ def _ptr(t: torch.Tensor) -> int:
 def shared_rows(
     s: torch.Tensor, c: torch.Tensor, w: torch.Tensor, alphas: tuple[float, float], tol_a: torch.Tensor,
     tol_b: torch.Tensor, gap: torch.Tensor, top: int, small: float, max_gap: float, segment: int | None = None,
+    cache: int | None = None,
 ) -> dict[str, torch.Tensor]:
     r"""Every per-row statistic of a one-product block: the maps' logits :math:`l_{a|b} = S - \alpha_{a|b}\, c\, w^\top`.
 
@@ -144,7 +146,9 @@ def shared_rows(
     \alpha_a) c (w_j - E_{P_b} w)`: :math:`\mathrm{KL} = \log(1 + m_1) - E_{P_b} x`, :math:`\mathrm{TV} = \tfrac12
     E_{P_b} |e^x - 1 - m_1| / (1 + m_1)`, :math:`m_1 = E_{P_b}[e^x - 1]`); ``flags`` (int32): bit 0 where
     ``gap > max_gap`` (KL and TV left to the caller, NaN), bit 1, 2 where map a's, b's baseline is (near-uniform
-    rows whose centred logits span more than ``max_gap``).
+    rows whose centred logits span more than ``max_gap``).  ``segment``: keys per segment of the first pass (``None``:
+    the whole row); ``cache``: the bytes of cache per thread (``None``: unbounded); where a row's ``3 M`` values
+    exceed it, rows of a narrow gap recompute :math:`e^x - 1` in the last pass rather than keep it.
 
     Examples
     --------
@@ -177,6 +181,7 @@ def shared_rows(
         s=_ptr(s), c=_ptr(c), w=_ptr(w), tol_a=_ptr(tol_a), tol_b=_ptr(tol_b), gap=_ptr(gap),
         alpha_a=float(alphas[0]), alpha_b=float(alphas[1]), small=float(small), max_gap=float(max_gap),
         rows=rows, m=m, k=top, chunk=chunk, seg=m if segment is None else max(1, int(segment)),
+        cache=2**62 if cache is None else int(cache),
         va=_ptr(res["va"]), vb=_ptr(res["vb"]), a_at_ib=_ptr(res["a_at_ib"]), b_at_ia=_ptr(res["b_at_ia"]),
         ua=_ptr(res["ua"]), ub=_ptr(res["ub"]), peak_a=_ptr(res["pa"]), peak_b=_ptr(res["pb"]),
         kl=_ptr(res["kl"]), tv=_ptr(res["tv"]), ia=_ptr(res["ia"]), ib=_ptr(res["ib"]), flags=_ptr(res["flags"]),

@@ -304,7 +304,7 @@ def _fused_blocks(
             gap = abs(sign) * c * w_span  # spread of log P_a - log P_b
             out["gap"][sl] = gap
             ta, tb = tol[0][sl], tol[1][sl]
-            res = shared_rows(s, c, w, alphas, ta, tb, gap, t_k, small, TILT_MAX_GAP, segment)
+            res = shared_rows(s, c, w, alphas, ta, tb, gap, t_k, small, TILT_MAX_GAP, segment, _l2_bytes())
 
             def whole(idx: torch.Tensor | None, s: torch.Tensor = s, c: torch.Tensor = c) -> tuple[torch.Tensor, torch.Tensor]:
                 x, cx = (s, c) if idx is None else (s.index_select(0, idx), c.index_select(0, idx))
