@@ -9,6 +9,8 @@ error allows, on random, near-uniform, wide-gap (beyond ``TILT_MAX_GAP``), tied 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -99,6 +101,9 @@ def test_the_plan_chooses_fused_from_its_size_and_says_why(points):
     q, kk = points(4096, 4, 1.0, seed=13, dtype=torch.float32), points(4096, 4, 1.0, seed=14, dtype=torch.float32)
     big = att.plan_compare(q, kk, "spatial", "distance")
     assert big.plan.path == "fused" and "one fused kernel (compiled by" in big.plan.reason
+    seg = re.search(r"its rows in segments of ([\d,]+) keys \(a 32nd of the ([\d,]+) KiB L2\)", big.plan.reason)
+    keys, l2 = (int(x.replace(",", "")) for x in seg.groups())  # float32: a 32nd of the L2, at least 1,024 keys
+    assert keys == max(1024, l2 * 1024 // (32 * 4))
     assert att.plan_compare(q, kk, "distance", "lorentz").plan.path == "two_products"
     with pytest.raises(ValueError, match=r"^path must be 'two_products' or 'dense_rows' for 'distance' and 'lorentz'"):
         att.plan_compare(q[:5], kk[:5], "distance", "lorentz").with_path("fused")
