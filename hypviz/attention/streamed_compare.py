@@ -58,9 +58,10 @@ _FUSED_MIN_LOGITS = 2**24  # compare: the fused statistics (compiled at first us
 # compare, fused on the CPU: rows per block at most (the product of few rows re-reads all keys per block: N = M = 65,536,
 # d = 64, float32, one thread: 32 rows 4.0 ns of CPU per logit, 512 rows 1.84, 8,192 rows 1.48)
 _FUSED_MAX_ROWS = 1024
-# compare, fused on the CPU: the kernel takes each row's first two passes segment by segment, the segment's keys a
-# 32nd of the per-core L2 (its s, w and e_b about a tenth): 16,384 float32 keys on a 2 MiB L2 (N = M = 10^6, 64 rows,
-# one thread: 1.63 ns of CPU per logit at 16,000 keys, 1.66 at 4,000, 1.88 at 64,000, 2.19 unsegmented)
+# compare, fused on the CPU: the kernel takes each row's first pass segment by segment, the segment's keys a 32nd of
+# the per-core L2 (its s, w and e_b about a tenth): 16,384 float32 keys on a 2 MiB L2 (64 rows of section 5's
+# product, M = 10^6, float32, one thread, Xeon with AVX-512, load average 2-3: 1.49 ns of CPU per logit at 16,384 keys,
+# 1.50 at 4,096, 1.51 at 65,536, 1.75 in one segment; M = 65,536: 0.92, 0.93, 0.96)
 _FUSED_SEGMENT_L2_PARTS = 32
 
 
@@ -769,7 +770,8 @@ def run_compare(plan: ComparePlan) -> Comparison:
         # the bound, per row, and the floating-point allowance on the logit gap
         # in float64 from the spatial parts: kappa_t,max - kappa_t,min = (n_max - n_min) / (t_max + t_min),
         # n = |kappa_s|^2, without the cancellation of two rounded time coordinates (large k, float32)
-        nk = torch.linalg.vector_norm(kfl[..., 1:], dim=-1, dtype=torch.float64).square()  # no float64 copy of all keys
+        nk = torch.cat([torch.linalg.vector_norm(c, dim=-1, dtype=torch.float64) for c in kfl[..., 1:].split(65536, dim=-2)],
+                       dim=-1).square()  # one pass per block of keys (half the time of square-and-sum), no float64 copy of all
         n_max, n_min = nk.amax(dim=-1), nk.amin(dim=-1)
         spread = ((n_max - n_min) / ((n_max + kf).sqrt() + (n_min + kf).sqrt())).unsqueeze(-1)
         q_t = (qf[..., 1:].double().square().sum(dim=-1) + kf).sqrt()
