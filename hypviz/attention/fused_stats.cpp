@@ -459,7 +459,7 @@ void rows(job_t *jb) {
             const bool small_b = (double)((const T *)jb->tol_b)[i] < jb->small;
             const bool wide = (double)((const T *)jb->gap)[i] > jb->max_gap;
             int32_t flags = wide ? 1 : 0;
-            /* passes 1 and 2 segment by segment, while it is in cache: its chunk maxima, then map b's exponentials
+            /* pass 1, segment by segment while the segment is in cache: its chunk maxima, then map b's exponentials
              * relative to the segment's maximum (e_b,j = f_q eb_j, f_q = exp(max_q l_b - max l_b)) and their sums */
             T ma = -INFINITY, mb = -INFINITY;
             cma[n_chunks] = cmb[n_chunks] = -INFINITY;
@@ -506,7 +506,7 @@ void rows(job_t *jb) {
                 const double wb = zw / zb;
                 /* a narrow row's expm1(x) is a short polynomial: recomputed by the deviations where the row's w, e_b and
                  * expm1(x) would not stay in the cache between the passes, else kept */
-                const bool narrow = sizeof(T) == sizeof(float) && (double)((const T *)jb->gap)[i] <= NARROW_X;
+                const bool narrow = sizeof(T) == sizeof(float) && fabs((double)((const T *)jb->gap)[i]) <= NARROW_X;
                 const bool again = narrow && 3 * m * (int64_t)sizeof(T) > jb->cache;
                 double s1 = 0.0, dq = 0.0, za = 0.0;
                 for (int64_t q = 0; q < n_seg; q++) {
