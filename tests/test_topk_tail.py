@@ -276,6 +276,17 @@ def test_the_index_search_meets_the_bar_on_4096_keys(key_set):
     assert ratio <= 0.25 and top1 >= 0.9, (ratio, top1, res.search)
 
 
+def test_an_index_fitted_beforehand_is_used_as_it_is():
+    pytest.importorskip("faiss")
+    q, kk = data.lifted_gaussian(128, D, 31.6, seed=1), data.lifted_gaussian(4096, D, 31.6, seed=2)
+    index = att.fit_key_index(q[:64], kk, 256, tries=((1, 32),))  # fitted on other queries, one configuration
+    res = att.distance_topk_attention(q, kk, temperature=TAU, search=index)
+    assert bool(res.met.all()) and res.recall == index.recall
+    assert (index.method in res.search) if index.reason is None else ("exact search (fallback)" in res.search)
+    with pytest.raises(ValueError, match="search must be an index of these keys"):
+        att.distance_topk_attention(q, kk[:2048], temperature=TAU, search=index)
+
+
 def test_the_tail_alone_needs_no_search_stays_positive_and_estimates_its_error():
     q, kk = data.lifted_gaussian(64, 16, 1.5, seed=7), data.lifted_gaussian(3000, 16, 1.5, seed=8)
     v = data.lifted_gaussian(3000, 4, 1.0, seed=9)

@@ -736,11 +736,13 @@ def distance_topk_attention(
         Keys sampled for the fit, and as many again for the error estimate (:data:`SAMPLES`).
     seed : int
         Seed of the sampled keys.
-    search : str
+    search : str or KeyIndex
         The top-key search: ``"exact"`` (:func:`hypviz.attention.key_search.exact_top_keys`, the default),
         ``"index"`` (:func:`hypviz.attention.key_search.search_top_keys`: a faiss index picked by measured
-        recall, exact search where none reaches ``recall``; needs faiss) or ``"auto"`` (the index where
-        faiss is installed, else exact).  With an index a true top key it missed is weighted by the tail.
+        recall, exact search where none reaches ``recall``; needs faiss), ``"auto"`` (the index where
+        faiss is installed, else exact), or an index of these keys from
+        :func:`hypviz.attention.key_search.fit_key_index`, fitted and built beforehand (one key set), used as it
+        is.  With an index a true top key it missed is weighted by the tail.
     recall : float
         The recall an index must reach on sampled queries, in :math:`(0, 1]` (``"index"``, ``"auto"``).
     aggregation : str
@@ -781,7 +783,8 @@ def distance_topk_attention(
     tol_ = validate.positive(tol, "tol")
     n_s = validate.integer(samples, "samples", 1)
     seed_ = validate.seed(seed)
-    search_ = validate.choice(search, "search", SEARCHES)
+    fitted = search if isinstance(search, KeyIndex) else None
+    search_ = "index" if fitted is not None else validate.choice(search, "search", SEARCHES)
     recall_ = validate.positive(recall, "recall")
     if recall_ > 1.0:
         raise ValueError(f"recall must be a number in (0, 1], got {recall!r}")
@@ -798,8 +801,13 @@ def distance_topk_attention(
     with torch.no_grad():
         a, b = distance_operands(qf, kfl, k=kf, temperature=tau)
         use_index = search_ == "index" or (search_ == "auto" and _faiss_available())
+        if fitted is not None and (heads != 1 or fitted.keys.shape != kfl[0].shape or fitted.keys.dtype != kfl.dtype):
+            raise ValueError(f"search must be an index of these keys (one key set of shape {tuple(kfl[0].shape)}), got "
+                             f"an index of keys of shape {tuple(fitted.keys.shape)}")
         searches: list[Any] = [_IndexSearch(qf[h], kfl[h], a[h], b[h], kf, tau, recall_, seed_) if use_index
                                else _ExactSearch(a[h], b[h]) for h in range(heads)]
+        if fitted is not None:
+            searches[0].index = fitted
         tail_mass = torch.zeros(heads, n, dtype=dt, device=dev)
         out = vals = None
         if vf is not None:
