@@ -759,10 +759,11 @@ def child_topk_index_large(n: int) -> dict[str, Any]:
     c0 = clock()
     index = att.fit_key_index(q, k, cfg["top"], recall=TOPK_INDEX["recall"], tries=tries)
     build_s = spent(c0)
-    picked = torch.randperm(n, generator=g)[: cfg["rows"]].sort().values
+    rows = min(cfg["rows"], max(64, 2**27 // n))  # the checked rows' float64 (rows x M) arrays: at most 1 GiB each
+    picked = torch.randperm(n, generator=g)[:rows].sort().values
     qk = q[picked]
     att.distance_topk_attention(qk, k, v, temperature=tau, search=index)  # warm-up, untimed
-    few = cfg["rows"] // 4  # the call on rows/4 and on all rows, twice each (the smaller time kept): the per-row cost from
+    few = rows // 4  # the call on rows/4 and on all rows, twice each (the smaller time kept): the per-row cost from
     few_s = rows_s = (math.inf, math.inf)  # the difference, the fixed part (the key sums, O(M c^2 d_v)) from the rest
     for _ in range(2):
         c0 = clock()
