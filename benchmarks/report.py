@@ -623,8 +623,10 @@ def section_topk_index(results: dict[str, Any]) -> Section:
         )
     body += [
         "",
-        "Rows with every key exact (`exact rows`) are those no entry of `top` serves; the tree's `exact (...)` is the "
-        "index's visible fallback to exact search where no configuration reached the recall asked.",
+        "Rows with every key exact (`exact rows`) are those no entry of `top` serves; `exact (...)` in the search column is "
+        "exact search where an index was not worth it or reached no recall asked, with the reason. A row whose index "
+        "search missed its true top keys cannot see it in its own error estimate (the missed keys are weighted by the "
+        "tail, outside the exactly ranked strata): the recall on the checked rows is the column that shows it.",
         "",
     ]
     if ti.get("large"):

@@ -173,7 +173,7 @@ def test_report_renders_a_hand_made_minimal_results_dict():
     assert "Measured on **Test CPU 9000, 2 logical CPUs**" in text and "**Quick run**" not in text
     verdicts = _verdicts(text)
     assert verdicts == {1: "not measured", 2: "not measured", 3: "met", 4: "met", 5: "NOT met", 6: "not measured",
-                        7: "not measured", 8: "not measured", 9: "not measured"}
+                        7: "not measured", 8: "not measured", 9: "not measured", 10: "not measured"}
     sec = {n: "\n".join(lines) for n, lines in _sections(text).items()}
     assert "**met**: `compare()` takes 0.80x the time of the two calls (medians; 0.83x by minima); 50% of the matmul" in sec[3]
     assert "**NOT met**: 30 s (met), peak extra memory 1.2 GiB (NOT met)" in sec[5]
