@@ -557,6 +557,111 @@ def section_topk_tail(results: dict[str, Any]) -> Section:
     return Section(TOPK_TAIL_NUMBER, title, short, word(ok), result, TOPK_TAIL_FLOOR, body)
 
 
+TOPK_INDEX_NUMBER = 10
+TOPK_INDEX_FLOOR = ("on every key set (Gaussian at r^2/tau from 0.00125 to 125, 32 clusters, trees), with the index search: "
+                    "mean row TV at most 0.25x the exact map's TV from uniform and top-1 agreement at least 0.9")
+
+
+def _index_ok(r: dict[str, Any], ti: dict[str, Any]) -> bool:
+    return r["error"]["ratio"] <= ti["floor_ratio"] and r["error"]["top1_agreement"] >= ti["floor_top1"]
+
+
+def _index_cell(search: str) -> str:
+    """The kind's search summary, shortened: each index's method and recall, or exact search and why."""
+    parts = []
+    for part in search.split("; "):
+        if part.startswith("exact search (fallback)"):
+            parts.append("exact (" + part.split(": ", 1)[-1].split(":")[0] + ")")
+        elif part == "exact":
+            parts.append("none needed (no row searched)")
+        else:
+            parts.append(part.replace(" sampled queries", ""))
+    return "; ".join(parts)
+
+
+def section_topk_index(results: dict[str, Any]) -> Section:
+    title = "Exact top keys plus a fitted tail with the index search: Gaussian, clustered and tree keys"
+    short = "top keys + tail, index"
+    ti = results.get("topk_index")
+    if not ti:
+        return _missing(TOPK_INDEX_NUMBER, title, short, TOPK_INDEX_FLOOR, "no results (run `benchmarks/run.py --only topk_index`)")
+    rows = ti["rows"]
+    ok = all(_index_ok(r, ti) for r in rows)
+    worst = max(rows, key=lambda r: r["error"]["ratio"])
+    result = (f"at N = M = {ti['n']:,}, {len(rows)} key sets: worst TV / baseline {worst['error']['ratio']:.3g} ({worst['how']}), "
+              f"lowest top-1 agreement {min(r['error']['top1_agreement'] for r in rows):.3g}")
+    body = [
+        f"`attention.distance_topk_attention(q, k, v, temperature={ti['temperature']:g}, search=\"index\", "
+        f"recall={ti['recall']:g})` on every query row (nothing scaled: the index is fitted and built once per key set "
+        "inside the call, its time included), float32, d = "
+        f"{ti['d']}, each key set in a fresh subprocess. Key sets: lifted Gaussian queries and keys of mean norm r "
+        "(r^2/tau as given); a mixture of "
+        f"{ti['clusters']} Gaussian clusters (centres standard normal, each cluster's spread {ti['cluster_spread']:g} of "
+        "that scale) rescaled to mean norm r, queries and keys drawn from it; every node of a balanced binary tree grown "
+        "in H^64 from the origin (each child one geodesic step of the edge length along a random direction), split at "
+        "random into keys and queries (N = M - 1 queries). The exact streamed map: the exact output by blocks of query "
+        f"rows, every row, in the same process. Error: on {ti['rows_sampled']} sampled query rows, the result's map (its "
+        "listed top weights, rows with every key exact, its tail polynomial) against the exact rows over all keys in "
+        "float64; top-1 tie-aware (the kind's favourite key has the exact largest weight to 1e-9). Recall: the index's own, "
+        "measured against exact search on sampled queries when it was picked, and on the checked rows the share of "
+        "their listed top keys whose exact logit reaches the row's exact k-th logit. Times are wall clock on a shared "
+        "machine (the load average is given per row).",
+        "",
+        "| key set | N | kind: time | exact streamed map | ratio | TV / baseline | top-1 | search (index picked: recall "
+        "on sampled queries) | recall, checked rows | rows met | exact rows | tail-only rows | mean k | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        e, kd, ex = r["error"], r["kind"], r["exact"]
+        rec = "no row searched" if e["recall_rows"] is None else f"{e['recall_rows']:.3g}"
+        body.append(
+            f"| {r['how']} | {r['n']:,} | {fmt_s(kd['time_s'])} | {fmt_s(ex['time_s'])} | "
+            f"{kd['time_s'] / ex['time_s']:.2g}x | {e['ratio']:.3g} ({word(_index_ok(r, ti))}) | "
+            f"{e['top1_agreement']:.3g} | {_index_cell(kd['search'])} | {rec} | {kd['rows_met']:.3g} | "
+            f"{kd['exact_rows']:.3g} | {kd['tail_only_rows']:.3g} | {kd['mean_top_count']:.3g} | "
+            f"{r.get('load_average', ['?'])[0]:.3g} |"
+        )
+    body += [
+        "",
+        "Rows with every key exact (`exact rows`) are those no entry of `top` serves; `exact (...)` in the search column is "
+        "exact search where an index was not worth it or reached no recall asked, with the reason. A row whose index "
+        "search missed its true top keys cannot see it in its own error estimate (the missed keys are weighted by the "
+        "tail, outside the exactly ranked strata): the recall on the checked rows is the column that shows it.",
+        "",
+    ]
+    if ti.get("large"):
+        body += _index_large_lines(ti["large"])
+    return Section(TOPK_INDEX_NUMBER, title, short, word(ok), result, TOPK_INDEX_FLOOR, body)
+
+
+def _index_large_lines(large: list[dict[str, Any]]) -> list[str]:
+    """The index at larger N (``--only topk_index_large``); times ``[wall, cpu]``, shown as wall (CPU)."""
+    two = lambda x: f"{fmt_s(x[0])} ({fmt_s(x[1])} CPU)"  # noqa: E731
+    lines = [
+        "**The index at larger N** (Gaussian keys, r^2/tau = 125, float32, d = 64): the index's configuration fitted on a "
+        "key subsample (`fit_key_index` on the keys named, 256 sampled queries, top 256), the index built once over every "
+        "key with that configuration (its recall measured on 256 sampled queries), then "
+        "`distance_topk_attention(q_rows, k, v, search=index)` on sampled query rows (the rows named; timed on a quarter "
+        "of them and on all: the per-row time from the difference, the call's fixed part, the key sums, from the rest). "
+        "The kind at N: fit + build + fixed part + per-row time x N; the exact streamed map timed on 1,024 rows, scaled "
+        "to N. Wall clock and, in brackets, this process's CPU time (user + sys, 2 threads); `search` is the index used "
+        "(or exact search, with the reason, where the built index missed the recall asked).",
+        "",
+        "| N = M | rows | fit (subsample) | build (every key) | search | per row | fixed part | kind at N | exact map at N | "
+        "ratio (wall; CPU) | recall: sampled / checked rows | TV / baseline | top-1 | mean k | exact rows | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in large:
+        lines.append(
+            f"| {r['n']:,} | {r['rows']:,} | {two(r['fit_s'])}, {r['fit_keys']:,} keys: `{r['fit_method']}` | "
+            f"{two(r['build_s'])} | {_index_cell(r['search'])} | "
+            f"{r['row_s'][0] * 1e3:.3g} ms ({r['row_s'][1] * 1e3:.3g} ms CPU) | {two(r['fixed_s'])} | {two(r['kind_s'])} | "
+            f"{two(r['exact_s'])} | {r['kind_s'][0] / r['exact_s'][0]:.2g}x; {r['kind_s'][1] / r['exact_s'][1]:.2g}x | "
+            f"{r['recall_sampled']:.3g} / {r['recall_rows']:.3g} | {r['ratio']:.3g} | {r['top1']:.3g} | "
+            f"{r['mean_top_count']:.3g} | {r['exact_rows_share']:.3g} | {r['load']:.3g} |")
+    return lines + [""]
+
+
 # --------------------------------------------------------------------------- #
 # the GPU section (run.py on a CUDA machine, or benchmarks/gpu.py)
 # --------------------------------------------------------------------------- #
@@ -697,6 +802,7 @@ def sections(results: dict[str, Any]) -> list[Section]:
         gpu_section(results.get("gpu")),
         section_linear_distance(results),
         section_topk_tail(results),
+        section_topk_index(results),
     ]
 
 

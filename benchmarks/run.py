@@ -524,10 +524,14 @@ def _tail_rows(res: Any, a: torch.Tensor, b: torch.Tensor, picked: torch.Tensor)
     t, beta, gamma = cut[:, :1], cut[:, 1:2], cut[:, 2:3]
     m = torch.maximum(s.amax(-1, keepdim=True), t)
     u = s - t
-    w = (1.0 + u * (beta + gamma * u)) * torch.exp(t - m)
+    # every key not listed weighted by the tail (a key an index missed included), a row with every key exact (it lists
+    # none) by its exact weights
+    w = torch.where(res.top_counts[picked].unsqueeze(-1) >= s.shape[-1], torch.exp(s - m),
+                    (1.0 + u * (beta + gamma * u)) * torch.exp(t - m))
+    listed = torch.diff(res.offsets, append=torch.tensor([res.weights.numel()]))
     tops = []
     for r, i in enumerate(picked.tolist()):
-        lo, kt = int(res.offsets[i]), int(res.top_counts[i])
+        lo, kt = int(res.offsets[i]), int(listed[i])
         idx = res.indices[lo : lo + kt]
         w[r, idx] = torch.exp(s[r, idx] - m[r])
         tops.append((r, idx, res.weights[lo : lo + kt].double()))
@@ -576,6 +580,7 @@ def child_topk_tail(n: int, rows: int, sharpness: float) -> dict[str, Any]:
                    "rows_met": float(res.met.double().mean()),
                    "mean_top_count": float(res.top_counts.double().mean()),
                    "tail_only_rows": float((res.top_counts == 0).double().mean()),
+                   "exact_rows": float((res.top_counts >= n).double().mean()),
                    "top_counts": {str(int(c)): int(x) for c, x in zip(*torch.unique(res.top_counts, return_counts=True))}}
     # the exact streamed map, timed on its first exact_rows rows and scaled to all N
     er = min(n, cfg["exact_rows"])
@@ -625,6 +630,199 @@ def bench_topk_tail(ns: list[int], rows: int, sharpness: tuple[float, ...]) -> d
 
 
 # --------------------------------------------------------------------------- #
+# 10. the kind with the index search (issue 30) at N = M = 16,384: Gaussian, clustered and tree keys
+# --------------------------------------------------------------------------- #
+TOPK_INDEX = {"n": 16_384, "d": 64, "temperature": 8.0, "recall": 0.9, "rows": 512, "clusters": 32, "cluster_spread": 0.3,
+              "sets": [("gaussian", s) for s in (0.00125, 0.0125, 0.125, 1.25, 12.5, 125.0)]
+              + [("clusters", s) for s in (1.25, 12.5, 125.0)] + [("tree", e) for e in (0.4, 1.0)]}
+
+
+def _cluster_points(n: int, d: int, r: float, seed: int, clusters: int, spread: float) -> torch.Tensor:
+    """``n`` points of one mixture of ``clusters`` Gaussian clusters (centres standard normal, each cluster's spread
+    ``spread`` times that scale), the spatial parts rescaled to mean norm ``r`` by one factor, lifted."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(clusters, d, generator=g, dtype=torch.float64)
+    pts = centres[torch.randint(clusters, (n,), generator=g)] + spread * torch.randn(n, d, generator=g, dtype=torch.float64)
+    return L.lift(pts * (r / pts.norm(dim=-1).mean())).float()
+
+
+def _tree_points(depth: int, d: int, edge: float, seed: int) -> torch.Tensor:
+    """Every node of a balanced binary tree of ``depth`` levels grown in H^d from the origin: each child one geodesic
+    step of length ``edge`` from its parent along a random unit direction (at the origin), carried to the parent by
+    the Lorentz boost that takes the origin to it; ``2^(depth + 1) - 1`` nodes, float64 then float32."""
+    g = torch.Generator().manual_seed(seed)
+    level = L.origin(d, dtype=torch.float64).unsqueeze(0)
+    out = [level]
+    for i in range(depth):
+        u = torch.nn.functional.normalize(torch.randn(2 ** (i + 1), d, generator=g, dtype=torch.float64), dim=-1)
+        p = level.repeat_interleave(2, 0)
+        x = torch.cat([torch.full_like(u[:, :1], math.cosh(edge)), math.sinh(edge) * u], -1)  # the step at the origin
+        pt, ps, xt, xs = p[:, :1], p[:, 1:], x[:, :1], x[:, 1:]
+        dot = (ps * xs).sum(-1, keepdim=True)
+        level = L.lift(xs + ps * (xt + dot / (1 + pt)))  # the boost's spatial part, re-lifted
+        out.append(level)
+    return torch.cat(out).float()
+
+
+def topk_index_sets(name: str, scale: float, n: int, d: int, tau: float) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """Queries and keys (``n`` each; the tree: ``n`` keys and the other ``n - 1`` nodes of a tree of ``2n - 1`` nodes as
+    queries) of one key set of section 10, and how it is scaled."""
+    if name == "gaussian":
+        r = math.sqrt(scale * tau)
+        return points(n, d, 21, r=r), points(n, d, 22, r=r), f"lifted Gaussian, mean norm {r:.3g} (r^2/tau = {scale:g})"
+    if name == "clusters":
+        r = math.sqrt(scale * tau)
+        x = _cluster_points(2 * n, d, r, 23, TOPK_INDEX["clusters"], TOPK_INDEX["cluster_spread"])
+        return x[:n], x[n:], f"{TOPK_INDEX['clusters']} clusters, mean norm {r:.3g} (r^2/tau = {scale:g})"
+    x = _tree_points(int(math.log2(2 * n)) - 1, d, scale, 24)
+    perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(25))
+    keys, queries = x[perm[:n]], x[perm[n : 2 * n]]
+    norm = float(x[:, 1:].norm(dim=-1).mean())
+    return queries, keys, f"binary tree in H^{d}, edge {scale:g} (mean norm {norm:.3g})"
+
+
+def child_topk_index(name: str, scale: float, n: int, rows: int) -> dict[str, Any]:
+    """Runs inside the subprocess: the kind with ``search="index"`` on every query row (the index built once, inside the
+    call), the exact streamed map on every row, then the error and the index's recall on ``rows`` sampled rows."""
+    cfg = TOPK_INDEX
+    d, tau = cfg["d"], cfg["temperature"]
+    q, k, how = topk_index_sets(name, scale, n, d, tau)
+    nq = q.shape[0]
+    v = points(n, d, 26, r=1.0)
+    out: dict[str, Any] = {"set": name, "scale": scale, "how": how, "n": nq, "m": n, "d": d, "temperature": tau,
+                           "dtype": "float32", "threads": torch.get_num_threads(), "rows": rows}
+    res, t_k, base, hwm, peak, reset = _measured(
+        lambda: att.distance_topk_attention(q, k, v, temperature=tau, search="index", recall=cfg["recall"]))
+    out["kind"] = {"search": res.search, "recall": res.recall, "time_s": t_k, "peak_extra_rss_bytes_sampled": peak[0] - base,
+                   "output_finite": bool(torch.isfinite(res.output).all()),
+                   "min_weight": float(res.weights.min()) if res.weights.numel() else None,
+                   "rows_met": float(res.met.double().mean()), "mean_top_count": float(res.top_counts.double().mean()),
+                   "tail_only_rows": float((res.top_counts == 0).double().mean()),
+                   "exact_rows": float((res.top_counts >= n).double().mean())}
+    _, t_e, base, hwm, peak, reset = _measured(lambda: exact_streamed(q, k, v, tau, nq))
+    out["exact"] = {"rows_timed": nq, "time_s": t_e}
+    g = torch.Generator().manual_seed(0)
+    picked = torch.randperm(nq, generator=g)[:rows].sort().values
+    a, b = L.distance_operands(q, k, k=1.0, temperature=tau)
+    s = a[picked].double() @ b.double().T
+    exact_p = torch.softmax(s, dim=-1)
+    approx_p, gap = _tail_rows(res, a, b, picked)
+    tv = 0.5 * (approx_p - exact_p).abs().sum(-1)
+    tv_u = 0.5 * (exact_p - 1.0 / n).abs().sum(-1)
+    # tie-aware top-1: the kind's favourite key has the exact map's largest weight (to 1e-9 relative)
+    best = exact_p.gather(-1, approx_p.argmax(-1, keepdim=True)).squeeze(-1)
+    top1 = (best >= exact_p.amax(-1) * (1 - 1e-9)).double()
+    # the index's recall on these rows: the share of each row's listed top keys whose exact logit reaches the row's
+    # exact k_i-th logit (rows with 0 < k_i < M)
+    listed = torch.diff(res.offsets, append=torch.tensor([res.weights.numel()]))
+    hits, total = 0, 0
+    for r_, i in enumerate(picked.tolist()):
+        kt = int(listed[i])
+        if kt == 0:
+            continue
+        idx = res.indices[int(res.offsets[i]) : int(res.offsets[i]) + kt]
+        thr = torch.topk(s[r_], kt).values[-1]
+        hits += int((s[r_, idx] >= thr - 1e-9 * (1 + thr.abs())).sum())
+        total += kt
+    out["error"] = {"mean_tv": float(tv.mean()), "mean_tv_uniform": float(tv_u.mean()),
+                    "ratio": float(tv.mean() / tv_u.mean()), "top1_agreement": float(top1.mean()),
+                    "rows_met": float(res.met[picked].double().mean()), "weights_gap": gap,
+                    "recall_rows": hits / total if total else None, "rows_with_top_keys": int((listed[picked] > 0).sum())}
+    return out
+
+
+TOPK_INDEX_LARGE = {"sharpness": 125.0, "rows": 1024, "fit_keys": 16_384, "fit_queries": 256, "top": 256, "exact_rows": 1024}  # rows: timed as rows/4 and rows
+
+
+def child_topk_index_large(n: int) -> dict[str, Any]:
+    """Runs inside the subprocess: Gaussian keys at r^2/tau = 125, N = M = n. The index's configuration fitted on a key
+    subsample (``fit_keys`` keys, ``fit_queries`` queries, at the kind's first read, top 256), the index built once over
+    every key with it (its recall measured on sampled queries), the kind with that index on ``rows`` sampled query rows
+    (its time scaled to N: an overestimate, as the key sums, fixed per call, are scaled too), the exact streamed map
+    on ``exact_rows`` rows (scaled), the error and the recall on the kind's rows."""
+    cfg, tau, d = TOPK_INDEX_LARGE, TOPK_INDEX["temperature"], TOPK_INDEX["d"]
+    r = math.sqrt(cfg["sharpness"] * tau)
+    q, k, v = (points(n, d, seed, r=r) for seed in (31, 32, 33))
+    g = torch.Generator().manual_seed(0)
+    sub_k = torch.randperm(n, generator=g)[: min(n, cfg["fit_keys"])].sort().values
+    sub_q = torch.randperm(n, generator=g)[: cfg["fit_queries"]].sort().values
+    clock = lambda: (time.perf_counter(), time.process_time())  # noqa: E731  wall, and this process's CPU (user + sys)
+    spent = lambda c0: (time.perf_counter() - c0[0], time.process_time() - c0[1])  # noqa: E731
+    c0 = clock()
+    small = att.fit_key_index(q[sub_q], k[sub_k], cfg["top"], recall=TOPK_INDEX["recall"])
+    fit_s = spent(c0)
+    # on every key: the subsample's configuration first, then the later ones of TRIES (each new number of shells a build;
+    # HNSW searches with ef at least top, so at top 256 only more shells or ef above 256 can raise the recall)
+    from hypviz.attention.key_search import TRIES
+    first = (len(small.shells), small.ef) if small.shells is not None else TRIES[-1]
+    tries = TRIES[TRIES.index(first):] if first in TRIES else (first,)
+    c0 = clock()
+    index = att.fit_key_index(q, k, cfg["top"], recall=TOPK_INDEX["recall"], tries=tries)
+    build_s = spent(c0)
+    rows = min(cfg["rows"], max(64, 2**27 // n))  # the checked rows' float64 (rows x M) arrays: at most 1 GiB each
+    picked = torch.randperm(n, generator=g)[:rows].sort().values
+    qk = q[picked]
+    att.distance_topk_attention(qk, k, v, temperature=tau, search=index)  # warm-up, untimed
+    few = rows // 4  # the call on rows/4 and on all rows, twice each (the smaller time kept): the per-row cost from
+    few_s = rows_s = (math.inf, math.inf)  # the difference, the fixed part (the key sums, O(M c^2 d_v)) from the rest
+    for _ in range(2):
+        c0 = clock()
+        att.distance_topk_attention(qk[:few], k, v, temperature=tau, search=index)
+        few_s = min(few_s, spent(c0))
+        c0 = clock()
+        res = att.distance_topk_attention(qk, k, v, temperature=tau, search=index)
+        rows_s = min(rows_s, spent(c0))
+    er = min(n, cfg["exact_rows"])
+    c0 = clock()
+    exact_streamed(q, k, v, tau, er)
+    exact_s = tuple(x * n / er for x in spent(c0))
+    a, b = L.distance_operands(qk, k, k=1.0, temperature=tau)
+    every = torch.arange(len(picked))
+    s = a.double() @ b.double().T
+    exact_p = torch.softmax(s, dim=-1)
+    approx_p, _ = _tail_rows(res, a, b, every)
+    tv = 0.5 * (approx_p - exact_p).abs().sum(-1)
+    tv_u = 0.5 * (exact_p - 1.0 / n).abs().sum(-1)
+    best = exact_p.gather(-1, approx_p.argmax(-1, keepdim=True)).squeeze(-1)
+    listed = torch.diff(res.offsets, append=torch.tensor([res.weights.numel()]))
+    hits = total = 0
+    for i in range(len(picked)):
+        kt = int(listed[i])
+        if kt:
+            idx = res.indices[int(res.offsets[i]) : int(res.offsets[i]) + kt]
+            thr = torch.topk(s[i], kt).values[-1]
+            hits, total = hits + int((s[i, idx] >= thr - 1e-9 * (1 + thr.abs())).sum()), total + kt
+    row_s = tuple(max(0.0, x - f) / (len(picked) - few) for x, f in zip(rows_s, few_s))
+    fixed_s = tuple(max(0.0, f - r * few) for f, r in zip(few_s, row_s))
+    kind_s = tuple(fi + bu + fx + ro * n for fi, bu, fx, ro in zip(fit_s, build_s, fixed_s, row_s))
+    # times as [wall, cpu] pairs
+    return {"n": n, "m": n, "d": d, "temperature": tau, "sharpness": cfg["sharpness"], "rows": len(picked),
+            "threads": torch.get_num_threads(), "fit_s": fit_s, "fit_keys": len(sub_k), "method": index.method,
+            "fit_method": small.method, "reason": index.reason, "build_s": build_s, "fixed_s": fixed_s, "rows_s": rows_s,
+            "row_s": row_s, "kind_s": kind_s, "exact_s": exact_s, "exact_rows": er, "search": res.search,
+            "recall_sampled": index.recall, "recall_rows": hits / total if total else float("nan"),
+            "ratio": float(tv.mean() / tv_u.mean()), "top1": float((best >= exact_p.amax(-1) * (1 - 1e-9)).double().mean()),
+            "rows_met": float(res.met.double().mean()), "exact_rows_share": float((res.top_counts >= n).double().mean()),
+            "mean_top_count": float(res.top_counts.double().mean()), "load": os.getloadavg()[0]}
+
+
+def bench_topk_index(n: int, rows: int, sets: list[tuple[str, float]]) -> dict[str, Any]:
+    out = []
+    for name, scale in sets:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child-topk-index", name, str(scale), str(n), str(rows)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"topk index child failed:\n{proc.stderr[-3000:]}")
+        o = json.loads(proc.stdout.strip().splitlines()[-1])
+        o["load_average"] = list(os.getloadavg())
+        out.append(o)
+        log(f"   {o['how']}: kind {o['kind']['time_s']:.2f} s ({o['kind']['search']}), exact {o['exact']['time_s']:.2f} s, "
+            f"TV / baseline {o['error']['ratio']:.3g}, top-1 {o['error']['top1_agreement']:.3g}")
+    return {**{k: v for k, v in TOPK_INDEX.items() if k not in ("sets", "n", "rows")}, "n": n, "rows_sampled": rows,
+            "sets": [list(s) for s in sets], "floor_ratio": 0.25, "floor_top1": 0.9, "rows": out}
+
+
+# --------------------------------------------------------------------------- #
 # 7. GPU: benchmarks/gpu.py's checks and rows
 # --------------------------------------------------------------------------- #
 def bench_gpu(quick: bool) -> dict[str, Any]:
@@ -647,14 +845,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="results file (default benchmarks/results.json)")
     parser.add_argument("--md", default=None, help="Markdown file (default BENCHMARKS.md)")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--only", choices=("linear_distance", "compare", "topk_tail"), default=None,
+    parser.add_argument("--only", choices=("linear_distance", "compare", "topk_tail", "topk_index", "topk_index_large"),
+                        default=None,
                         help="run only this section (compare: sections 3, 4 and 5) and merge it into the existing results "
                              "file (then re-render)")
     parser.add_argument("--child-compare", nargs=4, metavar=("N", "D", "DEVICE", "ROWS"), help=argparse.SUPPRESS)
     parser.add_argument("--child-linear-distance", nargs=2, metavar=("N", "ROWS"), help=argparse.SUPPRESS)
     parser.add_argument("--child-topk-tail", nargs=3, metavar=("N", "ROWS", "SHARPNESS"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-topk-index-large", nargs=1, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument("--child-topk-index", nargs=4, metavar=("SET", "SCALE", "N", "ROWS"), help=argparse.SUPPRESS)
     parser.add_argument("--sizes", type=lambda t: [int(x) for x in t.split(",")], default=None,
-                        help="with --only topk_tail: the sizes N = M, comma-separated (default 10000,100000,1000000)")
+                        help="with --only topk_tail: the sizes N = M, comma-separated (default 10000,100000,1000000); "
+                             "with --only topk_index_large (default 100000)")
     args = parser.parse_args(argv)
 
     if args.child_compare:
@@ -664,6 +866,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.child_linear_distance:
         n, rows = args.child_linear_distance
         print(json.dumps(child_linear_distance(int(n), int(rows))))
+        return 0
+    if args.child_topk_index_large:
+        print(json.dumps(child_topk_index_large(int(args.child_topk_index_large[0]))))
+        return 0
+    if args.child_topk_index:
+        name, scale, n, rows = args.child_topk_index
+        print(json.dumps(child_topk_index(name, float(scale), int(n), int(rows))))
         return 0
     if args.child_topk_tail:
         n, rows, sharp = args.child_topk_tail
@@ -681,6 +890,8 @@ def main(argv: list[str] | None = None) -> int:
     ns8, rows8 = ([2_000, 5_000], 32) if quick else ([10_000, 100_000, 1_000_000], 64)
     ns9, rows9, sharp9 = ([1_000], 32, (1.25, 125.0)) if quick else (args.sizes or [10_000, 100_000, 1_000_000], 64,
                                                                     TOPK_TAIL["sharpness"])
+    n10, rows10, sets10 = ((1_024, 32, [("gaussian", 1.25), ("clusters", 125.0), ("tree", 1.0)]) if quick else
+                           (TOPK_INDEX["n"], TOPK_INDEX["rows"], TOPK_INDEX["sets"]))
     if args.only == "compare":
         results = json.loads(json_path.read_text(encoding="utf-8")) if json_path.exists() else {"machine": machine(), "quick": quick}
         log(f"3, 4, 5. compare(), merged into {json_path}; machine: {machine()['cpu']}, load {machine().get('load_average_at_start')}")
@@ -697,6 +908,24 @@ def main(argv: list[str] | None = None) -> int:
             log(f"8. linear distance attention, N = {ns8} (subprocesses), merged into {json_path}")
             results["linear_distance"] = bench_linear_distance(ns8, rows8)
             results["linear_distance"]["machine"] = machine()
+        elif args.only == "topk_index_large":  # added to section 10's results: the index at N = 10^5 (10^6)
+            sizes = args.sizes or [100_000]
+            log(f"10. the index at larger N, N = {sizes} (subprocesses), merged into {json_path}")
+            large = []
+            for n in sizes:
+                proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-topk-index-large", str(n)],
+                                      capture_output=True, text=True, check=False)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"topk index child failed:\n{proc.stderr[-3000:]}")
+                large.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                o = large[-1]
+                log(f"   N = {n:,}: fit {o['fit_s'][0]:.1f} s, build {o['build_s'][0]:.1f} s, {o['row_s'][0] * 1e3:.3g} ms a row, "
+                    f"kind {o['kind_s'][0]:.1f} s, exact {o['exact_s'][0]:.1f} s (wall); TV / baseline {o['ratio']:.3g}")
+            results["topk_index"]["large"] = [r for r in results["topk_index"].get("large", []) if r["n"] not in sizes] + large
+        elif args.only == "topk_index":
+            log(f"10. top keys plus a fitted tail with the index, N = M = {TOPK_INDEX['n']:,} (subprocesses), merged into {json_path}")
+            results["topk_index"] = bench_topk_index(n10, rows10, sets10)
+            results["topk_index"]["machine"] = machine()
         else:
             log(f"9. top keys plus a fitted tail, N = {ns9} (subprocesses), merged into {json_path}")
             results["topk_tail"] = bench_topk_tail(ns9, rows9, sharp9)
@@ -734,6 +963,9 @@ def main(argv: list[str] | None = None) -> int:
 
     log(f"9. top keys plus a fitted tail, N = {ns9} (subprocesses)")
     results["topk_tail"] = bench_topk_tail(ns9, rows9, sharp9)
+
+    log(f"10. top keys plus a fitted tail with the index, N = M = {TOPK_INDEX['n']:,} (subprocesses)")
+    results["topk_index"] = bench_topk_index(n10, rows10, sets10)
 
     if torch.cuda.is_available():
         log("7. GPU (benchmarks/gpu.py)")

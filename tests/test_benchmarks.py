@@ -16,7 +16,7 @@ RUN = ROOT / "benchmarks" / "run.py"
 REPORT = ROOT / "benchmarks" / "report.py"
 VERDICT = re.compile(r"^\*\*(met|NOT met|not measured|no floor)\*\*: ")
 SECTIONS = ("matmul_floor", "geoopt", "compare_vs_maps", "compare_large", "compare_sampled", "linear", "gpu", "linear_distance",
-            "topk_tail")
+            "topk_tail", "topk_index")
 
 
 def _report():
@@ -86,7 +86,7 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
 
     # every section opens with its verdict line, and the verdict table repeats it
     verdicts = _verdicts(text)
-    assert sorted(verdicts) == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert sorted(verdicts) == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
     for number, v in verdicts.items():
         assert re.search(rf"^\| {number}\. .*\| \*\*{re.escape(v)}\*\* \|$", text, re.MULTILINE), number
     assert verdicts[6] == "no floor"
@@ -122,6 +122,13 @@ def test_quick_run_writes_results_and_markdown(tmp_path):
         assert 0 <= r["error"]["ratio"] and r["error"]["rows_over_bar_flagged"] <= r["error"]["rows_over_bar"]
         assert "recall_rows" in r["search"] or "skipped" in r["search"] or r["search"]["reason"]
     assert verdicts[9] in ("met", "NOT met") and "exact streamed map" in sec[9]
+    # 10: the kind with the index search on Gaussian, clustered and tree keys, every row, next to the exact map
+    ti = results["topk_index"]
+    assert [(r["set"], r["scale"]) for r in ti["rows"]] == [("gaussian", 1.25), ("clusters", 125.0), ("tree", 1.0)]
+    for r in ti["rows"]:
+        assert r["kind"]["output_finite"] and r["exact"]["time_s"] > 0 and r["n"] in (1_023, 1_024)
+        assert 0 <= r["error"]["ratio"] and 0 <= r["error"]["top1_agreement"] <= 1
+    assert verdicts[10] in ("met", "NOT met") and "search=\"index\"" in sec[10]
 
 
 def _machine() -> dict:
@@ -166,7 +173,7 @@ def test_report_renders_a_hand_made_minimal_results_dict():
     assert "Measured on **Test CPU 9000, 2 logical CPUs**" in text and "**Quick run**" not in text
     verdicts = _verdicts(text)
     assert verdicts == {1: "not measured", 2: "not measured", 3: "met", 4: "met", 5: "NOT met", 6: "not measured",
-                        7: "not measured", 8: "not measured", 9: "not measured"}
+                        7: "not measured", 8: "not measured", 9: "not measured", 10: "not measured"}
     sec = {n: "\n".join(lines) for n, lines in _sections(text).items()}
     assert "**met**: `compare()` takes 0.80x the time of the two calls (medians; 0.83x by minima); 50% of the matmul" in sec[3]
     assert "**NOT met**: 30 s (met), peak extra memory 1.2 GiB (NOT met)" in sec[5]
@@ -234,6 +241,43 @@ def test_topk_tail_section_reads_the_largest_size_against_the_issues_bars():
         assert _verdicts(render(good[:i] + [bad] + good[i + 1:]))[9] == "NOT met"
     sec = "\n".join(_sections(render(good))[9])
     assert "| 1,000,000 | 125 | 5 s (index) |" in sec and "0.05x" in sec and "recall 0.95 on 256 sampled queries" in sec
+
+
+def test_topk_index_child_at_a_tiny_size():
+    # one tree key set (255 keys, 254 queries) through the subprocess entry point: the kind with the index search,
+    # the exact map, the error and the recall on sampled rows
+    proc = subprocess.run([sys.executable, str(RUN), "--child-topk-index", "tree", "1.0", "256", "16"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["n"] == 255 and r["m"] == 256 and r["rows"] == 16 and "H^64, edge 1" in r["how"]
+    assert r["kind"]["output_finite"] and r["kind"]["rows_met"] == 1.0 and r["exact"]["time_s"] > 0
+    assert "exact search (fallback)" in r["kind"]["search"]  # 256 keys: too few for an index, and it says so
+    assert r["error"]["ratio"] <= 0.25 and r["error"]["top1_agreement"] >= 0.9
+
+
+def test_topk_index_section_holds_every_key_set_to_the_bar():
+    rep = _report()
+
+    def row(how, ratio, top1, search="hnsw(buckets=1, ef=32, neighbours=32): top-256 recall 0.95 on 256 sampled queries "
+                                     "(asked 0.9)"):
+        return {"set": "gaussian", "scale": 125.0, "how": how, "n": 16384, "load_average": [3.5, 3.0, 2.0],
+                "kind": {"search": search, "time_s": 2.0, "rows_met": 1.0, "exact_rows": 0.0, "tail_only_rows": 0.5,
+                         "mean_top_count": 20.0},
+                "exact": {"time_s": 4.0},
+                "error": {"ratio": ratio, "top1_agreement": top1, "recall_rows": 0.97}}
+
+    ti = {"n": 16384, "d": 64, "temperature": 8.0, "recall": 0.9, "clusters": 32, "cluster_spread": 0.3, "rows_sampled": 512,
+          "floor_ratio": 0.25, "floor_top1": 0.9}
+    render = lambda rows: rep.render({"machine": _machine(), "quick": False, "gpu": None, "topk_index": {**ti, "rows": rows}})
+    good = [row("lifted Gaussian (r^2/tau = 125)", 0.01, 1.0), row("tree, edge 1", 0.2, 0.95, "exact search (fallback): "
+                                                                   "no index reached recall 0.9 on 256 sampled queries")]
+    assert _verdicts(render(good))[10] == "met"
+    assert _verdicts(render([good[0], row("tree", 0.3, 0.95)]))[10] == "NOT met"
+    assert _verdicts(render([good[0], row("tree", 0.1, 0.85)]))[10] == "NOT met"
+    sec = "\n".join(_sections(render(good))[10])
+    assert "| lifted Gaussian (r^2/tau = 125) | 16,384 | 2 s | 4 s | 0.5x | 0.01 (met) | 1 |" in sec
+    assert "top-256 recall 0.95 on 256 (asked 0.9)" in sec and "exact (no index reached recall 0.9 on 256 sampled queries)" in sec
 
 
 def test_replace_gpu_section_keeps_the_rest_and_updates_the_verdict_row():

@@ -79,7 +79,7 @@ def test_trees_meet_the_bar(edge, dim, tau):
 @pytest.mark.parametrize("r", [10 ** 0.5, 10.0, 10 ** 1.5])
 def test_the_error_estimate_tracks_the_true_error(r):
     q, kk = data.lifted_gaussian(128, D, r, seed=10), data.lifted_gaussian(256, D, r, seed=11)
-    res = att.distance_topk_attention(q, kk, temperature=TAU, top=(16,))  # one k: every row has a real tail
+    res = att.distance_topk_attention(q, kk, temperature=TAU, top=(16,), exact_fallback=False)  # every row a real tail
     s = _logits(q, kk, TAU)
     true = 0.5 * (_rebuilt(res, s) - torch.softmax(s, -1)).abs().sum(-1)
     est = res.row_error.double()
@@ -96,7 +96,7 @@ def test_the_result_is_its_map_applied_to_the_values():
     q, kk = data.lifted_gaussian(40, 6, 2.0, seed=1), data.lifted_gaussian(300, 6, 2.0, seed=2)
     v = data.lifted_gaussian(300, 3, 1.0, seed=3)
     tau = 2.0
-    res = att.distance_topk_attention(q, kk, v, temperature=tau, top=(16, 64))
+    res = att.distance_topk_attention(q, kk, v, temperature=tau, top=(16, 64), exact_fallback=False)
     assert res.search == "exact" and res.recall == 1.0 and res.temperature == tau
     assert set(res.top_counts.tolist()) <= {16, 64} and bool((res.top_counts < 300).all())
     p = _rebuilt(res, _logits(q, kk, tau))
@@ -116,7 +116,8 @@ def test_the_result_is_its_map_applied_to_the_values():
     m = p @ v  # the centroid of the map's weighted values
     ref = L.lift(m[:, 1:] / torch.sqrt(m[:, 0] ** 2 - m[:, 1:].square().sum(-1)).unsqueeze(-1))
     torch.testing.assert_close(res.output, ref, rtol=1e-9, atol=1e-10)
-    spatial = att.distance_topk_attention(q, kk, v, temperature=tau, top=(16, 64), aggregation="spatial").output
+    spatial = att.distance_topk_attention(q, kk, v, temperature=tau, top=(16, 64), aggregation="spatial",
+                                          exact_fallback=False).output
     torch.testing.assert_close(spatial, L.lift(p @ v[:, 1:]), rtol=1e-9, atol=1e-10)
     # the kind's map is the same method at the defaults
     res0 = att.distance_topk_attention(q, kk, temperature=tau)
@@ -132,6 +133,39 @@ def test_every_key_exact_when_top_reaches_m():
     exact = res.top_counts == 50
     assert bool(exact.any()) and bool((res.row_error[exact] == 0).all())
     torch.testing.assert_close(_rebuilt(res, s)[exact], torch.softmax(s, -1)[exact], rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("search", ["exact", "index"])
+def test_rows_no_entry_serves_are_exact_and_unlisted(search):
+    if search == "index":
+        pytest.importorskip("faiss")
+    # r^2/tau = 12.5: the weight spread over many keys, no entry meets the target
+    q, kk = data.lifted_gaussian(48, 16, 10.0, seed=3), data.lifted_gaussian(2048, 16, 10.0, seed=4)
+    v = data.lifted_gaussian(2048, 3, 1.0, seed=5)
+    tau = 8.0
+    flagged = att.distance_topk_attention(q, kk, temperature=tau, top=(16, 64), exact_fallback=False)
+    assert not bool(flagged.met.all())
+    res = att.distance_topk_attention(q, kk, v, temperature=tau, top=(16, 64), search=search)
+    exact = res.top_counts == 2048
+    assert bool(res.met.all()) and bool(exact.any()) and bool((res.row_error[exact] == 0).all())
+    assert bool((exact | (res.top_counts <= 64)).all()) and bool((exact >= ~flagged.met).all())  # every flagged row exact
+    assert res.weights.numel() == int(res.top_counts[~exact].sum())  # exact rows list no entries
+    w, _ = res.padded()
+    assert w.shape[-1] <= 64 and bool((w[exact] == 0).all())
+    s = _logits(q, kk, tau)
+    p = torch.softmax(s, -1)
+    torch.testing.assert_close(_rebuilt(res, s)[exact], p[exact], rtol=1e-10, atol=1e-15)
+    torch.testing.assert_close(res.row_baseline[exact], 0.5 * (p[exact] - 1 / 2048).abs().sum(-1), rtol=1e-8, atol=1e-12)
+    m = p @ v
+    ref = L.lift(m[:, 1:] / torch.sqrt(m[:, 0] ** 2 - m[:, 1:].square().sum(-1)).unsqueeze(-1))
+    torch.testing.assert_close(res.output[exact], ref[exact], rtol=1e-9, atol=1e-10)
+    assert bool((res.tail_mass[exact] == 0).all())
+
+
+def test_exact_fallback_must_be_a_bool():
+    q = data.lifted_gaussian(4, 3, 1.0, seed=1)
+    with pytest.raises(TypeError, match="exact_fallback must be True or False, got 1"):
+        att.distance_topk_attention(q, q, exact_fallback=1)
 
 
 @pytest.mark.parametrize("r", [57.0, 300.0, 3000.0])
@@ -187,6 +221,70 @@ def test_the_index_search_reports_its_method_and_recall():
     assert bool((res.indices >= 0).all()) and float((0.5 * (found - w).abs().sum(-1)).mean()) <= 0.25 * base
     auto = att.distance_topk_attention(q, kk, temperature=tau, top=(16,), search="auto")
     assert auto.search == res.search
+
+
+def _grown_tree(depth, edge, seed=0):
+    """Every node of a balanced binary tree grown in H^D from the origin, each child one geodesic step of length ``edge``
+    along a random direction, carried to its parent by the boost that takes the origin to it."""
+    g = torch.Generator().manual_seed(seed)
+    level, out = L.origin(D).unsqueeze(0), [L.origin(D).unsqueeze(0)]
+    for i in range(depth):
+        u = torch.nn.functional.normalize(torch.randn(2 ** (i + 1), D, generator=g, dtype=torch.float64), dim=-1)
+        p = level.repeat_interleave(2, 0)
+        pt, ps = p[:, :1], p[:, 1:]
+        xt, xs = torch.full_like(u[:, :1], math.cosh(edge)), math.sinh(edge) * u
+        dot = (ps * xs).sum(-1, keepdim=True)
+        level = L.lift(xs + ps * (xt + dot / (1 + pt)))
+        out.append(level)
+    return torch.cat(out)
+
+
+def _index_map(res, s):
+    """The map the kind computed with an index: listed top keys exact, every other key (a missed one too) by the tail,
+    rows with every key exact (none listed) the exact row."""
+    t, beta, gamma = (c.double().unsqueeze(-1) for c in res.cut.unbind(-1))
+    m = torch.maximum(s.amax(-1, keepdim=True), t)
+    u = s - t
+    w = torch.where(res.top_counts.unsqueeze(-1) >= s.shape[-1], torch.exp(s - m), torch.exp(t - m) * (1 + beta * u + gamma * u * u))
+    listed = torch.diff(res.offsets, append=torch.tensor([res.weights.numel()]))
+    for i in range(s.shape[0]):
+        idx = res.indices[int(res.offsets[i]) : int(res.offsets[i] + listed[i])]
+        w[i, idx] = torch.exp(s[i, idx] - m[i])
+    return w / w.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("key_set", ["gaussian", "clusters", "tree"])
+def test_the_index_search_meets_the_bar_on_4096_keys(key_set):
+    pytest.importorskip("faiss")
+    if key_set == "gaussian":  # r^2/tau = 125: sharp, a few top keys per row
+        q, kk = data.lifted_gaussian(256, D, 31.6, seed=1), data.lifted_gaussian(4096, D, 31.6, seed=2)
+    elif key_set == "clusters":
+        x = _mixture(256 + 4096, 3, 10.0)
+        q, kk = x[:256], x[256:]
+    else:  # 8,191 nodes: 4,096 keys, 256 of the others as queries
+        x = _grown_tree(12, 1.0)
+        perm = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(0))
+        q, kk = x[perm[4096 : 4096 + 256]], x[perm[:4096]]
+    res = att.distance_topk_attention(q.float(), kk.float(), temperature=TAU, search="index")
+    assert bool(res.met.all()) and ("hnsw" in res.search or "exact search (fallback)" in res.search)
+    s = _logits(q.float().double(), kk.float().double(), TAU)
+    exact = torch.softmax(s, -1)
+    p = _index_map(res, s)
+    ratio = float((0.5 * (p - exact).abs().sum(-1)).mean() / (0.5 * (exact - 1 / 4096).abs().sum(-1)).mean())
+    best = exact.gather(-1, p.argmax(-1, keepdim=True)).squeeze(-1)
+    top1 = float((best >= exact.amax(-1) * (1 - 1e-6)).double().mean())
+    assert ratio <= 0.25 and top1 >= 0.9, (ratio, top1, res.search)
+
+
+def test_an_index_fitted_beforehand_is_used_as_it_is():
+    pytest.importorskip("faiss")
+    q, kk = data.lifted_gaussian(128, D, 31.6, seed=1), data.lifted_gaussian(4096, D, 31.6, seed=2)
+    index = att.fit_key_index(q[:64], kk, 256, tries=((1, 32),))  # fitted on other queries, one configuration
+    res = att.distance_topk_attention(q, kk, temperature=TAU, search=index)
+    assert bool(res.met.all()) and res.recall == index.recall
+    assert (index.method in res.search) if index.reason is None else ("exact search (fallback)" in res.search)
+    with pytest.raises(ValueError, match="search must be an index of these keys"):
+        att.distance_topk_attention(q, kk[:2048], temperature=TAU, search=index)
 
 
 def test_the_tail_alone_needs_no_search_stays_positive_and_estimates_its_error():

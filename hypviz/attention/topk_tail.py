@@ -52,8 +52,17 @@ fit's, that fall below the rank-:math:`K_i` logit), unbiased for that part of th
 ``row_error``.  The row's distance from uniform, :math:`\mathrm{TV}(\hat P_i, U)`, is estimated on the
 same strata (``row_baseline``).  Each row takes the smallest :math:`k` of ``top`` with
 :math:`\hat\varepsilon_i \le \mathrm{tol}\cdot\mathrm{TV}(\hat P_i, U)`, :math:`K` the next entry of
-``top`` (:math:`4k` after the last); a row that meets it at no entry keeps the last and is marked
-(``met`` false).  An entry of ``top`` at least :math:`M` means every key exact.
+``top`` (:math:`4k` after the last).  An entry of ``top`` at least :math:`M` means every key exact.
+
+**Rows no entry serves: every key exact.**  A row that meets the target at no entry of ``top`` is computed with
+every key exact (``exact_fallback``, the default): ``row_error`` 0, ``met`` true, ``top_counts`` :math:`M`; its
+logits are at hand with exact search (the block's product) and cost one product with an index, so it costs
+about the exact map's row.  The walk stops early for a row whose error decays too slowly to meet the target by
+the last entry: with :math:`\rho_j = \hat\varepsilon_i / (\mathrm{tol}\cdot\mathrm{TV}(\hat P_i, U))` at the
+searched entry :math:`j`, the row is computed exactly once :math:`\rho_j\, \min(1, \rho_j/\rho_{j-1})^{a} > 1`,
+:math:`a` the searched entries left (a geometric extrapolation; a row it sends too early is exact, never worse).
+Without the fallback such a row keeps the last entry and is marked (``met`` false).  The first search reads the
+top keys of the first two searched entries at once (one read, sliced).
 
 **The tail alone, no search** (:math:`k = 0`).  The entry 0 of ``top`` (the first of :data:`LEVELS`) is tried
 first for every row (unless the next entry already takes every key exactly, which then costs no more): no top
@@ -72,7 +81,8 @@ block of rows (an exact block's logits computed once, every level read from them
 
 **Where it cannot be accurate.**  When a row's weight is spread over more keys than the largest
 :math:`k` while varying faster than a quadratic can follow (Gaussian keys at :math:`r^2/\tau \approx 12.5`,
-whose significant keys grow in proportion to :math:`M`), no entry meets the bar and the row says so.
+whose significant keys grow in proportion to :math:`M`), no entry meets the bar: the row is computed with every
+key exact (at about the exact map's cost, not sub-quadratic), or, without the fallback, says so.
 """
 
 from __future__ import annotations
@@ -118,10 +128,12 @@ class TopkTail(NamedTuple):
 
     ``output``, ``(..., N, d_v + 1)`` points (``None`` without values); ``weights``, ``(T,)`` the normalised
     weights :math:`\hat P_{ij}` of every row's top keys, row after row (the rows of ``(..., N)`` in order), each
-    row's strongest first, :math:`T = \sum_i k_i`; ``indices``, ``(T,)`` those keys; ``offsets``, ``(..., N)``
-    where each row's entries start (row :math:`i`'s are ``offsets[i] : offsets[i] + top_counts[i]``; a flat
-    layout, since a few rows with many top keys would make a padded array of ``N x max k_i`` entries);
-    ``top_counts``, ``(..., N)`` :math:`k_i` (0 for a row weighted by the tail alone); ``tail_mass``, ``(..., N)`` the tail's share :math:`\sum_{j \notin T_i} \hat P_{ij}`;
+    row's strongest first, :math:`T = \sum_i k_i` over the rows with :math:`k_i < M`; ``indices``, ``(T,)`` those
+    keys; ``offsets``, ``(..., N)`` where each row's entries start (row :math:`i`'s are
+    ``offsets[i] : offsets[i] + top_counts[i]``; a flat layout, since a few rows with many top keys would make a
+    padded array of ``N x max k_i`` entries); ``top_counts``, ``(..., N)`` :math:`k_i` (0 for a row weighted by the
+    tail alone, :math:`M` for a row with every key exact, whose weights are the exact map's row and are not listed:
+    it has no entries, as listing them would take :math:`M` per row); ``tail_mass``, ``(..., N)`` the tail's share :math:`\sum_{j \notin T_i} \hat P_{ij}`;
     ``row_error``, ``(..., N)`` :math:`\hat\varepsilon_i`, the estimate of :math:`\mathrm{TV}(\hat P_i, P_i)`
     (see the module); ``row_baseline``, ``(..., N)`` the estimate of :math:`\mathrm{TV}(\hat P_i, U)`;
     ``met``, ``(..., N)`` whether ``row_error <= tol * row_baseline``; ``cut``, ``(..., N, 3)``
@@ -158,11 +170,12 @@ class TopkTail(NamedTuple):
 
     def padded(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``weights`` and ``indices`` as ``(..., N, max k_i)`` arrays, each row's entries first (weight 0 and index -1 after)."""
-        counts = self.top_counts.reshape(-1)
+        starts = self.offsets.reshape(-1)
+        counts = torch.diff(starts, append=torch.tensor([self.weights.numel()], device=starts.device))  # listed entries
         width = int(counts.max()) if counts.numel() else 0
         pos = torch.arange(width, device=counts.device)
         valid = pos < counts.unsqueeze(-1)
-        at = (self.offsets.reshape(-1).unsqueeze(-1) + pos).clamp_max(max(0, self.weights.numel() - 1))
+        at = (starts.unsqueeze(-1) + pos).clamp_max(max(0, self.weights.numel() - 1))
         w = torch.where(valid, self.weights[at] if self.weights.numel() else torch.zeros_like(at, dtype=self.weights.dtype),
                         torch.zeros((), dtype=self.weights.dtype, device=counts.device))
         i = torch.where(valid, self.indices[at] if self.indices.numel() else torch.zeros_like(at), -1)
@@ -189,14 +202,21 @@ class _ExactSearch:
         s = self.s if local.numel() == self.s.shape[0] else self.s[local]
         return block_top(s, big)
 
+    def logits(self, local: torch.Tensor) -> torch.Tensor:
+        """Every key's logit of the block's rows ``local`` (already at hand)."""
+        assert self.s is not None
+        return self.s[local]
+
 
 class _IndexSearch:
     """The index search of one head's points (:func:`hypviz.attention.key_search.search_top_keys`), recording each call's method and recall."""
 
     block_rows = 4096
 
-    def __init__(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, recall: float, seed: int):
+    def __init__(self, q: torch.Tensor, kk: torch.Tensor, a: torch.Tensor, b: torch.Tensor, kf: float, tau: float,
+                 recall: float, seed: int):
         self.q, self.kk, self.kf, self.tau, self.recall, self.seed = q, kk, kf, tau, recall, seed
+        self.a, self.b_t = a, b.transpose(0, 1)
         self.found: list[KeySearch] = []
         self.index: KeyIndex | None = None
         self.rows: torch.Tensor | None = None
@@ -215,6 +235,11 @@ class _IndexSearch:
             found = self.index.search(q, big)
         self.found.append(found)
         return found.logits * (1.0 / self.tau), found.indices
+
+    def logits(self, local: torch.Tensor) -> torch.Tensor:
+        """Every key's logit of the block's rows ``local``: one product."""
+        assert self.rows is not None
+        return (self.a[self.rows[local]] @ self.b_t).clamp_max_(0.0)
 
 
 def _faiss_available() -> bool:
@@ -354,11 +379,6 @@ def _searched(v64: torch.Tensor, k: int, big: int, m: int, lf: torch.Tensor | No
     """A searched level of a block of rows: ``v64`` the top ``big`` logits (float64), ``lf``, ``le`` the two samples'
     logits (``None`` when every key below rank ``big`` is... none).  Returns ``t, beta, gamma, e_hat, b_hat``."""
     mx = v64[:, 0]
-    if k >= m:  # every key exact
-        t = v64[:, m - 1]
-        pw = torch.exp(v64 - mx.unsqueeze(-1))
-        pw = pw / pw.sum(-1, keepdim=True)
-        return t, torch.ones_like(t), torch.full_like(t, 0.5), torch.zeros_like(t), 0.5 * (pw - 1.0 / m).abs().sum(-1)
     t = v64[:, k - 1]
     u_str = v64[:, k:big] - t.unsqueeze(-1)  # ranks k+1..K, exact
     t_big = v64[:, big - 1] if big < m else torch.full_like(t, -math.inf)
@@ -417,7 +437,7 @@ def _searched(v64: torch.Tensor, k: int, big: int, m: int, lf: torch.Tensor | No
 
 
 def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol: float, samples: int, seed: int,
-          keep: bool) -> _Head:
+          keep: bool, fallback: bool = True, sink: Any = None) -> _Head:
     """Per row of one head, ``a (N, c)`` against ``b (M, c)``: the number of top keys, the cut, the polynomial, the estimates.
 
     The tail-only level (``0`` in ``top``) first, for every row, without search; then, per block of the rows it
@@ -446,6 +466,25 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
         if keep and dr.numel():
             kept.append((dr, vals[done, :k], idx[done, :k]))
 
+    def exact(block: torch.Tensor, local: torch.Tensor) -> None:
+        """Rows computed with every key exact (error 0) from every key's logit, in blocks; not listed in ``rows`` (their
+        ``N x M`` weights would be the exact map), their weights handed to ``sink`` (the output's)."""
+        step = max(1, _BLOCK_ELEMENTS // m)
+        for i in range(0, local.numel(), step):
+            part = local[i : i + step]
+            s = search.logits(part)
+            rows = block[part]
+            mx = s.amax(-1, keepdim=True)
+            low = s.amin(-1)
+            w = torch.exp_(s.sub_(mx))  # in place: the weights relative to the largest, in the points' dtype
+            z = w.sum(-1).double()
+            cut[rows, 0], cut[rows, 1], cut[rows, 2] = low.double(), 1.0, 0.5
+            topn[rows] = m
+            err[rows], met[rows], best[rows] = 0.0, True, mx.squeeze(-1).double()
+            base[rows] = 0.5 * (w * (1.0 / z).unsqueeze(-1).to(w.dtype) - 1.0 / m).abs_().sum(-1).double()
+            if sink is not None:
+                sink(rows, w, z)
+
     def stats(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         a64 = a[rows].double()  # per row: the mean logit and sum_j y_j^2 (centred logits)
         return a64, a64 @ st.bbar, ((a64 @ st.cov) * a64).sum(-1).clamp_min(0.0)
@@ -466,22 +505,35 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
             d, beta, gamma, e_hat, b_hat = _tail_only(a64 @ bf.transpose(0, 1), a64 @ be_.transpose(0, 1), sqr, d, m, dt)
             t = (ms + d).to(dt).double()
             good = e_hat <= tol * b_hat
-            done = good | (not levels)
+            done = good | (not levels and not fallback)
             record(rows, done, 0, t, beta, gamma, e_hat, b_hat, good, t,
                    torch.zeros(rows.numel(), 0, dtype=dt, device=dev), torch.zeros(rows.numel(), 0, dtype=torch.long, device=dev))
             left.append(rows[~done])
         todo = torch.cat(left) if left else todo[:0]
+        if not levels and fallback:  # the tail alone asked: the rows it leaves are computed with every key
+            levels = [m]
     for r0 in range(0, todo.numel(), search.block_rows):
         block = todo[r0 : r0 + search.block_rows]
         search.start(block)
         local = torch.arange(block.numel(), device=dev)
+        held: tuple[torch.Tensor, torch.Tensor] | None = None  # the last read, aligned with local (may be wider than asked)
+        prev: torch.Tensor | None = None  # the previous searched level's e_hat / (tol b_hat), aligned with local
         for li, k in enumerate(levels):
             if not local.numel():
                 break
+            if k >= m:  # every key exact
+                exact(block, local)
+                break
             last = li == len(levels) - 1
             big = levels[li + 1] if not last else min(4 * k, m)
+            if held is None or held[0].shape[-1] < big:
+                wide = big
+                if li == 0 and not last and levels[li + 1] < m:  # the first read serves the next level too (a cheap read)
+                    wide = levels[li + 2] if li + 2 < len(levels) else min(4 * levels[li + 1], m)
+                    wide = big if wide >= m else wide
+                held = search.top(local, wide)
+            vals, idx = held[0][:, :big], held[1][:, :big]
             rows = block[local]
-            vals, idx = search.top(local, big)
             ar = a[rows]
             _, ms, sqr = stats(rows)
             lf = (ar @ b[s_fit].transpose(0, 1)).double() if big < m else None
@@ -489,9 +541,22 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
             v64 = vals.double()
             t, beta, gamma, e_hat, b_hat = _searched(v64, k, big, m, lf, le, ms, sqr, dt)
             good = e_hat <= tol * b_hat
-            done = good | last
-            record(rows, done, min(k, m), t, beta, gamma, e_hat, b_hat, good, v64[:, 0], vals, idx)
-            local = local[~done]
+            ratio = e_hat / (tol * b_hat).clamp_min(1e-300)
+            hopeless = torch.zeros_like(good)
+            if fallback:
+                ahead = sum(1 for kk_ in levels[li + 1 :] if kk_ < m)  # searched levels still to come
+                if last:
+                    hopeless = ~good
+                elif prev is not None:  # the error's decay from the previous level, carried over the levels ahead
+                    decay = (ratio / prev.clamp_min(1e-300)).clamp_max(1.0)
+                    hopeless = ~good & (ratio * decay**ahead > 1.0)
+            done = good | (last & ~hopeless)
+            record(rows, done, k, t, beta, gamma, e_hat, b_hat, good, v64[:, 0], vals, idx)
+            if bool(hopeless.any()):
+                exact(block, local[hopeless])
+            keep_on = ~(done | hopeless)
+            local, prev = local[keep_on], ratio[keep_on]
+            held = (held[0][keep_on], held[1][keep_on])
     return _Head(cut, topn, err, base, met, best, kept)
 
 
@@ -619,6 +684,7 @@ def distance_topk_attention(
     search: str = "exact",
     recall: float = 0.9,
     aggregation: str = "centroid",
+    exact_fallback: bool = True,
 ) -> TopkTail:
     r"""Distance attention from each query's exact top keys and a fitted positive tail (see the module for the method).
 
@@ -660,17 +726,23 @@ def distance_topk_attention(
     top : sequence of int
         The numbers of exact keys a row may take (:data:`LEVELS`); 0 is the tail alone (no search), one at least
         :math:`M` makes every key exact.
+    exact_fallback : bool
+        True (default): a row that meets ``tol`` at no entry of ``top`` (or whose error is extrapolated not to by
+        the last entry) is computed with every key exact, error 0; False: it keeps the last entry and is marked
+        (``met`` false).
     tol : float
         The target :math:`\hat\varepsilon_i \le \mathrm{tol}\cdot\mathrm{TV}(\hat P_i, U)` (:data:`TOL`).
     samples : int
         Keys sampled for the fit, and as many again for the error estimate (:data:`SAMPLES`).
     seed : int
         Seed of the sampled keys.
-    search : str
+    search : str or KeyIndex
         The top-key search: ``"exact"`` (:func:`hypviz.attention.key_search.exact_top_keys`, the default),
         ``"index"`` (:func:`hypviz.attention.key_search.search_top_keys`: a faiss index picked by measured
-        recall, exact search where none reaches ``recall``; needs faiss) or ``"auto"`` (the index where
-        faiss is installed, else exact).  With an index a true top key it missed is weighted by the tail.
+        recall, exact search where none reaches ``recall``; needs faiss), ``"auto"`` (the index where
+        faiss is installed, else exact), or an index of these keys from
+        :func:`hypviz.attention.key_search.fit_key_index`, fitted and built beforehand (one key set), used as it
+        is.  With an index a true top key it missed is weighted by the tail.
     recall : float
         The recall an index must reach on sampled queries, in :math:`(0, 1]` (``"index"``, ``"auto"``).
     aggregation : str
@@ -689,16 +761,19 @@ def distance_topk_attention(
         For points or shapes :func:`hypviz.attention.scores` refuses, a non-positive ``temperature`` or
         ``tol``, ``top`` not a sequence of positive integers, ``samples`` below 1, a negative ``seed``,
         another ``search`` or ``aggregation``, a ``recall`` outside :math:`(0, 1]`; ``TypeError`` for dtypes
-        that differ; ``ImportError`` for ``search="index"`` without faiss.
+        that differ or an ``exact_fallback`` not a bool; ``ImportError`` for ``search="index"`` without faiss.
 
     Examples
     --------
     >>> from hypviz import data
     >>> from hypviz.attention import attention_map, distance_topk_attention
     >>> q, keys = data.wrapped_normal(8, 4, 0.5, seed=0), data.wrapped_normal(40, 4, 0.5, seed=1)
-    >>> res = distance_topk_attention(q, keys, temperature=1.0, top=(4, 16))
-    >>> res.top_counts.tolist()
-    [16, 16, 16, 16, 16, 16, 16, 16]
+    >>> res = distance_topk_attention(q, keys, temperature=1.0, top=(4, 16))  # no entry meets tol: every key exact
+    >>> res.top_counts.tolist(), bool(res.met.all()), float(res.row_error.max()), res.weights.numel()
+    ([40, 40, 40, 40, 40, 40, 40, 40], True, 0.0, 0)
+    >>> flagged = distance_topk_attention(q, keys, temperature=1.0, top=(4, 16), exact_fallback=False)
+    >>> flagged.top_counts.tolist(), bool(flagged.met.any())  # the last entry kept, each row marked
+    ([16, 16, 16, 16, 16, 16, 16, 16], False)
     >>> approx = attention_map(q, keys, "distance_topk", temperature=1.0)
     >>> exact = attention_map(q, keys, "distance", temperature=1.0)
     >>> bool((approx >= 0).all()), bool(((approx - exact).abs().sum(-1) / 2 < 1e-6).all())  # 40 keys: all exact
@@ -708,11 +783,15 @@ def distance_topk_attention(
     tol_ = validate.positive(tol, "tol")
     n_s = validate.integer(samples, "samples", 1)
     seed_ = validate.seed(seed)
-    search_ = validate.choice(search, "search", SEARCHES)
+    fitted = search if isinstance(search, KeyIndex) else None
+    search_ = "index" if fitted is not None else validate.choice(search, "search", SEARCHES)
     recall_ = validate.positive(recall, "recall")
     if recall_ > 1.0:
         raise ValueError(f"recall must be a number in (0, 1], got {recall!r}")
     agg = validate.choice(aggregation, "aggregation", AGGREGATIONS)
+    if not isinstance(exact_fallback, bool):
+        raise TypeError(f"exact_fallback must be True or False, got {exact_fallback!r:.80}")
+    fallback_ = exact_fallback
     q, kk, v, kf, batch = checked_inputs(queries, keys, k=k, values=values, detach=True)
     tau = check_temperature(temperature, q.shape[-1] - 1)
     qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
@@ -722,9 +801,34 @@ def distance_topk_attention(
     with torch.no_grad():
         a, b = distance_operands(qf, kfl, k=kf, temperature=tau)
         use_index = search_ == "index" or (search_ == "auto" and _faiss_available())
-        searches: list[Any] = [_IndexSearch(qf[h], kfl[h], kf, tau, recall_, seed_) if use_index
+        if fitted is not None and (heads != 1 or fitted.keys.shape != kfl[0].shape or fitted.keys.dtype != kfl.dtype):
+            raise ValueError(f"search must be an index of these keys (one key set of shape {tuple(kfl[0].shape)}), got "
+                             f"an index of keys of shape {tuple(fitted.keys.shape)}")
+        searches: list[Any] = [_IndexSearch(qf[h], kfl[h], a[h], b[h], kf, tau, recall_, seed_) if use_index
                                else _ExactSearch(a[h], b[h]) for h in range(heads)]
-        plans = [_plan(a[h], b[h], searches[h], top_, tol_, n_s, seed_, keep=True) for h in range(heads)]
+        if fitted is not None:
+            searches[0].index = fitted
+        tail_mass = torch.zeros(heads, n, dtype=dt, device=dev)
+        out = vals = None
+        if vf is not None:
+            vals = vf if agg == "centroid" else vf[..., 1:]
+            out = torch.empty(heads, n, vf.shape[-1], dtype=dt, device=dev)
+
+        def finish(h: int, rows: torch.Tensor, num: torch.Tensor, zhat: torch.Tensor) -> None:
+            """``out[h, rows]`` from the weighted sums of the values ``num`` and the normaliser ``zhat`` (float64)."""
+            o = num / zhat.unsqueeze(-1)
+            if agg == "centroid":
+                norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
+                o = o[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(1e-300).sqrt())
+            out[h, rows] = lift(o, k=kf).to(dt)
+
+        def sink(h: int) -> Any:
+            if vf is None:
+                return None
+            return lambda rows, w, z: finish(h, rows, (w @ vals[h]).double(), z)  # every key: one product, as the exact map
+
+        plans = [_plan(a[h], b[h], searches[h], top_, tol_, n_s, seed_, keep=True, fallback=fallback_, sink=sink(h))
+                 for h in range(heads)]
         found = [f for srch in searches if isinstance(srch, _IndexSearch) for f in srch.found]
         if found:
             how = list(dict.fromkeys(f.summary() for f in found))
@@ -733,15 +837,13 @@ def distance_topk_attention(
         else:
             used, measured = "exact", 1.0
         counts = torch.stack([p.top for p in plans]) if plans else torch.zeros(heads, n, dtype=torch.long, device=dev)
-        offsets = (torch.cumsum(counts.reshape(-1), 0) - counts.reshape(-1)).reshape(heads, n)
-        weights = torch.zeros(int(counts.sum()), dtype=dt, device=dev)
-        indices = torch.zeros(int(counts.sum()), dtype=torch.long, device=dev)
-        tail_mass = torch.zeros(heads, n, dtype=dt, device=dev)
-        out = None
-        if vf is not None:
-            vals = vf if agg == "centroid" else vf[..., 1:]
-            out = torch.empty(heads, n, vf.shape[-1], dtype=dt, device=dev)
+        listed = torch.where(counts >= m, 0, counts)  # rows with every key exact are not listed (the exact map's rows)
+        offsets = (torch.cumsum(listed.reshape(-1), 0) - listed.reshape(-1)).reshape(heads, n)
+        weights = torch.zeros(int(listed.sum()), dtype=dt, device=dev)
+        indices = torch.zeros(int(listed.sum()), dtype=torch.long, device=dev)
         for h, plan in enumerate(plans):
+            if not plan.rows:  # every row exact: done in the plan
+                continue
             t, beta, gamma = plan.cut[:, 0], plan.cut[:, 1], plan.cut[:, 2]
             a64 = a[h].double()
             if vf is not None:
@@ -761,40 +863,30 @@ def distance_topk_attention(
                 mx = plan.best[rows]
                 v64 = tv_.double()
                 th, bh, gh = t[rows], beta[rows], gamma[rows]
-                exact = kr >= m
                 rho = torch.exp(th - mx)
                 top_w = torch.exp(v64 - mx.unsqueeze(-1))
                 delta = mean_s[rows] - th
                 p_top = _poly(v64 - th.unsqueeze(-1), bh, gh)
-                if exact:
-                    tail = torch.zeros_like(th)
-                else:
-                    tail = (m * (1.0 + delta * (bh + gh * delta)) + gh * sq[rows] - p_top.sum(-1)).clamp_min(0.0)
+                tail = (m * (1.0 + delta * (bh + gh * delta)) + gh * sq[rows] - p_top.sum(-1)).clamp_min(0.0)
                 zhat = top_w.sum(-1) + rho * tail
                 at = offsets[h, rows].unsqueeze(-1) + torch.arange(kr, device=dev)
                 weights[at], indices[at] = (top_w / zhat.unsqueeze(-1)).to(dt), ti
                 tail_mass[h, rows] = (rho * tail / zhat).to(dt)
                 if vf is None:
                     continue
-                coef = top_w if exact else top_w - rho.unsqueeze(-1) * p_top  # the top keys exactly, less their tail share
+                coef = top_w - rho.unsqueeze(-1) * p_top  # the top keys exactly, less their tail share
                 if 4 * kr >= m and bool((ti >= 0).all()):  # many top keys: dense rows of coefficients, one product
                     if vals64 is None:
                         vals64 = vals[h].double()
                     num = torch.zeros(len(rows), m, dtype=torch.float64, device=dev).scatter_(-1, ti, coef) @ vals64
                 else:
                     num = torch.bmm(coef.unsqueeze(1), vals[h][ti].double()).squeeze(1)  # (r, k, d_v) values gathered
-                if not exact:
-                    c0 = 1.0 + delta * (bh + gh * delta)
-                    c1 = bh + 2.0 * gh * delta
-                    ar = a64[rows]
-                    quad = ((ar.unsqueeze(-1) * ar.unsqueeze(-2)).reshape(len(rows), -1) @ s2)
-                    allv = c0.unsqueeze(-1) * s0 + c1.unsqueeze(-1) * (ar @ s1) + gh.unsqueeze(-1) * quad
-                    num = num + rho.unsqueeze(-1) * allv
-                o = num / zhat.unsqueeze(-1)
-                if agg == "centroid":
-                    norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
-                    o = o[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(1e-300).sqrt())
-                out[h, rows] = lift(o, k=kf).to(dt)
+                c0 = 1.0 + delta * (bh + gh * delta)
+                c1 = bh + 2.0 * gh * delta
+                ar = a64[rows]
+                quad = ((ar.unsqueeze(-1) * ar.unsqueeze(-2)).reshape(len(rows), -1) @ s2)
+                allv = c0.unsqueeze(-1) * s0 + c1.unsqueeze(-1) * (ar @ s1) + gh.unsqueeze(-1) * quad
+                finish(h, rows, num + rho.unsqueeze(-1) * allv, zhat)
 
     def back(x: torch.Tensor) -> torch.Tensor:
         return x.reshape(*batch, n, *x.shape[2:])
