@@ -502,7 +502,7 @@ def _search_cell(sr: dict[str, Any]) -> str:
 
 def _sampled(kd: dict[str, Any], n: int) -> str:
     rows = kd.get("rows_timed", n)
-    return "" if rows >= n else f"; {rows:,} sampled query rows, scaled to N"
+    return "" if rows >= n else f"; {rows:,} sampled query rows, at N"
 
 
 def section_topk_tail(results: dict[str, Any]) -> Section:
@@ -525,7 +525,9 @@ def section_topk_tail(results: dict[str, Any]) -> Section:
         "and a fitted positive quadratic tail), float32, "
         f"d = {tt['d']}, lifted Gaussian points with mean norm r set by r^2/tau, N = M, each size and r^2/tau in a fresh "
         "subprocess. Its rows are independent of each other: where the map is sharp (r^2/tau > 1.25) above N = 10^4 "
-        "it runs on the sampled query rows the table names (against all keys) and its time is scaled to N. "
+        "it runs on the sampled query rows the table names (against all keys) and its time at N is its fixed part (the "
+        "key sums, once per call) plus its per-row time times N, both from the call on a quarter of those rows against "
+        "the call on all of them. "
         "Its top-key search is the one named in the table (its recall is the result's own). Next to it, "
         f"`attention.search_top_keys(q, k, {tt['top']}, recall={tt['recall']:g}, sample={tt['sample']})` alone: the "
         "faiss index picked by recall measured against exact search on sampled queries, or exact search with the reason. "

@@ -123,6 +123,15 @@ _TAIL_ROWS = 2048  # rows of one block of the tail-only level
 _INDEX_KEYS_PER_TOP = 16  # fewer keys than this times K: exact search (search_top_keys's own rule)
 
 
+def _exp_floor(dtype: torch.dtype) -> float:
+    r"""The exponent an exact row's weight :math:`e^{s - \max s}` is raised to where it is smaller: :math:`\tfrac12
+    \log` of the dtype's smallest normal number (about :math:`-43.7` in float32, so a row of :math:`M` keys gains at
+    most :math:`M e^{-43.7}`, below its rounding for any :math:`M < 10^{11}`); no weight is then subnormal (on CPUs a
+    subnormal exponential or product costs many times a normal one: 10x for 83 rows at :math:`M = 10^5`,
+    :math:`r^2/\tau = 125`)."""
+    return 0.5 * math.log(torch.finfo(dtype).tiny)
+
+
 class TopkTail(NamedTuple):
     r"""The result of :func:`distance_topk_attention`.
 
@@ -476,7 +485,8 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
             rows = block[part]
             mx = s.amax(-1, keepdim=True)
             low = s.amin(-1)
-            w = torch.exp_(s.sub_(mx))  # in place: the weights relative to the largest, in the points' dtype
+            # in place: the weights relative to the largest, in the points' dtype, raised to at least e^{floor}
+            w = torch.exp_(s.sub_(mx).clamp_min_(_exp_floor(s.dtype)))
             z = w.sum(-1).double()
             cut[rows, 0], cut[rows, 1], cut[rows, 2] = low.double(), 1.0, 0.5
             topn[rows] = m
