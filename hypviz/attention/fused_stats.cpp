@@ -30,16 +30,37 @@
 
 namespace {
 
-/* e^x in float, about 1 ulp on [-87, 88], 0 below -87 (Cody-Waite reduction, Cephes' polynomial); branch-free */
-inline float exp_f(float x) {
+/* x clamped to [-87, 88] = n ln 2 + r, |r| <= ln(2) / 2 (Cody-Waite reduction, n rounded by the 1.5 * 2^23 shift);
+ * returns r, *scale = 2^n */
+inline float reduce_f(float x, float *scale) {
     float xc = x < -87.0f ? -87.0f : x;
     xc = xc > 88.0f ? 88.0f : xc;
-    float t = xc * 1.44269504088896341f + 12582912.0f; /* round to nearest by the 1.5 * 2^23 shift */
+    float t = xc * 1.44269504088896341f + 12582912.0f;
     int32_t ti;
     memcpy(&ti, &t, 4);
     float n = t - 12582912.0f;
     float r = xc - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
+    int32_t bits = (ti - 0x4B400000 + 127) << 23;
+    memcpy(scale, &bits, 4);
+    return r;
+}
+
+/* p(r) with expm1(r) = r + r^2 p(r): the Taylor series of e^r - 1 to r^8 (relative error below 2e-8 for |r| <= ln(2) / 2) */
+inline float expm1_poly_f(float r) {
+    float p = 2.48015873e-5f;
+    p = p * r + 1.98412698e-4f;
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    return p * r + 0.5f;
+}
+
+/* e^x in float, about 1 ulp on [-87, 88], 0 below -87 (Cephes' polynomial on the reduced r); branch-free */
+inline float exp_f(float x) {
+    float scale;
+    const float r = reduce_f(x, &scale);
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -47,62 +68,26 @@ inline float exp_f(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = (ti - 0x4B400000 + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, 4);
     float y = p * scale;
     return x < -87.0f ? 0.0f : y;
 }
 
-/* e^x - 1 in float without cancellation, for |x| <= 87: x = n ln 2 + r, |r| <= ln(2) / 2, expm1(r) by its Taylor
- * series to r^8 (relative error below 2e-8), then 2^n expm1(r) + (2^n - 1), exact for n = 0 */
+/* e^x - 1 in float without cancellation, for |x| <= 87: 2^n expm1(r) + (2^n - 1), exact for n = 0 */
 inline float expm1_f(float x) {
-    float xc = x < -87.0f ? -87.0f : x;
-    xc = xc > 88.0f ? 88.0f : xc;
-    float t = xc * 1.44269504088896341f + 12582912.0f;
-    int32_t ti;
-    memcpy(&ti, &t, 4);
-    float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = 2.48015873e-5f;
-    p = p * r + 1.98412698e-4f;
-    p = p * r + 1.38888889e-3f;
-    p = p * r + 8.33333333e-3f;
-    p = p * r + 4.16666667e-2f;
-    p = p * r + 1.66666667e-1f;
-    p = p * r + 0.5f;
-    p = p * r * r + r;
-    int32_t bits = (ti - 0x4B400000 + 127) << 23;
     float scale;
-    memcpy(&scale, &bits, 4);
+    const float r = reduce_f(x, &scale);
+    const float p = expm1_poly_f(r) * r * r + r;
     return scale * p + (scale - 1.0f);
 }
 
 /* e^x - 1 (as expm1_f) and e^x - 1 - x without cancellation: r^2 p(r) where n = 0 (r = x), else from e^x - 1 */
 inline float expm1_less_x_f(float x, float *e_out) {
-    float xc = x < -87.0f ? -87.0f : x;
-    xc = xc > 88.0f ? 88.0f : xc;
-    float t = xc * 1.44269504088896341f + 12582912.0f;
-    int32_t ti;
-    memcpy(&ti, &t, 4);
-    float n = t - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    float p = 2.48015873e-5f;
-    p = p * r + 1.98412698e-4f;
-    p = p * r + 1.38888889e-3f;
-    p = p * r + 8.33333333e-3f;
-    p = p * r + 4.16666667e-2f;
-    p = p * r + 1.66666667e-1f;
-    p = p * r + 0.5f;
-    const float q = p * r * r;
-    int32_t bits = (ti - 0x4B400000 + 127) << 23;
     float scale;
-    memcpy(&scale, &bits, 4);
+    const float r = reduce_f(x, &scale);
+    const float q = expm1_poly_f(r) * r * r;
     const float e = scale * (q + r) + (scale - 1.0f);
     *e_out = e;
-    return n == 0.0f ? q : e - x;
+    return scale == 1.0f ? q : e - x;
 }
 
 inline float exp_t(float x) { return exp_f(x); }
