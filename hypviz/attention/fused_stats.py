@@ -5,8 +5,11 @@ over each ``rows x M`` block; the kernel of ``fused_stats.cpp`` takes three over
 b's exponentials segment by segment while the segment is in cache, each relative to its segment's maximum; the
 tilted moments, map a's weights following from b's as :math:`e_{a,j} = K e_{b,j} e^{x_j}`; the deviations of the
 baselines and of the tilted TV), two exponentials per logit, with sums over blocks of 512 terms in the input's dtype
-added in double.  It is compiled with the machine's C++ compiler (``-O3 -march=native``) at
-first use and cached (``HYPVIZ_CACHE_DIR``, else ``~/.cache/hypviz``), and loaded through :mod:`ctypes`;
+added in double.  It is compiled with the machine's C++ compiler (``CXX``, else g++; ``-O3 -march=native``) at
+first use and cached in a folder only this user can write (``HYPVIZ_CACHE_DIR``, else ``~/.cache/hypviz``, made
+mode 0700; a folder others can write is refused), with the SHA-256 of the library it built; it is loaded through
+:mod:`ctypes` only when it is a regular file of this user's with that digest (anything else there is rebuilt
+over), a failed build is remembered, and ``HYPVIZ_FUSED=0`` switches it off;
 its OpenMP threads (torch's own runtime, loaded first: no second pool spinning beside it) split the block's rows
 ``torch.get_num_threads()`` ways.  :func:`availability` says whether it
 can run here and why not.  The eager code stays the reference (``tests/test_compare_fused.py``).
@@ -14,12 +17,15 @@ can run here and why not.  The eager code stays the reference (``tests/test_comp
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
 import os
 import platform
 import shutil
+import signal
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -34,7 +40,9 @@ _SOURCE = Path(__file__).with_name("fused_stats.cpp")
 #: AVX-512 vectors where x86 has them (``-mprefer-vector-width`` is an x86 option).
 FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math",
                           *(("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()), "-fPIC", "-shared")
-_COMPILE_TIMEOUT_S = 120
+_COMPILE_TIMEOUT_S = 60
+#: The largest library the loader reads (the kernel is about 100 KB; anything far larger is not it).
+_MAX_LIBRARY_BYTES = 64 * 2**20
 
 
 class _Job(ctypes.Structure):
@@ -50,11 +58,22 @@ class _Job(ctypes.Structure):
     ]
 
 
-def _compiler() -> str | None:
+def _switched_on() -> bool:
+    """``HYPVIZ_FUSED``: unset, ``1`` (use the kernel where it runs) or ``0`` (never)."""
+    value = os.environ.get("HYPVIZ_FUSED", "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"HYPVIZ_FUSED must be 0 (the eager statistics only) or 1 (the fused kernel where it runs), got {value!r}")
+    return value != "0"
+
+
+def _compiler() -> tuple[str | None, str]:
+    """The C++ compiler (``CXX`` when set, else g++ or c++ on ``PATH``), or ``None`` and why not."""
     cxx = os.environ.get("CXX", "").strip()
-    if cxx and shutil.which(cxx.split()[0]):
-        return cxx.split()[0]
-    return shutil.which("g++") or shutil.which("c++")
+    if cxx:
+        found = shutil.which(cxx.split()[0])
+        return (found, "") if found else (None, f"CXX={cxx!r} is not an executable program")
+    found = shutil.which("g++") or shutil.which("c++")
+    return (found, "") if found else (None, "no C++ compiler found (g++ or c++ on PATH, or CXX)")
 
 
 def _cpu_flags() -> str:
@@ -67,42 +86,160 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
+def _not_private(path: Path) -> str | None:
+    """Why another user could change what lies under ``path`` (``None`` if only this user, or root, can).
+
+    The folder and each folder above it must be owned by this user or root and writable by no one else, except
+    folders with the sticky bit (``/tmp``), where others cannot rename or replace what this user owns.
+    """
+    uid = os.getuid()
+    for i, folder in enumerate([path, *path.parents]):
+        st = os.stat(folder)
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{folder} is not a folder"
+        if st.st_uid not in (uid, 0):
+            return f"{folder} belongs to another user (uid {st.st_uid})"
+        if st.st_mode & 0o022 and not (i > 0 and st.st_mode & stat.S_ISVTX):
+            return f"{folder} is writable by others (mode {stat.S_IMODE(st.st_mode):o}; chmod go-w {folder} to use it)"
+    return None
+
+
+def _cache_folder() -> tuple[Path | None, str]:
+    """The private folder of compiled kernels (``HYPVIZ_CACHE_DIR``, else ``~/.cache/hypviz``), made mode 0700."""
+    folder = Path(os.environ.get("HYPVIZ_CACHE_DIR") or Path.home() / ".cache" / "hypviz").absolute()
+    try:
+        for missing in [*reversed(folder.parents), folder]:
+            if not missing.exists():
+                missing.mkdir(mode=0o700)
+                os.chmod(missing, 0o700)  # whatever the umask
+        why = _not_private(folder.resolve())
+    except OSError as exc:
+        return None, f"the cache folder {folder} cannot be used ({exc.strerror or exc})"
+    return (None, f"the fused kernel is not loaded from a folder others can write: {why}") if why else (folder, "")
+
+
+def _read_own(path: Path) -> tuple[int, bytes] | None:
+    """An open descriptor of ``path`` and its bytes, if it is a regular file of this user's that no one else can write."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022
+            or st.st_size > _MAX_LIBRARY_BYTES):
+        os.close(fd)
+        return None
+    with os.fdopen(os.dup(fd), "rb") as f:
+        data = f.read(_MAX_LIBRARY_BYTES + 1)
+    return fd, data
+
+
+def _verified(lib_path: Path, digest_path: Path) -> int | None:
+    """A descriptor of the library whose SHA-256 is the one its build recorded, or ``None``."""
+    record = _read_own(digest_path)
+    if record is None:
+        return None
+    os.close(record[0])
+    got = _read_own(lib_path)
+    if got is None:
+        return None
+    if hashlib.sha256(got[1]).hexdigest() != record[1].decode("ascii", "replace").strip():
+        os.close(got[0])
+        return None
+    return got[0]
+
+
+def _compile(cc: str, folder: Path, lib_path: Path, digest_path: Path) -> str | None:
+    """Compile into ``lib_path`` and record its digest; why it failed, or ``None``.  Never leaves a temporary."""
+    fd, tmp = tempfile.mkstemp(suffix=".so", prefix=".build-", dir=folder)
+    os.close(fd)
+    try:
+        proc = subprocess.Popen([cc, *FLAGS, "-o", tmp, str(_SOURCE), "-lm"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=_COMPILE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver and its cc1plus, as and ld
+            proc.communicate()
+            return f"{cc} took more than {_COMPILE_TIMEOUT_S} s to compile it"
+        if proc.returncode != 0:
+            return f"it did not compile with {cc} ({(err.strip().splitlines() or ['no message'])[-1]})"
+        os.chmod(tmp, 0o700)
+        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
+        _write_private(digest_path, digest + "\n")
+        os.replace(tmp, lib_path)  # atomic: concurrent first uses each write their own file
+        return None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".write-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[ctypes.CDLL | None, str]:
-    """The compiled kernel (compiling it on first use), or ``None`` and why not."""
+    """The compiled kernel (compiling it on first use), or ``None`` and why not.
+
+    Loaded only from a private folder (:func:`_not_private`), only a regular file of this user's whose SHA-256
+    is the one recorded when it was compiled (the file loaded is the one read); a failed
+    build is remembered (``fused_stats-<key>.failed``, for the same source, flags, compiler and CPU) and never
+    retried until that file is deleted.
+    """
+    if not _switched_on():
+        return None, "the fused kernel is switched off (HYPVIZ_FUSED=0)"
     if platform.system() != "Linux":
         return None, f"the fused kernel is built for Linux only (this is {platform.system()})"
-    cc = _compiler()
+    cc, why = _compiler()
     if cc is None:
-        return None, "no C++ compiler found (g++ or c++ on PATH, or CXX)"
+        return None, why
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"the C++ compiler {cc!r} does not run ({exc})"
-    key = hashlib.sha256("\n".join([_SOURCE.read_text(), " ".join(FLAGS), version, platform.machine(),
+    folder, why = _cache_folder()
+    if folder is None:
+        return None, why
+    key = hashlib.sha256("\n".join([_SOURCE.read_text(), " ".join(FLAGS), cc, version, platform.machine(),
                                     _cpu_flags()]).encode()).hexdigest()[:20]
-    cache = Path(os.environ.get("HYPVIZ_CACHE_DIR") or Path.home() / ".cache" / "hypviz")
-    lib_path = cache / f"fused_stats-{key}.so"
-    if not lib_path.exists():
+    lib_path, digest_path, failed_path = (folder / f"fused_stats-{key}{ext}" for ext in (".so", ".sha256", ".failed"))
+    failed = _read_own(failed_path)
+    if failed is not None:
+        os.close(failed[0])
+        return None, f"the fused kernel failed to build before ({failed[1].decode(errors='replace').strip()}; delete {failed_path} to retry)"
+    fd = _verified(lib_path, digest_path)
+    if fd is None:
         try:
-            cache.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
-            os.close(fd)
-            proc = subprocess.run([cc, *FLAGS, "-o", tmp, str(_SOURCE), "-lm"], capture_output=True,
-                                  text=True, timeout=_COMPILE_TIMEOUT_S)
-            if proc.returncode != 0:
-                os.unlink(tmp)
-                last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-                return None, f"the fused kernel did not compile with {cc} ({last})"
-            os.replace(tmp, lib_path)  # atomic: concurrent first uses each write their own file
-        except (OSError, subprocess.SubprocessError) as exc:
-            return None, f"the fused kernel could not be built in {cache} ({exc})"
+            why = _compile(cc, folder, lib_path, digest_path)
+        except OSError as exc:
+            return None, f"the fused kernel could not be built in {folder} ({exc.strerror or exc})"
+        if why is not None:
+            with contextlib.suppress(OSError):
+                _write_private(failed_path, why + "\n")
+            return None, f"the fused kernel is not available: {why}"
+        fd = _verified(lib_path, digest_path)
+        if fd is None:
+            return None, f"the fused kernel built in {folder} does not match the digest recorded at its build"
     try:
         lib = ctypes.CDLL(str(lib_path))
-    except OSError as exc:
+        fn = lib.hypviz_shared_rows
+        same = (lambda a, b: (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino))(os.stat(lib_path), os.fstat(fd))
+    except (OSError, AttributeError) as exc:
         return None, f"the fused kernel did not load ({exc})"
-    lib.hypviz_shared_rows.restype = ctypes.c_int
-    lib.hypviz_shared_rows.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Job)]
+    finally:
+        os.close(fd)
+    if not same:  # replaced between the check and the load: only this user could, but say so rather than use it
+        return None, f"the fused kernel's library {lib_path} changed while it was loaded; run again"
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Job)]
     return lib, f"compiled by {version.strip() or cc} with {' '.join(FLAGS[:2])}"
 
 
