@@ -145,7 +145,11 @@ class TopkTail(NamedTuple):
     it has no entries, as listing them would take :math:`M` per row); ``tail_mass``, ``(..., N)`` the tail's share :math:`\sum_{j \notin T_i} \hat P_{ij}`;
     ``row_error``, ``(..., N)`` :math:`\hat\varepsilon_i`, the estimate of :math:`\mathrm{TV}(\hat P_i, P_i)`
     (see the module); ``row_baseline``, ``(..., N)`` the estimate of :math:`\mathrm{TV}(\hat P_i, U)`;
-    ``met``, ``(..., N)`` whether ``row_error <= tol * row_baseline``; ``cut``, ``(..., N, 3)``
+    ``row_bound``, ``(..., N)`` a proven upper bound on :math:`\mathrm{TV}(\hat P_i, P_i)` (``inf`` where none:
+    rows of the tail alone too wide for it, rows searched by an index), 0 for rows with every key exact;
+    ``met``, ``(..., N)`` whether the bound meets the target, ``row_bound <= tol *`` a proven lower bound on
+    :math:`\mathrm{TV}(\hat P_i, U)` (a guarantee); ``estimated``, ``(..., N)`` the rows whose estimate meets the
+    target, ``row_error <= tol * row_baseline``, where the bound does not (their accuracy is an estimate); ``cut``, ``(..., N, 3)``
     :math:`(t_i, \beta_i, \gamma_i)`, the cut's logit and the tail polynomial; ``search``, the top-key
     search used (``"exact"``, or each index's one-line summary, fallbacks with their reason); ``recall``, its
     measured recall of the exact top keys (the smallest over the searches; 1.0 for the exact search);
@@ -171,7 +175,9 @@ class TopkTail(NamedTuple):
     tail_mass: torch.Tensor
     row_error: torch.Tensor
     row_baseline: torch.Tensor
+    row_bound: torch.Tensor
     met: torch.Tensor
+    estimated: torch.Tensor
     cut: torch.Tensor
     search: str
     recall: float
@@ -304,6 +310,26 @@ def _poly(u: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor) -> torch.Ten
     return 1.0 + u * (beta.unsqueeze(-1) + gamma.unsqueeze(-1) * u)
 
 
+def _range_error(lo: torch.Tensor, hi: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor, points: int = 129) -> torch.Tensor:
+    r"""Per row, an upper bound on :math:`\max_{lo \le u \le hi} |g(u)|`, :math:`g(u) = p(u) - e^u` (float64).
+
+    The largest :math:`|g|` on a grid of ``points`` points with spacing :math:`h`, plus :math:`\tfrac{h^2}8 \sup |g''|`
+    (between two grid points :math:`g` is within that of the chord through them), :math:`|g''(u)| = |2\gamma - e^u| \le
+    2\gamma + e^{\max(hi, 0)}`.
+
+    >>> import torch
+    >>> b, g = torch.tensor([1.0]), torch.tensor([0.5])  # p(u) = 1 + u + u^2/2, e^u's Taylor polynomial
+    >>> float(_range_error(torch.tensor([-0.1]), torch.tensor([0.0]), b, g)) < 2e-4  # |u|^3/6 at u = -0.1, plus the grid's
+    True
+    """
+    span = (hi - lo).clamp_min(0.0)
+    grid = lo.unsqueeze(-1) + span.unsqueeze(-1) * torch.linspace(0.0, 1.0, points, dtype=torch.float64, device=lo.device)
+    top = (_poly(grid, beta, gamma) - torch.exp(grid)).abs().amax(-1)
+    h = span / (points - 1)
+    out = top + 0.125 * h * h * (2.0 * gamma.abs() + torch.exp(hi.clamp_min(0.0)))
+    return torch.where(torch.isnan(out), torch.full_like(out, math.inf), out)
+
+
 # --------------------------------------------------------------------------- #
 # the plan: per row, k, the cut and the tail polynomial
 # --------------------------------------------------------------------------- #
@@ -312,8 +338,10 @@ class _Head(NamedTuple):
     top: torch.Tensor  # (N,) long
     error: torch.Tensor  # (N,) float64
     baseline: torch.Tensor  # (N,) float64
-    met: torch.Tensor  # (N,) bool
+    met: torch.Tensor  # (N,) bool: the bound meets the target
     best: torch.Tensor  # (N,) float64: m, the row's largest logit (t for a tail-only row)
+    bound: torch.Tensor  # (N,) float64: the bound on TV(P_hat, P) (inf where none)
+    estimated: torch.Tensor  # (N,) bool: the estimate meets the target, the bound does not
     rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # (row index, top logits, top keys) per decided block
 
 
@@ -345,8 +373,8 @@ def _levels(top: Sequence[int], m: int) -> list[int]:
     return levels
 
 
-def _tail_only(y_f: torch.Tensor, y_e: torch.Tensor, sq: torch.Tensor, reach: torch.Tensor, m: int, dt: torch.dtype
-               ) -> tuple[torch.Tensor, ...]:
+def _tail_only(y_f: torch.Tensor, y_e: torch.Tensor, sq: torch.Tensor, reach: torch.Tensor, m: int, dt: torch.dtype,
+               slack: torch.Tensor) -> tuple[torch.Tensor, ...]:
     r"""The tail-only level (no top keys) of a block of rows from the centred logits of the two samples.
 
     Fits :math:`q(y) = \alpha + \beta y + \gamma y^2 \approx e^{y - y_0}` (least squares on ``y_f``), kept where it
@@ -354,7 +382,8 @@ def _tail_only(y_f: torch.Tensor, y_e: torch.Tensor, sq: torch.Tensor, reach: to
     :math:`q = \operatorname{mean}_j e^{y_j - y_0}` (the uniform row).  The cut :math:`t = \bar s + D`,
     :math:`D = \|a_i\| \max_j \|b'_j\|` (Cauchy-Schwarz: every centred logit is at most :math:`D`), and
     :math:`p(u) = q(u + D) / q(D)`.  Returns ``D`` and, in the cut's form, ``beta, gamma``, the estimates ``e_hat,
-    b_hat`` (from ``y_e``).
+    b_hat`` (from ``y_e``) and the bound :math:`M \max_{-2D \le u \le 0} |p(u) - e^u| / \sum_j p(u_j)` on
+    :math:`\mathrm{TV}(\hat P, P)` (``slack``: the logits' rounding, widening the interval).
     """
     y0 = torch.maximum(y_f.amax(-1), y_e.amax(-1))
     rms = torch.sqrt(sq / m).clamp_min(1e-300)
@@ -380,13 +409,27 @@ def _tail_only(y_f: torch.Tensor, y_e: torch.Tensor, sq: torch.Tensor, reach: to
     scale = m / y_e.shape[-1]
     e_hat = scale * (qe - torch.exp(y_e - y0.unsqueeze(-1))).abs().sum(-1) / zhat
     b_hat = 0.5 * scale * (qe / zhat.unsqueeze(-1) - 1.0 / m).abs().sum(-1)
-    return d, bu, gu, e_hat, b_hat
+    # the bound: every key's u = y - D lies in [-2D, 0] (Cauchy-Schwarz), widened by the logits' rounding
+    zp = m * (1.0 - d * (bu - gu * d)) + gu * sq  # sum_j p(u_j), u_j = y_j - D, in the cut's form
+    bound = m * _range_error(-2.0 * d - slack, slack, bu, gu) / zp.clamp_min(1e-300)
+    return d, bu, gu, e_hat, b_hat, bound
 
 
 def _searched(v64: torch.Tensor, k: int, big: int, m: int, lf: torch.Tensor | None, le: torch.Tensor | None,
-              ms: torch.Tensor, sqr: torch.Tensor, dt: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """A searched level of a block of rows: ``v64`` the top ``big`` logits (float64), ``lf``, ``le`` the two samples'
-    logits (``None`` when every key below rank ``big`` is... none).  Returns ``t, beta, gamma, e_hat, b_hat``."""
+              ms: torch.Tensor, sqr: torch.Tensor, dt: torch.dtype, low: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    r"""A searched level of a block of rows: ``v64`` the top ``big`` logits (float64), ``lf``, ``le`` the two samples'
+    logits (``None`` when every key below rank ``big`` is... none); ``low`` a lower bound on every logit of the row
+    (Cauchy-Schwarz), or ``None`` when the search is not exact (a key it missed may lie above the cut: no bound).
+    Returns ``t, beta, gamma, e_hat, b_hat``, the bound on :math:`\mathrm{TV}(\hat P, P)` and a lower bound on
+    :math:`\mathrm{TV}(\hat P, U)`.
+
+    The bound: with exact search every key below rank :math:`K` has :math:`u_j \le u_K` (its logit is at most the
+    rank-:math:`K` one) and :math:`u_j \ge L` (``low``), so its error :math:`|p(u_j) - e^{u_j}|` is at most both
+    :math:`\max_{[L, u_K]} |p - e^u|` (:func:`_range_error`) and :math:`p(u_j) + e^{u_j}`, where
+    :math:`\sum p(u_j)` over those keys is exact (key sums less the top :math:`K`) and :math:`\sum e^{u_j}` is at
+    most its chord on :math:`[L, u_K]` (:math:`e^u` is convex), summed from :math:`\sum_j u_j = M\delta`; the
+    ranks :math:`k + 1 \dots K` are exact.  The lower bound: :math:`\mathrm{TV}(\hat P, U) \ge \sum_{r \le K}
+    (\hat P_r - 1/M)_+`, over the weights known exactly."""
     mx = v64[:, 0]
     t = v64[:, k - 1]
     u_str = v64[:, k:big] - t.unsqueeze(-1)  # ranks k+1..K, exact
@@ -442,15 +485,41 @@ def _searched(v64: torch.Tensor, k: int, big: int, m: int, lf: torch.Tensor | No
     else:
         e_smp = torch.zeros_like(t)
         b_smp = torch.zeros_like(t)
-    return t, beta, gamma, rho * (e_str + e_smp) / zhat, b_hat + 0.5 * b_smp
+    known = torch.cat([pw_top, rho.unsqueeze(-1) * p_str / zhat.unsqueeze(-1)], dim=-1)
+    base_lo = (known - 1.0 / m).clamp_min(0.0).sum(-1)
+    if not out_n:
+        rest = torch.zeros_like(t)
+    elif low is None:
+        rest = torch.full_like(t, math.inf)
+    else:
+        u_k = t_big - t
+        lo = torch.minimum(low - t, u_k)
+        p_rest = (tail - p_str.sum(-1)).clamp_min(0.0)
+        sum_u = m * delta - (v64[:, :big] - t.unsqueeze(-1)).sum(-1)  # sum of u_j over the keys below rank K
+        e_k, e_l = torch.exp(u_k), torch.exp(lo)
+        width = (u_k - lo).clamp_min(1e-300)
+        chord = out_n * e_k - (e_k - e_l) * (out_n * u_k - sum_u).clamp_min(0.0) / width
+        w_rest = torch.minimum(out_n * e_k, chord.clamp_min(0.0))
+        rest = torch.minimum(p_rest + w_rest, out_n * _range_error(lo, u_k, beta, gamma))
+    bound = rho * (e_str + rest) / zhat
+    return t, beta, gamma, rho * (e_str + e_smp) / zhat, b_hat + 0.5 * b_smp, bound, base_lo
+
+
+def _rounding(err: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+    r"""The TV the logits' rounding can add to a row's bound: every weight's relative error is at most
+    :math:`e^{(1 + G)\,\mathrm{err}} - 1`, :math:`G = |\beta| + \sqrt{\gamma/\eta} \ge \sup_{u \le 0} |p'/p|` (``err``:
+    :func:`hypviz.attention.kernels.logit_error`), twice (numerator and normaliser), plus the weights' own rounding."""
+    g = beta.abs() + torch.sqrt(gamma.clamp_min(0.0) / MARGIN)
+    return 2.0 * torch.expm1((1.0 + g) * err) + 16.0 * torch.finfo(dt).eps
 
 
 def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol: float, samples: int, seed: int,
-          keep: bool, fallback: bool = True, sink: Any = None) -> _Head:
+          keep: bool, fallback: bool = True, sink: Any = None, certify: bool = False) -> _Head:
     """Per row of one head, ``a (N, c)`` against ``b (M, c)``: the number of top keys, the cut, the polynomial, the estimates.
 
     The tail-only level (``0`` in ``top``) first, for every row, without search; then, per block of the rows it
-    left, one search (``search.start``: an exact block's logits, computed once) read at each level in turn.
+    left, one search (``search.start``: an exact block's logits, computed once) read at each level in turn.  A row is
+    decided at a level where its estimate meets the target (``certify``: where its bound does); ``met`` is the bound's.
     """
     n, m = a.shape[0], b.shape[0]
     dt, dev = a.dtype, a.device
@@ -465,13 +534,19 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
     base = torch.zeros(n, dtype=torch.float64, device=dev)
     met = torch.zeros(n, dtype=torch.bool, device=dev)
     best = torch.zeros(n, dtype=torch.float64, device=dev)
+    bnd = torch.full((n,), math.inf, dtype=torch.float64, device=dev)
+    est = torch.zeros(n, dtype=torch.bool, device=dev)
     kept: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    ranked = isinstance(search, _ExactSearch)  # every key below a read's last is at most its logit
+    err_rows = logit_error(a, b).double()
 
-    def record(rows: torch.Tensor, done: torch.Tensor, k: int, t, beta, gamma, e_hat, b_hat, good, mx, vals, idx) -> None:
+    def record(rows: torch.Tensor, done: torch.Tensor, k: int, t, beta, gamma, e_hat, b_hat, sure, guess, bound, mx, vals,
+               idx) -> None:
         dr = rows[done]
         cut[dr, 0], cut[dr, 1], cut[dr, 2] = t[done], beta[done], gamma[done]
         topn[dr] = k
-        err[dr], base[dr], met[dr], best[dr] = e_hat[done], b_hat[done], good[done], mx[done]
+        err[dr], base[dr], met[dr], best[dr] = e_hat[done], b_hat[done], sure[done], mx[done]
+        bnd[dr], est[dr] = bound[done], guess[done] & ~sure[done]
         if keep and dr.numel():
             kept.append((dr, vals[done, :k], idx[done, :k]))
 
@@ -490,7 +565,7 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
             z = w.sum(-1).double()
             cut[rows, 0], cut[rows, 1], cut[rows, 2] = low.double(), 1.0, 0.5
             topn[rows] = m
-            err[rows], met[rows], best[rows] = 0.0, True, mx.squeeze(-1).double()
+            err[rows], met[rows], best[rows], bnd[rows], est[rows] = 0.0, True, mx.squeeze(-1).double(), 0.0, False
             base[rows] = 0.5 * (w * (1.0 / z).unsqueeze(-1).to(w.dtype) - 1.0 / m).abs_().sum(-1).double()
             if sink is not None:
                 sink(rows, w, z)
@@ -512,11 +587,16 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
             rows = todo[i0 : i0 + _TAIL_ROWS]
             a64, ms, sqr = stats(rows)
             d = a64.norm(dim=-1) * st.reach
-            d, beta, gamma, e_hat, b_hat = _tail_only(a64 @ bf.transpose(0, 1), a64 @ be_.transpose(0, 1), sqr, d, m, dt)
+            slack = err_rows[rows]
+            d, beta, gamma, e_hat, b_hat, bound = _tail_only(a64 @ bf.transpose(0, 1), a64 @ be_.transpose(0, 1), sqr, d, m,
+                                                             dt, slack)
             t = (ms + d).to(dt).double()
-            good = e_hat <= tol * b_hat
+            bound = bound + _rounding(slack, beta, gamma, dt)
+            guess = e_hat <= tol * b_hat
+            sure = torch.zeros_like(guess)  # no lower bound on TV(P_hat, U) without top keys: never certified here
+            good = sure if certify else guess
             done = good | (not levels and not fallback)
-            record(rows, done, 0, t, beta, gamma, e_hat, b_hat, good, t,
+            record(rows, done, 0, t, beta, gamma, e_hat, b_hat, sure, guess, bound, t,
                    torch.zeros(rows.numel(), 0, dtype=dt, device=dev), torch.zeros(rows.numel(), 0, dtype=torch.long, device=dev))
             left.append(rows[~done])
         todo = torch.cat(left) if left else todo[:0]
@@ -545,13 +625,18 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
             vals, idx = held[0][:, :big], held[1][:, :big]
             rows = block[local]
             ar = a[rows]
-            _, ms, sqr = stats(rows)
+            a64, ms, sqr = stats(rows)
             lf = (ar @ b[s_fit].transpose(0, 1)).double() if big < m else None
             le = (ar @ b[s_est].transpose(0, 1)).double() if big < m else None
             v64 = vals.double()
-            t, beta, gamma, e_hat, b_hat = _searched(v64, k, big, m, lf, le, ms, sqr, dt)
-            good = e_hat <= tol * b_hat
-            ratio = e_hat / (tol * b_hat).clamp_min(1e-300)
+            slack = err_rows[rows]
+            low = ms - a64.norm(dim=-1) * st.reach - 2.0 * slack if ranked else None  # every logit at least this
+            t, beta, gamma, e_hat, b_hat, bound, base_lo = _searched(v64, k, big, m, lf, le, ms, sqr, dt, low)
+            bound = bound + _rounding(slack, beta, gamma, dt)
+            guess = e_hat <= tol * b_hat
+            sure = bound <= tol * base_lo
+            good = sure if certify else guess
+            ratio = (bound / (tol * base_lo).clamp_min(1e-300)) if certify else e_hat / (tol * b_hat).clamp_min(1e-300)
             hopeless = torch.zeros_like(good)
             if fallback:
                 ahead = sum(1 for kk_ in levels[li + 1 :] if kk_ < m)  # searched levels still to come
@@ -561,13 +646,13 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
                     decay = (ratio / prev.clamp_min(1e-300)).clamp_max(1.0)
                     hopeless = ~good & (ratio * decay**ahead > 1.0)
             done = good | (last & ~hopeless)
-            record(rows, done, k, t, beta, gamma, e_hat, b_hat, good, v64[:, 0], vals, idx)
+            record(rows, done, k, t, beta, gamma, e_hat, b_hat, sure, guess, bound, v64[:, 0], vals, idx)
             if bool(hopeless.any()):
                 exact(block, local[hopeless])
             keep_on = ~(done | hopeless)
             local, prev = local[keep_on], ratio[keep_on]
             held = (held[0][keep_on], held[1][keep_on])
-    return _Head(cut, topn, err, base, met, best, kept)
+    return _Head(cut, topn, err, base, met, best, bnd, est, kept)
 
 
 def _map_logits(s: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:
@@ -695,6 +780,7 @@ def distance_topk_attention(
     recall: float = 0.9,
     aggregation: str = "centroid",
     exact_fallback: bool = True,
+    certify: bool = False,
 ) -> TopkTail:
     r"""Distance attention from each query's exact top keys and a fitted positive tail (see the module for the method).
 
@@ -740,6 +826,11 @@ def distance_topk_attention(
         True (default): a row that meets ``tol`` at no entry of ``top`` (or whose error is extrapolated not to by
         the last entry) is computed with every key exact, error 0; False: it keeps the last entry and is marked
         (``met`` false).
+    certify : bool
+        False (default): a row takes the first entry of ``top`` whose *estimate* meets ``tol``; ``met`` says where
+        the bound also does, ``estimated`` where only the estimate does.  True: the first entry whose *bound*
+        meets it (with ``exact_fallback``, every row is then ``met``: a guarantee, at the cost of more keys or
+        exact rows where the bound is loose).
     tol : float
         The target :math:`\hat\varepsilon_i \le \mathrm{tol}\cdot\mathrm{TV}(\hat P_i, U)` (:data:`TOL`).
     samples : int
@@ -801,6 +892,8 @@ def distance_topk_attention(
     agg = validate.choice(aggregation, "aggregation", AGGREGATIONS)
     if not isinstance(exact_fallback, bool):
         raise TypeError(f"exact_fallback must be True or False, got {exact_fallback!r:.80}")
+    if not isinstance(certify, bool):
+        raise TypeError(f"certify must be True or False, got {certify!r:.80}")
     fallback_ = exact_fallback
     q, kk, v, kf, batch = checked_inputs(queries, keys, k=k, values=values, detach=True)
     tau = check_temperature(temperature, q.shape[-1] - 1)
@@ -837,7 +930,8 @@ def distance_topk_attention(
                 return None
             return lambda rows, w, z: finish(h, rows, (w @ vals[h]).double(), z)  # every key: one product, as the exact map
 
-        plans = [_plan(a[h], b[h], searches[h], top_, tol_, n_s, seed_, keep=True, fallback=fallback_, sink=sink(h))
+        plans = [_plan(a[h], b[h], searches[h], top_, tol_, n_s, seed_, keep=True, fallback=fallback_, sink=sink(h),
+                       certify=certify)
                  for h in range(heads)]
         found = [f for srch in searches if isinstance(srch, _IndexSearch) for f in srch.found]
         if found:
@@ -911,7 +1005,9 @@ def distance_topk_attention(
         tail_mass=back(tail_mass),
         row_error=back(stack("error").to(dt)),
         row_baseline=back(stack("baseline").to(dt)),
+        row_bound=back(stack("bound")),
         met=back(stack("met")),
+        estimated=back(stack("estimated")),
         cut=back(stack("cut").to(dt)),
         search=used,
         recall=measured,
