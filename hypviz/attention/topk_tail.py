@@ -54,6 +54,21 @@ same strata (``row_baseline``).  Each row takes the smallest :math:`k` of ``top`
 :math:`\hat\varepsilon_i \le \mathrm{tol}\cdot\mathrm{TV}(\hat P_i, U)`, :math:`K` the next entry of
 ``top`` (:math:`4k` after the last).  An entry of ``top`` at least :math:`M` means every key exact.
 
+**The bound behind** ``met``.  The estimate can miss what its samples did not draw: a few keys of large norm
+("sink" keys) far below the cut, where the quadratic grows like :math:`\gamma u^2`, or one key far above the rest.
+So each row also gets a proven bound (``row_bound``) on the same :math:`\sum_{j \notin T_i} |e_{ij}| / \hat Z_i`:
+exact over the ranks :math:`k_i + 1 \dots K_i`; below rank :math:`K_i` (exact search: every such logit is at most
+the rank-:math:`K_i` one, :math:`u_j \le u_K`, and at least :math:`L_i = \bar s_i - \|a_i\| \max_j \|b'_j\|` by
+Cauchy-Schwarz) each error is at most :math:`\max_{[L_i, u_K]} |p_i(u) - e^u|` (a grid plus its curvature term)
+and at most :math:`p_i(u_j) + e^{u_j}`, whose sum is exact for :math:`p_i` (key sums less the top :math:`K_i`) and
+at most the chord of the convex :math:`e^u` on :math:`[L_i, u_K]` (from :math:`\sum_j u_j = M \delta_i`); plus
+what the logits' rounding can add.  A row is ``met`` when this bound is at most ``tol`` times a proven lower bound
+on its distance from uniform, :math:`\sum_{r \le K_i} (\hat P_{ir} - 1/M)_+`: a guarantee.  A row whose estimate
+meets the target where the bound does not is ``estimated``; so is every row of the tail alone (it has no top keys
+to bound the distance from uniform with) and every row an index searched (a key it missed may lie above the cut).
+``certify=True`` walks the levels by the bound instead of the estimate, so that every row is ``met`` (sharp rows
+at few keys; spread rows, whose bound is loose, with every key exact).
+
 **Rows no entry serves: every key exact.**  A row that meets the target at no entry of ``top`` is computed with
 every key exact (``exact_fallback``, the default): ``row_error`` 0, ``met`` true, ``top_counts`` :math:`M`; its
 logits are at hand with exact search (the block's product) and cost one product with an index, so it costs
@@ -163,6 +178,10 @@ class TopkTail(NamedTuple):
     >>> res = distance_topk_attention(q, keys, temperature=4.0)
     >>> res.top_counts.tolist(), res.weights.shape, res.search
     ([64, 0, 256, 16, 0, 0, 16, 64], torch.Size([416]), 'exact')
+    >>> int(res.met.sum()), int(res.estimated.sum())  # rows proven within tol, rows whose accuracy is an estimate
+    (1, 7)
+    >>> int(distance_topk_attention(q, keys, temperature=4.0, certify=True).met.sum())  # walked by the bound: all proven
+    8
     >>> res.padded()[0].shape  # (..., N, max k_i)
     torch.Size([8, 256])
     """
