@@ -32,6 +32,7 @@ import torch
 from hypviz.base import validate
 from hypviz.attention.streamed_compare import compare
 from hypviz.base.bounds import kl_supremum
+from hypviz.base.messages import short
 from hypviz import data
 from hypviz import lorentz
 from hypviz.lorentz import hyperboloid
@@ -132,7 +133,7 @@ def softmax_gap_bounds(queries: Any, keys: Any, temperature: float, *, k: float 
         different ``d``.
     """
     kf = lorentz.check_k(k)
-    tau_f = validate.positive(temperature, "temperature")
+    tau_f = validate.temperature(temperature)
     q = _as_points64(queries, kf, "queries")
     kk = _as_points64(keys, kf, "keys")
     if q.shape[-1] != kk.shape[-1]:
@@ -171,15 +172,18 @@ def worst_case_row(
         :math:`q_s \cdot \kappa_s` exceeds :math:`\|q_s\|\|\kappa_s\|`).
     """
     kf = lorentz.check_k(k)
-    if d < 2:
-        raise ValueError(f"worst_case_row needs d >= 2 (the key is rotated in a plane), got d = {d}")
+    query_norm = validate.positive(query_norm, "query_norm")
+    key_norm = validate.positive(key_norm, "key_norm")
+    d = validate.integer(d, "d", 2, " (the key is rotated in a plane)")
+    temperature = validate.temperature(temperature)
     qt = math.sqrt(query_norm**2 + kf)
     kt = math.sqrt(key_norm**2 + kf)
     delta = qt * (kt - math.sqrt(kf)) / temperature
     if p1 is None:
         logit = -delta / 2  # log(p* / (1 - p*)) at the maximiser
     else:
-        if not 0.0 < float(p1) < 1.0:
+        p1 = validate.number(p1, "p1")
+        if not 0.0 < p1 < 1.0:
             raise ValueError(f"p1 must lie strictly between 0 and 1, got {p1!r}")
         logit = math.log(p1 / (1.0 - p1))
     # s_1 - s_2 = (a_1 - a_2) + (b_1 - b_2) with s_2 = 0 (key 2 at the origin), a_1 - a_2 = logit, b_1 - b_2 = Delta
@@ -263,7 +267,12 @@ def sqdist_accuracy(
         \mathrm{err} = \frac{|\hat D - D|}{D}, \qquad D = \|x - y\|_L^2 \text{ at } \mathtt{dps} \text{ digits}.
     """
     kf = lorentz.check_k(k)
-    seps = np.asarray(list(separations), dtype=np.float64)
+    seps = np.array([validate.positive(s, "separations") for s in separations], dtype=np.float64)
+    norm = validate.positive(norm, "norm")
+    d = validate.integer(d, "d", 2, " (a separation needs a direction besides the point's)")
+    n_pairs = validate.integer(n_pairs, "n_pairs", 1)
+    seed = validate.integer(seed, "seed", 0)
+    dps = validate.integer(dps, "dps", 16, " (decimal digits of the mpmath reference)")
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((len(seps), n_pairs, d))
     x *= norm / np.linalg.norm(x, axis=-1, keepdims=True)
@@ -405,14 +414,23 @@ def predicted_gap_ratio(rho: Any, query_norm: Any = 0.0, *, k: float = 1.0) -> A
     measures it.  ``rho`` and ``query_norm`` may be arrays.
     """
     kf = lorentz.check_k(k)
-    r = np.asarray(rho, dtype=np.float64)
-    qn = np.asarray(query_norm, dtype=np.float64)
-    if np.any(~np.isfinite(r)) or np.any(r < 0):
-        raise ValueError(f"rho must be a non-negative finite norm ratio, got {rho!r}")
-    if np.any(~np.isfinite(qn)) or np.any(qn < 0):
-        raise ValueError(f"query_norm must be a non-negative finite norm, got {query_norm!r}")
+    r, qn = _norms(rho, "rho", "norm ratio"), _norms(query_norm, "query_norm", "norm")
     out = 1.0 / np.sqrt(1.0 + 2.0 * (r**2 * kf + qn**2) / (kf + qn**2))
     return float(out) if out.ndim == 0 else out
+
+
+def _norms(value: Any, name: str, what: str) -> np.ndarray:
+    """``value`` (a number or an array of them) as float64, refused unless every entry is a non-negative finite real
+    number (one number by the one rule of :mod:`hypviz.base.validate`: no strings, no bools)."""
+    a = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value)
+    if a.ndim == 0:
+        return np.asarray(validate.number(value, name, minimum=0.0, hint=f" ({what})"))
+    if a.dtype.kind not in "iuf":  # strings, bytes, bools, objects
+        raise ValueError(f"{name} must be a non-negative finite {what} or an array of them, got an array of dtype {a.dtype}")
+    a = a.astype(np.float64)
+    if not np.isfinite(a).all() or (a < 0).any():
+        raise ValueError(f"{name} must be a non-negative finite {what} or an array of them, got {short(value)}")
+    return a
 
 
 class GapStudy(NamedTuple):
@@ -480,7 +498,7 @@ def gaussian_gap_study(
     n = validate.integer(n, "n", 1)
     m = validate.integer(m, "m", 1)
     d = validate.integer(d, "d", 1)
-    tau_f = validate.positive(temperature, "temperature")
+    tau_f = validate.temperature(temperature)
     kf = lorentz.check_k(k)
     seeds = validate.integer(seeds, "seeds", 2)
     first_seed = validate.integer(first_seed, "first_seed", 0)

@@ -26,10 +26,11 @@ def check_kind(kind: Any, name: str = "kind", allowed: tuple[str, ...] | None = 
 
 
 def check_temperature(temperature: Any, d: int) -> float:
-    r""":math:`\tau > 0`, default :math:`\sqrt{d}`."""
+    r""":math:`\tau`, a finite number from :data:`hypviz.base.validate.TEMPERATURE_MIN` (the smallest normal float64)
+    up, default :math:`\sqrt{d}`."""
     if temperature is None:
         return math.sqrt(d)
-    return validate.positive(temperature, "temperature", f" (default sqrt(d) = {math.sqrt(d):.4g})")
+    return validate.temperature(temperature, "temperature", f" (default sqrt(d) = {math.sqrt(d):.4g})")
 
 
 def check_power(power: Any) -> float:
@@ -64,8 +65,7 @@ def _heads_first(t: torch.Tensor, heads_axis: int | None, name: str) -> torch.Te
     """Move the heads axis of a ``(..., N, d + 1)`` layout such as ``(N, H, d + 1)`` to the front."""
     if heads_axis is None:
         return t
-    if isinstance(heads_axis, bool) or not isinstance(heads_axis, int):
-        raise ValueError(f"heads_axis must be an integer axis or None, got {heads_axis!r}")
+    heads_axis = validate.integer(heads_axis, "heads_axis", hint=" axis or None")
     if t.dim() < 3:
         raise ValueError(f"heads_axis={heads_axis}: {name} has shape {tuple(t.shape)}, no axis besides (N, d + 1)")
     ax = heads_axis + t.dim() if heads_axis < 0 else heads_axis

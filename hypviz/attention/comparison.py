@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from hypviz.base import validate
+
 __all__ = [
     "UNIFORM_TV",
     "UNIFORM_PEAK",
@@ -124,19 +126,10 @@ def verdict(
     >>> verdict(0.3, 0.4, 0.4, peak_a=3.0, peak_b=3.0, top1_weight=1.0)
     'different'
     """
-    return ROW_VERDICTS[
-        int(
-            row_verdicts(
-                torch.tensor([float(tv)]),
-                torch.tensor([float(tv_uniform_a)]),
-                torch.tensor([float(tv_uniform_b)]),
-                torch.tensor([float(peak_a)]),
-                torch.tensor([float(peak_b)]),
-                torch.tensor([float(top1_weight)]),
-                torch.tensor([float(tolerance)]),
-            )[0]
-        )
-    ]
+    given = dict(tv=tv, tv_uniform_a=tv_uniform_a, tv_uniform_b=tv_uniform_b, peak_a=peak_a, peak_b=peak_b,
+                 top1_weight=top1_weight, tolerance=tolerance)
+    rows = [torch.tensor([validate.number(value, name, minimum=0.0)]) for name, value in given.items()]
+    return ROW_VERDICTS[int(row_verdicts(*rows)[0])]
 
 
 def row_verdicts(

@@ -442,6 +442,9 @@ KERNELS: dict[str, Kernel] = {"bilinear": Bilinear(), "focused": Focused(), "ran
 
 
 _BUILT_IN_KERNELS = frozenset(KERNELS)
+for _name, _kernel in KERNELS.items():  # the registry checks a kind's options against its kernel's at registration
+    kinds.declare_kernel(_name, tuple(_kernel.options))
+del _name, _kernel
 
 
 def register_kernel(name: str, kernel: Kernel) -> Kernel:
@@ -456,6 +459,7 @@ def register_kernel(name: str, kernel: Kernel) -> Kernel:
     bad = [o for o, opt in kernel.options.items() if not (isinstance(o, str) and o.isidentifier() and isinstance(opt, Option))]
     if not isinstance(kernel.options, dict) or bad:
         raise ValueError(f"kernel.options must map option names to Option(check, default), got {short(kernel.options)}")
+    kinds.declare_kernel(name, tuple(kernel.options))
     KERNELS[name] = kernel
     return kernel
 
@@ -468,6 +472,7 @@ def unregister_kernel(name: str) -> None:
     if users:
         raise ValueError(f"kernel {name!r} still computes the kinds {', '.join(map(repr, users))}: unregister them first")
     del KERNELS[name]
+    kinds.forget_kernel(name)
 
 
 def kernel_for(kind: Kind) -> Kernel:
@@ -569,7 +574,8 @@ def check_logit_range(largest: float, dtype: torch.dtype, temperature: float, la
         mid = math.sqrt(lo) * math.sqrt(hi)  # no underflow of lo * hi
         lo, hi = (lo, mid) if largest_at(mid) < limit else (mid, hi)
     name = str(dtype).replace("torch.", "")
+    size = f"about {now:.3g}" if math.isfinite(now) else "beyond float64's range"
     raise ValueError(
-        f"temperature {temperature:g} makes the logits overflow {name} (largest |logit| about {now:.3g}, "
+        f"temperature {temperature:g} makes the logits overflow {name} (largest |logit| {size}, "
         f"{name} holds {torch.finfo(dtype).max:.3g}); the smallest usable is about {hi:.3g}"
     )

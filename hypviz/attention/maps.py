@@ -7,12 +7,13 @@ arrays come from one matrix product, never from broadcasting ``N x M x d``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from hypviz.attention.checks import check_eps, check_kind, check_norm_scale, check_power, check_temperature, checked_inputs
-from hypviz.attention.kernels import KERNELS, dense_map, feature_map, norm_scale_eps, options, raw_scores
+from hypviz.attention.kernels import KERNELS, check_logit_range, dense_map, feature_map, norm_scale_eps, options, raw_scores
 from hypviz.base import kinds
 
 __all__ = ["KINDS", "SOFTMAX_KINDS", "MODEL_KINDS", "scores", "attention_map", "focused_linear_map", "focused_linear_attention"]
@@ -181,7 +182,24 @@ def attention_map(
     q, kk, _, kf, _ = checked_inputs(queries, keys, k=k, heads_axis=heads_axis)
     tau = check_temperature(temperature, q.shape[-1] - 1) if kd.temperature else 0.0
     opts = options(kd, dict(power=power, norm_scale=norm_scale, features=features, seed=seed, bias=bias))
+    if kd.temperature:
+        _check_logits(q, kk, kf, tau)
     return dense_map(kind, q, kk, k=kf, temperature=tau, opts=opts)
+
+
+def _check_logits(q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float) -> None:
+    r"""Refuse a ``temperature`` at which the logits may overflow the points' dtype (the map would be NaN).
+
+    With :math:`Q = \max_i q_{t,i}` and :math:`K = \max_j \kappa_{t,j}`, every built-in kind's score is at most
+    :math:`2QK + \sqrt{k}\operatorname{arcosh}(QK/k)` in size (:math:`|q_s \cdot \kappa_s| \le q_t\kappa_t`,
+    :math:`\tfrac12\|q - \kappa\|_L^2 \le 2 q_t \kappa_t`, :math:`d(q, \kappa) = \sqrt{k}\operatorname{arcosh}(-\langle
+    q, \kappa\rangle_L / k)`), so the logits are at most that over :math:`\tau` (:func:`check_logit_range`).
+    """
+    if q.numel() == 0 or keys.numel() == 0:
+        return
+    qk = float(q[..., 0].amax()) * float(keys[..., 0].amax())
+    size = 2.0 * qk + math.sqrt(k) * math.acosh(max(1.0, qk / k))
+    check_logit_range(size / temperature, q.dtype, temperature, lambda t: size / t)
 
 
 def focused_linear_map(

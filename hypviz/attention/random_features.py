@@ -160,7 +160,7 @@ def performer_weights(queries: ArrayLike, keys: ArrayLike, omega: torch.Tensor, 
     attention (:func:`distance_linear_attention`).
     """
     q, kk, _, _, _ = checked_inputs(queries, keys, k=k)
-    tau = validate.positive(temperature, "temperature")
+    tau = validate.temperature(temperature)
     om = torch.as_tensor(omega, dtype=q.dtype, device=q.device)
     if om.dim() != 2 or om.shape[-1] != q.shape[-1]:
         raise ValueError(f"omega must have shape (D, {q.shape[-1]}), got {tuple(om.shape)}")

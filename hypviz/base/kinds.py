@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from hypviz.base.messages import short
 
 __all__ = ["FAMILIES", "BUILT_IN", "Kind", "Names", "register", "unregister", "get", "names", "comparable", "softmax_names",
-           "bound_applies", "check"]
+           "bound_applies", "check", "declare_kernel", "forget_kernel"]
 
 #: The families of kinds (see the module's docstring).
 FAMILIES: tuple[str, ...] = ("softmax", "features", "gate")
@@ -68,9 +68,9 @@ class Kind:
 
     Every field is checked when the entry is made (a one-line ``ValueError`` naming the field: ``name`` a word,
     ``options`` a tuple of distinct words (names its kernel declares), ``bias`` and ``constant`` finite real numbers,
-    the texts non-empty single lines, the flags bools); :func:`register` also requires a kind computed by a
-    built-in kind's kernel to have that kind's family, to declare the options that kernel reads and to take the
-    temperature when that kernel divides by it.
+    the texts non-empty single lines, the flags bools); :func:`register` also requires every option to be one its
+    kernel reads (:func:`declare_kernel`), and a kind computed by a built-in kind's kernel to have that kind's
+    family, to declare the options that kernel reads and to take the temperature when that kernel divides by it.
     """
 
     name: str
@@ -140,6 +140,33 @@ def _finite_real(value: object, name: str, field: str, expected: str) -> float:
 
 _REGISTRY: dict[str, Kind] = {}
 _BUILT_IN: set[str] = set()  # filled once the built-in kinds are registered (see BUILT_IN)
+_KERNEL_OPTIONS: dict[str, tuple[str, ...]] = {}  # the options each kernel reads (declare_kernel)
+
+
+def declare_kernel(kernel: str, options: Sequence[str]) -> None:
+    """Record the options the kernel named ``kernel`` reads, so that :func:`register` checks a kind's ``options``
+    against them (:mod:`hypviz.attention.kernels` declares each kernel it holds; the registry itself knows no kernel).
+    A kind already registered that names ``kernel`` with an option outside ``options`` is refused here, naming it."""
+    allowed = tuple(options)
+    for kd in _REGISTRY.values():
+        if kd.kernel == kernel:
+            _check_options(kd, allowed)
+    _KERNEL_OPTIONS[kernel] = allowed
+
+
+def forget_kernel(kernel: str) -> None:
+    """Drop what :func:`declare_kernel` recorded of ``kernel`` (a kernel removed at run time)."""
+    _KERNEL_OPTIONS.pop(kernel, None)
+
+
+def _check_options(kind: Kind, allowed: tuple[str, ...]) -> None:
+    """Refuse a kind that reads an option its kernel does not read, in one line naming the kind, the option and the
+    options allowed."""
+    unknown = [o for o in kind.options if o not in allowed]
+    if unknown:
+        what = f"allowed: {', '.join(map(repr, allowed))}" if allowed else "it reads none besides k and temperature"
+        raise ValueError(f"Kind {kind.name!r}: option {unknown[0]!r} is not one its kernel {kind.kernel!r} reads "
+                         f"({what}), got options={short(kind.options)}")
 
 
 def register(kind: Kind) -> Kind:
@@ -157,7 +184,11 @@ def register(kind: Kind) -> Kind:
             f"Kind {kind.name!r}: family must be {peers[0].family!r} (the family of the kernel {kind.kernel!r}, as of the "
             f"built-in kind {peers[0].name!r}), got {short(kind.family)}"
         )
-    needed = [o for o in dict.fromkeys(o for kd in peers for o in kd.options) if o not in kind.options]
+    read = tuple(dict.fromkeys(o for kd in peers for o in kd.options))  # a built-in kernel reads its kinds' options
+    allowed = _KERNEL_OPTIONS.get(kind.kernel, read if peers else None)
+    if allowed is not None:  # a kernel not yet declared is checked when it is (declare_kernel)
+        _check_options(kind, allowed)
+    needed = [o for o in read if o not in kind.options]
     if needed:
         raise ValueError(
             f"Kind {kind.name!r}: options must include {', '.join(map(repr, needed))} (the kernel {kind.kernel!r} reads "

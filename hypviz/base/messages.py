@@ -15,7 +15,8 @@ import reprlib
 import stat
 from typing import Any
 
-__all__ = ["UsageError", "one_line", "show", "short", "fs_len", "size_text", "what_is", "torch_load_reason", "env_limit"]
+__all__ = ["UsageError", "one_line", "show", "short", "fs_len", "size_text", "what_is", "torch_load_reason", "env_limit",
+           "byte_count", "BYTE_UNITS", "BYTES_FORM"]
 
 
 class UsageError(Exception):
@@ -79,17 +80,47 @@ def _repr_of(limit: int) -> reprlib.Repr:
     return r
 
 
-def env_limit(name: str, default: int, what: str) -> int:
-    """A limit read from the environment variable ``name`` (a positive whole number of ``what``), else ``default``."""
+#: The units of a number of bytes (:func:`byte_count`): binary ``KiB``, ``MiB``, ``GiB``, ``TiB`` (powers of 1024) and
+#: decimal ``KB``, ``MB``, ``GB``, ``TB`` (powers of 1000), matched without regard to case; ``B`` or none: bytes.
+BYTE_UNITS: dict[str, int] = {"": 1, "b": 1, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+                              "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+BYTES_FORM = "a positive whole number of bytes, optionally with a unit: KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, " \
+             "GB, TB (powers of 1000), e.g. 65536 or 64MiB"
+_BYTES = re.compile(r"([0-9]+)\s*([A-Za-z]*)")
+
+
+def byte_count(text: str) -> int | None:
+    """``text`` as a number of bytes, or ``None`` when it is not one: digits, then optionally one of
+    :data:`BYTE_UNITS` (``"65536"``, ``"64KiB"``, ``"512 MiB"``, ``"2GB"``; no fraction, no sign, no exponent).
+
+    Examples
+    --------
+    >>> from hypviz.base.messages import byte_count
+    >>> byte_count("64MiB"), byte_count("2 GB"), byte_count("4096"), byte_count("1e9")
+    (67108864, 2000000000, 4096, None)
+    """
+    m = _BYTES.fullmatch(text.strip())
+    if m is None or m.group(2).lower() not in BYTE_UNITS:
+        return None
+    return int(m.group(1)) * BYTE_UNITS[m.group(2).lower()]
+
+
+def env_limit(name: str, default: int, what: str, error: type[Exception] = UsageError) -> int:
+    """A limit read from the environment variable ``name`` (a positive whole number of ``what``), else ``default``.
+
+    A number of ``"bytes"`` may carry a unit (:func:`byte_count`: ``64MiB``).  Anything else is refused with one
+    line naming the variable and the expected form (``error``: :class:`UsageError` for the command, ``ValueError``
+    for a library call).
+    """
     text = os.environ.get(name, "").strip()
     if not text:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
+    if what == "bytes":
+        value, form = byte_count(text) or 0, BYTES_FORM
+    else:
+        value, form = (int(text) if text.isascii() and text.isdigit() else 0), f"a positive whole number of {what}"
     if value < 1:
-        raise UsageError(f"{name} must be a positive whole number of {what}, got {short(text)}")
+        raise error(f"{name} must be {form}, got {short(text)}")
     return value
 
 

@@ -32,7 +32,8 @@ arithmetic done in float32 on their exact values).  Where the compute dtype (``-
 default the inputs', float32 for half-precision inputs) differs from the dtype they were made in,
 the time coordinate is then recomputed from the spatial parts in the compute dtype.  Inputs must be regular files (a FIFO, device or socket
 is refused, never read).  What a file may make hypviz read is bounded, each limit set by an environment
-variable that its one-line error names: ``HYPVIZ_MAX_INPUT_BYTES`` (default 2 GiB = 2147483648) bounds
+variable that its one-line error names: ``HYPVIZ_MAX_INPUT_BYTES`` (default 2 GiB = 2147483648; a unit may follow the
+number: ``512MiB``, ``2GiB``, ``2GB``, :func:`hypviz.base.messages.byte_count`) bounds
 what the arrays take once dense (elements x item size): for ``.npy``/``.npz`` the array read, from its
 ``.npy`` header before anything is decompressed or loaded; for ``.pt``/``.pth`` (inputs and capture files)
 the file, what its zip members decompress to (before loading) and every tensor it holds, a broadcast
@@ -102,7 +103,6 @@ of ``--kinds`` and ``--reference``, with their one-line descriptions, are read f
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import signal
@@ -134,29 +134,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {show(one_line(message))} (see '{self.prog} --help')\n")
 
 
-def _positive(name: str):
-    hint = " (<x,x>_L = -k, curvature -1/k)" if name == "--k" else ""
+def _number(name: str, check: Any, hint: str = ""):
+    """An option's parser: its text read as a float, then checked by the API's own rule (``check``, from
+    :mod:`hypviz.base.validate`), so the command and the functions take the same numbers; text that spells no
+    number is refused as the string it is."""
 
     def parse(text: str) -> float:
         try:
-            return validate.positive(text, name, hint)
+            value: Any = float(text)
+        except ValueError:
+            value = text
+        try:
+            return check(value, name, hint=hint)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse
 
 
-def _finite_number(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {text!r}")
-        return value
+def _positive(name: str):
+    if name == "--temperature":
+        return _number(name, validate.temperature)
+    return _number(name, validate.positive, " (<x,x>_L = -k, curvature -1/k)" if name == "--k" else "")
 
-    return parse
+
+def _finite_number(name: str):
+    return _number(name, validate.number)
 
 
 def _count(text: str) -> int:

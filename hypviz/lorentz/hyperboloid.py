@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 
 from hypviz.base import validate
@@ -318,7 +317,8 @@ def distance_operands(
         B = [y_s,\; -u_y,\; -\sqrt{k},\; -\sqrt{k}\,u_y],
 
     of shapes ``(..., N, d + 3)`` and ``(..., M, d + 3)``.  ``x`` and ``y`` must be tensors of
-    points already checked with :func:`check_points` (nothing is validated here).
+    points already checked with :func:`check_points` (they are not validated here; ``k`` and ``temperature``
+    are: :math:`k > 0`, :math:`\tau` finite and nonzero, negative for :math:`+\tfrac12\|x - y\|_L^2 / |\tau|`).
 
     Examples
     --------
@@ -331,7 +331,10 @@ def distance_operands(
     tensor([[ 0., -2.],
             [-2.,  0.]], dtype=torch.float64)
     """
-    root_k = math.sqrt(k)
+    root_k = math.sqrt(check_k(k))
+    temperature = validate.number(temperature, "temperature", hint=" (nonzero)")
+    if temperature == 0.0:
+        raise ValueError("temperature must be a finite number (nonzero), got 0.0")
     xt, xs = x[..., :1], x[..., 1:]
     yt, ys = y[..., :1], y[..., 1:]
     ux = (xs * xs).sum(dim=-1, keepdim=True) / (xt + root_k)
@@ -585,13 +588,11 @@ def geodesic(x: ArrayLike, y: ArrayLike, n: int = 64, *, k: float = 1.0) -> torc
     [0.25, 0.25, 0.25, 0.25]
     """
     kf = check_k(k)
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or int(n) < 2:
-        raise ValueError(f"n: expected an integer number of samples >= 2 along a geodesic, got {n!r}")
+    m = validate.integer(n, "n", 2, " (samples along a geodesic)")
     a = check_points(x, k=kf, name="x")
     b = check_points(y, k=kf, name="y")
     check_pair(a, b)
     a, b = torch.broadcast_tensors(a, b)
-    m = int(n)
     sq = sqdist_unchecked(a, b, k=kf)
     positive = sq > 0  # no sqrt'(0) = inf in the graph: at x = y the gradient is finite (the ratios are even in theta)
     root = torch.where(positive, torch.sqrt(torch.where(positive, sq, torch.ones_like(sq))), torch.zeros_like(sq))

@@ -215,8 +215,8 @@ def check_points(
     if t.numel() == 0:
         return t
     flat = t.detach().reshape(-1, t.shape[-1])
-    rtol_ = _default_rtol(t.dtype) if rtol is None else float(rtol)
-    atol_ = rtol_ * kf if atol is None else float(atol)
+    rtol_ = _default_rtol(t.dtype) if rtol is None else validate.number(rtol, "rtol", minimum=0.0)
+    atol_ = rtol_ * kf if atol is None else validate.number(atol, "atol", minimum=0.0)
     # block by block (a few MiB each): no temporary of the size of the whole input
     step = max(1, _CHECK_BLOCK // flat.shape[-1])
     worst, worst_excess = -1, -math.inf

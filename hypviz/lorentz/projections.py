@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from hypviz.base import validate
 from hypviz.lorentz import hyperboloid as L
 
 __all__ = [
@@ -188,11 +189,12 @@ def geodesic_grid(
     """
     kf = L.check_k(k)
     root_k = math.sqrt(kf)
-    radius = float(radius)
-    reach = radius if reach is None else max(float(reach), radius)
+    radius, spacing = validate.positive(radius, "radius"), validate.positive(spacing, "spacing")
+    n = validate.integer(n, "n", 2, " (samples along each line)")
+    reach = radius if reach is None else max(validate.positive(reach, "reach"), radius)
     reach = min(reach, GRID_MAX_REACH * root_k)
     rho = float(L.to_klein(_axis_point(0, reach, kf, dtype), k=kf)[0])  # Klein radius of the cut
-    m = int(math.floor(radius / float(spacing) - 1e-9))
+    m = int(math.floor(radius / spacing - 1e-9))
     ends_a, ends_b = [], []
     for j in range(-m, m + 1):
         c = float(L.to_klein(_axis_point(0, j * spacing, kf, dtype), k=kf)[0])
@@ -232,8 +234,9 @@ def polar_sheet(
     True
     """
     kf = L.check_k(k)
-    r = torch.linspace(0.0, float(radius), int(n_radial), dtype=dtype)
-    phi = torch.linspace(0.0, 2.0 * math.pi, int(n_angle), dtype=dtype)
+    radius = validate.positive(radius, "radius")
+    r = torch.linspace(0.0, radius, validate.integer(n_radial, "n_radial", 1), dtype=dtype)
+    phi = torch.linspace(0.0, 2.0 * math.pi, validate.integer(n_angle, "n_angle", 1), dtype=dtype)
     rr, pp = torch.meshgrid(r, phi, indexing="ij")
     u = torch.stack([torch.zeros_like(rr), rr * torch.cos(pp), rr * torch.sin(pp)], dim=-1)
     return L.expmap0(u, k=kf)
@@ -270,12 +273,13 @@ def poincare_polar_grid(
     0.9
     """
     kf = L.check_k(k)
-    if not 0.0 < float(edge) < 1.0:
-        raise ValueError(f"edge: expected a fraction of the disk radius in (0, 1), got {edge!r}")
+    fraction = validate.number(edge, "edge", hint=" (a fraction of the disk radius in (0, 1))")
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"edge must be a fraction of the disk radius in (0, 1), got {edge!r}")
     root_k = math.sqrt(kf)
-    rho = torch.linspace(0.0, 2.0 * math.atanh(float(edge)), int(n_radial), dtype=dtype)
+    rho = torch.linspace(0.0, 2.0 * math.atanh(fraction), validate.integer(n_radial, "n_radial", 1), dtype=dtype)
     rad = root_k * torch.tanh(rho / 2.0)
-    ang = torch.linspace(0.0, 2.0 * math.pi, int(n_angle), dtype=dtype)
+    ang = torch.linspace(0.0, 2.0 * math.pi, validate.integer(n_angle, "n_angle", 1), dtype=dtype)
     px, py = rad[:, None] * torch.cos(ang)[None, :], rad[:, None] * torch.sin(ang)[None, :]
     points = L.from_poincare(torch.stack([px, py], dim=-1).reshape(-1, 2), k=kf)
     return px, py, points
@@ -300,5 +304,5 @@ def disk_boundary(*, k: float, n: int = 121) -> np.ndarray:
     ((5, 2), True)
     """
     root_k = math.sqrt(L.check_k(k))
-    angle = np.linspace(0.0, 2.0 * np.pi, int(n))
+    angle = np.linspace(0.0, 2.0 * np.pi, validate.integer(n, "n", 2, " (points of the closed circle)"))
     return np.stack([root_k * np.cos(angle), root_k * np.sin(angle)], axis=-1)
