@@ -197,7 +197,7 @@ CASES: tuple[Case, ...] = (
          "identical", "equal maps in exact arithmetic (identity 5); both are near uniform, but identical is what they are",
          lambda: _lorentz_vs_distance(torch.float64)),
     Case("identity 5, float32", "the same in float32", "identical",
-         "the TV is at float32's rounding level (compare_maps' tolerance: float32 storage and logits)", lambda: _lorentz_vs_distance(torch.float32)),
+         "the TV is at float32's rounding level (compare_maps' tolerance: float32 storage)", lambda: _lorentz_vs_distance(torch.float32)),
     Case("keys of equal norm", "spatial vs distance, keys on the sphere |kappa_s| = 2, queries Gaussian r = 2, d = 64, tau = 8",
          "identical", "the bias q_t kappa_t / tau is the same for every key, so it cancels in the softmax (identity 4)",
          _equal_norm_keys),

@@ -339,8 +339,9 @@ class Comparison:
     * ``peak_a``, ``peak_b``: :math:`M \max_j P_j`, the largest weight in units of the uniform
       weight :math:`1/M` (1 for the uniform row, :math:`M` for a one-hot row);
     * ``tv_tolerance``: the TV that rounding alone can produce between two maps equal in exact
-      arithmetic (from the logits' magnitudes and the dtype; for given maps, from their storage dtype
-      and the precision and logit scale they were computed at, :func:`hypviz.attention.compare_maps`),
+      arithmetic (from the logits' magnitudes and the dtype: on one product only the rounding the two
+      maps do not share, the shared product's cancelling; for given maps, from their storage dtype, and
+      the precision and logit scale they were computed at where stated, :func:`hypviz.attention.compare_maps`),
       described in words by ``tolerance_basis``;
     * ``output_gap``, ``output_uniform_a``, ``output_uniform_b`` (only with ``values=``): the
       distance between the two attention outputs, and each output's distance from the output of

@@ -206,21 +206,28 @@ def compare_maps(
     float64 copy of a whole map, no broadcast expanded.  No bound applies (the maps' logits are
     unknown): ``delta`` and the bounds are ``None``.
 
-    *Identical within rounding.*  A map stored in a dtype of machine epsilon :math:`\varepsilon_s`
-    (half precision included: it is compared in float64) and computed in a precision of epsilon
-    :math:`\varepsilon_c` from logits of size :math:`L` per row is off from its exact value by at most
+    *Identical within rounding.*  By default each map is taken as it is stored: a map stored in a dtype of
+    machine epsilon :math:`\varepsilon_s` (unit roundoff :math:`u_s = \varepsilon_s / 2`; half precision
+    included: it is compared in float64) is off from the weights it stores by at most
 
     .. math::
 
-        \tfrac12 \varepsilon_s + \tfrac12 M\, \varepsilon_s\, t_s + \varepsilon_c L
+        u_s + \tfrac12 M\, \varepsilon_s\, t_s
 
-    in TV (its weights' own rounding; the flush of weights below the smallest normal number
-    :math:`t_s`; logits off by :math:`2 \varepsilon_c L`, which moves TV by at most half of that).  The
-    tolerance ``tv_tolerance`` is the sum of the two maps' levels plus :math:`16\,\varepsilon_{64}
-    \log_2(M + 1)` for the statistics, so two maps can be *identical* only if they agree to their
-    storage precision; where that level is not far below the TVs being judged, rows are
-    *unresolved* instead (:func:`hypviz.attention.verdict`).  The basis is written in
-    ``tolerance_basis``.
+    in TV (each weight rounded by a relative :math:`u_s`, :math:`\tfrac12 u_s \sum_j P_j` of TV, as much
+    again for renormalising the row; the flush of weights below the smallest normal number :math:`t_s`).
+    Where the rounding of the maps' computation is stated, ``precision`` (epsilon :math:`\varepsilon_c`)
+    and ``logit_scale`` (:math:`L`), each map's level adds :math:`\varepsilon_c L`: logits off by
+    :math:`2 \varepsilon_c L` move TV by at most half of that.  :math:`L` is the size of the *terms* each
+    logit was summed from, not of the logit: for :math:`x \cdot y_j`, :math:`\sum_i |x_i y_{j,i}|` (at
+    most :math:`\|x\| \|y_j\|`), which cancellation can make far larger than the logits themselves;
+    :math:`2 \varepsilon_c L` is the level such sums reach in practice (float32 sums of :math:`d` = 1,024
+    and 4,096 cancelling products, added one at a time, were off by at most :math:`1.1\, \varepsilon_c L`),
+    not their worst case :math:`\approx d\, \varepsilon_c L / 2`.  The tolerance ``tv_tolerance`` is the
+    sum of the two maps' levels plus :math:`16\,\varepsilon_{64} \log_2(M + 1)` for the statistics, so
+    two maps can be *identical* only if they agree to their storage precision (and to the stated rounding
+    of their computation); where that level is not far below the TVs being judged, rows are *unresolved*
+    instead (:func:`hypviz.attention.verdict`).  The basis is written in ``tolerance_basis``.
 
     Parameters
     ----------
@@ -257,12 +264,16 @@ def compare_maps(
         The TV below which two rows are *identical*, overriding the rounding level above.
     precision : str or torch.dtype, optional
         The dtype the maps were computed in (``"float16"``, ``"bfloat16"``, ``"float32"``,
-        ``"float64"``); default each map's storage dtype.
+        ``"float64"``): its rounding of the logits counts (default with ``logit_scale``: each map's
+        storage dtype; with neither, only the storage rounding counts).
     logit_scale : float, optional
-        The size :math:`L` of the logits the maps were computed from (e.g. ``1e4`` for float32 logits
-        of that size, whose rounding alone moves the weights); default per row
-        :math:`\max(1, \mathbb{E}_P \log(\max P / P))`, the smallest logit spread that makes the map.
-        Ties in top-1/top-k are weights within a relative :math:`4\varepsilon_s` of each other.
+        The size :math:`L` of the products' terms the logits were summed from: for logits
+        :math:`x \cdot y_j`, :math:`\max_j \sum_i |x_i y_{j,i}|` or its bound :math:`\max_j \|x\| \|y_j\|`
+        (e.g. ``1e4`` for float32 products of 64 terms of size 156), not the size of the logits, which
+        cancellation can make much smaller; the rounding of the computation then counts.  Default with
+        ``precision``: per row :math:`\max(1, \mathbb{E}_P \log(\max P / P))`, the smallest logit spread
+        that makes the map.  Ties in top-1/top-k are weights within a relative :math:`4\varepsilon_s` of
+        each other.
 
     Returns
     -------
@@ -292,6 +303,19 @@ def compare_maps(
     'different'
     >>> bool(torch.allclose(res.tv, compare(queries, keys, "spatial", "distance", temperature=1.0).tv))
     True
+
+    Two maps of float32 logits equal in exact arithmetic (one product summed in two orders) differ by their
+    rounding: identical once it is stated, ``logit_scale`` the size of the products' terms :math:`\sum_i |x_i y_i|`:
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> x, y = torch.randn(8, 256, generator=g), torch.randn(32, 256, generator=g) / 8
+    >>> one, two = x @ y.T, (x.unsqueeze(1) * y).flip(-1).sum(-1)
+    >>> P_a, P_b = one.double().softmax(-1), two.double().softmax(-1)
+    >>> compare_maps(P_a, P_b).verdict  # float64 storage only: the float32 rounding is a gap
+    'close'
+    >>> terms = float((x.abs() @ y.abs().T).max())
+    >>> compare_maps(P_a, P_b, precision="float32", logit_scale=terms).verdict
+    'identical'
     """
     start = time.perf_counter()
     ta, tb = _map(P_a, "P_a"), _map(P_b, "P_b")
@@ -312,7 +336,7 @@ def compare_maps(
     atol = math.sqrt(eps) if atol is None else validate.positive(atol, "atol")
     fixed = None if tolerance is None else validate.number(tolerance, "tolerance", 0.0)
     comp = _precision(precision)
-    scale = None if logit_scale is None else validate.positive(logit_scale, "logit_scale", " (the size of the logits)")
+    scale = None if logit_scale is None else validate.positive(logit_scale, "logit_scale", " (the size of the products' terms the logits were summed from)")
     t_k = min(validate.integer(topk, "topk", 1, maximum=TOPK_MAX), m)
     kf = None if k is None else validate.positive(k, "k", " (the curvature parameter of hyperboloid values)")
     if spearman is not None and not isinstance(spearman, bool):
@@ -342,21 +366,28 @@ def compare_maps(
             raise ValueError(f"the leading axes of the maps {tuple(batch)} and of values {tuple(v.shape)} do not broadcast") from None
     if math.prod(batch) == 0:
         raise ValueError(f"P_a and P_b must hold at least one map, got leading axes {tuple(batch)} (no rows to compare)")
-    heads = math.prod(batch)
-    grid = (*batch, n)
-    src_a, src_b = _row_source(pa.detach(), batch, n), _row_source(pb.detach(), batch, n)
-    src_k = None
-    if ksrc is not None and ksrc[0] == "dense":
-        src_k = _row_source(_own(ksrc[1]), batch, n)
+    kown = None if ksrc is None or ksrc[0] != "dense" else _own(ksrc[1])
+    v = None if v is None else _own(v)
+    # the heads computed: a leading axis along which no input varies (every one broadcast along it) is computed once
+    # and its per-row results broadcast back, so that a map expanded to many heads costs what one head costs
+    owned = [t.shape[:-2] for t in (pa, pb, kown, v) if t is not None]
+    core = torch.Size(size if any(len(o) > len(batch) - 1 - ax and o[ax - len(batch)] > 1 for o in owned) else 1
+                      for ax, size in enumerate(batch))
+    heads = math.prod(core)
+    grid = (*core, n)
+    src_a, src_b = _row_source(pa.detach(), core, n), _row_source(pb.detach(), core, n)
+    src_k = None if kown is None else _row_source(kown, core, n)
     v_head = None
-    if v is not None:  # each broadcast head's own values, by index: no broadcast expanded
+    if v is not None:  # each head's own values, by index: no broadcast expanded
         lead = v.shape[:-2]
-        v_head = torch.arange(math.prod(lead), dtype=torch.long).reshape(lead).expand(batch).reshape(-1)
+        v_head = torch.arange(math.prod(lead), dtype=torch.long).reshape(lead).expand(core).reshape(-1)
         v = v.reshape(-1, m, v.shape[-1])
+    # per map: its storage rounding, and (only when stated) the rounding of its computation
+    stated = comp is not None or scale is not None
     levels = []
     for t in (pa, pb):
         fs = torch.finfo(t.dtype)
-        ec = fs.eps if comp is None else torch.finfo(comp).eps
+        ec = (fs.eps if comp is None else torch.finfo(comp).eps) if stated else 0.0
         levels.append((0.5 * fs.eps + 0.5 * m * fs.eps * fs.tiny, ec))
     names = ["kl", "tv", "ua", "ub", "pa", "pb", "gap", "top1", "fav", "overlap", "tol"]
     names += (["rho"] if rank else []) + (["og", "oua", "oub"] if v is not None else [])
@@ -422,7 +453,7 @@ def compare_maps(
         if fixed is None:
             tol = torch.full_like(ua, stat)
             for p, (store, ec) in zip((x, y), levels):
-                tol += store + ec * (_logit_scale(p) if scale is None else scale)
+                tol += store + (0.0 if ec == 0.0 else ec * (_logit_scale(p) if scale is None else scale))
             out["tol"][sl] = tol
         if rank:  # masked keys rank lowest in both maps, in key order (stable): only the kept keys' ranks differ
             st = kb is not None
@@ -439,22 +470,30 @@ def compare_maps(
                 vu = vh.mean(dim=0) if kb is None else (kb[r0 - i : r1 - i].double() * inv[r0 - i : r1 - i]) @ vh
                 og, oua, oub = output_stats(x[r0 - i : r1 - i], y[r0 - i : r1 - i], vh, vu, k=kf)
                 out["og"][r0:r1], out["oua"][r0:r1], out["oub"][r0:r1] = og, oua, oub
-    shape = grid
     if fixed is not None:
         out["tol"].fill_(fixed)
         basis = f"TV <= {fixed:.3g} (given tolerance)"
     else:
         stored = "/".join(dict.fromkeys(str(t.dtype).replace("torch.", "") for t in (pa, pb)))
-        made = "their storage dtype" if comp is None else str(comp).replace("torch.", "")
-        size = "max(1, E_P log(max P / P)) per row (default)" if scale is None else f"{scale:.3g}"
-        basis = (f"TV within the rounding of {stored} storage and of logits of size {size} computed in {made} "
-                 "(tv_tolerance; state precision= and logit_scale= otherwise)")
+        if not stated:
+            basis = (f"TV within the rounding of {stored} storage (tv_tolerance; state precision= and logit_scale=, "
+                     "the size of the products' terms, to count the rounding of the maps' computation)")
+        else:
+            made = "their storage dtype" if comp is None else str(comp).replace("torch.", "")
+            size = "max(1, E_P log(max P / P)) per row (default)" if scale is None else f"{scale:.3g}"
+            basis = (f"TV within the rounding of {stored} storage and of logits from terms of size {size} computed in "
+                     f"{made} (tv_tolerance)")
 
     n_blocks = math.ceil(total / rows)
-    route = Plan(path="given_maps", reason="two given maps: their weights compared as they are", block_rows=min(rows, total),
+    reason = "two given maps: their weights compared as they are"
+    if core != batch:
+        reason += f"; each of the {math.prod(batch) // heads} heads every input is broadcast along computed once"
+    route = Plan(path="given_maps", reason=reason, block_rows=min(rows, total),
                  n_blocks=n_blocks, block_reason=f"{_BLOCK_ELEMENTS} float64 weights a block")
+    shape = (*batch, n)  # the computed heads' per-row results, broadcast back to every head
     return assemble(
-        {name: t for name, t in out.items() if name in STATISTICS and (name not in ("og", "oua", "oub") or v is not None)},
+        {name: t.reshape(grid).expand(shape).contiguous() for name, t in out.items()
+         if name in STATISTICS and (name not in ("og", "oua", "oub") or v is not None)},
         shape, pa.device, start,
         a=str(a),
         b=str(b),

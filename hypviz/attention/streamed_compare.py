@@ -182,6 +182,42 @@ def _block_rows_for(m: int, itemsize: int, budget: int | None, dev: torch.device
     return max(1, budget // (3 * m * itemsize))
 
 
+def _key_sqnorms(keys: torch.Tensor) -> torch.Tensor:
+    """``|kappa_s|^2`` of every key in float64, ``(..., M)``: one pass per block of keys, no float64 copy of all."""
+    return torch.cat([torch.linalg.vector_norm(c, dim=-1, dtype=torch.float64) for c in keys[..., 1:].split(65536, dim=-2)],
+                     dim=-1).square()
+
+
+def _difference_rounding(sh: SharedLogits, alpha: float, keys: torch.Tensor, k: float, nk: torch.Tensor) -> torch.Tensor:
+    r"""Per row (float64), the rounding of the logits :math:`\hat S - lpha\, c\, w^	op` of one kind that a second kind of
+    the same product does not share: what can make two maps of one product differ where exact arithmetic does not.
+
+    Both kinds' logits hold the same computed :math:`\hat S`, so its rounding (:math:`\sqrt d` times the size of the
+    product's terms) shifts both maps alike and cancels in :math:`\log P_a - \log P_b`.  What is left, per logit, is
+    the rounding of :math:`lpha\, c_i w_j` and of the subtraction (to first order in :math:`u = arepsilon/2`):
+
+    .. math::
+
+        r_i = |lpha|\, |c_i| igl(\delta w + 5u \max_j w_jigr) + u\, \|A_i\|_2 \max_j \|B_j\|_2,
+
+    :math:`2u` for :math:`c = q_t / 	au`, :math:`2u` for the products :math:`lpha\, c_i w_j`, :math:`u` for the
+    subtraction of a result at most :math:`|\hat S_{ij}| + |lpha c_i| w_j`, :math:`|S_{ij}| \le \|A_i\|_2 \|B_j\|_2`;
+    :math:`\delta w = \max_j |w_j - w^{(64)}_j| + (d + 6)\,arepsilon_{64} \max_j w_j` the measured error of the
+    computed :math:`w` against its float64 value from ``nk`` (:func:`_key_sqnorms`), plus that value's own worst
+    case.  0 for :math:`lpha = 0` (that map's logits are :math:`\hat S` itself).
+    """
+    if alpha == 0.0 or sh.w.shape[-1] == 0:
+        return torch.zeros(sh.c.shape, dtype=torch.float64, device=sh.c.device)
+    u = 0.5 * torch.finfo(sh.A.dtype).eps
+    w = sh.w.double()
+    w64 = nk / (keys[..., 0].double() + math.sqrt(k))
+    w_max = w.amax(dim=-1, keepdim=True)
+    dw = (w - w64).abs().amax(dim=-1, keepdim=True) + (keys.shape[-1] + 5) * torch.finfo(torch.float64).eps * w_max
+    size = torch.linalg.vector_norm(sh.A, dim=-1, dtype=torch.float64) * torch.linalg.vector_norm(
+        sh.B, dim=-1, dtype=torch.float64).amax(dim=-1, keepdim=True)
+    return abs(alpha) * sh.c.double().abs() * (dw + 5.0 * u * w_max) + u * size
+
+
 def _two_rows(s: torch.Tensor, c: torch.Tensor, w: torch.Tensor, alpha_a: float, alpha_b: float,
               spare: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Both kinds' logit rows from ``S`` (in ``s``): ``S - alpha c w^T``, the one with ``alpha = 0`` left as ``S``."""
@@ -675,7 +711,9 @@ def run_compare(plan: ComparePlan) -> Comparison:
         check_logit_range(big, dtype, tau, lambda t: float(max(
             kernel.shared(kind_a, kind_b, qf.double(), kfl.double(), k=kf, temperature=t)[0].largest(alpha).max() for alpha in alphas)))
         err_a, err_b = sh.err(alphas[0]), sh.err(alphas[1])
-        rnd_a, rnd_b = sh.rounding(alphas[0]), sh.rounding(alphas[1])
+        nk = _key_sqnorms(kfl)
+        # the rounding the two maps do not share: S's own cancels in log P_a - log P_b
+        rnd_a, rnd_b = (_difference_rounding(sh, alpha, kfl, kf, nk).to(dtype) for alpha in alphas)
 
         def largest() -> float:
             return big
@@ -697,6 +735,7 @@ def run_compare(plan: ComparePlan) -> Comparison:
 
         check_logit_range(largest(), dtype, tau, largest_at)
         err_a, err_b = ka.err, kb.err
+        nk = None
         rnd_a, rnd_b = ka.rounding, kb.rounding
 
     names = ("kl", "tv", "gap", "overlap", "ra", "ea", "rb", "eb", "ua", "ub", "pa", "pb") + (("rho",) if rank else ())
@@ -757,8 +796,9 @@ def run_compare(plan: ComparePlan) -> Comparison:
     home = plan.home
     shape = (*batch, n)
     # TV at the rounding level of the logits: identical maps in exact arithmetic whose logits are off by at most
-    # rnd give a logit gap of at most 2 (rnd_a + rnd_b), hence TV <= tanh(gap / 4) <= (rnd_a + rnd_b) / 2; rnd is
-    # the level rounding actually reaches (logit_rounding), not its worst case; plus the statistics' own rounding
+    # rnd give a logit gap of at most 2 (rnd_a + rnd_b), hence TV <= tanh(gap / 4) <= (rnd_a + rnd_b) / 2; rnd is,
+    # on two products, the level each product's rounding actually reaches (logit_rounding), not its worst case; on
+    # one product, only the rounding the two maps do not share (_difference_rounding); plus the statistics' own
     eps_d = torch.finfo(dtype).eps
     tv_tol = 0.5 * (rnd_a + rnd_b).to(dev) + 16.0 * eps_d * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
 
@@ -770,8 +810,7 @@ def run_compare(plan: ComparePlan) -> Comparison:
         # the bound, per row, and the floating-point allowance on the logit gap
         # in float64 from the spatial parts: kappa_t,max - kappa_t,min = (n_max - n_min) / (t_max + t_min),
         # n = |kappa_s|^2, without the cancellation of two rounded time coordinates (large k, float32)
-        nk = torch.cat([torch.linalg.vector_norm(c, dim=-1, dtype=torch.float64) for c in kfl[..., 1:].split(65536, dim=-2)],
-                       dim=-1).square()  # one pass per block of keys (half the time of square-and-sum), no float64 copy of all
+        nk = _key_sqnorms(kfl) if nk is None else nk
         n_max, n_min = nk.amax(dim=-1), nk.amin(dim=-1)
         spread = ((n_max - n_min) / ((n_max + kf).sqrt() + (n_min + kf).sqrt())).unsqueeze(-1)
         q_t = (qf[..., 1:].double().square().sum(dim=-1) + kf).sqrt()
@@ -816,7 +855,9 @@ def run_compare(plan: ComparePlan) -> Comparison:
         norm_scale=opts.get("norm_scale"),
         n_queries_total=plan.n_total,
         row_index=plan.row_index,
-        tolerance_basis=f"TV within the rounding of {str(dtype).replace('torch.', '')} logits of the size computed (tv_tolerance)",
+        tolerance_basis=(f"TV within the rounding of the {str(dtype).replace('torch.', '')} rank-one update c w^T and subtraction "
+                         "(the shared product's rounding cancels; tv_tolerance)" if shared else
+                         f"TV within the rounding of {str(dtype).replace('torch.', '')} logits of the size computed (tv_tolerance)"),
         output_metric="geodesic distance between Lorentzian centroids" if v is not None else None,
         plan=plan.plan,
         **bounds,
