@@ -192,7 +192,7 @@ def _bench_topk_tail(dev: torch.device, n: int, reps: int, rows: int) -> dict:
         t_kind = best_of(lambda: attention.distance_topk_attention(q, kb, v, temperature=8.0), 1, dev)
         res = attention.distance_topk_attention(q, kb, v, temperature=8.0)
         out.append({"n": n, "sharpness": sharp, "search_s": t_search, "exact_map_s": t_exact, "kind_s": t_kind,
-                    "search": res.search, "recall": res.recall, "rows_met": float(res.met.double().mean()),
+                    "search": res.search, "recall": res.recall, "rows_met": float(res.met.double().mean()), "rows_estimated": float(res.estimated.double().mean()),
                     "finite": bool(torch.isfinite(res.output).all())})
     return {"rows": out}
 

@@ -590,7 +590,7 @@ def child_topk_tail(n: int, rows: int, sharpness: float) -> dict[str, Any]:
                    "peak_extra_rss_bytes_hwm": (hwm - base) if reset else None,
                    "output_finite": bool(torch.isfinite(res.output).all()),
                    "min_weight": float(res.weights.min()) if res.weights.numel() else None,
-                   "rows_met": float(res.met.double().mean()),
+                   "rows_met": float(res.met.double().mean()), "rows_estimated": float(res.estimated.double().mean()),
                    "mean_top_count": float(res.top_counts.double().mean()),
                    "tail_only_rows": float((res.top_counts == 0).double().mean()),
                    "exact_rows": float((res.top_counts >= n).double().mean()),
@@ -611,7 +611,7 @@ def child_topk_tail(n: int, rows: int, sharpness: float) -> dict[str, Any]:
     est = res.row_error[picked].double()
     out["error"] = {"mean_tv": float(tv.mean()), "mean_tv_uniform": float(tv_u.mean()),
                     "ratio": float(tv.mean() / tv_u.mean()), "top1_agreement": float(top1.mean()),
-                    "rows_met": float(res.met[picked].double().mean()), "weights_gap": gap,
+                    "rows_met": float(res.met[picked].double().mean()), "rows_estimated": float(res.estimated[picked].double().mean()), "weights_gap": gap,
                     "estimate_covers": float((tv <= 2 * est + 1e-12).double().mean()),
                     "estimate_over_true_median": float((est / tv.clamp_min(1e-300)).median()),
                     "log_corr": float(torch.corrcoef(torch.stack([tv.clamp_min(1e-300).log(), est.clamp_min(1e-300).log()]))[0, 1])}
@@ -709,7 +709,7 @@ def child_topk_index(name: str, scale: float, n: int, rows: int) -> dict[str, An
     out["kind"] = {"search": res.search, "recall": res.recall, "time_s": t_k, "peak_extra_rss_bytes_sampled": peak[0] - base,
                    "output_finite": bool(torch.isfinite(res.output).all()),
                    "min_weight": float(res.weights.min()) if res.weights.numel() else None,
-                   "rows_met": float(res.met.double().mean()), "mean_top_count": float(res.top_counts.double().mean()),
+                   "rows_met": float(res.met.double().mean()), "rows_estimated": float(res.estimated.double().mean()), "mean_top_count": float(res.top_counts.double().mean()),
                    "tail_only_rows": float((res.top_counts == 0).double().mean()),
                    "exact_rows": float((res.top_counts >= n).double().mean())}
     _, t_e, base, hwm, peak, reset = _measured(lambda: exact_streamed(q, k, v, tau, nq))
@@ -739,7 +739,7 @@ def child_topk_index(name: str, scale: float, n: int, rows: int) -> dict[str, An
         total += kt
     out["error"] = {"mean_tv": float(tv.mean()), "mean_tv_uniform": float(tv_u.mean()),
                     "ratio": float(tv.mean() / tv_u.mean()), "top1_agreement": float(top1.mean()),
-                    "rows_met": float(res.met[picked].double().mean()), "weights_gap": gap,
+                    "rows_met": float(res.met[picked].double().mean()), "rows_estimated": float(res.estimated[picked].double().mean()), "weights_gap": gap,
                     "recall_rows": hits / total if total else None, "rows_with_top_keys": int((listed[picked] > 0).sum())}
     return out
 
@@ -815,7 +815,7 @@ def child_topk_index_large(n: int) -> dict[str, Any]:
             "row_s": row_s, "kind_s": kind_s, "exact_s": exact_s, "exact_rows": er, "search": res.search,
             "recall_sampled": index.recall, "recall_rows": hits / total if total else float("nan"),
             "ratio": float(tv.mean() / tv_u.mean()), "top1": float((best >= exact_p.amax(-1) * (1 - 1e-9)).double().mean()),
-            "rows_met": float(res.met.double().mean()), "exact_rows_share": float((res.top_counts >= n).double().mean()),
+            "rows_met": float(res.met.double().mean()), "rows_estimated": float(res.estimated.double().mean()), "exact_rows_share": float((res.top_counts >= n).double().mean()),
             "mean_top_count": float(res.top_counts.double().mean()), "load": os.getloadavg()[0]}
 
 
