@@ -123,11 +123,21 @@ def number(value: Any, name: str, minimum: float | None = None, hint: str = "") 
 
 def temperature(value: Any, name: str = "temperature", hint: str = "") -> float:
     r"""``value`` as a temperature :math:`\tau`: a finite number from :data:`TEMPERATURE_MIN` (the smallest normal
-    float64, about 2.2e-308) up; a smaller positive one (subnormal) makes ``1 / temperature`` overflow."""
+    float64, about 2.2e-308) up.  A smaller positive one (subnormal) makes ``1 / temperature`` overflow float64: it is
+    refused as the overflow it is, in the words of the logits' own check, with the range that works.
+
+    Examples
+    --------
+    >>> from hypviz.base import validate
+    >>> validate.temperature(1e-320)
+    Traceback (most recent call last):
+        ...
+    ValueError: temperature 1e-320 makes the logits overflow float64 (1/temperature is beyond its range); the smallest usable is 2.23e-308 (the smallest normal float64), the largest 1.8e+308
+    """
     v = positive(value, name, hint)
     if v < TEMPERATURE_MIN:
-        raise _fail(name, f"a positive finite number from {TEMPERATURE_MIN:.3g} (the smallest normal float64; "
-                          f"its reciprocal overflows below it) to {sys.float_info.max:.3g}", value, hint)
+        raise ValueError(f"{name} {v!r} makes the logits overflow float64 (1/{name} is beyond its range); the smallest "
+                         f"usable is {TEMPERATURE_MIN:.3g} (the smallest normal float64), the largest {sys.float_info.max:.3g}")
     return v
 
 
