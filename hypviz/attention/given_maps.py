@@ -487,7 +487,8 @@ def compare_maps(
     n_blocks = math.ceil(total / rows)
     reason = "two given maps: their weights compared as they are"
     if core != batch:
-        reason += f"; each of the {math.prod(batch) // heads} heads every input is broadcast along computed once"
+        reason += (f"; {heads} of the {math.prod(batch)} heads computed (every input is broadcast along the others), "
+                   "their rows' results broadcast back")
     route = Plan(path="given_maps", reason=reason, block_rows=min(rows, total),
                  n_blocks=n_blocks, block_reason=f"{_BLOCK_ELEMENTS} float64 weights a block")
     shape = (*batch, n)  # the computed heads' per-row results, broadcast back to every head
