@@ -320,14 +320,14 @@ def test_poincare_reader_distance_not_squared_and_gyromidpoint(c, scale):
     assert not torch.allclose(sq, ref, atol=1e-3)
 
 
-def test_a_fork_with_twice_the_scale_is_measured_not_trusted():
+def test_a_fork_with_twice_the_scale_is_not_verified_at_a_fitted_tau():
     torch.manual_seed(5)
     layer = HyperCoreAttention(1.0, 4, 5, heads=2, logit_divisor=2.0).double()
     x = torch.randn(1, 7, 8, dtype=F64)
-    with pytest.warns(UserWarning, match="output is reproduced at tau"):
+    with pytest.warns(UserWarning, match="does not reproduce its output, but tau = 3.162"):
         (r,) = _capture(layer, x, x)
-    assert r.temperature_source == "measured" and r.temperature == pytest.approx(math.sqrt(10), rel=1e-6)
-    assert r.verify_error < 1e-10 and "attributes gave" in r.verify_note
+    assert r.temperature_source == "attributes" and r.temperature == pytest.approx(math.sqrt(10) / 2, rel=1e-6)
+    assert r.verify_note.startswith("not verified") and "reproduced at tau = 3.162" in r.verify_note
 
 
 def test_unrecognised_attention_named_with_how_to_capture():
@@ -365,7 +365,9 @@ def test_new_fields_survive_save_and_load(tmp_path):
 def test_tolerance_is_sqrt_eps_of_the_model_dtype():
     assert verification.tolerance("float64") == pytest.approx(math.sqrt(2.220446049250313e-16))
     assert verification.tolerance(torch.bfloat16) == pytest.approx(math.sqrt(2.0**-7))
-    assert verification.tolerance(None) == pytest.approx(math.sqrt(2.0**-23))
+    for unknown in (None, "float8_e5m2", torch.float8_e5m2, "int8", "float"):  # never a tolerance it does not know
+        with pytest.raises(ValueError, match="is not one hypviz verifies a layer in"):
+            verification.tolerance(unknown)
 
 
 def test_model_report_shows_verification_and_no_verdict_for_unverified(tmp_path):

@@ -1,8 +1,10 @@
-"""A verification the file cannot fake: the report redoes every record's check from what the record holds.
+"""What the report's re-check proves: every record's check redone from what the record holds.
 
-The capture stores what its check compared (the layer's output, or what enters its concatenating map) and the
-SHA-256 of every field the check depends on; ``hypviz.capture.verification.recheck`` (run by the report) calls a
-record verified only when that output is rebuilt again from the stored points and map and no digest changed.
+The capture stores what its check compared (the layer's output, or what enters its concatenating map) and a SHA-256
+of every field a verdict depends on; ``hypviz.capture.verification.recheck`` (run by
+the report) calls a record verified only when that output is rebuilt again from the stored points and map and no
+digest changed.  It detects accidental and partial edits; a record rewritten whole (output rebuilt, digests
+recomputed) is consistent with itself and passes: the digests are not a signature.
 """
 
 from __future__ import annotations

@@ -61,10 +61,13 @@ Two ways a layer is found:
 (:mod:`hypviz.capture.verification`): the layer's output is rebuilt from the recorded queries, keys, values
 and map with the layer's own aggregation and compared with what the layer returned; the relative
 error is stored (``verify_error``, held to :math:`\sqrt{\varepsilon}` of the model's dtype) with what was
-compared (``checked_output``) and the digests of the fields it depends on, so that a report redoes the check
-from the file (:func:`hypviz.capture.verification.recheck`; a stored verdict alone is never trusted), and a
-layer whose attributes do not reproduce its output gets the :math:`\tau` measured from it (with a
-warning).  The records also hold the model's dtype (float16/bfloat16 points are stored in float32
+compared (``checked_output``) and the digests of the fields a verdict depends on, so that a report redoes the
+check from the file (:func:`hypviz.capture.verification.recheck`; a stored verdict alone is never trusted).  That
+re-check detects accidental and partial edits of a file, not a record rewritten whole with its digests
+recomputed (they are not a signature).  A masked map is the softmax over the kept keys, exact at any norm.  Where
+the layer's attributes give :math:`\tau` it is verified at that :math:`\tau` only (a layer not reproduced there is
+*not verified*, with a warning naming the :math:`\tau` that does); one :math:`\tau` per call is measured only
+where no attribute gives it, and refused when the outputs fix it no better than the dtype's rounding.  The records also hold the model's dtype (float16/bfloat16 points are stored in float32
 with the time coordinate recomputed), train/eval (a warning when dropout was active), the sign of a
 negative ``scale`` (recorded and reported, not refused) and where :math:`\tau` came from.  A
 ``torch.compile`` d model is run eagerly for the duration of the ``with`` block

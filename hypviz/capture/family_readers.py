@@ -73,7 +73,8 @@ from typing import Any, Callable, ClassVar
 import torch
 from torch import nn
 
-from hypviz.capture.readers import PerThread, Recorder, copy_tensor, dropout_active, dtype_name, read_points, verified
+from hypviz.capture.readers import (PerThread, Recorder, copy_tensor, dropout_active, dtype_name, read_points, verified,
+                                    verified_call)
 from hypviz.capture.records import LayerRecord, add_mode
 from hypviz.lorentz import from_poincare
 
@@ -218,9 +219,11 @@ class Reader:
         return bool(cls.queries and cls.keys) and all(isinstance(getattr(m, n, None), nn.Module) for n in names) \
             and (isinstance(cls.heads, int) or hasattr(m, cls.heads))
 
-    def temperature(self, layer: nn.Module) -> float | torch.Tensor:
+    def temperature(self, layer: nn.Module) -> float | torch.Tensor | None:
         r""":math:`\tau` of the layer's map (a number, or a tensor of one per head); the sign of a negative
-        value is recorded as ``scale_sign``; one per head must be positive (``head_temperatures``).  Default: ``layer.scale / 2``, the logits
+        value is recorded as ``scale_sign``; one per head must be positive (``head_temperatures``); None when the
+        layer's attributes do not give it (then one :math:`\tau` per call is measured from its outputs, or the records
+        say it could not be).  Default: ``layer.scale / 2``, the logits
         :math:`(2k + 2\langle q, \kappa\rangle_L)/\mathrm{scale} = (-\tfrac12\|q - \kappa\|_L^2)/(\mathrm{scale}/2)`."""
         s = getattr(layer, "scale", None)
         if s is None:
@@ -307,7 +310,9 @@ class Reader:
         fields.setdefault("checked", self.checked)
         if "temperature" not in fields and _KINDS_WITH_TAU(fields["kind"]):
             tau = self.temperature(self.layer)
-            if isinstance(tau, torch.Tensor) and tau.numel() > 1:  # one temperature per head
+            if tau is None:  # not given by the layer's attributes: measured from the call's outputs (verified_call)
+                fields.update(temperature=math.sqrt(q.shape[-1] - 1), temperature_source="default")
+            elif isinstance(tau, torch.Tensor) and tau.numel() > 1:  # one temperature per head
                 ts = tau.detach().double().reshape(-1)
                 if ts.numel() != q.shape[1] or not bool(torch.isfinite(ts).all()) or not (bool((ts > 0).all())):
                     raise ValueError(f"a temperature per head must be {q.shape[1]} positive finite numbers, "
@@ -323,19 +328,21 @@ class Reader:
         k = fields["k"]
         multi = q.shape[0] > 1
         call = self._per_thread.next_call()  # numbered under a lock: calls from several threads get distinct numbers
+        parts = []
         for b in range(q.shape[0]):
             qb, kb = read_points(q[b], k=k, half=half), read_points(keys[b], k=k, half=half)
             vb = None if v is None else read_points(v[b], k=k, half=half)
             rec = LayerRecord(name=self.name, queries=qb, keys=kb, values=vb, call=call, dtype=dtype,
                               training=bool(self.layer.training), batch=b if multi else None,
                               mask=None if mask is None else mask[b], **fields).check()
-            if note is not None or seen is None:
-                rec = verified(rec, None, None)
-                if note is not None:
-                    rec = dataclasses.replace(rec, verify_note=f"not verified: {note}")
-            else:
-                rec = verified(rec, seen[b], aux(b) if aux else None)
-            self.cap.raw.append(rec)
+            parts.append((rec, None if seen is None else seen[b], aux(b) if aux else None))
+        if note is not None or seen is None:
+            done = [verified(rec, None, None) for rec, _, _ in parts]
+            if note is not None:
+                done = [dataclasses.replace(rec, verify_note=f"not verified: {note}") for rec in done]
+        else:
+            done = verified_call(parts)  # one temperature for the whole call, never one per batch element
+        self.cap.raw.extend(done)
         if dropout_active(self.layer):
             self.cap.dropout.append(self.name)
 
@@ -491,7 +498,7 @@ class HMLAReader(Reader):
         self.cur = {"projected": [], "mask": kwargs.get("mask", args[3] if len(args) > 3 else None)}
         return None
 
-    def temperature(self, layer: nn.Module) -> float | torch.Tensor:
+    def temperature(self, layer: nn.Module) -> float | torch.Tensor | None:
         s = layer.softmax_scale
         return s.detach() / 2.0 if isinstance(s, torch.Tensor) else float(s) / 2.0
 

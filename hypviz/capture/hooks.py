@@ -16,6 +16,7 @@ from hypviz.capture.family_readers import READERS, reader_for, unrecognised
 from hypviz.capture.readers import (STRUCTURE, GenericReader, HypformerReader, Recorder, closest, dropout_active,
                                     is_hypformer_layer, read_points)
 from hypviz.capture.records import MODELS, LayerRecord, opt_float, recorded_options, save
+from hypviz.capture.verification import seal
 
 __all__ = ["Capture", "attention"]
 
@@ -245,8 +246,8 @@ class Capture(Recorder):
 
     # ---- records ----
     def _finish(self, raw: Any) -> LayerRecord:
-        if isinstance(raw, LayerRecord):
-            return raw.check()
+        if isinstance(raw, LayerRecord):  # read by structure: its verified check digested
+            return seal(raw.check())
         g, call, outs = raw
         where = f"layer {g.name!r} (call {call})"
         pts = {role: self._heads_first(outs[role], f"{where} {role} (module {m!r})")

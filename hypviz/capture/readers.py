@@ -21,7 +21,7 @@ from torch import nn
 
 from hypviz.base import kinds as registry
 from hypviz.capture.records import HYPFORMER_KIND, ROLES, LayerRecord
-from hypviz.capture.verification import digests, fit_temperature, tolerance, verify
+from hypviz.capture.verification import MEASURED_SPREAD, fit_temperature, tolerance, verify
 
 
 class Recorder:
@@ -120,52 +120,60 @@ def dropout_active(layer: nn.Module) -> bool:
 
 
 def fits_temperature(kind: str) -> bool:
-    """Whether a record of ``kind`` whose output is not reproduced at the temperature of its attributes may have its
-    temperature measured from the output: a softmax or a gate whose map reads :math:`\\tau` (the registry's entry)."""
+    """Whether a record of ``kind`` may have its temperature measured from the output (when its layer's attributes do
+    not give it): a softmax or a gate whose map reads :math:`\tau` (the registry's entry)."""
     kd = registry.get(kind)
     return kd.temperature and kd.family in ("softmax", "gate")
 
 
+#: The ``temperature_source`` s that say the layer's attributes (or the user) give :math:`\tau`: never replaced by a fit.
+GIVEN = ("attributes", "given")
+
+
 def verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: bool = True) -> LayerRecord:
-    """``rec`` with its verification fields: the rebuilt output against ``seen``; for a distance softmax that
-    does not reproduce it, the temperature measured from the output (:func:`hypviz.capture.verification.fit_temperature`)."""
-    rec = _with_check_inputs(_verified(rec, seen, aux, fit=fit), seen, aux)
-    return rec
+    """``rec`` (the one record of a layer call) with its verification fields: :func:`verified_call` of it alone."""
+    return verified_call([(rec, seen, aux)], fit=fit)[0]
 
 
-def _with_check_inputs(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None) -> LayerRecord:
-    """``rec`` holding what its check needs (the output compared, the self term) and the digests of every field
-    the check depends on, so that a report re-checks it (:func:`hypviz.capture.verification.recheck`)."""
-    if isinstance(seen, torch.Tensor) and rec.verify_note and rec.verify_note.startswith("verified"):
-        st = (aux or {}).get("self_term")
-        rec = dataclasses.replace(rec, checked_output=seen.detach().to("cpu", copy=True),
-                                  self_term=st.detach().cpu() if isinstance(st, torch.Tensor) else None)
-        rec = dataclasses.replace(rec, digests=digests(rec))
-    return rec
+def verified_call(parts: Sequence[tuple[LayerRecord, Any, dict[str, Any] | None]], *, fit: bool = True) -> list[LayerRecord]:
+    r"""The records of ONE layer call (one per batch element, ``(record, seen output, aux)``) with their verification.
+
+    Each record's output is rebuilt at the temperature its record holds and compared with ``seen`` to the
+    tolerance of the model's dtype (:func:`hypviz.capture.verification.tolerance`; a dtype it does not know is
+    *not verified*).  Where the layer's attributes give :math:`	au` (``temperature_source`` in :data:`GIVEN`) it is
+    never replaced: a record not reproduced at it is *not verified*, its note naming the :math:`	au` that does
+    reproduce the call's outputs where one is measured (a fork whose logits differ from what its attributes say).
+    Where they do not (``"default"``), a call not reproduced gets ONE :math:`	au` for all its records from
+    :func:`hypviz.capture.verification.fit_temperature`, recorded as ``"measured"`` only when the outputs fix it
+    (error within the tolerance, ``spread <= MEASURED_SPREAD``); otherwise "not verified: the temperature could not
+    be measured above the rounding of <dtype>".  The records verified keep what their check compared
+    (``checked_output``, ``self_term``), to be digested when the recording ends.
+    """
+    first = parts[0][0]
+    dtype = first.dtype if first.dtype is not None else str(first.queries.dtype).replace("torch.", "")
+    try:
+        tol = tolerance(dtype)
+    except ValueError as exc:
+        return [dataclasses.replace(r, verify_note=f"not verified: {exc}") for r, _, _ in parts]
+    checks = [verify(r, s, a) for r, s, a in parts]
+    out = [_judged(r, err, note, tol) for (r, _, _), (err, note) in zip(parts, checks)]
+    ok = all(err is not None and err <= tol for err, _ in checks)
+    if not (ok or not fit or not fits_temperature(first.kind) or first.temperature is None
+            or first.head_temperatures is not None or any(err is None for err, _ in checks)):
+        try:
+            m = fit_temperature(parts, tol)
+        except Exception:  # a fit that cannot run leaves the records as judged, never breaks the forward
+            m = None
+        if m is not None:
+            out = _fitted(parts, out, m, tol, dtype)
+    return [_with_check_inputs(r, s, a) for r, (_, s, a) in zip(out, parts)]
 
 
-def _verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: bool = True) -> LayerRecord:
-    tol = tolerance(rec.dtype)
-    err, note = verify(rec, seen, aux)
+def _judged(rec: LayerRecord, err: float | None, note: str, tol: float) -> LayerRecord:
     if err is None:
         return dataclasses.replace(rec, verify_tolerance=tol, verify_note=note)
     if err <= tol:
         return dataclasses.replace(rec, verify_error=err, verify_tolerance=tol, verify_note=f"verified: {note}")
-    if fit and fits_temperature(rec.kind) and rec.temperature is not None and rec.head_temperatures is None:
-        try:
-            tau, fitted = fit_temperature(rec, seen, aux)
-        except Exception:  # a fit that cannot run leaves the record not verified, never breaks the forward
-            tau, fitted = rec.temperature, math.inf
-        if fitted <= tol:
-            warnings.warn(
-                f"layer {rec.name!r}: its attributes give tau = {rec.temperature:.4g} (error {err:.2g}), but its output "
-                f"is reproduced at tau = {tau:.4g} (error {fitted:.2g}); the measured tau is recorded",
-                stacklevel=3,
-            )
-            return dataclasses.replace(
-                rec, temperature=tau, temperature_source="measured", verify_error=fitted, verify_tolerance=tol,
-                verify_note=f"verified at the measured tau = {tau:.4g} (the attributes gave {rec.temperature:.4g}, "
-                            f"error {err:.2g}): {note}")
     err_s = "inf" if not math.isfinite(err) else f"{err:.2g}"
     what = rec.checked or "the layer's output"
     return dataclasses.replace(
@@ -173,6 +181,50 @@ def _verified(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None, *, fit: b
         verify_note=f"not verified: {what} rebuilt by {rec.aggregation} from the recorded map differs from the "
                     f"layer's by {err_s} (tolerance {tol:.2g}); the map recorded or that aggregation is not what the "
                     "layer computes")
+
+
+def _fitted(parts: Sequence[tuple[LayerRecord, Any, Any]], out: list[LayerRecord], m: Any, tol: float,
+            dtype: str) -> list[LayerRecord]:
+    """The call's records after the fit ``m`` (:class:`hypviz.capture.verification.TemperatureFit`), see :func:`verified_call`."""
+    first = parts[0][0]
+    measured = m.error <= tol and m.spread <= MEASURED_SPREAD
+    pm = f"+-{50.0 * m.spread:.2g} %"
+    if first.temperature_source in GIVEN:
+        if not measured:
+            return out
+        warnings.warn(
+            f"layer {first.name!r}: its attributes give tau = {first.temperature:.4g}, which does not reproduce its "
+            f"output, but tau = {m.temperature:.4g} ({pm}) does: recorded not verified, at the attributes' tau",
+            stacklevel=4)
+        return [r if r.verify_note.startswith("verified") else dataclasses.replace(
+            r, verify_note=f"{r.verify_note}; its output is reproduced at tau = {m.temperature:.4g} ({pm}, measured), "
+                           f"not at tau = {first.temperature:.4g} ({first.temperature_source})") for r in out]
+    if m.error > tol:
+        return out
+    if not measured:
+        note = (f"not verified: the temperature could not be measured above the rounding of {dtype}: every tau from "
+                f"{m.low:.4g} to {m.high:.4g} reproduces the output to the tolerance {tol:.2g} (no attribute gives it)")
+        return [dataclasses.replace(r, verify_error=None, verify_note=note) for r in out]
+    done = []
+    for r, s, a in parts:
+        r = dataclasses.replace(r, temperature=m.temperature, temperature_source="measured")
+        err, note = verify(r, s, a)
+        r = _judged(r, err, note, tol)
+        if r.verify_note.startswith("verified"):
+            r = dataclasses.replace(r, verify_note=f"verified at the measured tau = {m.temperature:.4g} ({pm}, one for "
+                                                   f"the call; no attribute gives it): {note}")
+        done.append(r)
+    return done
+
+
+def _with_check_inputs(rec: LayerRecord, seen: Any, aux: dict[str, Any] | None) -> LayerRecord:
+    """``rec`` holding what its check needs (the output compared, the self term), so that a report re-checks it
+    (:func:`hypviz.capture.verification.recheck`) once the recording has digested it."""
+    if isinstance(seen, torch.Tensor) and rec.verify_note and rec.verify_note.startswith("verified"):
+        st = (aux or {}).get("self_term")
+        rec = dataclasses.replace(rec, checked_output=seen.detach().to("cpu", copy=True),
+                                  self_term=st.detach().cpu() if isinstance(st, torch.Tensor) else None)
+    return rec
 
 
 class PerThread:

@@ -11,10 +11,15 @@ written by :func:`save` is one ``torch.save`` dictionary, read back (validated, 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import numbers
 import os
+import platform
+import re
 import uuid
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -22,11 +27,12 @@ import torch
 
 from hypviz.base.messages import short, torch_load_reason
 from hypviz.attention import attention_map
-from hypviz.attention.kernels import kernel_for
+from hypviz.attention import kernels
+from hypviz.attention.kernels import distance_logits, kernel_for
 from hypviz.base import kinds as registry
 from hypviz.lorentz import as_tensor, check_k, check_points
 
-__all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load", "parse", "modes", "add_mode"]
+__all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load", "parse", "modes", "add_mode", "masked_softmax"]
 
 #: The ``"format"`` entry of a file written by :func:`save`.
 FORMAT = "hypviz.capture"
@@ -104,6 +110,35 @@ def _what(value: Any) -> str:
     return f"{type(value).__name__} {short(value)}"
 
 
+def masked_softmax(logits: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    r"""Row softmax of ``logits`` ``(..., N, M)`` over the keys ``keep`` (True = attended, broadcast) lets each row attend.
+
+    .. math::
+
+        A_{ij} = \frac{\exp s_{ij}}{\sum_{l:\,\mathrm{keep}_{il}} \exp s_{il}} \ \text{where kept}, \qquad A_{ij} = 0 \ \text{elsewhere}:
+
+    the masked logits are set to :math:`-\infty` *before* the softmax, as the families do (``masked_fill(mask, -1e18)``),
+    never the softmax of all keys renormalised after it (at large norms every kept weight of that softmax underflows
+    beside a masked key).  A row that keeps no key is uniform over all :math:`M` keys: what ``masked_fill(mask, -1e18)``
+    then a softmax computes (every logit of the row equal).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz.capture.records import masked_softmax
+    >>> s = torch.tensor([[0.0, -2000.0, -2001.0], [5.0, 1.0, 0.0]], dtype=torch.float64)
+    >>> keep = torch.tensor([[False, True, True], [False, False, False]])
+    >>> masked_softmax(s, keep).round(decimals=4).tolist()   # row 0 kept keys 1, 2: softmax(-2000, -2001)
+    [[0.0, 0.7311, 0.2689], [0.3333, 0.3333, 0.3333]]
+    """
+    if keep is None:
+        return torch.softmax(logits, dim=-1)
+    keep = keep.to(logits.device)
+    none = ~keep.any(dim=-1, keepdim=True)  # a row that keeps no key: every logit equal, as masked_fill leaves it
+    s = torch.where(keep, logits, torch.full((), -math.inf, dtype=logits.dtype, device=logits.device))
+    return torch.softmax(torch.where(none, torch.zeros((), dtype=logits.dtype, device=logits.device), s), dim=-1)
+
+
 @dataclasses.dataclass(eq=False, repr=False)
 class LayerRecord:
     r"""The queries, keys and values of one call of one attention layer, and what the layer computes.
@@ -154,12 +189,14 @@ class LayerRecord:
     training : bool or None
         Whether the layer was in training mode when recorded.
     temperature_source : str or None
-        ``"attributes"``, ``"measured"`` (fitted to the layer's output), ``"given"`` or ``"default"``.
+        ``"attributes"``, ``"measured"`` (one per layer call, fitted to its outputs where no attribute gives it),
+        ``"given"`` or ``"default"``.
     mask : torch.Tensor or None
         Boolean ``(N, M)`` or ``(H, N, M)`` (``H`` may be 1): True where the layer lets query :math:`i` attend
         to key :math:`j` (a padding or causal mask as the layer applied it); None when every key is attended.
         A softmax map is then :math:`A_{ij} = \mathrm{softmax}_{j:\,\mathrm{mask}_{ij}}(s_{ij}/\tau)`, zero
-        elsewhere (a row with no key left is uniform, as the layers' ``masked_fill(-1e18)`` makes it).
+        elsewhere, exact at any norm (:func:`masked_softmax`); a row with no key left is uniform over all keys, as the
+        layers' ``masked_fill(-1e18)`` makes it.
     adjacency : torch.Tensor or None
         The graph's ``(N, M)`` adjacency a gate multiplies (``adj`` :math:`\odot G`), dense or sparse (kept sparse).
     batch : int or None
@@ -176,7 +213,8 @@ class LayerRecord:
         layers' self term, stored at capture so that the check can be redone from the file
         (:func:`hypviz.capture.verification.recheck`): a stored ``verify_error`` is never trusted by itself.
     digests : dict or None
-        SHA-256 of every field the check depends on, taken at capture: a field edited since is named.
+        SHA-256 of every field a verdict depends on, taken at capture: a field edited since is named.  They detect
+        accidental and partial edits, not a record rewritten whole with its digests recomputed (not a signature).
 
     Examples
     --------
@@ -340,16 +378,74 @@ class LayerRecord:
 
     # ---- use ----
     def attention_map(self) -> torch.Tensor:
-        r"""The layer's attention map ``(H, N, M)``: :func:`hypviz.attention.attention_map` of ``kind``.
+        r"""The layer's attention map ``(H, N, M)`` as the layer applies it: :meth:`map_of` the recorded points.
 
         Softmax kinds at ``temperature``, :math:`A_{ij} = \mathrm{softmax}_j(s_{ij}/\tau)`;
         ``"focused"`` with ``power`` and ``norm_scale``,
 
         .. math::
 
-            A_{ij} = \frac{\varphi(q_i)\cdot\varphi(\kappa_j)}{\sum_l \varphi(q_i)\cdot\varphi(\kappa_l)}.
+            A_{ij} = \frac{\varphi(q_i)\cdot\varphi(\kappa_j)}{\sum_l \varphi(q_i)\cdot\varphi(\kappa_l)};
+
+        with a :attr:`mask`, the softmax over the kept keys only (:func:`masked_softmax`).
         """
-        return self.applied(self.unmasked_map(self.queries, self.keys))
+        return self.map_of(self.queries, self.keys)
+
+    def map_of(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        r"""The map the layer applies to ``queries`` and ``keys`` ``(H, ., d + 1)`` (the record's points, e.g. in float64).
+
+        Without a mask and with a positive scale, :meth:`unmasked_map`.  With a :attr:`mask` (a normalised kind) or a
+        negative ``scale``, the row softmax of the :meth:`log_weights` with the masked keys set to :math:`-\infty`
+        *before* it (:func:`masked_softmax`), exact at any norm; a gate multiplied by the mask.  Then times the
+        :attr:`adjacency`, where there is one.  A kind whose kernel gives no log-weights is masked by :meth:`applied`.
+
+        Raises
+        ------
+        ValueError
+            For a negative scale with a kind other than ``"distance"``, or (:meth:`applied`) a masked row whose
+            kept weights all underflowed in the unmasked map of a kind without log-weights.
+        """
+        gate = registry.get(self.kind).family == "gate"
+        if self.scale_sign < 0 or (self.mask is not None and not gate):
+            logw = self.log_weights(queries, keys)
+            if logw is not None:
+                return self._times_adjacency(masked_softmax(logw, self.mask))
+        return self.applied(self.unmasked_map(queries, keys))
+
+    def log_weights(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor | None:
+        r"""``(H, N, M)`` log-weights of the record's map, up to a constant per row (a softmax kind's logits over
+        :math:`\tau`), from its kernel's operands (:class:`hypviz.attention.kernels.Operands`), head by head at
+        :attr:`head_temperatures`; with a negative ``scale`` (kind ``"distance"`` only)
+        :math:`+\tfrac12\|q_i - \kappa_j\|_L^2/|\tau|`.  None when the kind's kernel has no operands.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from hypviz.capture import LayerRecord
+        >>> from hypviz.lorentz import lift
+        >>> q = lift([[[0.0, 0.0], [2.0, 2.0]]], k=1.0)
+        >>> rec = LayerRecord(name="enc.0", queries=q, keys=q, values=None, k=1.0, mode="generic",
+        ...                   kind="distance", temperature=2.0)
+        >>> rec.log_weights(q, q).tolist()   # -|q_i - q_j|^2_L / (2 tau), |q_1 - q_2|^2_L = 4
+        [[[0.0, -1.0], [-1.0, 0.0]]]
+        """
+        kd = registry.get(self.kind)
+        h = queries.shape[0]
+        taus = self.head_temperatures or [self.temperature if self.temperature is not None else 1.0] * h
+        if self.scale_sign < 0:
+            if self.kind != "distance":
+                raise ValueError(f"layer {short(self.name)}: a negative scale is handled for kind 'distance' only, "
+                                 f"got {self.kind!r}")
+            tau = torch.tensor(taus, dtype=queries.dtype, device=queries.device).reshape(-1, 1, 1)
+            return distance_logits(queries, keys, k=self.k, temperature=-1.0) / tau  # the stable +1/2 |q - kappa|^2_L
+        if not kernel_for(kd).has_operands():
+            return None
+        opts = kernels.options(kd, self.map_options())
+        out = torch.empty(h, queries.shape[1], keys.shape[1], dtype=queries.dtype, device=queries.device)
+        for i in range(h):
+            ops = kernels.operands(kd.name, queries[i:i + 1], keys[i:i + 1], k=self.k, temperature=taus[i], opts=opts)
+            ops.logits(ops.A[0], ops.B[0].transpose(0, 1), out[i])
+        return out
 
     def unmasked_map(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """The kind's map of ``queries`` and ``keys`` ``(H, ., d + 1)`` over all key pairs, at this record's temperature,
@@ -361,9 +457,19 @@ class LayerRecord:
                           for h, t in enumerate(self.head_temperatures)], dim=0)
 
     def applied(self, p: torch.Tensor) -> torch.Tensor:
-        r"""The map ``p`` ``(H, N, M)`` of all key pairs as the layer applies it: renormalised over the keys the
-        :attr:`mask` keeps (a softmax restricted to them; a row with none left uniform), or for a gate multiplied
-        by :attr:`adjacency`, :math:`\mathrm{adj}\odot G`.  Without mask and adjacency, ``p`` itself."""
+        r"""The map ``p`` ``(H, N, M)`` of all key pairs as the layer applies it: for a gate multiplied by :attr:`mask`;
+        otherwise renormalised over the keys the mask keeps (a row that keeps none uniform over all keys); then times
+        :attr:`adjacency`, :math:`\mathrm{adj}\odot G`.  Without mask and adjacency, ``p`` itself.
+
+        Renormalising after the softmax is exact only while the kept weights of ``p`` are normal numbers;
+        :meth:`map_of` uses the log-weights wherever the kernel has them, and this refuses a row whose kept weights
+        sum below the smallest normal number (at large norms every kept key underflows beside a masked one).
+
+        Raises
+        ------
+        ValueError
+            Naming the layer and how many rows underflowed.
+        """
         if self.mask is not None:
             keep = self.mask.to(p.device)
             kept = torch.where(keep, p, torch.zeros((), dtype=p.dtype, device=p.device))
@@ -371,12 +477,21 @@ class LayerRecord:
             if registry.get(self.kind).family == "gate":
                 p = kept
             else:
+                lost = keep.any(dim=-1, keepdim=True) & (total < torch.finfo(p.dtype).tiny)
+                if bool(lost.any()):
+                    raise ValueError(
+                        f"layer {short(self.name)}: the masked map of kind {self.kind!r} cannot be formed: in "
+                        f"{int(lost.sum())} rows every key the mask keeps underflowed in the map of all keys, and its "
+                        "kernel gives no log-weights to take the softmax over the kept keys")
                 uniform = torch.full_like(p, 1.0 / p.shape[-1])
                 p = torch.where(total > 0, kept / torch.where(total > 0, total, torch.ones_like(total)), uniform)
-        if self.adjacency is not None:
-            adj = self.adjacency.to_dense() if self.adjacency.layout != torch.strided else self.adjacency
-            p = p * adj.to(p.device, p.dtype)
-        return p
+        return self._times_adjacency(p)
+
+    def _times_adjacency(self, p: torch.Tensor) -> torch.Tensor:
+        if self.adjacency is None:
+            return p
+        adj = self.adjacency.to_dense() if self.adjacency.layout != torch.strided else self.adjacency
+        return p * adj.to(p.device, p.dtype)
 
     def map_options(self) -> dict[str, Any]:
         """The parameters the kind's map reads besides ``k`` and ``temperature`` (its registry entry's ``options``),
@@ -475,8 +590,10 @@ def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
 
     The file is ``torch.save`` of
     ``{"format": "hypviz.capture", "version": 1, "layers": [rec.to_dict(), ...]}``, written to a
-    temporary file in the same folder and moved over ``path`` with ``os.replace``, so a reader never
-    sees a half-written file.
+    temporary file in the same folder (``.NAME.HOST.PID.RANDOM.tmp``) and moved over ``path`` with
+    ``os.replace``, so a reader never sees a half-written file and a failed save leaves ``path`` as it
+    was.  The temporary file is removed when the save fails or is interrupted (``KeyboardInterrupt``);
+    one left by a process that was killed is removed by the next save into the folder.
 
     Raises
     ------
@@ -485,6 +602,9 @@ def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
     ValueError
         When ``records`` is empty, the folder does not exist, ``path`` is a folder or does not end in
         ``.pt``/``.pth`` (``~`` is expanded).
+    OSError
+        One line naming ``path`` and the error (its ``errno``: ``ENOSPC`` "no space left on device",
+        ``EDQUOT``, ``EFBIG``, ``EACCES``, ...) when the file cannot be written; nothing is written.
 
     Examples
     --------
@@ -517,21 +637,99 @@ def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
     if target.is_dir():
         raise ValueError(f"cannot save to {target}: it is a folder; expected a file name such as att.pt")
     payload = {"format": FORMAT, "version": VERSION, "layers": [rec.to_dict() for rec in recs]}
-    tmp = folder / f".{target.name}.{uuid.uuid4().hex}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+    _remove_stale_tmp(folder)
+    tmp = folder / f".{target.name}.{_HOST}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    writer = None
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
         with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
+            writer = _Writer(f)
+            torch.save(payload, writer)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:
             pass
+        failed = writer.error if writer is not None and writer.error is not None else exc
+        if isinstance(failed, OSError) or (isinstance(failed, RuntimeError) and _TORCH_WRITE_FAILED.search(str(failed))):
+            raise _save_failed(target, failed) from None
         raise
     return target
+
+
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", platform.node()) or "host"  # in a temporary file's name, with the process id
+# torch's own words for a write of torch.save that failed (the OSError behind it, when there is one, is lost)
+_TORCH_WRITE_FAILED = re.compile(r"inline_container|PytorchStreamWriter|unexpected pos|file write failed")
+
+
+class _Writer:
+    """The file ``torch.save`` writes to, keeping the first ``OSError`` of a write: torch reports a failed write as a
+    ``RuntimeError`` of its own (``[enforce fail at inline_container.cc:...] unexpected pos ...``), without the errno."""
+
+    def __init__(self, f: Any):
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _save_failed(target: Path, exc: BaseException) -> OSError:
+    """One-line ``OSError`` for a save of ``target`` that could not be written (``exc``: the write's own error, or
+    torch's ``RuntimeError`` when none was seen: then ``ENOSPC`` when the folder has no space left, else ``EIO``)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        code = exc.errno
+    else:
+        try:
+            full = os.statvfs(target.parent if str(target.parent) else ".").f_bavail == 0
+        except (OSError, AttributeError):  # no statvfs (Windows)
+            full = False
+        code = errno.ENOSPC if full else errno.EIO
+    why = os.strerror(code)
+    if not isinstance(exc, OSError):
+        why += f" (torch.save: {' '.join(str(exc).split())[:200]})"
+    return OSError(code, f"cannot save {target}: {why[:1].lower() + why[1:]}; nothing was written, {target.name} is as it was")
+
+
+def _remove_stale_tmp(folder: Path) -> None:
+    """Remove the temporary files of saves into ``folder`` whose process has ended (killed while writing): those
+    named by this host, ``.NAME.HOST.PID.RANDOM.tmp``, with a process id that no longer runs."""
+    if os.name != "posix":  # os.kill(pid, 0) tests for a process only on POSIX
+        return
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        parts = entry.name.rsplit(".", 4)
+        if len(parts) != 5 or parts[4] != "tmp" or parts[1] != _HOST or not parts[2].isdigit() \
+                or not re.fullmatch(r"[0-9a-f]{32}", parts[3]) or not parts[0].startswith(".") \
+                or Path(parts[0]).suffix.lower() not in EXTENSIONS:
+            continue
+        pid = int(parts[2])
+        if pid == os.getpid():
+            continue  # another save of this process, under way
+        try:
+            os.kill(pid, 0)
+            continue  # that process runs
+        except ProcessLookupError:
+            pass
+        except OSError:  # PermissionError: it runs, as another user
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+        except OSError:
+            pass
 
 
 def load(path: str | os.PathLike) -> list[LayerRecord]:
@@ -542,9 +740,10 @@ def load(path: str | os.PathLike) -> list[LayerRecord]:
     Raises
     ------
     ValueError
-        One line naming the file and what was wrong: missing, unreadable, not a hypviz.capture file,
-        a newer version, no layer records, or a bad record.  A refused pickle is described, never
-        with torch's advice to load the file with ``weights_only=False``.
+        One line naming the file and what was wrong: missing, empty, truncated, a pickled object (refused
+        unread: ``weights_only=True`` runs no code of the file), not a hypviz.capture file, a newer
+        version, no layer records, or a bad record (:func:`unreadable` says why a file cannot be read);
+        never with torch's advice to load the file with ``weights_only=False``.
 
     Examples
     --------
@@ -563,13 +762,64 @@ def load(path: str | os.PathLike) -> list[LayerRecord]:
     if not p.is_file():
         raise ValueError(f"{p}: no such file; expected a hypviz.capture file written by Capture.save")
     try:
-        obj = torch.load(p, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's note on a plain pickle's protocol: the refusal below says more
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # unpickling fails in many ways; all mean "not a readable torch.save file"
-        raise ValueError(
-            f"{p}: cannot read it with torch.load(weights_only=True) ({torch_load_reason(exc)}); "
-            "expected a hypviz.capture file written by Capture.save"
-        ) from None
+        raise ValueError(f"{p}: {unreadable(p, exc)}; expected a hypviz.capture file written by Capture.save") from None
     return parse(obj, p)
+
+
+def unreadable(path: str | os.PathLike, exc: BaseException) -> str:
+    """Why ``torch.load(path, weights_only=True)``, which raised ``exc``, could not read ``path``, in a few words.
+
+    Told from the file itself, not from torch's words alone: empty; truncated (a torch.save zip archive without the
+    directory at its end, a member reaching past the end, a pickle that ends early: torch then says "Invalid
+    argument" or "failed finding central directory"); a pickled object (named); a plain pickle; else torch's reason
+    (:func:`hypviz.base.messages.torch_load_reason`), never its advice to load the file with ``weights_only=False``.
+
+    Examples
+    --------
+    >>> import pathlib, pickle, tempfile, torch
+    >>> from hypviz.capture.records import unreadable
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     p = pathlib.Path(folder) / "cut.pt"
+    ...     torch.save({"x": torch.zeros(100)}, p)
+    ...     _ = p.write_bytes(p.read_bytes()[:300])
+    ...     try:
+    ...         torch.load(p, weights_only=True)
+    ...     except Exception as exc:
+    ...         print(unreadable(p, exc))
+    the file is truncated: it starts as a torch.save file (a zip archive) but the zip directory that ends such a file is missing (300 bytes on disk)
+    """
+    p = Path(os.fspath(path))
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(4)
+    except OSError as err:
+        return f"cannot read it ({err.strerror or err})"
+    if size == 0:
+        return "the file is empty (0 bytes)"
+    if head == b"PK\x03\x04":  # a torch.save file (a zip archive)
+        try:
+            with zipfile.ZipFile(p) as zf:
+                members = zf.infolist()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            return (f"the file is truncated: it starts as a torch.save file (a zip archive) but the zip directory that ends such a "
+                    f"file is missing ({size} bytes on disk)")
+        past = [m.filename for m in members if m.header_offset + m.compress_size > size]
+        if past:
+            return f"the file is truncated: its member {short(past[0])} reaches past the end of the file ({size} bytes on disk)"
+    text = str(exc)
+    named = re.search(r"GLOBAL ([\w.]+)", text)
+    if named:
+        return f"it holds a pickled {named.group(1)} object, not a hypviz capture (refused unread: no code of the file was run)"
+    if isinstance(exc, EOFError) or "truncated" in text or (isinstance(exc, OSError) and exc.errno == errno.EINVAL):
+        return f"the file is truncated: its data end early ({size} bytes on disk)"
+    if head[:1] == b"\x80" and ("Weights only load failed" in text or "WeightsUnpickler" in text):
+        return "it holds a pickled Python object (written by pickle, not torch.save), not a hypviz capture (refused unread)"
+    return f"cannot read it with torch.load(weights_only=True): {torch_load_reason(exc)}"
 
 
 def parse(obj: Any, where: Any = "capture") -> list[LayerRecord]:

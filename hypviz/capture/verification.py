@@ -38,9 +38,19 @@ with the layer's own aggregation (:data:`AGGREGATIONS`):
 
 :func:`relative_error` is :math:`\max |o_{\mathrm{rebuilt}} - o_{\mathrm{seen}}| / \max(1, \max|o_{\mathrm{seen}}|)`,
 held to :func:`tolerance` (:math:`\sqrt{\varepsilon}` of the dtype the model computed in: 1.5e-8 in
-float64, 3.5e-4 in float32, 0.031 in float16, 0.088 in bfloat16).  :func:`fit_temperature` measures
-:math:`\tau` from the output when the attribute-derived one does not reproduce it (a fork whose
-logits are divided by :math:`2\,\mathrm{scale}` is caught this way).
+float64, 3.5e-4 in float32, 0.031 in float16, 0.088 in bfloat16; any other dtype is not verified).  The map is the
+one the layer applies at any norm (:meth:`hypviz.capture.records.LayerRecord.map_of`: a mask enters as
+:math:`-\infty` logits before the softmax).  :func:`fit_temperature` measures one :math:`\tau` for a layer call
+whose attributes do not give it, and says how precisely the outputs fix it.
+
+**What a re-check proves.**  The capture stores what it compared (``checked_output``) and the SHA-256 of every
+field a verdict depends on (:data:`DIGESTED`: the points, map and aggregation, and the layer's name, call, batch
+element, dtype, train/eval and mask too); :func:`recheck` compares every digest and rebuilds the stored output from
+the stored points and map, to the tolerance of the recorded dtype (never one read from the file).  This detects
+accidental and partial edits of a file (a field changed, the digests dropped, points moved without the output);
+it does not detect a record rewritten whole, its output rebuilt and its digests recomputed, nor a whole record
+copied from another file: the digests are not a signature.  A re-check proves that the record is consistent with
+itself.
 """
 
 from __future__ import annotations
@@ -48,16 +58,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from typing import Any, Callable
+from typing import Any, NamedTuple, Sequence
 
 import torch
 
-from hypviz.attention import attention_map, focused_linear_attention
-from hypviz.attention.kernels import distance_logits
+from hypviz.attention import focused_linear_attention
 from hypviz.lorentz import lift
 
-__all__ = ["AGGREGATIONS", "tolerance", "relative_error", "layer_map", "rebuild", "verify", "fit_temperature",
-           "lorentz_centroid", "gyromidpoint", "DIGESTED", "digests", "recheck"]
+__all__ = ["AGGREGATIONS", "DTYPES", "tolerance", "relative_error", "layer_map", "rebuild", "verify", "TemperatureFit",
+           "fit_temperature", "MEASURED_SPREAD", "lorentz_centroid", "gyromidpoint", "DIGESTED", "digests", "seal",
+           "recheck"]
 
 #: The aggregations :func:`rebuild` knows (see the module docstring).
 AGGREGATIONS: tuple[str, ...] = ("centroid_mean_heads", "midpoint_heads", "focused_mean_lift", "gate_midpoint",
@@ -69,13 +79,33 @@ _ROWWISE = ("centroid_mean_heads", "midpoint_heads", "gate_midpoint", "gyromidpo
             "gate_centroid")
 
 
-def tolerance(dtype: str | torch.dtype | None) -> float:
-    r"""The verification tolerance, :math:`\sqrt{\varepsilon}` of the dtype the model computed in (float32 if unknown)."""
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype, torch.float32)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        dtype = torch.float32
-    return math.sqrt(torch.finfo(dtype).eps)
+#: The dtypes a model may compute in for its records to be verified, with their tolerance :math:`\sqrt{\varepsilon}`.
+DTYPES: dict[str, float] = {name: math.sqrt(torch.finfo(getattr(torch, name)).eps)
+                            for name in ("float64", "float32", "float16", "bfloat16")}
+
+
+def tolerance(dtype: str | torch.dtype) -> float:
+    r"""The verification tolerance, :math:`\sqrt{\varepsilon}` of the dtype the model computed in (:data:`DTYPES`).
+
+    Raises
+    ------
+    ValueError
+        For any other dtype (float8 included: its rounding is not what hypviz rebuilds to), or None.
+
+    Examples
+    --------
+    >>> from hypviz.capture.verification import tolerance
+    >>> round(tolerance("float32"), 6), round(tolerance("bfloat16"), 4)
+    (0.000345, 0.0884)
+    >>> tolerance("float8_e5m2")
+    Traceback (most recent call last):
+        ...
+    ValueError: dtype 'float8_e5m2' is not one hypviz verifies a layer in (float64, float32, float16 or bfloat16)
+    """
+    name = str(dtype).replace("torch.", "") if isinstance(dtype, (str, torch.dtype)) else None
+    if name not in DTYPES:
+        raise ValueError(f"dtype {dtype!r:.40} is not one hypviz verifies a layer in (float64, float32, float16 or bfloat16)")
+    return DTYPES[name]
 
 
 def relative_error(rebuilt: torch.Tensor, seen: torch.Tensor) -> float:
@@ -114,27 +144,16 @@ def gyromidpoint(values_ball: torch.Tensor, weights: torch.Tensor, *, k: float) 
 
 
 def layer_map(rec: Any) -> torch.Tensor:
-    r"""The map the layer applies, ``(H, N, M)`` float64: :meth:`LayerRecord.attention_map` on float64 points (with
-    the record's mask or adjacency, :meth:`LayerRecord.applied`).
-
-    With a negative ``scale`` (``scale_sign = -1``) the distance logits change sign,
-    :math:`A = \mathrm{softmax}_j(+\tfrac12\|q_i - \kappa_j\|_L^2/|\tau|)`.
-    """
-    q, kk = rec.queries.to(_F64), rec.keys.to(_F64)
-    if rec.scale_sign < 0:
-        if rec.kind != "distance":
-            raise ValueError(f"layer {rec.name!r}: a negative scale is handled for kind 'distance' only, got {rec.kind!r}")
-        half_sq = distance_logits(q, kk, k=rec.k, temperature=-1.0)  # +1/2 |q - kappa|^2_L >= 0, the kernels' stable operands
-        tau = rec.temperature if rec.head_temperatures is None else \
-            torch.tensor(rec.head_temperatures, dtype=_F64).reshape(-1, 1, 1)
-        return rec.applied(torch.softmax(half_sq / tau, dim=-1))
-    return rec.applied(rec.unmasked_map(q, kk))
+    r"""The map the layer applies, ``(H, N, M)`` float64: :meth:`LayerRecord.map_of` the record's points in float64
+    (a mask as :math:`-\infty` logits before the softmax, a negative ``scale`` as
+    :math:`A = \mathrm{softmax}_j(+\tfrac12\|q_i - \kappa_j\|_L^2/|\tau|)`, times the adjacency of a gate)."""
+    return rec.map_of(rec.queries.to(_F64), rec.keys.to(_F64))
 
 
 def rebuild(rec: Any, aux: dict[str, Any] | None = None, *, weights: torch.Tensor | None = None) -> torch.Tensor:
     """The layer's output rebuilt from the record (float64), by ``rec.aggregation``; ``aux`` holds what the
     aggregation needs beyond the record (``"self_term"`` ``(H, N, d)`` for the focused layers, ``"adjacency"``
-    ``(N, M)`` for the gate); ``weights`` overrides the map (used by :func:`fit_temperature`).
+    ``(N, M)`` for the gate); ``weights`` overrides the map.
 
     Shapes: ``(N, d + 1)`` for ``centroid_mean_heads``, ``focused_mean_lift`` and ``gate_midpoint``;
     ``(H, N, d + 1)`` for ``midpoint_heads``; ``(H, N, d)`` ball points for ``gyromidpoint_heads``.
@@ -219,32 +238,62 @@ def verify(rec: Any, seen: torch.Tensor | None, aux: dict[str, Any] | None = Non
     return err, f"output rebuilt by {rec.aggregation}"
 
 
-def fit_temperature(rec: Any, seen: torch.Tensor, aux: dict[str, Any] | None = None,
-                    make: Callable[[float], Any] | None = None) -> tuple[float, float]:
-    r"""The :math:`\tau` whose rebuilt output is closest to ``seen``: ``(temperature, error)``.
+class TemperatureFit(NamedTuple):
+    r"""What :func:`fit_temperature` measured for one layer call: ``temperature``, the :math:`\tau` whose rebuilt outputs
+    are closest to the seen ones; ``error``, the largest relative error over the call's records there (all rows);
+    ``low`` and ``high``, the :math:`\tau` at which that error (on the fitted rows) reaches the tolerance: every
+    :math:`\tau` between them reproduces the outputs as well as the dtype's rounding can tell."""
 
-    A grid of 41 values of :math:`\log\tau` over :math:`[\tau_0/100, 100\,\tau_0]` (:math:`\tau_0` =
-    ``rec.temperature``), then 60 golden-section steps around the best one, on the first 256 query
-    rows; the error returned is that of all rows at the fitted :math:`\tau`.  ``make(temperature)`` returns the
-    record at that temperature (default: ``dataclasses.replace(rec, temperature=temperature)``).
+    temperature: float
+    error: float
+    low: float
+    high: float
+
+    @property
+    def spread(self) -> float:
+        r"""``high / low - 1``: how loosely the outputs fix :math:`\tau` (``inf`` when ``low`` is not positive)."""
+        return self.high / self.low - 1.0 if self.low > 0 else math.inf
+
+
+#: The largest :attr:`TemperatureFit.spread` at which a fitted :math:`\tau` is recorded as measured (about +-1 %).
+MEASURED_SPREAD = 0.02
+
+
+def fit_temperature(parts: Sequence[tuple[Any, torch.Tensor, dict[str, Any] | None]], tol: float) -> TemperatureFit:
+    r"""ONE :math:`\tau` for one layer call: ``parts`` holds its records (one per batch element) with the output each
+    was compared with and its aux, ``(record, seen, aux)``; ``tol`` is the tolerance of the model's dtype.
+
+    The error of a :math:`\tau` is the largest :func:`relative_error` over the call's first 256 query rows (record
+    after record).  A grid of 41 values of :math:`\log\tau` over :math:`[\tau_0/100, 100\,\tau_0]` (:math:`\tau_0` = the first
+    record's ``temperature``), 40 golden-section steps around the best one (to :math:`10^{-9}`), then bisection outwards for ``low`` and
+    ``high``, where the error reaches ``tol`` (to :math:`4 \cdot 10^{-6}` in :math:`\log\tau`; the grid's ends when it
+    never does); ``error`` is then taken on all rows.
+    A :math:`\tau` is *measured* only when ``error <= tol`` and ``spread <= MEASURED_SPREAD``: otherwise the outputs do
+    not fix it above the rounding of the dtype, and no fitted value may stand for the layer's.
     """
-    full, full_aux, full_seen = rec, aux, seen
-    if rec.n_queries > _FIT_ROWS:
-        rec, aux, seen = _rows(rec, 0, _FIT_ROWS), _rows_aux(aux or {}, 0, _FIT_ROWS), _seen_rows(rec, seen, _FIT_ROWS)
-    make = make or (lambda t: dataclasses.replace(rec, temperature=t))
-    tau0 = float(rec.temperature)
+    fit, rows = [], 0
+    for r, s, a in parts:  # the first 256 query rows of the call, record after record
+        j = min(r.n_queries, _FIT_ROWS - rows)
+        fit.append((_rows(r, 0, j), _rows_aux(a or {}, 0, j), _seen_rows(r, s, j)) if j < r.n_queries else (r, a, s))
+        rows += j
+        if rows >= _FIT_ROWS:
+            break
+    tau0 = float(parts[0][0].temperature)
 
     def err(logt: float) -> float:
-        return relative_error(rebuild(make(math.exp(logt)), aux), seen)
+        t = math.exp(logt)
+        return max(relative_error(rebuild(dataclasses.replace(r, temperature=t), a), s) for r, a, s in fit)
 
-    grid = [math.log(tau0) + math.log(100.0) * (i / 20.0 - 1.0) for i in range(41)]
+    span = math.log(100.0)
+    grid = [math.log(tau0) + span * (i / 20.0 - 1.0) for i in range(41)]
     errs = [err(g) for g in grid]
+    known = dict(zip(grid, errs))
     i = min(range(len(grid)), key=errs.__getitem__)
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
     g = (math.sqrt(5.0) - 1.0) / 2.0
     a, b = hi - g * (hi - lo), lo + g * (hi - lo)
     fa, fb = err(a), err(b)
-    for _ in range(60):
+    for _ in range(40):
         if fa < fb:
             hi, b, fb = b, a, fa
             a = hi - g * (hi - lo)
@@ -253,23 +302,38 @@ def fit_temperature(rec: Any, seen: torch.Tensor, aux: dict[str, Any] | None = N
             lo, a, fa = a, b, fb
             b = lo + g * (hi - lo)
             fb = err(b)
-    best = (a, fa) if fa < fb else (b, fb)
-    if errs[i] < best[1]:
-        best = (grid[i], errs[i])
-    tau = math.exp(best[0])
-    if full is not rec:
-        return tau, relative_error(rebuild(dataclasses.replace(full, temperature=tau), full_aux), full_seen)
-    return tau, best[1]
+    best, best_err = (a, fa) if fa < fb else (b, fb)
+    if errs[i] < best_err:
+        best, best_err = grid[i], errs[i]
+    bounds = []
+    for end in (grid[0], grid[-1]):  # outwards from the best: the last tau within tol, by bisection
+        inside, outside = best, None
+        for x in sorted((x for x in grid if (x - best) * (end - best) > 0), key=lambda x: abs(x - best)):
+            if known[x] > tol:
+                outside = x
+                break
+            inside = x
+        if outside is not None and best_err <= tol:
+            for _ in range(16):  # the bracket, one grid step (0.23 in log tau), to 4e-6: far below MEASURED_SPREAD
+                mid = 0.5 * (inside + outside)
+                inside, outside = (mid, outside) if err(mid) <= tol else (inside, mid)
+        bounds.append(best if best_err > tol else inside if outside is None else 0.5 * (inside + outside))
+    tau = math.exp(best)
+    full = max(relative_error(rebuild(dataclasses.replace(r, temperature=tau), a), s) for r, s, a in parts)
+    return TemperatureFit(tau, full, math.exp(bounds[0]), math.exp(bounds[1]))
 
 
-#: The fields a record's check depends on, digested at capture (:func:`digests`) and re-checked by :func:`recheck`.
-DIGESTED: tuple[str, ...] = ("queries", "keys", "values", "k", "kind", "temperature", "head_temperatures", "power",
-                             "norm_scale", "bias", "scale_sign", "aggregation", "mask", "adjacency", "dtype",
+#: The fields a record's verdict depends on, digested at capture (:func:`digests`) and compared by :func:`recheck`:
+#: every field of :class:`hypviz.capture.records.LayerRecord` except the verdict itself (``verify_error``,
+#: ``verify_tolerance``, ``verify_note``: redone by :func:`recheck`, never read from a file) and ``digests``.
+DIGESTED: tuple[str, ...] = ("name", "call", "batch", "mode", "queries", "keys", "values", "k", "kind", "temperature",
+                             "head_temperatures", "temperature_source", "power", "norm_scale", "bias", "scale_sign",
+                             "aggregation", "mask", "adjacency", "dtype", "training", "detail", "checked",
                              "checked_output", "self_term")
 
 
-def _digest(value: Any) -> str:
-    h = hashlib.sha256()
+def _digest(value: Any, field: str) -> str:
+    h = hashlib.sha256(f"{field}\0".encode())
     if isinstance(value, torch.Tensor):
         t = value.detach().cpu()
         t = t.to_dense() if t.layout != torch.strided else t
@@ -281,40 +345,58 @@ def _digest(value: Any) -> str:
 
 
 def digests(rec: Any) -> dict[str, str]:
-    """SHA-256 (hex) of each field of :data:`DIGESTED` (tensors by dtype, shape and bytes; other values by ``repr``)."""
-    return {f: _digest(getattr(rec, f, None)) for f in DIGESTED}
+    """SHA-256 (hex) of each field of :data:`DIGESTED` (with the field's name; tensors by dtype, shape and bytes,
+    other values by ``repr``).  Not a signature: whoever rewrites a record can recompute them (see the module
+    docstring)."""
+    return {f: _digest(getattr(rec, f, None), f) for f in DIGESTED}
+
+
+def seal(rec: Any) -> Any:
+    """``rec`` with its :func:`digests` where it holds an output to re-check (``checked_output``), else ``rec``."""
+    return rec if rec.checked_output is None else dataclasses.replace(rec, digests=digests(rec))
 
 
 def recheck(rec: Any) -> Any:
     r"""``rec`` with its verification redone from what it holds (a stored verdict is never trusted).
 
-    Verified only when the output stored at capture (``checked_output``) is rebuilt from the stored queries,
-    keys, values and map (:func:`rebuild`) to :func:`tolerance` of the model's dtype and no field of
-    :data:`DIGESTED` differs from its digest at capture; otherwise *not verified*, naming the edited fields,
-    or saying that the record holds no output to re-check, or by how much the re-check failed.
+    Verified only when the record holds the output stored at capture (``checked_output``) and its digests, its
+    ``dtype`` is one of :data:`DTYPES` (the tolerance comes from it, never from the file), no field of
+    :data:`DIGESTED` differs from its digest, and the stored output is rebuilt from the stored queries, keys, values
+    and map (:func:`rebuild`) to that tolerance; otherwise *not verified*, saying why (the edited fields named).
+    This proves that the record is consistent with itself: it detects accidental and partial edits, not a record
+    rewritten whole with its output rebuilt and its digests recomputed.
     """
-    tol = tolerance(rec.dtype)
-
-    def unverified(note: str) -> Any:
+    def unverified(note: str, tol: float | None = None) -> Any:
         return dataclasses.replace(rec, verify_error=None, verify_tolerance=tol, verify_note=f"not verified: {note}")
 
     if rec.checked_output is None:
         old = str(rec.verify_note or "")
         return unverified(old[len("not verified: "):] if old.startswith("not verified: ")
                           else "the record holds no layer output to re-check (a stored verdict is not trusted)")
-    if rec.digests is not None:
-        now = digests(rec)
-        edited = [f for f in DIGESTED if rec.digests.get(f) != now[f]]
-        if edited:
-            return unverified(f"{', '.join(edited)} changed since the capture (digest differs)")
+    if not rec.digests:
+        return unverified("the record holds no digests of the fields its check depends on (a record without them is "
+                          "not re-checked)")
+    try:
+        tol = tolerance(rec.dtype if rec.dtype is not None else rec.queries.dtype)
+    except ValueError as exc:
+        return unverified(str(exc))
+    missing = [f for f in DIGESTED if f not in rec.digests]
+    if missing:
+        return unverified(f"its digests do not cover {', '.join(missing)} (a capture of an older hypviz: capture again)",
+                          tol)
+    now = digests(rec)
+    edited = [f for f in DIGESTED if rec.digests[f] != now[f]]
+    if edited:
+        return unverified(f"{', '.join(edited)} changed since the capture (digest differs)", tol)
     aux = {"self_term": rec.self_term} if rec.self_term is not None else None
     try:
         err = relative_error(rebuild(rec, aux), rec.checked_output)
     except Exception as exc:  # a record that cannot be rebuilt is a diagnosis, never an error of the report
-        return unverified(f"the re-check failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return unverified(f"the re-check failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                          tol)
     if err > tol:
         return unverified(f"the re-check from the record differs from the stored output by "
-                          f"{'inf' if not math.isfinite(err) else f'{err:.2g}'} (tolerance {tol:.2g})")
+                          f"{'inf' if not math.isfinite(err) else f'{err:.2g}'} (tolerance {tol:.2g})", tol)
     what = rec.checked or "the layer's output"
     return dataclasses.replace(rec, verify_error=err, verify_tolerance=tol,
                                verify_note=f"verified: {what} rebuilt by {rec.aggregation}, re-checked from the record")

@@ -193,6 +193,7 @@ def _restricted(rec: Any, tau: float, verified: bool) -> tuple[attention.Compari
     each head at its own temperature where the layer learns one (``head_temperatures``)."""
     import torch
 
+    from hypviz.capture.records import masked_softmax
     from hypviz.capture.verification import layer_map
 
     q, kk = rec.queries.to(torch.float64), rec.keys.to(torch.float64)
@@ -208,10 +209,12 @@ def _restricted(rec: Any, tau: float, verified: bool) -> tuple[attention.Compari
                            torch.full_like(p, 1.0 / p.shape[-1]))
 
     taus = rec.head_temperatures or [tau] * rec.n_heads  # per head where the layer learns one
-    p_ref = restrict(torch.cat([attention.attention_map(q[h:h + 1], kk[h:h + 1], REFERENCE, k=rec.k, temperature=t)
-                                for h, t in enumerate(taus)]))
-    p_thr = restrict(torch.cat([attention.attention_map(q[h:h + 1], kk[h:h + 1], THREAD, k=rec.k, temperature=t)
-                                for h, t in enumerate(taus)]))
+
+    def masked(kind: str) -> torch.Tensor:  # the softmax over the kept keys (-inf logits before it): exact at any norm
+        return torch.cat([masked_softmax(attention.scores(q[h:h + 1], kk[h:h + 1], kind, k=rec.k) / t,
+                                         keep[h:h + 1] if keep.shape[0] > 1 else keep) for h, t in enumerate(taus)])
+
+    p_ref, p_thr = masked(REFERENCE), masked(THREAD)
     # judged over the keys each row attends: its uniform baseline is the uniform row over those keys
     thread = attention.compare_maps(p_thr, p_ref, a=THREAD, b=REFERENCE, keep=keep, values=rec.values, k=rec.k)
     own = None
