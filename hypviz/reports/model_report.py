@@ -148,8 +148,8 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
     verified -- re-checked here from what the record holds (:func:`hypviz.capture.verification.recheck`: the output
     stored at capture rebuilt from the stored points and map, every field's digest unchanged) (one verdict policy: a layer whose output hypviz did not rebuild gets no verdict about its own
     map, ``own`` is None); a focused record uses its ``power`` and ``norm_scale``.  A record with a mask or
-    an adjacency is compared as the layer applies it: every map restricted to the keys the layer attends
-    (:meth:`hypviz.capture.LayerRecord.applied`).  ``device`` and ``progress`` are passed to
+    an adjacency is compared as the layer applies it: every map the softmax over the keys the layer attends
+    (:func:`hypviz.capture.records.masked_softmax`, exact at any norm).  ``device`` and ``progress`` are passed to
     :func:`hypviz.attention.compare`.  Returns one :class:`LayerResult` per record, in order.
     """
     from hypviz.capture.verification import recheck
