@@ -139,5 +139,5 @@ def test_worst_case_row_refuses_impossible_geometry():
         acc.worst_case_row(0.1, 5.0)
     with pytest.raises(ValueError, match="p1"):
         acc.worst_case_row(2.0, 2.0, p1=1.0)
-    with pytest.raises(ValueError, match="d >= 2"):
+    with pytest.raises(ValueError, match="d must be an integer >= 2"):
         acc.worst_case_row(2.0, 2.0, d=1)

@@ -165,3 +165,14 @@ def test_the_kernels_segments_give_one_passs_statistics(dtype):
             torch.testing.assert_close(many[name], one[name], rtol=rtol, atol=0.0, equal_nan=True, msg=name)
         for name in ("va", "ia", "vb", "ib", "a_at_ib", "b_at_ia", "flags"):
             assert torch.equal(many[name], one[name]), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_identical_keys_give_one_verdict_on_both_paths(points, dtype):
+    # 700 copies of one key: both maps exactly uniform in exact arithmetic; the eager TV is 0, the fused one rounding
+    # (its tilt's mean key), and both say the same for every row: near uniform, so uninformative
+    q = points(64, 8, 0.8, seed=1, dtype=dtype)
+    kk = points(1, 8, 0.8, seed=2, dtype=dtype).expand(700, -1).contiguous()
+    eager, fused = _paths(q, kk, temperature=3.0)
+    assert torch.equal(eager.row_verdict_codes, fused.row_verdict_codes)
+    assert eager.verdict == fused.verdict == "uninformative"

@@ -146,8 +146,12 @@ def test_unresolved_when_the_rounding_tolerance_approaches_the_tvs_judged():
     # far above cut + tolerance the row is resolved whatever the tolerance: different
     code = row_verdicts(torch.tensor([cut + 0.06]), ua, ub, peak, peak, one, torch.tensor([0.05]))
     assert int(code[0]) == 2
-    # exactly equal rows are identical at any precision; near-uniform rows stay uninformative
-    assert att.verdict(0.0, 0.0, 0.0, peak_a=1.0, peak_b=1.0, top1_weight=1.0, tolerance=1.0) == "identical"
+    # a computed TV of 0 is identical only where the rounding resolves the row (rounding could have made it 0):
+    # uniform rows uninformative, structured rows unresolved at a tolerance beyond RESOLVE x the cut
+    assert att.verdict(0.0, 0.0, 0.0, peak_a=1.0, peak_b=1.0, top1_weight=1.0, tolerance=0.0) == "identical"
+    assert att.verdict(0.0, 0.0, 0.0, peak_a=1.0, peak_b=1.0, top1_weight=1.0, tolerance=1.0) == "uninformative"
+    assert att.verdict(0.0, 0.4, 0.4, peak_a=50.0, peak_b=50.0, top1_weight=1.0, tolerance=0.49 * cut) == "identical"
+    assert att.verdict(0.0, 0.4, 0.4, peak_a=50.0, peak_b=50.0, top1_weight=1.0, tolerance=0.51 * cut) == "unresolved"
     assert att.verdict(0.01, 0.02, 0.02, peak_a=1.2, peak_b=1.2, top1_weight=1.0, tolerance=0.5) == "uninformative"
     res = calibration._bfloat16_logits()
     assert res.verdict == "unresolved" and "bfloat16" in res.tolerance_basis

@@ -83,8 +83,9 @@ def verdict(
     ``tolerance``, the TV that rounding alone can produce (:attr:`Comparison.tv_tolerance`), the row is
     *resolved* when :math:`\epsilon \le 0.5\, t` (:data:`RESOLVE`); in this order:
 
-    * ``"identical"`` when :math:`\mathrm{TV}(P_a, P_b) = 0`, or :math:`\mathrm{TV}(P_a, P_b) \le \epsilon`
-      on a resolved row: the maps are equal up to rounding, whatever their distance from uniform;
+    * ``"identical"`` when :math:`\mathrm{TV}(P_a, P_b) \le \epsilon` on a resolved row: the maps are equal up to
+      rounding, whatever their distance from uniform (a computed TV of exactly 0 included: on a row that is not
+      resolved, rounding alone could make two different maps' TV 0, or two equal maps' not 0);
     * ``"uninformative"`` when BOTH maps are near uniform: :math:`\mathrm{TV}(P, U) < 0.05` and
       :math:`M \max_j P_j < 2` (no key gets twice its uniform weight :math:`1/M`, so the test scales
       with :math:`M`): any two such maps are close in TV, so a small TV says nothing;
@@ -162,7 +163,7 @@ def row_verdicts(
     code = torch.where(close, 1, 2)
     code = torch.where(~resolved & (tv <= cut + tol), 4, code)
     code = torch.where(near, 3, code)
-    code = torch.where((tv == 0) | (resolved & (tv <= tol)), 0, code)
+    code = torch.where(resolved & (tv <= tol), 0, code)  # a TV of 0 too: rounding could have made it 0 (or not)
     return code.to(torch.int8)
 
 
