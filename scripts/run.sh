@@ -10,7 +10,13 @@
 # whose inputs are unchanged ("unchanged, kept"); the test command's site tests read that build/html
 # instead of building their own while its stamp matches the sources (CI runs this script just before).  HYPVIZ_REINSTALL=1 forces the installs;
 # HYPVIZ_TICK sets the seconds between the "still ..." lines (default 10: at least one line in 30 s even when a busy machine delays the ticker).
+# A SIGINT (Ctrl-C), SIGTERM or SIGHUP stops it at once: the running step's processes get a SIGTERM (scripts/site.py
+# then removes its temporary folder and keeps the old site), and the job exits with 128 + the signal's number (130, 143, 129).
 set -euo pipefail
+# job control: each step runs in its own process group (so that one kill reaches all of a step's processes, and a
+# signal is not ignored by them as it is by a script's background commands); the script waits for it with the wait
+# builtin, which a trapped signal interrupts at once (a foreground command would run on to its end first)
+set -m
 cd "$(dirname "$0")/.."
 venv="${HYPVIZ_VENV:-.venv}"
 extras=lab
@@ -37,6 +43,32 @@ stop_ticker() {
 }
 trap stop_ticker EXIT
 
+step=""  # the process group of the running step
+# run a step ("$@") in its own process group and wait for it; its exit status is the step's (its input is
+# /dev/null: a background group that reads the terminal would be stopped)
+run_step() {
+    "$@" </dev/null &
+    step=$!
+    local status=0
+    wait "$step" || status=$?
+    step=""
+    return "$status"
+}
+on_signal() {
+    local name="$1" code="$2"
+    trap '' INT TERM HUP
+    if [ -n "$step" ]; then
+        kill -TERM -- "-$step" 2>/dev/null || true
+        wait "$step" 2>/dev/null || true
+    fi
+    stop_ticker
+    say "stopped by SIG${name} (exit status ${code})" >&2
+    exit "$code"
+}
+trap 'on_signal INT 130' INT
+trap 'on_signal TERM 143' TERM
+trap 'on_signal HUP 129' HUP
+
 # the stamp of what the installs depend on (the pinned versions, the package's metadata and extras,
 # the torch pin, the Python that runs the venv)
 install_stamp() {
@@ -56,7 +88,7 @@ if [ "${HYPVIZ_REINSTALL:-0}" != 1 ] && [ -f "$stamp_file" ] && [ "$(cat "$stamp
 else
     rm -f "$stamp_file"
     start_ticker "installing (pip prints nothing until it is done)"
-    bash scripts/setup.sh "$extras"
+    run_step bash scripts/setup.sh "$extras"
     stop_ticker
     install_stamp > "$stamp_file"
     say "set-up done"
@@ -65,11 +97,11 @@ fi
 export MPLBACKEND=Agg PYTHONHASHSEED=0
 say "step 2/3: the documentation site -> build/html (kept when none of its inputs changed)"
 start_ticker "building the site (English, then Chinese)"
-"$venv/bin/python" scripts/site.py --out build/html
+run_step "$venv/bin/python" scripts/site.py --out build/html
 stop_ticker
 say "step 3/3: the demo attention report -> build/demo"
 start_ticker "writing the demo report"
-"$venv/bin/hypviz" demo --out build/demo --force --no-progress
+run_step "$venv/bin/hypviz" demo --out build/demo --force --no-progress
 stop_ticker
 say "done"
 echo "hypviz: open build/html/index.html (the notebooks, API and CLI reference) and build/demo/report.html (an attention report)"

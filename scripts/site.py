@@ -27,15 +27,23 @@ catalogues --, the ``NN_*.ipynb`` notebooks, README.md, the ``hypviz/`` sources 
 read from, this script, and the versions of the documentation tools).  When ``--out`` already
 holds a site with the same stamp, nothing is rebuilt ("unchanged, kept"); any changed, added or
 removed input changes the stamp, so a stale site is never kept.  ``--force`` rebuilds anyway.
+
+A SIGINT, SIGTERM or SIGHUP stops a build at once: its Sphinx processes are killed, its temporary
+folder removed, ``--out`` left as it was, and the script exits with ``128 + the signal's number``
+(130, 143, 129); a signal that arrives while the finished site is renamed into place is acted on
+just after.  One build of a folder runs at a time (a lock on the folder that holds ``--out``), and
+each build first removes the temporary folders that killed builds left beside ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -214,6 +222,93 @@ def check_site(out: Path, notebooks: list[Path]) -> None:
             raise SiteError(f"{sheet.relative_to(out)} would load from the network: {bad[0]!r}")
 
 
+class _Running:
+    """The build under way in this process, for the signal handler (:func:`_on_signal`)."""
+
+    pid: int | None = None  # the process that installed the handler (a forked Sphinx worker is not it)
+    work: list[Path] = []  # the temporary folders of builds under way
+    out: Path | None = None
+    renaming = False  # inside the renames that put the new site in place
+    pending: int | None = None  # a signal that arrived while renaming
+    replaced = False  # the new site is in place
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    """Stop the build at once on SIGINT, SIGTERM or SIGHUP (installed by :func:`main`); see :func:`_stop`."""
+    if os.getpid() != _Running.pid:  # a forked Sphinx worker: the build's own process cleans up
+        os._exit(128 + signum)
+    if _Running.renaming:
+        _Running.pending = signum
+        return
+    _stop(signum)
+
+
+def _stop(signum: int) -> None:
+    """Kill the build's Sphinx processes, remove its temporary folders, say so in one line, exit ``128 + signum``.
+
+    ``os._exit``: no ``finally`` block, exit handler or interpreter teardown of the interrupted build runs.
+    """
+    for s in _SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    import multiprocessing
+
+    for child in multiprocessing.active_children():  # Sphinx's -j workers
+        child.kill()
+    for work in _Running.work:
+        shutil.rmtree(work, ignore_errors=True)
+    name = signal.Signals(signum).name
+    out = _show(_Running.out) if _Running.out is not None else "the site"
+    kept = "the new site was already in place" if _Running.replaced else f"{out} was left as it was"
+    with contextlib.suppress(OSError, ValueError, RuntimeError):  # RuntimeError: a write the signal interrupted
+        sys.stdout.flush()
+        print(f"site.py: stopped by {name}; {kept}, the temporary folder removed", file=sys.stderr, flush=True)
+    os._exit(128 + signum)
+
+
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _renaming():
+    """A step a signal must not cut in two: a signal that arrives inside it stops the build once it is done."""
+    _Running.renaming = True
+    try:
+        yield
+    finally:
+        _Running.renaming = False
+        if _Running.pending is not None:
+            _stop(_Running.pending)
+
+
+@contextlib.contextmanager
+def _one_build(out: Path, log=print):
+    """Hold the lock of ``out``'s folder (``flock`` on it, waiting for another build there to end; released by the
+    kernel however this process ends), then remove what killed builds of ``out`` left beside it: the temporary
+    folders ``.NAME.tmp-*`` and, when ``out`` exists, the previous sites ``.NAME.old-*``."""
+    try:
+        import fcntl
+    except ImportError:  # no locks: nothing can tell a killed build's folder from a running one's
+        yield
+        return
+    fd = os.open(out.parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"site: waiting for another build in {_show(out.parent)} to end")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        stale = [p for p in out.parent.glob(f".{out.name}.tmp-*") if p.is_dir() and not p.is_symlink()]
+        if out.is_dir():
+            stale += [p for p in out.parent.glob(f".{out.name}.old-*") if p.is_dir() and not p.is_symlink()]
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+        if stale:
+            log(f"site: removed {len(stale)} temporary folder(s) that interrupted builds left beside {_show(out)}")
+        yield
+    finally:
+        os.close(fd)
+
+
 def _replace_dir(new: Path, out: Path) -> None:
     """Put ``new`` at ``out`` in one rename (the old folder, if any, is moved aside first, then removed)."""
     old = None
@@ -242,9 +337,19 @@ def build(
 
     ``warnings_file``: Sphinx also writes its warnings there (empty when the build is clean).
     ``force=False``: keep ``out`` as it is when it was built from the same inputs
-    (:func:`input_stamp`, :func:`site_is_current`).
+    (:func:`input_stamp`, :func:`site_is_current`).  A build first waits for one under way in ``out``'s
+    folder, then removes the temporary folders that killed builds of ``out`` left there (:func:`_one_build`).
     """
     out = Path(out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _one_build(out, log):
+        return _build(out, warnings_as_errors=warnings_as_errors, jobs=jobs, docs=docs, notebooks_dir=notebooks_dir,
+                      readme=readme, quiet=quiet, warnings_file=warnings_file, log=log, force=force)
+
+
+def _build(out: Path, *, warnings_as_errors: bool, jobs: str, docs: Path, notebooks_dir: Path, readme: Path,
+           quiet: bool, warnings_file: Path | None, log, force: bool) -> Path:
+    """:func:`build` once it holds the lock of ``out``'s folder."""
     stamp = input_stamp(docs, notebooks_dir, readme, options=_options(warnings_as_errors))
     if not force and site_is_current(out, stamp):
         log(f"site: unchanged, kept {_show(out / 'index.html')} (its inputs match the stamp {stamp[:12]}; --force rebuilds)")
@@ -256,8 +361,9 @@ def build(
             f"Sphinx is not installed in this environment ({exc}): install the docs extra, "
             "e.g. bash scripts/setup.sh lab (hypviz[lab] includes hypviz[docs])"
         ) from None
-    out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    _Running.work.append(work)
+    _Running.out, _Running.replaced = out, False
     try:
         src, html, doctrees = work / "src", work / "html", work / "doctrees"
         notebooks = stage_sources(src, docs, notebooks_dir, readme)
@@ -295,12 +401,15 @@ def build(
             sources.rmdir()
         (html / STAMP_NAME).write_text(stamp + "\n", encoding="utf-8")
         os.chmod(html, 0o755)
-        _replace_dir(html, out)
+        with _renaming():
+            _replace_dir(html, out)
+            _Running.replaced = True
         log(f"site: {len(notebooks)} notebooks, API and CLI pages, in English and {SECOND_LANGUAGE} -> {_show(out / 'index.html')} "
             f"in {time.perf_counter() - start:.1f} s")
         return out / "index.html"
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        _Running.work.remove(work)
 
 
 def _show(path: Path) -> str:
@@ -320,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even when the inputs match the existing site's stamp")
     args = parser.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")
+    _Running.pid = os.getpid()
+    before = {s: signal.signal(s, _on_signal) for s in _SIGNALS}
     try:
         build(
             args.out,
@@ -332,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     except SiteError as exc:
         print(f"site.py: {exc}", file=sys.stderr)
         return 1
+    finally:
+        for s, handler in before.items():
+            if handler is not None:  # None: a handler not installed from Python, which cannot be put back
+                signal.signal(s, handler)
     return 0
 
 

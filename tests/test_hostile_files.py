@@ -5,11 +5,14 @@
 * A field nested 10^5 deep is shown in a few levels: one line, never ``RecursionError``.
 * A file cut at 99 % is refused in one line naming the file (truncated), never torch's or the OS's raw text.
 * What is wrong in a capture file (its version, its layers) is said as such, not as "KEYS is missing".
+* A capture file cut short is "truncated" (never torch's "Invalid argument"), and one holding a pickled object
+  is refused unread, naming the object, as no hypviz capture: by ``records.load`` and ``hypviz compare`` alike.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import struct
 import zipfile
 from pathlib import Path
@@ -277,3 +280,85 @@ def test_a_file_cut_anywhere_near_its_end_is_one_line_naming_it(fmt, tmp_path):
             input_files.read_input(cut, "QUERIES", None, "--queries-key")
         text = str(e.value)
         assert "\n" not in text and str(cut) in text and "truncated or damaged" in text and "Errno" not in text, text
+
+
+# --------------------------------------------------------------------------- #
+# truncated and pickled capture files: records.load and hypviz compare say the same, in one line
+# --------------------------------------------------------------------------- #
+def _big_capture(tmp_path: Path) -> Path:
+    q = points(300, heads=2)
+    rec = records.LayerRecord(name="enc", queries=q, keys=q, values=q, k=1.0, mode="full", kind="distance",
+                              temperature=1.0)
+    return records.save([rec], tmp_path / "cap.pt")
+
+
+def test_records_load_says_a_cut_capture_file_is_truncated(tmp_path):
+    """torch.load says "Invalid argument" or "failed finding central directory" for most of these cuts."""
+    blob = _big_capture(tmp_path).read_bytes()
+    cut = tmp_path / "cut.pt"
+    for n in [len(blob) // 100, len(blob) // 10, len(blob) // 2, len(blob) - 200, *range(1, 40)]:
+        cut.write_bytes(blob[: len(blob) - n])
+        with pytest.raises(ValueError) as e:
+            records.load(cut)
+        text = str(e.value)
+        assert "\n" not in text and text.startswith(f"{cut}: the file is truncated"), text
+        assert "expected a hypviz.capture file written by Capture.save" in text, text
+        assert "Invalid argument" not in text and "Errno" not in text and "central directory" not in text, text
+    cut.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"cut\.pt: the file is empty \(0 bytes\); expected a hypviz.capture file"):
+        records.load(cut)
+
+
+def test_hypviz_compare_says_a_cut_capture_file_is_truncated(tmp_path, capsys):
+    blob = _big_capture(tmp_path).read_bytes()
+    cut = tmp_path / "cut.pt"
+    for n in (len(blob) // 100, len(blob) // 2, 1):
+        cut.write_bytes(blob[: len(blob) - n])
+        line = one_line(*run(capsys, "compare", cut, "--out", tmp_path / "r")[::2], "CAPTURE", str(cut), "truncated")
+        assert "KEYS is missing" not in line and "Invalid argument" not in line
+    assert not (tmp_path / "r").exists()
+
+
+class _Payload:
+    """An object whose unpickling would create the file ``marker``: what a hostile capture file may hold."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+class _Custom:
+    pass
+
+
+def _pickled_files(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Files holding a pickled object, and the object's name in the message."""
+    import pickle
+
+    marker = tmp_path / "ran"
+    d = capture_dict(tmp_path)
+    d["layers"][0]["detail"] = _Payload(marker)
+    torch.save(d, tmp_path / "payload.pt")  # a capture dict with a pickled object inside a record
+    torch.save(_Custom(), tmp_path / "custom.pt")  # torch.save of an object of a class
+    (tmp_path / "plain.pt").write_bytes(pickle.dumps({"format": "hypviz.capture", "x": _Payload(marker)}))  # pickle.dump
+    return {"payload.pt": (tmp_path / "payload.pt", f"a pickled {open.__module__}.open object"),
+            "custom.pt": (tmp_path / "custom.pt", f"a pickled {__name__}._Custom object"),
+            "plain.pt": (tmp_path / "plain.pt", "a pickled Python object (written by pickle, not torch.save)")}
+
+
+@pytest.mark.parametrize("name", ["payload.pt", "custom.pt", "plain.pt"])
+def test_a_file_holding_a_pickled_object_is_refused_unread_as_no_capture(tmp_path, capsys, name):
+    path, what = _pickled_files(tmp_path)[name]
+    with pytest.raises(ValueError) as e:
+        records.load(path)
+    text = str(e.value)
+    assert "\n" not in text and text.startswith(f"{path}: it holds {what}, not a hypviz capture"), text
+    assert "expected a hypviz.capture file written by Capture.save" in text and "KEYS" not in text, text
+    line = one_line(*run(capsys, "compare", path, "--out", tmp_path / "r")[::2], "CAPTURE", str(path),
+                    "is not a readable capture file", f"it holds {what}, not a hypviz capture")
+    for said in (text, line):
+        assert "KEYS is missing" not in said and not re.search(r"weights_only\s*(set to|=)\s*False|trust|Re-running", said)
+    assert not (tmp_path / "ran").exists(), "the file's pickle was run"
+    assert not (tmp_path / "r").exists()

@@ -8,7 +8,8 @@
 * ``scripts/run.sh`` prints a line per step with the elapsed time and "still ..." lines during a
   long step, and skips the installs on a re-run when constraints.txt, pyproject.toml and the torch
   pin are unchanged (run on a copy of the scripts with a stand-in venv whose ``python`` and
-  ``hypviz`` record their arguments: nothing is installed or built).
+  ``hypviz`` record their arguments: nothing is installed or built); a SIGINT or SIGTERM stops it at once,
+  with the processes of the step it was running, and exit status 130 or 143.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -213,3 +216,68 @@ def test_the_main_job_talks_during_a_long_step(job):
     still = [line for line in out.splitlines() if "still building the site" in line]
     assert len(still) >= 2, out
     assert all(line.startswith("hypviz [") and "s]" in line for line in still), still
+
+
+STUB_PYTHON_BUSY = """#!/usr/bin/env bash
+echo "python $*" >> "$HYPVIZ_STUB_LOG"
+case "$*" in
+  *sys.version*) echo "3.x stand-in" ;;
+  *scripts/site.py*) sleep 300 & echo "site step $$ $!" >> "$HYPVIZ_STUB_LOG"; wait ;;
+esac
+exit 0
+"""
+
+
+def _ended(pid: int, wait_s: float = 20.0) -> bool:
+    """The process ``pid`` has ended (absent, or a zombie waiting to be reaped) within ``wait_s`` seconds."""
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return True
+        except FileNotFoundError:
+            return True
+        except OSError:  # no /proc
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_main_job_and_its_step_at_once(job, sig):
+    """SIGINT or SIGTERM to the job during the site step: the step's processes are ended (its whole process group),
+    no later step runs, and the job exits 130 or 143 (a stand-in step that would run for 5 minutes)."""
+    job()  # installs once
+    (job.repo / ".venv" / "bin" / "python").write_text(STUB_PYTHON_BUSY)
+    log = job.repo.parent / "calls.log"
+    log.write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("HYPVIZ_REINSTALL", "HYPVIZ_TICK")}
+    env.update(HYPVIZ_STUB_LOG=str(log), HYPVIZ_VENV=".venv")
+    proc = subprocess.Popen(["bash", "scripts/run.sh"], cwd=job.repo, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a SIGINT pytest ignores
+    try:
+        end = time.monotonic() + 120
+        while not any(line.startswith("site step") for line in log.read_text().splitlines()):
+            assert proc.poll() is None and time.monotonic() < end, proc.communicate()
+            time.sleep(0.05)
+        step, sleeper = (int(x) for x in next(l for l in log.read_text().splitlines() if l.startswith("site step")).split()[2:])
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # the job did not stop: end it and what it started
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            try:
+                os.killpg(step, signal.SIGKILL)  # the step's own process group (an older run.sh: none)
+            except (NameError, ProcessLookupError):
+                pass
+    assert proc.returncode == 128 + sig, out
+    assert f"stopped by {signal.Signals(sig).name} (exit status {128 + sig})" in out, out
+    assert _ended(step) and _ended(sleeper), "the site step's processes still run"
+    calls = log.read_text()
+    assert "hypviz demo" not in calls and "step 3/3" not in out, out

@@ -11,10 +11,15 @@ written by :func:`save` is one ``torch.save`` dictionary, read back (validated, 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import numbers
 import os
+import platform
+import re
 import uuid
+import warnings
+import zipfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -585,8 +590,10 @@ def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
 
     The file is ``torch.save`` of
     ``{"format": "hypviz.capture", "version": 1, "layers": [rec.to_dict(), ...]}``, written to a
-    temporary file in the same folder and moved over ``path`` with ``os.replace``, so a reader never
-    sees a half-written file.
+    temporary file in the same folder (``.NAME.HOST.PID.RANDOM.tmp``) and moved over ``path`` with
+    ``os.replace``, so a reader never sees a half-written file and a failed save leaves ``path`` as it
+    was.  The temporary file is removed when the save fails or is interrupted (``KeyboardInterrupt``);
+    one left by a process that was killed is removed by the next save into the folder.
 
     Raises
     ------
@@ -595,6 +602,9 @@ def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
     ValueError
         When ``records`` is empty, the folder does not exist, ``path`` is a folder or does not end in
         ``.pt``/``.pth`` (``~`` is expanded).
+    OSError
+        One line naming ``path`` and the error (its ``errno``: ``ENOSPC`` "no space left on device",
+        ``EDQUOT``, ``EFBIG``, ``EACCES``, ...) when the file cannot be written; nothing is written.
 
     Examples
     --------
@@ -627,21 +637,99 @@ def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
     if target.is_dir():
         raise ValueError(f"cannot save to {target}: it is a folder; expected a file name such as att.pt")
     payload = {"format": FORMAT, "version": VERSION, "layers": [rec.to_dict() for rec in recs]}
-    tmp = folder / f".{target.name}.{uuid.uuid4().hex}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
+    _remove_stale_tmp(folder)
+    tmp = folder / f".{target.name}.{_HOST}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    writer = None
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
         with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
+            writer = _Writer(f)
+            torch.save(payload, writer)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
-        except FileNotFoundError:
+        except OSError:
             pass
+        failed = writer.error if writer is not None and writer.error is not None else exc
+        if isinstance(failed, OSError) or (isinstance(failed, RuntimeError) and _TORCH_WRITE_FAILED.search(str(failed))):
+            raise _save_failed(target, failed) from None
         raise
     return target
+
+
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", platform.node()) or "host"  # in a temporary file's name, with the process id
+# torch's own words for a write of torch.save that failed (the OSError behind it, when there is one, is lost)
+_TORCH_WRITE_FAILED = re.compile(r"inline_container|PytorchStreamWriter|unexpected pos|file write failed")
+
+
+class _Writer:
+    """The file ``torch.save`` writes to, keeping the first ``OSError`` of a write: torch reports a failed write as a
+    ``RuntimeError`` of its own (``[enforce fail at inline_container.cc:...] unexpected pos ...``), without the errno."""
+
+    def __init__(self, f: Any):
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _save_failed(target: Path, exc: BaseException) -> OSError:
+    """One-line ``OSError`` for a save of ``target`` that could not be written (``exc``: the write's own error, or
+    torch's ``RuntimeError`` when none was seen: then ``ENOSPC`` when the folder has no space left, else ``EIO``)."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        code = exc.errno
+    else:
+        try:
+            full = os.statvfs(target.parent if str(target.parent) else ".").f_bavail == 0
+        except (OSError, AttributeError):  # no statvfs (Windows)
+            full = False
+        code = errno.ENOSPC if full else errno.EIO
+    why = os.strerror(code)
+    if not isinstance(exc, OSError):
+        why += f" (torch.save: {' '.join(str(exc).split())[:200]})"
+    return OSError(code, f"cannot save {target}: {why[:1].lower() + why[1:]}; nothing was written, {target.name} is as it was")
+
+
+def _remove_stale_tmp(folder: Path) -> None:
+    """Remove the temporary files of saves into ``folder`` whose process has ended (killed while writing): those
+    named by this host, ``.NAME.HOST.PID.RANDOM.tmp``, with a process id that no longer runs."""
+    if os.name != "posix":  # os.kill(pid, 0) tests for a process only on POSIX
+        return
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        parts = entry.name.rsplit(".", 4)
+        if len(parts) != 5 or parts[4] != "tmp" or parts[1] != _HOST or not parts[2].isdigit() \
+                or not re.fullmatch(r"[0-9a-f]{32}", parts[3]) or not parts[0].startswith(".") \
+                or Path(parts[0]).suffix.lower() not in EXTENSIONS:
+            continue
+        pid = int(parts[2])
+        if pid == os.getpid():
+            continue  # another save of this process, under way
+        try:
+            os.kill(pid, 0)
+            continue  # that process runs
+        except ProcessLookupError:
+            pass
+        except OSError:  # PermissionError: it runs, as another user
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+        except OSError:
+            pass
 
 
 def load(path: str | os.PathLike) -> list[LayerRecord]:
@@ -652,9 +740,10 @@ def load(path: str | os.PathLike) -> list[LayerRecord]:
     Raises
     ------
     ValueError
-        One line naming the file and what was wrong: missing, unreadable, not a hypviz.capture file,
-        a newer version, no layer records, or a bad record.  A refused pickle is described, never
-        with torch's advice to load the file with ``weights_only=False``.
+        One line naming the file and what was wrong: missing, empty, truncated, a pickled object (refused
+        unread: ``weights_only=True`` runs no code of the file), not a hypviz.capture file, a newer
+        version, no layer records, or a bad record (:func:`unreadable` says why a file cannot be read);
+        never with torch's advice to load the file with ``weights_only=False``.
 
     Examples
     --------
@@ -673,13 +762,64 @@ def load(path: str | os.PathLike) -> list[LayerRecord]:
     if not p.is_file():
         raise ValueError(f"{p}: no such file; expected a hypviz.capture file written by Capture.save")
     try:
-        obj = torch.load(p, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's note on a plain pickle's protocol: the refusal below says more
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # unpickling fails in many ways; all mean "not a readable torch.save file"
-        raise ValueError(
-            f"{p}: cannot read it with torch.load(weights_only=True) ({torch_load_reason(exc)}); "
-            "expected a hypviz.capture file written by Capture.save"
-        ) from None
+        raise ValueError(f"{p}: {unreadable(p, exc)}; expected a hypviz.capture file written by Capture.save") from None
     return parse(obj, p)
+
+
+def unreadable(path: str | os.PathLike, exc: BaseException) -> str:
+    """Why ``torch.load(path, weights_only=True)``, which raised ``exc``, could not read ``path``, in a few words.
+
+    Told from the file itself, not from torch's words alone: empty; truncated (a torch.save zip archive without the
+    directory at its end, a member reaching past the end, a pickle that ends early: torch then says "Invalid
+    argument" or "failed finding central directory"); a pickled object (named); a plain pickle; else torch's reason
+    (:func:`hypviz.base.messages.torch_load_reason`), never its advice to load the file with ``weights_only=False``.
+
+    Examples
+    --------
+    >>> import pathlib, pickle, tempfile, torch
+    >>> from hypviz.capture.records import unreadable
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     p = pathlib.Path(folder) / "cut.pt"
+    ...     torch.save({"x": torch.zeros(100)}, p)
+    ...     _ = p.write_bytes(p.read_bytes()[:300])
+    ...     try:
+    ...         torch.load(p, weights_only=True)
+    ...     except Exception as exc:
+    ...         print(unreadable(p, exc))
+    the file is truncated: it starts as a torch.save file (a zip archive) but the zip directory that ends such a file is missing (300 bytes on disk)
+    """
+    p = Path(os.fspath(path))
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(4)
+    except OSError as err:
+        return f"cannot read it ({err.strerror or err})"
+    if size == 0:
+        return "the file is empty (0 bytes)"
+    if head == b"PK\x03\x04":  # a torch.save file (a zip archive)
+        try:
+            with zipfile.ZipFile(p) as zf:
+                members = zf.infolist()
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            return (f"the file is truncated: it starts as a torch.save file (a zip archive) but the zip directory that ends such a "
+                    f"file is missing ({size} bytes on disk)")
+        past = [m.filename for m in members if m.header_offset + m.compress_size > size]
+        if past:
+            return f"the file is truncated: its member {short(past[0])} reaches past the end of the file ({size} bytes on disk)"
+    text = str(exc)
+    named = re.search(r"GLOBAL ([\w.]+)", text)
+    if named:
+        return f"it holds a pickled {named.group(1)} object, not a hypviz capture (refused unread: no code of the file was run)"
+    if isinstance(exc, EOFError) or "truncated" in text or (isinstance(exc, OSError) and exc.errno == errno.EINVAL):
+        return f"the file is truncated: its data end early ({size} bytes on disk)"
+    if head[:1] == b"\x80" and ("Weights only load failed" in text or "WeightsUnpickler" in text):
+        return "it holds a pickled Python object (written by pickle, not torch.save), not a hypviz capture (refused unread)"
+    return f"cannot read it with torch.load(weights_only=True): {torch_load_reason(exc)}"
 
 
 def parse(obj: Any, where: Any = "capture") -> list[LayerRecord]:

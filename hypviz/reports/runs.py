@@ -275,9 +275,10 @@ def _read_capture(path: Path) -> list[Any]:
 
     try:
         obj = load_torch_file(path, "CAPTURE", max_input_bytes())
-    except Unreadable as exc:
+    except Unreadable as exc:  # torch.load(weights_only=True) refused it (its error is the context): no QUERIES file either
         raise UsageError(
-            f"KEYS is missing and {show(path)} is not a readable capture file ({exc.reason}); pass a KEYS file"
+            f"CAPTURE: {show(path)} is not a readable capture file: {records_mod.unreadable(path, exc.__context__ or exc)}; "
+            "expected a hypviz.capture file written by Capture.save (or QUERIES and KEYS files)"
         ) from None
     layers = obj.get("layers") if isinstance(obj, dict) else None
     if isinstance(layers, list):
