@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import warnings
