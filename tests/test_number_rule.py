@@ -303,6 +303,21 @@ def test_sizes_with_units_are_read(text, n, monkeypatch):
     assert messages.env_limit("HYPVIZ_TEST_BYTES", 1, "bytes", error=ValueError) == n
 
 
+def test_compare_reads_its_block_bytes_with_units(monkeypatch):
+    from hypviz import attention as att
+    from hypviz import data
+
+    q = data.lifted_gaussian(8, 4, 1.0, seed=0)
+    rows = {}
+    for text in ("64MiB", str(64 * 2**20), "8KiB"):
+        monkeypatch.setenv("HYPVIZ_BLOCK_BYTES", text)
+        rows[text] = att.plan_compare(q, q, "spatial", "distance", temperature=1.0).plan.block_rows
+    assert rows["64MiB"] == rows[str(64 * 2**20)]
+    monkeypatch.setenv("HYPVIZ_BLOCK_BYTES", "64 parrots")
+    with pytest.raises(ValueError, match=r"^HYPVIZ_BLOCK_BYTES must be a positive whole number of bytes.*got '64 parrots'$"):
+        att.compare(q, q, "spatial", "distance", temperature=1.0)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12))
 def test_anything_else_is_one_line_naming_the_variable_and_the_form(text):

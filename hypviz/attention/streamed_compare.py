@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ from hypviz.attention.row_blocks import (
 from hypviz.base import kinds, validate
 from hypviz.base.kinds import Kind
 from hypviz.base.bounds import kl_supremum, tv_supremum
+from hypviz.base.messages import env_limit
 from hypviz.lorentz import lift
 
 __all__ = ["compare", "plan_compare", "run_compare", "ComparePlan", "PATHS"]
@@ -175,7 +175,7 @@ def _block_rows_for(m: int, itemsize: int, budget: int | None, dev: torch.device
         if dev.type == "cuda":
             budget = max(budget, min(8 * 2**30, torch.cuda.mem_get_info(dev)[0] // 4))
         else:
-            cache = int(os.environ.get("HYPVIZ_BLOCK_BYTES", 0)) or max(
+            cache = env_limit("HYPVIZ_BLOCK_BYTES", 0, "bytes", error=ValueError) or max(
                 _l2_bytes() * torch.get_num_threads(), _MIN_BLOCK_ELEMENTS * itemsize)
             rows_cap = max(rows_for(cache, m, itemsize), _MIN_BLOCK_ROWS)
             budget = min(budget, 3 * m * itemsize * rows_cap)
