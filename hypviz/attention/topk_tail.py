@@ -923,9 +923,8 @@ def distance_topk_attention(
     with torch.no_grad():
         a, b = distance_operands(qf, kfl, k=kf, temperature=tau)
         use_index = search_ == "index" or (search_ == "auto" and _faiss_available())
-        if fitted is not None and (heads != 1 or fitted.keys.shape != kfl[0].shape or fitted.keys.dtype != kfl.dtype):
-            raise ValueError(f"search must be an index of these keys (one key set of shape {tuple(kfl[0].shape)}), got "
-                             f"an index of keys of shape {tuple(fitted.keys.shape)}")
+        if fitted is not None:
+            fitted.check_keys(kfl, k=kf, name="search")
         searches: list[Any] = [_IndexSearch(qf[h], kfl[h], a[h], b[h], kf, tau, recall_, seed_) if use_index
                                else _ExactSearch(a[h], b[h]) for h in range(heads)]
         if fitted is not None:
