@@ -4,6 +4,7 @@ something, and compose into figures made elsewhere (axes=)."""
 from __future__ import annotations
 
 import math
+import re
 
 import matplotlib
 
@@ -350,3 +351,12 @@ def test_single_panel_figures_compose_into_one_figure(maps):
     assert out is cost[0].figure and len(cost[0].lines) == 3  # two curves and the crossover
     with pytest.raises(TypeError, match="ax must be a matplotlib Axes"):
         pa.difference_map_mpl(maps[1], maps[0], ax=fig)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: pa.heatmaps_mpl([np.eye(3)], ["a"], vmin="0"), "vmin must be a finite number, got the string '0'"),
+    (lambda: pa.difference_map_mpl(np.eye(3), np.eye(3), limit=b"1"), "limit must be a finite number, got the bytes b'1'"),
+])
+def test_numbers_spelt_as_text_are_refused_by_the_plots(call, message):
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+        call()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 import hypviz.plots._common as common
+from hypviz.base import validate
 import hypviz.plots.style as style
 from hypviz.plots._common import as_1d as _as_1d
 from hypviz.plots._common import as_2d as _as_2d
@@ -78,8 +79,8 @@ def heatmaps_mpl(
     arrays = [_as_2d(m, f"maps[{i}]") for i, m in enumerate(maps)]
     if not arrays or len(titles) != len(arrays):
         raise ValueError(f"heatmaps_mpl: need one title per map, got {len(arrays)} maps and {len(titles)} titles")
-    lo = 0.0 if vmin is None else float(vmin)
-    hi = max(float(a.max()) for a in arrays) if vmax is None else float(vmax)
+    lo = 0.0 if vmin is None else validate.number(vmin, "vmin")
+    hi = max(float(a.max()) for a in arrays) if vmax is None else validate.number(vmax, "vmax")
     norm = Normalize(vmin=lo, vmax=hi if hi > lo else lo + 1.0)
     fig, axes = common.panels(axes, len(arrays), (panel_size * len(arrays) + 1.2, panel_size + 0.6))
     image = None
@@ -130,7 +131,7 @@ def difference_map_mpl(
     if a.shape != b.shape:
         raise ValueError(f"difference_map_mpl: maps of different shapes {a.shape} and {b.shape}")
     diff = b - a
-    lim = float(np.abs(diff).max()) if limit is None else float(limit)
+    lim = float(np.abs(diff).max()) if limit is None else validate.number(limit, "limit")
     if not lim > 0:
         lim = 1e-16
     fig, ax = common.single(ax, (4.4, 3.6))
@@ -183,7 +184,7 @@ def difference_maps_mpl(
         diffs.append(b - a)
     if not diffs or len(titles) != len(diffs):
         raise ValueError(f"difference_maps_mpl: need one title per pair, got {len(diffs)} pairs and {len(titles)} titles")
-    lim = max(float(np.abs(dd).max()) for dd in diffs) if limit is None else float(limit)
+    lim = max(float(np.abs(dd).max()) for dd in diffs) if limit is None else validate.number(limit, "limit")
     if not lim > 0:
         lim = 1e-16
     norm = Normalize(vmin=-lim, vmax=lim)
@@ -280,9 +281,11 @@ def disk_level_sets_mpl(
         kk = kk.to(q.dtype)
     L.check_points(q, k=kf, name="query")
     L.check_points(kk, k=kf, name="keys")
-    if not (isinstance(grid, (tuple, list)) and len(grid) == 2 and all(int(g) >= 4 for g in grid)):
+    if not (isinstance(grid, (tuple, list)) and len(grid) == 2):
         raise ValueError(f"disk_level_sets_mpl: grid must be (radii, angles), each >= 4; got {grid!r}")
-    if not 0.0 < float(edge) < 1.0:
+    grid = tuple(validate.integer(g, "grid", 4) for g in grid)
+    edge = validate.number(edge, "edge")
+    if not 0.0 < edge < 1.0:
         raise ValueError(f"disk_level_sets_mpl: edge must lie in (0, 1), got {edge!r}")
     root_k = math.sqrt(kf)
 

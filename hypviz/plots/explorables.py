@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from hypviz import attention as att
-from hypviz.base import kinds
+from hypviz.base import kinds, validate
 from hypviz import lorentz as L
 import hypviz.plots.style as style
 from hypviz.plots.explorable_parts import (  # noqa: F401  (the explorers' shared pieces)
@@ -173,7 +173,7 @@ def norm_temperature_explorer(
         raise ValueError(f"start must be a pair (r, temperature) of grid values or None, got {start!r}")
     ir = grid_position(None if start is None else start[0], rs, "start[0] (r)", len(rs) // 2)
     it = grid_position(None if start is None else start[1], taus, "start[1] (temperature)", len(taus) // 2)
-    lo_w, hi_w = (float(v) for v in weight_range)
+    lo_w, hi_w = (validate.number(v, "weight_range") for v in weight_range)
     if not 0 < lo_w < 1 < hi_w:
         raise ValueError(f"weight_range must be (low, high) with 0 < low < 1 < high, got {weight_range!r}")
     R, T, M = len(rs), len(taus), k0.shape[0]
@@ -332,7 +332,7 @@ def key_spread_explorer(
     if float(ss.max()) * float(w.abs().max()) >= 1.0:
         raise ValueError(f"spreads: s * max|w| must stay below 1 (key norms m (1 + s w) > 0), got s up to {ss.max():g}")
     js = grid_position(start, ss, "start (s)", 0)
-    lo_w, hi_w = (float(v) for v in weight_range)
+    lo_w, hi_w = (validate.number(v, "weight_range") for v in weight_range)
     if not 0 < lo_w < 1 < hi_w:
         raise ValueError(f"weight_range must be (low, high) with 0 < low < 1 < high, got {weight_range!r}")
     S, M = len(ss), u.shape[0]

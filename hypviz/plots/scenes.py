@@ -32,6 +32,7 @@ import torch
 from hypviz.lorentz import projections as D
 from hypviz import lorentz as L
 from hypviz.attention.top_keys import top_attention
+from hypviz.base import validate
 
 __all__ = [
     "MODELS",
@@ -256,7 +257,7 @@ def _geometry(
         if samples.shape[0]:
             far = max(far, float(L.dist(samples, origin, k=kf).max()))
         radius = max(1.15 * far, 1.0 * math.sqrt(kf))
-    radius = float(radius)
+    radius = validate.number(radius, "radius")
     if not math.isfinite(radius) or radius <= 0:
         raise ValueError(f"radius: expected a positive hyperbolic radius, got {radius!r}")
     if labels is not None:
@@ -287,8 +288,8 @@ def _grid(geo: _Geometry, grid: bool, reach: float | None = None) -> torch.Tenso
 def _value_range(values: np.ndarray | None, vmin: float | None, vmax: float | None) -> tuple[float, float] | None:
     if values is None:
         return None
-    lo = float(np.min(values)) if vmin is None else float(vmin)
-    hi = float(np.max(values)) if vmax is None else float(vmax)
+    lo = float(np.min(values)) if vmin is None else validate.number(vmin, "vmin")
+    hi = float(np.max(values)) if vmax is None else validate.number(vmax, "vmax")
     return lo, hi
 
 
