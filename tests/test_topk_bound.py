@@ -62,6 +62,8 @@ def _check(q, kk, tau, **kwargs):
     assert bool((tv <= res.row_bound.double() * (1 + 1e-9) + 1e-12).all()), float((tv - res.row_bound.double()).max())
     assert bool((tv[res.met] <= TOL * base[res.met] + 1e-12).all()), float((tv / base)[res.met].max())
     assert not bool((res.met & res.estimated).any())
+    assert bool((res.row_baseline_low.double() <= base * (1 + 1e-9) + 1e-12).all())  # a lower bound on TV(P_hat, U)
+    assert torch.equal(res.met, res.row_bound <= TOL * res.row_baseline_low)
     sure = att.distance_topk_attention(q, kk, temperature=tau, certify=True, **kwargs)
     tv_s, base_s = _truth(sure, q, kk, tau)
     assert bool(sure.met.all()) and bool((tv_s <= TOL * base_s + 1e-12).all())

@@ -162,8 +162,9 @@ class TopkTail(NamedTuple):
     (see the module); ``row_baseline``, ``(..., N)`` the estimate of :math:`\mathrm{TV}(\hat P_i, U)`;
     ``row_bound``, ``(..., N)`` a proven upper bound on :math:`\mathrm{TV}(\hat P_i, P_i)` (``inf`` where none:
     rows of the tail alone too wide for it, rows searched by an index), 0 for rows with every key exact;
-    ``met``, ``(..., N)`` whether the bound meets the target, ``row_bound <= tol *`` a proven lower bound on
-    :math:`\mathrm{TV}(\hat P_i, U)` (a guarantee); ``estimated``, ``(..., N)`` the rows whose estimate meets the
+    ``row_baseline_low``, ``(..., N)`` a proven lower bound on :math:`\mathrm{TV}(\hat P_i, U)` (0 where none: rows of
+    the tail alone); ``met``, ``(..., N)`` whether the bound meets the target, ``row_bound <= tol * row_baseline_low``
+    (a guarantee); ``estimated``, ``(..., N)`` the rows whose estimate meets the
     target, ``row_error <= tol * row_baseline``, where the bound does not (their accuracy is an estimate); ``cut``, ``(..., N, 3)``
     :math:`(t_i, \beta_i, \gamma_i)`, the cut's logit and the tail polynomial; ``search``, the top-key
     search used (``"exact"``, or each index's one-line summary, fallbacks with their reason); ``recall``, its
@@ -195,6 +196,7 @@ class TopkTail(NamedTuple):
     row_error: torch.Tensor
     row_baseline: torch.Tensor
     row_bound: torch.Tensor
+    row_baseline_low: torch.Tensor
     met: torch.Tensor
     estimated: torch.Tensor
     cut: torch.Tensor
@@ -360,6 +362,7 @@ class _Head(NamedTuple):
     met: torch.Tensor  # (N,) bool: the bound meets the target
     best: torch.Tensor  # (N,) float64: m, the row's largest logit (t for a tail-only row)
     bound: torch.Tensor  # (N,) float64: the bound on TV(P_hat, P) (inf where none)
+    base_low: torch.Tensor  # (N,) float64: the lower bound on TV(P_hat, U) (0 where none)
     estimated: torch.Tensor  # (N,) bool: the estimate meets the target, the bound does not
     rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # (row index, top logits, top keys) per decided block
 
@@ -554,18 +557,19 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
     met = torch.zeros(n, dtype=torch.bool, device=dev)
     best = torch.zeros(n, dtype=torch.float64, device=dev)
     bnd = torch.full((n,), math.inf, dtype=torch.float64, device=dev)
+    blo = torch.zeros(n, dtype=torch.float64, device=dev)
     est = torch.zeros(n, dtype=torch.bool, device=dev)
     kept: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     ranked = isinstance(search, _ExactSearch)  # every key below a read's last is at most its logit
     err_rows = logit_error(a, b).double()
 
-    def record(rows: torch.Tensor, done: torch.Tensor, k: int, t, beta, gamma, e_hat, b_hat, sure, guess, bound, mx, vals,
-               idx) -> None:
+    def record(rows: torch.Tensor, done: torch.Tensor, k: int, t, beta, gamma, e_hat, b_hat, sure, guess, bound, low, mx,
+               vals, idx) -> None:
         dr = rows[done]
         cut[dr, 0], cut[dr, 1], cut[dr, 2] = t[done], beta[done], gamma[done]
         topn[dr] = k
         err[dr], base[dr], met[dr], best[dr] = e_hat[done], b_hat[done], sure[done], mx[done]
-        bnd[dr], est[dr] = bound[done], guess[done] & ~sure[done]
+        bnd[dr], blo[dr], est[dr] = bound[done], low[done], guess[done] & ~sure[done]
         if keep and dr.numel():
             kept.append((dr, vals[done, :k], idx[done, :k]))
 
@@ -586,6 +590,7 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
             topn[rows] = m
             err[rows], met[rows], best[rows], bnd[rows], est[rows] = 0.0, True, mx.squeeze(-1).double(), 0.0, False
             base[rows] = 0.5 * (w * (1.0 / z).unsqueeze(-1).to(w.dtype) - 1.0 / m).abs_().sum(-1).double()
+            blo[rows] = (base[rows] - m * torch.finfo(w.dtype).eps).clamp_min(0.0)  # less the sum's worst rounding
             if sink is not None:
                 sink(rows, w, z)
 
@@ -615,7 +620,7 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
             sure = torch.zeros_like(guess)  # no lower bound on TV(P_hat, U) without top keys: never certified here
             good = sure if certify else guess
             done = good | (not levels and not fallback)
-            record(rows, done, 0, t, beta, gamma, e_hat, b_hat, sure, guess, bound, t,
+            record(rows, done, 0, t, beta, gamma, e_hat, b_hat, sure, guess, bound, torch.zeros_like(bound), t,
                    torch.zeros(rows.numel(), 0, dtype=dt, device=dev), torch.zeros(rows.numel(), 0, dtype=torch.long, device=dev))
             left.append(rows[~done])
         todo = torch.cat(left) if left else todo[:0]
@@ -651,7 +656,8 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
             slack = err_rows[rows]
             low = ms - a64.norm(dim=-1) * st.reach - 2.0 * slack if ranked else None  # every logit at least this
             t, beta, gamma, e_hat, b_hat, bound, base_lo = _searched(v64, k, big, m, lf, le, ms, sqr, dt, low)
-            bound = bound + _rounding(slack, beta, gamma, dt)
+            rnd = _rounding(slack, beta, gamma, dt)  # what rounding can move TV(P_hat, P) and TV(P_hat, U) by
+            bound, base_lo = bound + rnd, (base_lo - rnd).clamp_min(0.0)
             guess = e_hat <= tol * b_hat
             sure = bound <= tol * base_lo
             good = sure if certify else guess
@@ -665,13 +671,13 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
                     decay = (ratio / prev.clamp_min(1e-300)).clamp_max(1.0)
                     hopeless = ~good & (ratio * decay**ahead > 1.0)
             done = good | (last & ~hopeless)
-            record(rows, done, k, t, beta, gamma, e_hat, b_hat, sure, guess, bound, v64[:, 0], vals, idx)
+            record(rows, done, k, t, beta, gamma, e_hat, b_hat, sure, guess, bound, base_lo, v64[:, 0], vals, idx)
             if bool(hopeless.any()):
                 exact(block, local[hopeless])
             keep_on = ~(done | hopeless)
             local, prev = local[keep_on], ratio[keep_on]
             held = (held[0][keep_on], held[1][keep_on])
-    return _Head(cut, topn, err, base, met, best, bnd, est, kept)
+    return _Head(cut, topn, err, base, met, best, bnd, blo, est, kept)
 
 
 def _map_logits(s: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:
@@ -1024,6 +1030,7 @@ def distance_topk_attention(
         row_error=back(stack("error").to(dt)),
         row_baseline=back(stack("baseline").to(dt)),
         row_bound=back(stack("bound")),
+        row_baseline_low=back(stack("base_low")),
         met=back(stack("met")),
         estimated=back(stack("estimated")),
         cut=back(stack("cut").to(dt)),
