@@ -189,22 +189,22 @@ def _key_sqnorms(keys: torch.Tensor) -> torch.Tensor:
 
 
 def _difference_rounding(sh: SharedLogits, alpha: float, keys: torch.Tensor, k: float, nk: torch.Tensor) -> torch.Tensor:
-    r"""Per row (float64), the rounding of the logits :math:`\hat S - lpha\, c\, w^	op` of one kind that a second kind of
+    r"""Per row (float64), the rounding of the logits :math:`\hat S - \alpha\, c\, w^\top` of one kind that a second kind of
     the same product does not share: what can make two maps of one product differ where exact arithmetic does not.
 
     Both kinds' logits hold the same computed :math:`\hat S`, so its rounding (:math:`\sqrt d` times the size of the
     product's terms) shifts both maps alike and cancels in :math:`\log P_a - \log P_b`.  What is left, per logit, is
-    the rounding of :math:`lpha\, c_i w_j` and of the subtraction (to first order in :math:`u = arepsilon/2`):
+    the rounding of :math:`\alpha\, c_i w_j` and of the subtraction (to first order in :math:`u = \varepsilon/2`):
 
     .. math::
 
-        r_i = |lpha|\, |c_i| igl(\delta w + 5u \max_j w_jigr) + u\, \|A_i\|_2 \max_j \|B_j\|_2,
+        r_i = |\alpha|\, |c_i| \bigl(\delta w + 5u \max_j w_j\bigr) + u\, \|A_i\|_2 \max_j \|B_j\|_2,
 
-    :math:`2u` for :math:`c = q_t / 	au`, :math:`2u` for the products :math:`lpha\, c_i w_j`, :math:`u` for the
-    subtraction of a result at most :math:`|\hat S_{ij}| + |lpha c_i| w_j`, :math:`|S_{ij}| \le \|A_i\|_2 \|B_j\|_2`;
-    :math:`\delta w = \max_j |w_j - w^{(64)}_j| + (d + 6)\,arepsilon_{64} \max_j w_j` the measured error of the
+    :math:`2u` for :math:`c = q_t / \tau`, :math:`2u` for the products :math:`\alpha\, c_i w_j`, :math:`u` for the
+    subtraction of a result at most :math:`|\hat S_{ij}| + |\alpha c_i| w_j`, :math:`|S_{ij}| \le \|A_i\|_2 \|B_j\|_2`;
+    :math:`\delta w = \max_j |w_j - w^{(64)}_j| + (d + 6)\,\varepsilon_{64} \max_j w_j` the measured error of the
     computed :math:`w` against its float64 value from ``nk`` (:func:`_key_sqnorms`), plus that value's own worst
-    case.  0 for :math:`lpha = 0` (that map's logits are :math:`\hat S` itself).
+    case.  0 for :math:`\alpha = 0` (that map's logits are :math:`\hat S` itself).
     """
     if alpha == 0.0 or sh.w.shape[-1] == 0:
         return torch.zeros(sh.c.shape, dtype=torch.float64, device=sh.c.device)

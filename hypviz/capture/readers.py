@@ -140,10 +140,10 @@ def verified_call(parts: Sequence[tuple[LayerRecord, Any, dict[str, Any] | None]
 
     Each record's output is rebuilt at the temperature its record holds and compared with ``seen`` to the
     tolerance of the model's dtype (:func:`hypviz.capture.verification.tolerance`; a dtype it does not know is
-    *not verified*).  Where the layer's attributes give :math:`	au` (``temperature_source`` in :data:`GIVEN`) it is
-    never replaced: a record not reproduced at it is *not verified*, its note naming the :math:`	au` that does
+    *not verified*).  Where the layer's attributes give :math:`\tau` (``temperature_source`` in :data:`GIVEN`) it is
+    never replaced: a record not reproduced at it is *not verified*, its note naming the :math:`\tau` that does
     reproduce the call's outputs where one is measured (a fork whose logits differ from what its attributes say).
-    Where they do not (``"default"``), a call not reproduced gets ONE :math:`	au` for all its records from
+    Where they do not (``"default"``), a call not reproduced gets ONE :math:`\tau` for all its records from
     :func:`hypviz.capture.verification.fit_temperature`, recorded as ``"measured"`` only when the outputs fix it
     (error within the tolerance, ``spread <= MEASURED_SPREAD``); otherwise "not verified: the temperature could not
     be measured above the rounding of <dtype>".  The records verified keep what their check compared
