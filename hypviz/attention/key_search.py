@@ -28,7 +28,7 @@ import torch
 
 from hypviz.attention.checks import checked_inputs, flatten_batch
 from hypviz.base import validate
-from hypviz.lorentz import distance_operands
+from hypviz.lorentz import check_k, distance_operands
 
 __all__ = ["TopKeyLogits", "exact_top_keys", "KeySearch", "search_top_keys", "KeyIndex", "fit_key_index"]
 
@@ -59,25 +59,26 @@ class TopKeyLogits(NamedTuple):
 
 
 def logit_rounding(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""The rounding of the logits ``a @ b.T`` as two factors: :math:`e_{ij} = e^{\mathrm{row}}_i\, e^{\mathrm{col}}_j`.
+    r"""The rounding bound of the logits ``a @ b.T`` as two factors, :math:`e_{ij} = \mathrm{row}_i\,\mathrm{col}_j`.
 
     .. math::
 
-        |\hat s_{ij} - s_{ij}| \le e_{ij} = c\,\varepsilon\,\|a_i\|\,\|b_j\|, \qquad c = d + 3 \text{ columns},
+        |\hat s_{ij} - a_i \cdot b_j| \le \gamma_c \sum_l |a_{il} b_{jl}| \le e_{ij} = \gamma_c\,\|a_i\|\,\|b_j\|,
+        \qquad \gamma_c = \frac{c\,u}{1 - c\,u},\ u = \varepsilon / 2,
 
-    twice the worst case :math:`\tfrac{c\varepsilon}{2}\sum_l |a_{il} b_{jl}|` of a length-``c`` dot product in any
-    summation order (any BLAS kernel, with or without FMA), the other half covering the operands' own rounding.
-    Returns ``(row, col)``: ``(rows, 1)`` :math:`c\,\varepsilon\,\|a_i\|` and ``(M,)`` :math:`\|b_j\|`, for :func:`block_top`.
+    the worst case of a dot product of ``c`` terms (``c = d + 3``) summed in any order, with or without FMA: any
+    BLAS kernel, any block.  Two logits of equal exact value are computed at most :math:`e_{ij} + e_{ij'}` apart.
+    Returns ``(row, col)``: ``(rows, 1)`` :math:`\gamma_c\|a_i\|` and ``(M,)`` :math:`\|b_j\|`, for :func:`block_top`.
 
     Examples
     --------
     >>> import torch
     >>> row, col = logit_rounding(torch.ones(2, 4, dtype=torch.float64), torch.ones(3, 4, dtype=torch.float64))
-    >>> row.shape, col.shape, float(row[0, 0] * col[0]) == 4 * torch.finfo(torch.float64).eps * 2 * 2
-    (torch.Size([2, 1]), torch.Size([3]), True)
+    >>> row.shape, col.shape, f"{float(row[0, 0] * col[0]):.3g}"  # 4 u / (1 - 4 u) * 2 * 2
+    (torch.Size([2, 1]), torch.Size([3]), '1.78e-15')
     """
-    eps = torch.finfo(a.dtype).eps
-    return (a.shape[-1] * eps) * a.norm(dim=-1, keepdim=True), b.norm(dim=-1)
+    cu = a.shape[-1] * torch.finfo(a.dtype).eps / 2
+    return (cu / (1.0 - cu)) * a.norm(dim=-1, keepdim=True), b.norm(dim=-1)
 
 
 Rounding = tuple[torch.Tensor, torch.Tensor]
@@ -102,54 +103,70 @@ def _at(rounding: Rounding, rows: torch.Tensor | None, cols: torch.Tensor) -> to
 def _block_top_direct(s: torch.Tensor, top: int, rounding: Rounding | None, where: torch.Tensor | None = None
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`block_top` on every entry of each row of ``s`` (``where``: each entry's column in the rounding's terms,
-    default its own): ``torch.topk`` of ``top + 1``; a row where rounding could decide the order (two of its ``top``
-    whose intervals meet) or the cut (the ``top + 1``-th largest entry within the row's largest rounding ``E`` of the
-    lowest interval among the ``top``) is ordered by :func:`_tied_top`.  Returns values and positions in ``s``."""
-    rows, m = s.shape
-    val, pos = torch.topk(s, min(top + 1, m), dim=-1)
+    default its own): ``torch.topk``; a row where rounding could decide the order (two of its ``top`` whose
+    intervals meet) or the cut (an entry beyond the ``top`` within the row's largest rounding ``E`` of the lowest
+    interval among them) is ordered by :func:`_by_groups`, from the ``top`` themselves or, for the cut, from every
+    entry within ``3 E`` of the ``top``-th (:func:`_tied_top`).  Returns values and positions in ``s``."""
+    val, pos = torch.topk(s, top, dim=-1)
     if rounding is None:
         e = torch.zeros_like(val)
         span = e[:, :1]
     else:
         e = _at(rounding, None, pos if where is None else torch.gather(where, -1, pos))
         span = rounding[0] * rounding[1].amax(dim=-1, keepdim=True)  # E_i = e_row_i * max_j e_col_j
-    inside, e_in = val[:, :top], e[:, :top]
-    tied = ~(inside[:, :-1] - inside[:, 1:] > e_in[:, :-1] + e_in[:, 1:]).all(dim=-1)  # nan (equal infinities) counts
-    if m > top:
-        tied |= ~(val[:, top] + span[:, 0] < (inside - e_in).amin(dim=-1))
-        val, pos = val[:, :top].contiguous(), pos[:, :top].contiguous()
+    tied = ~(val[:, :-1] - val[:, 1:] > e[:, :-1] + e[:, 1:]).all(dim=-1)  # nan (equal infinities) counts too
+    across = (s >= (val - e).amin(dim=-1, keepdim=True) - span).sum(dim=-1) > top  # an entry beyond the top reaches them
+    tied |= across
     if bool(tied.any()):
-        val[tied], pos[tied] = _tied_top(s[tied], top, val[tied, -1:] - 3.0 * span[tied], _rows_of(rounding, tied),
-                                         None if where is None else where[tied])
+        inner = tied & ~across  # only ties among the top: those are the candidates
+        if bool(inner.any()):
+            val[inner], pos[inner] = _by_groups(val[inner], pos[inner], e[inner], s.shape[1], top, in_index_order=False)
+        if bool(across.any()):
+            val[across], pos[across] = _tied_top(s[across], top, val[across, -1:] - 3.0 * span[across],
+                                                 _rows_of(rounding, across), None if where is None else where[across])
     return val, pos
 
 
 def _tied_top(s: torch.Tensor, top: int, floor: torch.Tensor, rounding: Rounding | None, where: torch.Tensor | None
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Each row's ``top`` by the tie rule of :func:`block_top`, from its entries ``>= floor`` (every entry that can
-    be among them or tied with them).
-
-    The candidates are sorted by the upper ends :math:`u = \hat s + e` of their intervals (stable: equal ends by
-    index); the first candidate not yet in a group leads the next one, which takes every later candidate whose
-    interval reaches the leader's lower end :math:`l = \hat s - e`.  A group is a run of that order, so its leaders
-    are the orbit of the first candidate under ``next`` (the first candidate whose ``u`` is below one's own ``l``),
-    found by pointer doubling in :math:`\lceil\log_2 C\rceil` steps; candidates are then ordered by (group, index).
-    """
+    """Each row's ``top`` by the tie rule of :func:`block_top`, from its entries ``>= floor`` (every entry that can
+    be among them or tied with them), by :func:`_by_groups`."""
     rows, m = s.shape
     dev = s.device
     row, c = torch.nonzero(s >= floor, as_tuple=True)  # row-major: columns increase within a row
     v = s[row, c]
-    e = torch.zeros_like(v) if rounding is None else _at(rounding, row, c if where is None else where[row, c])
     counts = torch.bincount(row, minlength=rows)
     width = int(counts.max())
     at = torch.arange(row.numel(), device=dev) - (torch.cumsum(counts, 0) - counts)[row]
-    inf = torch.full((rows, width), -math.inf, dtype=s.dtype, device=dev)
-    up, low, val = inf.clone(), inf.clone(), inf
+    val = torch.full((rows, width), -math.inf, dtype=s.dtype, device=dev)
+    e = torch.zeros_like(val)
     col = torch.full((rows, width), m, dtype=torch.int64, device=dev)  # padding: after every entry
-    up[row, at], low[row, at], val[row, at], col[row, at] = v + e, v - e, v, c
+    val[row, at], col[row, at] = v, c
+    if rounding is not None:
+        e[row, at] = _at(rounding, row, c if where is None else where[row, c])
+    return _by_groups(val, col, e, m, top, in_index_order=True)
+
+
+def _by_groups(val: torch.Tensor, col: torch.Tensor, e: torch.Tensor, m: int, top: int, *, in_index_order: bool
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The first ``top`` of candidates ``(val, col)`` with roundings ``e`` ``(rows, C)`` by the tie rule of :func:`block_top`.
+
+    The candidates are sorted by the upper ends :math:`u = \hat s + e` of their intervals (stable, after a sort by
+    index unless ``in_index_order``: equal ends by index); the first candidate not yet in a group leads the next
+    one, which takes every later candidate whose interval reaches the leader's lower end :math:`l = \hat s - e`.
+    A group is a run of that order, so its leaders are the orbit of the first candidate under ``next`` (the first
+    candidate whose ``u`` is below one's own ``l``), found by pointer doubling in :math:`\lceil\log_2 C\rceil` steps;
+    candidates are then ordered by (group, index).
+    """
+    rows, width = val.shape
+    dev = val.device
+    if not in_index_order:
+        order = torch.argsort(col, dim=-1)
+        val, col, e = (torch.gather(x, -1, order) for x in (val, col, e))
+    up = val + e
     order = torch.argsort(up, dim=-1, descending=True, stable=True)  # equal upper ends keep index order
-    up, low, val, col = (torch.gather(x, -1, order) for x in (up, low, val, col))
-    nxt = torch.searchsorted(-up, -low, right=True)  # first candidate whose upper end is below one's lower end
+    up, val, col, e = (torch.gather(x, -1, order) for x in (up, val, col, e))
+    nxt = torch.searchsorted(-up, e - val, right=True)  # first candidate whose upper end is below one's lower end
     jump = torch.cat([nxt, torch.full((rows, 1), width, dtype=nxt.dtype, device=dev)], dim=-1)
     lead = torch.zeros(rows, width + 1, dtype=torch.int32, device=dev)
     lead[:, 0] = 1
@@ -242,7 +259,7 @@ def exact_top_keys(
     cancels near the origin), clamped to :math:`\le 0`.  Cost :math:`O(N M d)`, memory one
     ``block_rows x M`` block: no softmax, no row of ``M`` weights kept beyond its block.  Keys whose
     logits are equal up to the product's rounding, :math:`|\hat s_{ij} - \hat s_{ij'}| \le e_{ij} + e_{ij'}` with
-    :math:`e_{ij} = (d + 3)\,\varepsilon\,\|a_i\|\|b_j\|` (:func:`logit_rounding`, :func:`block_top`), are tied
+    :math:`e_{ij} \approx (d + 3)\,\tfrac{\varepsilon}{2}\,\|a_i\|\|b_j\|` (:func:`logit_rounding`, :func:`block_top`), are tied
     and listed by increasing index, so the result does not depend on the BLAS kernel, the block or the keys'
     position in the product.
 
@@ -298,10 +315,11 @@ def exact_top_keys(
     buf = torch.empty(rows, m, dtype=q.dtype, device=q.device)
     for h in range(heads):
         b_t = b[h].transpose(0, 1)
+        row, col = logit_rounding(a[h], b[h])
         for start in range(0, n, rows):
             stop = min(start + rows, n)
             s = torch.matmul(a[h, start:stop], b_t, out=buf[: stop - start]).clamp_max_(0.0)
-            logits[h, start:stop], indices[h, start:stop] = block_top(s, top, logit_rounding(a[h, start:stop], b[h]))
+            logits[h, start:stop], indices[h, start:stop] = block_top(s, top, (row[start:stop], col))
     return TopKeyLogits(indices.view(*batch, n, top), logits.view(*batch, n, top))
 
 
@@ -418,7 +436,7 @@ def _rerank(a: torch.Tensor, b: torch.Tensor, b_norm: torch.Tensor, cand: torch.
 
 def _recall(logits: torch.Tensor, exact: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
     r"""Tie-aware top-``top`` recall: the share of found keys whose exact logit reaches the exact ``top``-th logit
-    (to the rounding of the dot product, :math:`(d + 3)\,\varepsilon\,\|a_i\|\max_j\|b_j\|`, :func:`logit_rounding`)."""
+    (to the rounding of the dot product, :math:`\gamma_{d+3}\|a_i\|\max_j\|b_j\|`, :func:`logit_rounding`)."""
     row, col = logit_rounding(a, b)
     return float((logits >= exact[:, -1:] - row * col.max()).double().mean())
 
@@ -635,7 +653,7 @@ class KeyIndex:
         if t.dim() != 2:
             got = f"{t.shape[0]} key sets of shape {tuple(t.shape[1:])}" if t.dim() == 3 else f"keys of shape {tuple(t.shape)}"
             raise ValueError(f"{head} one key set of shape {mine[0]}, got {got}; fit one index per key set with fit_key_index")
-        theirs = _fingerprint(t, float(k))
+        theirs = _fingerprint(t, check_k(k))
         if theirs != mine:
             what = (f"same shape {mine[0]}, {mine[1]}, k = {mine[2]:g}, other values" if theirs[:3] == mine[:3] else
                     f"shape {mine[0]}, {mine[1]}, k = {mine[2]:g}; got shape {theirs[0]}, {theirs[1]}, k = {theirs[2]:g}")
@@ -750,10 +768,10 @@ def _too_costly(shells: Sequence[Any], m: int, top: int, b: torch.Tensor) -> str
         return f"M = {m} keys < {_MIN_KEYS_PER_TOP} x top = {_MIN_KEYS_PER_TOP * top}: exact search is as cheap as an index"
     sizes = [int(s.members.numel()) if isinstance(s, _Shell) else int(s.numel()) for s in shells]
     per_query = sum(min(top, size) for size in sizes)
-    cap = min(m // 4, _BLOCK_BYTES // 2 // _candidate_bytes(b))
-    if per_query > cap:
-        return (f"top {top} from each of {len(sizes)} shells is {per_query} candidate keys per query, over the cap of {cap} "
-                f"(M / 4 = {m // 4}, or what {_BLOCK_BYTES / 2**20:g} MiB hold): exact search is cheaper")
+    fits = _BLOCK_BYTES // 2 // _candidate_bytes(b)
+    if per_query > min(m // 4, fits):
+        return (f"top {top} from each of {len(sizes)} shells is {per_query} candidate keys per query, more than "
+                f"min(M / 4 = {m // 4}, {fits} whose keys fit {_BLOCK_BYTES / 2**21:g} MiB): exact search is cheaper")
     return None
 
 
