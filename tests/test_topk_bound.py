@@ -154,3 +154,22 @@ def test_certify_is_a_bool():
     q, kk = _gauss(4, 1.0, 1), _gauss(64, 1.0, 2)
     with pytest.raises(TypeError, match="certify must be True or False, got 'yes'"):
         att.distance_topk_attention(q, kk, certify="yes")
+
+
+def test_top_takes_numpy_integers_and_ties_are_listed_by_index():
+    import numpy as np
+
+    tau = 8.0
+    q, kk = _gauss(16, 3.0, 1), _gauss(300, 3.0, 2)
+    a = att.distance_topk_attention(q, kk, temperature=tau, top=(16, 64))
+    b = att.distance_topk_attention(q, kk, temperature=tau, top=(np.int64(16), np.int32(64)))
+    assert torch.equal(a.top_counts, b.top_counts) and torch.equal(a.indices, b.indices)
+    with pytest.raises(ValueError, match="top must be a non-empty sequence of non-negative integers"):
+        att.distance_topk_attention(q, kk, temperature=tau, top=(np.bool_(True), 16))
+    # three copies of every key: equal logits up to the product's rounding, listed by index whatever the BLAS kernel
+    keys = torch.cat([kk, kk, kk])
+    res = att.distance_topk_attention(q, keys, temperature=tau, top=(6,), exact_fallback=False)
+    want = att.exact_top_keys(q, keys, 6).indices
+    assert torch.equal(res.padded()[1], want)
+    first = want[:, 0]
+    assert torch.equal(want[:, :3], torch.stack([first, first + 300, first + 600], -1))

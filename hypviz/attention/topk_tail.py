@@ -103,13 +103,14 @@ key exact (at about the exact map's cost, not sub-quadratic), or, without the fa
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, NamedTuple, Sequence
 
 import torch
 
 from hypviz.attention.checks import check_temperature, checked_inputs, flatten_batch
 from hypviz.attention.kernels import Kernel, Operands, Option, clamp_nonpositive_, logit_error, register_kernel
-from hypviz.attention.key_search import KeyIndex, KeySearch, block_top, fit_key_index, search_top_keys
+from hypviz.attention.key_search import KeyIndex, KeySearch, block_top, fit_key_index, logit_rounding, search_top_keys
 from hypviz.attention.random_features import AGGREGATIONS
 from hypviz.base import validate
 from hypviz.base.kinds import Kind
@@ -223,20 +224,24 @@ class TopkTail(NamedTuple):
 # --------------------------------------------------------------------------- #
 class _ExactSearch:
     """The exact search of one head's operands: each block of rows' logits ``a_rows @ b^T`` computed once, every level
-    read from them (:func:`hypviz.attention.key_search.block_top`, tie-aware)."""
+    read from them (:func:`hypviz.attention.key_search.block_top`: logits equal up to the product's rounding,
+    :func:`hypviz.attention.key_search.logit_rounding`, are tied and listed by index, whatever BLAS kernel ran)."""
 
     def __init__(self, a: torch.Tensor, b: torch.Tensor):
-        self.a, self.b_t = a, b.transpose(0, 1)
+        self.a, self.b, self.b_t = a, b, b.transpose(0, 1)
         self.block_rows = max(1, _EXACT_BLOCK_ELEMENTS // max(1, b.shape[0]))
         self.s: torch.Tensor | None = None
+        self.rounding: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def start(self, rows: torch.Tensor) -> None:
         self.s = (self.a[rows] @ self.b_t).clamp_max_(0.0)
+        self.rounding = logit_rounding(self.a[rows], self.b)
 
     def top(self, local: torch.Tensor, big: int) -> tuple[torch.Tensor, torch.Tensor]:
-        assert self.s is not None
-        s = self.s if local.numel() == self.s.shape[0] else self.s[local]
-        return block_top(s, big)
+        assert self.s is not None and self.rounding is not None
+        whole = local.numel() == self.s.shape[0]
+        s, row = (self.s, self.rounding[0]) if whole else (self.s[local], self.rounding[0][local])
+        return block_top(s, big, (row, self.rounding[1]))
 
     def logits(self, local: torch.Tensor) -> torch.Tensor:
         """Every key's logit of the block's rows ``local`` (already at hand)."""
@@ -767,7 +772,7 @@ register_kernel("topk_tail", TopkTailKernel())
 # --------------------------------------------------------------------------- #
 def _check_top(top: Any) -> tuple[int, ...]:
     if isinstance(top, (str, bytes)) or not isinstance(top, Sequence) or not top or not all(
-            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in top):
+            isinstance(t, numbers.Integral) and not isinstance(t, bool) and t >= 0 for t in top):
         raise ValueError(f"top must be a non-empty sequence of non-negative integers (numbers of exact keys), got {top!r:.80}")
     return tuple(sorted(set(int(t) for t in top)))
 
