@@ -120,7 +120,7 @@ def dropout_active(layer: nn.Module) -> bool:
 
 
 def fits_temperature(kind: str) -> bool:
-    """Whether a record of ``kind`` may have its temperature measured from the output (when its layer's attributes do
+    r"""Whether a record of ``kind`` may have its temperature measured from the output (when its layer's attributes do
     not give it): a softmax or a gate whose map reads :math:`\tau` (the registry's entry)."""
     kd = registry.get(kind)
     return kd.temperature and kd.family in ("softmax", "gate")
