@@ -33,6 +33,10 @@ RF = ["tests/test_random_features.py", "tests/test_attention.py", "-k", "rf or r
 STUDIES = ["tests/test_studies.py"]
 COMPARE = ["tests/test_verdict_properties.py", "tests/test_compare_measures.py", "tests/test_verdict.py"]
 CAPTURE = ["tests/test_capture.py", "tests/test_readers.py"]
+FUSED = ["tests/test_compare_fused.py"]
+ROUNDING = [*COMPARE, "tests/test_identical_rounding.py"]
+TOPK = ["tests/test_topk_tail.py", "tests/test_topk_bound.py", "tests/test_pins.py"]
+SEARCH = ["tests/test_key_search.py", "tests/test_key_search_faults.py"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +145,90 @@ MUTANTS: tuple[Mutant, ...] = (
        "the gyromidpoint's 1/2 dropped", CAPTURE),
     _m("verify_fit_keeps_worse", "capture/verification.py", "    if errs[i] < best[1]:", "    if errs[i] > best[1]:",
        "the temperature fit keeps the worse of grid and refinement", CAPTURE),
+    # -- the realistic rounding level behind *identical* (kernels.py, streamed_compare.py)
+    _m("rounding_level_div10", "attention/kernels.py", "(math.sqrt(c + 3) + 2.0) * torch.finfo(a.dtype).eps * size",
+       "(math.sqrt(c + 3) + 2.0) * torch.finfo(a.dtype).eps * size / 10.0", "the realistic rounding level /10 (two products)",
+       ROUNDING),
+    _m("tv_tolerance_div10", "attention/streamed_compare.py", "tv_tol = 0.5 * (rnd_a + rnd_b).to(dev)",
+       "tv_tol = 0.05 * (rnd_a + rnd_b).to(dev)", "tv_tolerance's rounding level /10", ROUNDING),
+    _m("difference_rounding_div10", "attention/streamed_compare.py",
+       "return abs(alpha) * sh.c.double().abs() * (dw + 5.0 * u * w_max) + u * size",
+       "return (abs(alpha) * sh.c.double().abs() * (dw + 5.0 * u * w_max) + u * size) / 10.0",
+       "the one product's rank-one rounding /10", ROUNDING),
+    # -- the fused statistics kernel (attention/fused_stats.cpp: compiled per source hash, in the copy's own cache)
+    _m("fused_remainder_topk_one_short", "attention/fused_stats.cpp",
+       "for (int64_t j = n_chunks * chunk; j < m; j++)", "for (int64_t j = n_chunks * chunk; j < m - 1; j++)",
+       "top k: the loop over the row's remainder (after the last whole chunk) stops one key short", FUSED),
+    _m("fused_remainder_chunk_skipped", "attention/fused_stats.cpp",
+       "h <= n_chunks && h * chunk < j1; h++", "h < n_chunks && h * chunk < j1; h++",
+       "pass 1: the remainder's chunk maximum never taken (a row's largest logit there missed)", FUSED),
+    _m("fused_topk_chunk_one_key_low", "attention/fused_stats.cpp",
+       "j < (ci[t] + 1) * chunk; j++)", "j < (ci[t] + 1) * chunk - 1; j++)",
+       "top k: each selected chunk scanned one key short", FUSED),
+    _m("fused_topk_one_chunk_fewer", "attention/fused_stats.cpp",
+       "for (int64_t t = 0; t < k; t++)\n        for (int64_t j = ci[t] * chunk;",
+       "for (int64_t t = 0; t < k - 1; t++)\n        for (int64_t j = ci[t] * chunk;",
+       "top k: one chunk fewer than k searched", FUSED),
+    _m("fused_topk_ties_last", "attention/fused_stats.cpp", "if (*cnt == k && !(x > v[k - 1])) return;",
+       "if (*cnt == k && !(x >= v[k - 1])) return;", "top k: a later tied key replaces the k-th (not the first index)", FUSED),
+    _m("fused_narrow_x10", "attention/fused_stats.cpp", "constexpr double NARROW_X = 0.3;", "constexpr double NARROW_X = 3.0;",
+       "the narrow-row gap 0.3 -> 3 (expm1 without range reduction on wide rows)", FUSED),
+    _m("fused_tilt_sign", "attention/fused_stats.cpp", "const T sgn = (T)(jb->alpha_b - jb->alpha_a);",
+       "const T sgn = (T)(jb->alpha_a - jb->alpha_b);", "the tilt's sign flipped", FUSED),
+    _m("fused_tv_half_dropped", "attention/fused_stats.cpp", "jb->tv[i] = 0.5 * (dev / zb) / (1.0 + m1);",
+       "jb->tv[i] = 1.0 * (dev / zb) / (1.0 + m1);", "the tilted TV's factor 1/2 dropped", FUSED),
+    _m("fused_low_segment_2x", "attention/fused_stats.cpp", "const bool low_b = 1024.0 * f <= mean_b;",
+       "const bool low_b = 0.5 * f <= mean_b;", "a segment taken as below the mean where its weights reach 2 x the mean", FUSED),
+    _m("fused_peak_count", "attention/fused_stats.cpp", "jb->peak_b[i] = (double)m / zb;", "jb->peak_b[i] = (double)(m - 1) / zb;",
+       "map b's peak from M - 1 keys", FUSED),
+    _m("fused_uniform_tv_2x", "attention/fused_stats.cpp", "*tv_out = 0.5 * (sa / (double)m) / (1.0 + me);",
+       "*tv_out = (sa / (double)m) / (1.0 + me);", "a near-uniform row's baseline twice its size", FUSED),
+    # -- distance_topk (attention/topk_tail.py)
+    _m("topk_cut_one_key_low", "attention/topk_tail.py", "t = v64[:, k - 1]\n", "t = v64[:, k - 2]\n",
+       "the cut at the (k-1)-th logit, one key above the k-th", TOPK),
+    _m("topk_exp_floor_8.7", "attention/topk_tail.py", "return 0.5 * math.log(torch.finfo(dtype).tiny)",
+       "return 0.1 * math.log(torch.finfo(dtype).tiny)", "exact rows' weights floored at e^-8.7, not e^-43.7", TOPK),
+    _m("topk_range_curvature_div10", "attention/topk_tail.py", "out = top + 0.125 * h * h *", "out = top + 0.0125 * h * h *",
+       "_range_error's curvature term /10", TOPK),
+    _m("topk_chord_twice", "attention/topk_tail.py", "chord = out_n * e_k - (e_k - e_l) *",
+       "chord = out_n * e_k - 2.0 * (e_k - e_l) *", "the chord of e^u subtracted twice (below sum e^u)", TOPK),
+    _m("topk_chord_at_the_cut", "attention/topk_tail.py", "w_rest = torch.minimum(out_n * e_k, chord.clamp_min(0.0))",
+       "w_rest = chord.clamp_min(0.0) * 0.0", "sum e^u below rank K taken as 0", TOPK),
+    _m("topk_rounding_div10", "attention/topk_tail.py",
+       "return 2.0 * torch.expm1((1.0 + g) * err) + 16.0 * torch.finfo(dt).eps",
+       "return (2.0 * torch.expm1((1.0 + g) * err) + 16.0 * torch.finfo(dt).eps) / 10.0", "_rounding /10", TOPK),
+    _m("topk_base_low_unrounded", "attention/topk_tail.py", "bound, base_lo = bound + rnd, (base_lo - rnd).clamp_min(0.0)",
+       "bound, base_lo = bound + rnd, base_lo", "the lower bound on TV(P_hat, U) not reduced by the rounding", TOPK),
+    _m("topk_met_10x", "attention/topk_tail.py", "sure = bound <= tol * base_lo", "sure = bound <= 10 * tol * base_lo",
+       "met at ten times the target", TOPK),
+    _m("topk_margin_1e-2", "attention/topk_tail.py", "MARGIN = 1e-3", "MARGIN = 1e-2", "MARGIN 1e-3 -> 1e-2", TOPK),
+    _m("topk_margin_1e-9", "attention/topk_tail.py", "MARGIN = 1e-3", "MARGIN = 1e-9", "MARGIN 1e-3 -> 1e-9", TOPK),
+    _m("topk_tol_0.5", "attention/topk_tail.py", "TOL = 0.05", "TOL = 0.5", "TOL 0.05 -> 0.5", TOPK),
+    _m("topk_low_unslacked", "attention/topk_tail.py", "low = ms - a64.norm(dim=-1) * st.reach - 2.0 * slack",
+       "low = ms - a64.norm(dim=-1) * st.reach", "the lower bound on the logits without the rounding's slack", TOPK),
+    # -- the top-key search (attention/key_search.py)
+    _m("search_recall_tolerance_x100", "attention/key_search.py",
+       "return float((logits >= exact[:, -1:] - row * col.max()).double().mean())",
+       "return float((logits >= exact[:, -1:] - 100.0 * row * col.max()).double().mean())",
+       "the index's recall measured with 100 x the rounding as slack", SEARCH),
+    _m("search_tie_tolerance_div100", "attention/key_search.py", "* a.norm(dim=-1, keepdim=True), b.norm(dim=-1)",
+       "* a.norm(dim=-1, keepdim=True) / 100.0, b.norm(dim=-1)", "ties of equal logits within 1/100 of the rounding", SEARCH),
+    _m("search_no_ties", "attention/key_search.py", "* a.norm(dim=-1, keepdim=True), b.norm(dim=-1)",
+       "* a.norm(dim=-1, keepdim=True) * 0.0, b.norm(dim=-1)", "ties only for exactly equal logits", SEARCH),
+    _m("search_budget_64", "attention/key_search.py", "_BLOCK_BYTES = 32 * 2**20", "_BLOCK_BYTES = 64 * 2**20",
+       "the candidates' memory budget 32 -> 64 MiB", SEARCH),
+    _m("search_cap_m", "attention/key_search.py", "cap = min(m // 4, _BLOCK_BYTES // 2 // _candidate_bytes(b))",
+       "cap = min(m, _BLOCK_BYTES // 2 // _candidate_bytes(b))", "candidates per query capped at M, not M / 4", SEARCH),
+    _m("search_cap_budget", "attention/key_search.py", "cap = min(m // 4, _BLOCK_BYTES // 2 // _candidate_bytes(b))",
+       "cap = m // 4", "candidates per query not capped by the memory budget", SEARCH),
+    _m("search_labels_whole_budget", "attention/key_search.py", "rows = max(1, _BLOCK_BYTES // 2 // (per_query * _LABEL_BYTES))",
+       "rows = max(1, 4 * _BLOCK_BYTES // (per_query * _LABEL_BYTES))", "a block's labels take 4 x the budget", SEARCH),
+    _m("search_fingerprint_skipped", "attention/key_search.py", "        if theirs != mine:\n", "        if False:\n",
+       "the fingerprint check skipped", SEARCH),
+    _m("search_fingerprint_values", "attention/key_search.py", "return tuple(keys.shape), str(keys.dtype).removeprefix(\"torch.\"), float(k), digest",
+       "return tuple(keys.shape), str(keys.dtype).removeprefix(\"torch.\"), float(k), \"\"", "the fingerprint without the keys' values", SEARCH),
+    _m("search_min_keys_per_top_4", "attention/key_search.py", "_MIN_KEYS_PER_TOP = 16", "_MIN_KEYS_PER_TOP = 4",
+       "an index below 16 keys per top", SEARCH),
 )
 
 _IGNORE = shutil.ignore_patterns(".venv", ".git", "build", "__pycache__", "*.pyc", ".pytest_cache", "_build")
@@ -155,7 +243,10 @@ def run(mutant: Mutant, python: str, timeout: float) -> tuple[str, float, str]:
         copy = Path(tmp) / "repo"
         shutil.copytree(ROOT, copy, ignore=_IGNORE)
         (copy / mutant.path).write_text(source.replace(mutant.old, mutant.new))
-        env = {**os.environ, "PYTHONPATH": str(copy), "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+        # the fused kernel is compiled per source hash into a private cache: a fresh one, so a mutated kernel is built
+        env = {**os.environ, "PYTHONPATH": str(copy), "MPLBACKEND": "Agg", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+               "HYPVIZ_CACHE_DIR": str(Path(tmp) / "cache")}
+        env.pop("HYPVIZ_FUSED", None)
         probe = subprocess.run([python, "-c", "import hypviz; print(hypviz.__file__)"], cwd=copy, env=env,
                                capture_output=True, text=True)
         if not probe.stdout.strip().startswith(str(copy)):

@@ -176,3 +176,67 @@ def test_identical_keys_give_one_verdict_on_both_paths(points, dtype):
     eager, fused = _paths(q, kk, temperature=3.0)
     assert torch.equal(eager.row_verdict_codes, fused.row_verdict_codes)
     assert eager.verdict == fused.verdict == "uninformative"
+
+
+# ---- pins: the kernel against a float64 reference computed here, on the cases its loops and thresholds decide ----
+
+def _reference(s, c, w, alphas):
+    """KL(P_b || P_a), TV(P_a, P_b), TV(P_a, U), TV(P_b, U), M max P_a, M max P_b and both maps' logits, in float64."""
+    s, c, w = s.double(), c.double(), w.double()
+    la, lb = (s - alpha * c[:, None] * w[None] for alpha in alphas)
+    pa, pb = torch.softmax(la, -1), torch.softmax(lb, -1)
+    m = s.shape[-1]
+    kl = (pb * (torch.log_softmax(lb, -1) - torch.log_softmax(la, -1))).sum(-1)
+    return {"kl": kl, "tv": 0.5 * (pa - pb).abs().sum(-1), "ua": 0.5 * (pa - 1.0 / m).abs().sum(-1),
+            "ub": 0.5 * (pb - 1.0 / m).abs().sum(-1), "pa": m * pa.amax(-1), "pb": m * pb.amax(-1)}, la, lb
+
+
+def test_the_largest_logit_in_the_rows_remainder_is_in_the_top_k():
+    # M = 5,000: chunks of 70 keys, 71 whole chunks (4,970 keys) and a remainder of 30 searched by its own loop; row i
+    # has its largest logit at key 4,970 + i (the remainder's first to its last key, 4,999), the rest far below
+    m, top = 5000, 5
+    g = torch.Generator().manual_seed(3)
+    rows = m - 4970
+    s = torch.randn(rows, m, generator=g)
+    s[torch.arange(rows), 4970 + torch.arange(rows)] = 20.0
+    w, c = torch.rand(m, generator=g), torch.rand(rows, generator=g)
+    tol = torch.full((rows,), 1e-3)
+    r = fused_stats.shared_rows(s, c, w, (0.0, 1.0), tol, tol, c * (w.max() - w.min()), top, 1e-6, TILT_MAX_GAP)
+    assert r["ia"][:, 0].tolist() == list(range(4970, m)) and r["ib"][:, 0].tolist() == list(range(4970, m))
+    for alpha, v, i in ((0.0, "va", "ia"), (1.0, "vb", "ib")):
+        want, at = torch.topk((s - alpha * c[:, None] * w[None]).double(), top, dim=-1)
+        assert torch.equal(r[i], at)
+        torch.testing.assert_close(r[v], want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_query_on_the_last_key_gets_the_eager_top1_and_verdict(points):
+    # queries equal to the last keys (M = 5,000: in the kernel's remainder after its whole chunks): each row's top key
+    # of the distance map is its own key, so both paths agree that the maps share it
+    # the last six keys of larger norm: each is the top key of its own query in both maps (and the maps share some of
+    # their other top keys), so a top k that missed it would count another overlap
+    q0 = points(24, 8, 0.8, seed=21, dtype=torch.float32)
+    kk = torch.cat([points(4994, 8, 0.8, seed=22, dtype=torch.float32), points(6, 8, 1.2, seed=23, dtype=torch.float32)])
+    q = torch.cat([q0, kk[-6:]])
+    eager, fused = _check(q, kk, tau=3.0)  # top1, topk_overlap and the verdict as the eager path's
+    assert torch.equal(eager.top1, fused.top1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_narrow_and_moderate_rows_match_a_float64_reference(dtype):
+    # rows whose gap spans NARROW_X = 0.3 (the kernel's e^x - 1 without range reduction at or below it) up to 3: each
+    # statistic within float32's accuracy of the float64 reference; a polynomial without range reduction at a gap of
+    # 3 would be off by about x^9 / 9! = 5 % of e^x at |x| = 3
+    m = 3000
+    g = torch.Generator().manual_seed(5)
+    s = torch.randn(9, m, generator=g, dtype=torch.float64)
+    w = torch.rand(m, generator=g, dtype=torch.float64)
+    w[:2] = torch.tensor([0.0, 1.0], dtype=torch.float64)  # w spans [0, 1] exactly: the gap is c
+    c = torch.tensor([0.05, 0.29, 0.31, 0.6, 1.0, 1.5, 2.0, 2.5, 3.0], dtype=torch.float64)
+    tol = torch.full((9,), 1e-3, dtype=dtype)
+    r = fused_stats.shared_rows(s.to(dtype), c.to(dtype), w.to(dtype), (0.0, 1.0), tol, tol, c.to(dtype), 5, 1e-6,
+                                TILT_MAX_GAP)
+    assert r["flags"].tolist() == [0] * 9
+    ref, _, _ = _reference(s.to(dtype), c.to(dtype), w.to(dtype), (0.0, 1.0))
+    rtol = 1e-4 if dtype == torch.float32 else 1e-10
+    for name in ("kl", "tv", "ua", "ub", "pa", "pb"):
+        torch.testing.assert_close(r[name], ref[name], rtol=rtol, atol=0.0, msg=name)
