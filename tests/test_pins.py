@@ -140,3 +140,39 @@ def test_the_default_target_is_five_percent_of_the_distance_from_uniform():
     listed = default.top_counts < kk.shape[0]
     assert bool((default.row_error[listed] <= 0.05 * default.row_baseline[listed]).all())
     assert bool((default.row_bound[default.met] <= 0.05 * default.row_baseline_low[default.met]).all())
+
+
+# --------------------------------------------------------------------------- #
+# the top-key search
+# --------------------------------------------------------------------------- #
+def test_the_index_reports_the_recall_its_keys_have_against_the_exact_logits():
+    # float32 points far from the origin (spatial norm 300) in a cloud of spread 30: the logits' rounding E is about
+    # 0.25 where the 8th logit is about -860, so many keys an index misses lie within 100 E of the 8th (the recall
+    # with that slack would be 0.97).  The reported recall is the share of the found keys whose exact float64 logit
+    # reaches the exact 8th logit, to the rounding: between that share at 0 and at 4 E (0.947 here).
+    pytest.importorskip("faiss")
+    g = torch.Generator().manual_seed(31)
+    centre = torch.zeros(D, dtype=torch.float64)
+    centre[0] = 300.0
+    keys = L.lift((centre + 30.0 * torch.randn(3000, D, generator=g, dtype=torch.float64)).float())
+    q = L.lift((centre + 30.0 * torch.randn(200, D, generator=g, dtype=torch.float64)).float())
+    index = ks.fit_key_index(q, keys, 8, recall=0.05, sample=200, tries=((1, 16),))  # every query in the sample
+    assert index.reason is None and index.sample == 200
+    found = index.search(q, 8)
+    s = _exact_logits(q, keys, 1.0)
+    kth = torch.topk(s, 8, dim=-1).values[:, -1:]
+    got = torch.gather(s, -1, found.indices)
+    row, col = ks.logit_rounding(*L.distance_operands(q, keys))
+    e = (row * col.max()).double()
+    share = [float((got >= kth - c * e).double().mean()) for c in (0.0, 4.0, 100.0)]
+    assert share[2] - share[1] > 0.01  # the slack matters here: 100 E would count keys the index missed
+    assert share[0] - 1 / 1600 <= index.recall <= share[1] + 1 / 1600, (index.recall, share)
+
+
+def test_exact_search_holds_one_32_mib_block_of_logits():
+    # 4,096 x 4,096 float64 logits are 128 MiB; the search holds one block of 32 MiB (1,024 rows) and its top-k pass
+    q = L.lift(torch.randn(4096, D, generator=torch.Generator().manual_seed(3), dtype=torch.float64))
+    kk = L.lift(torch.randn(4096, D, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
+    found, peak = peak_tensor_memory(exact_top_keys, q, kk, 16)
+    assert 32 * 2**20 <= peak < 64 * 2**20, peak / 2**20
+    assert torch.equal(found.indices[:64], exact_top_keys(q[:64], kk, 16).indices)
