@@ -71,18 +71,12 @@ def _pointset(x: ArrayLike, k: float, name: str) -> torch.Tensor:
 
 
 def _index(value: Any, name: str, size: int) -> int:
-    expected = f"an integer {name} index in 0..{size - 1}"
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= int(value) < size:
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
-    return int(value)
+    return validate.integer(value, name, 0, maximum=size - 1)
 
 
 def _tolerance(value: Any) -> float:
-    try:
-        rtol = float(value)
-    except (TypeError, ValueError):
-        rtol = float("nan")
-    if isinstance(value, bool) or not 0.0 <= rtol < 1.0:
+    rtol = validate.number(value, "tie_rtol", 0.0, hint=" (a relative tolerance below 1)")
+    if rtol >= 1.0:
         raise ValueError(f"tie_rtol must be a relative tolerance in [0, 1), got {value!r}")
     return rtol
 
