@@ -24,8 +24,8 @@ D = 8
 
 
 def _at_logits(logits: torch.Tensor, d: int = D, seed: int = 5, k: float = 1.0) -> torch.Tensor:
-    """Keys whose distance logit from the origin is ``logits`` (temperature 1): :math:`u = x_t - \\sqrt k = -\\mathrm{logit}
-    / \\sqrt k`, in random directions."""
+    """Keys whose distance logit from the origin is ``logits`` (temperature 1), in random directions:
+    :math:`u = x_t - \\sqrt k = -\\mathrm{logit} / \\sqrt k`."""
     u = -logits.double() / math.sqrt(k)
     kt = u + math.sqrt(k)
     dirs = torch.randn(len(logits), d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
@@ -58,7 +58,7 @@ def test_exact_rows_weigh_far_keys_by_their_own_exponential_in_float32():
     # output is v0 to 1e-5; a weight floor at e^-8.7 (instead of e^-43.7) would give them 0.40 of the row
     logits = torch.cat([torch.zeros(1, dtype=torch.float64), torch.full((4000,), -20.0, dtype=torch.float64)])
     kk = _at_logits(logits)
-    vals = torch.cat([L.lift(torch.zeros(1, 3, dtype=torch.float64)), L.lift(torch.full((4000, 3), 2.0, dtype=torch.float64))])
+    vals = L.lift(torch.cat([torch.zeros(1, 3, dtype=torch.float64), torch.full((4000, 3), 2.0, dtype=torch.float64)]))
     q = _origin()
     s = _exact_logits(q, kk, 1.0)
     p = torch.softmax(s, -1)
@@ -81,7 +81,7 @@ M_BLIND = 4096
 
 
 def _blind(hidden: float, k: float = 1.0) -> torch.Tensor:
-    """64 keys near logit 0 (ranks 1 to 64), the 64 keys the fit samples (seed 0) at -3, every other key at ``hidden``."""
+    """64 keys near logit 0 (ranks 1 to 64), the 64 keys the fit samples (seed 0) at -3, the rest at ``hidden``."""
     fit = torch.randperm(M_BLIND, generator=torch.Generator().manual_seed(0))[:64]
     logits = torch.full((M_BLIND,), hidden, dtype=torch.float64)
     logits[fit] = -3.0
