@@ -545,7 +545,8 @@ def section_topk_tail(results: dict[str, Any]) -> Section:
     for r in rows:
         e, kd, ex = r["error"], r["kind"], r["exact"]
         body.append(
-            f"| {r['n']:,} | {r['sharpness']:g} | {fmt_s(kd['time_s'])} ({kd['search']}{_sampled(kd, r['n'])}) | "
+            f"| {r['n']:,}{' (' + r['machine_note'] + ')' if 'machine_note' in r else ''} | {r['sharpness']:g} | "
+            f"{fmt_s(kd['time_s'])} ({kd['search']}{_sampled(kd, r['n'])}) | "
             f"{fmt_b(kd['peak_extra_rss_bytes_sampled'])} | {fmt_s(ex['time_s'])} | {kd['time_s'] / ex['time_s']:.2g}x | "
             f"{e['mean_tv']:.3g} | {e['mean_tv_uniform']:.3g} | {e['ratio']:.3g} ({word(_topk_ok(r, tt))}) | "
             f"{e['top1_agreement']:.3g} | {_met_cell(e)} | {e['estimate_covers']:.3g} | {kd['mean_top_count']:.3g} | "
