@@ -197,7 +197,7 @@ def _check_logits(q: torch.Tensor, keys: torch.Tensor, k: float, temperature: fl
     """
     if q.numel() == 0 or keys.numel() == 0:
         return
-    qk = float(q[..., 0].amax()) * float(keys[..., 0].amax())
+    qk = float(q[..., 0].detach().amax()) * float(keys[..., 0].detach().amax())  # a bound: no gradient needed
     size = 2.0 * qk + math.sqrt(k) * math.acosh(max(1.0, qk / k))
     check_logit_range(size / temperature, q.dtype, temperature, lambda t: size / t)
 
