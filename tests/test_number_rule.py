@@ -288,6 +288,21 @@ def test_the_command_refuses_a_subnormal_temperature_in_one_line(tmp_path, capsy
     assert not (tmp_path / "r").exists()
 
 
+
+@pytest.mark.parametrize("name, value, words", [
+    ("HYPVIZ_BLOCK_BYTES", "64parrots", "HYPVIZ_BLOCK_BYTES must be a positive whole number of bytes"),
+    ("HYPVIZ_FUSED", "yes", "HYPVIZ_FUSED must be 0 (the eager statistics only) or 1"),
+])
+def test_the_command_refuses_a_bad_setting_in_the_environment_in_one_line(name, value, words, tmp_path, capsys,
+                                                                          monkeypatch):
+    np.save(tmp_path / "q.npy", Q.numpy())
+    np.save(tmp_path / "k.npy", KK.numpy())
+    monkeypatch.setenv(name, value)
+    code = cli_main(["compare", str(tmp_path / "q.npy"), str(tmp_path / "k.npy"), "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and err.count("\n") == 1 and "internal error" not in err, err
+    assert not (tmp_path / "r").exists()
+
 # --------------------------------------------------------------------------- #
 # sizes in bytes from the environment
 # --------------------------------------------------------------------------- #

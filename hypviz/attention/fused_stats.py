@@ -32,7 +32,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["availability", "shared_rows", "FLAGS"]
+from hypviz.base.messages import env_switch
+
+__all__ = ["availability", "switched_on", "shared_rows", "FLAGS"]
 
 _SOURCE = Path(__file__).with_name("fused_stats.cpp")
 #: The compiler flags: vectorised for this machine, products and sums contracted into FMA where it has them (every
@@ -58,12 +60,10 @@ class _Job(ctypes.Structure):
     ]
 
 
-def _switched_on() -> bool:
-    """``HYPVIZ_FUSED``: unset, ``1`` (use the kernel where it runs) or ``0`` (never)."""
-    value = os.environ.get("HYPVIZ_FUSED", "").strip()
-    if value not in ("", "0", "1"):
-        raise ValueError(f"HYPVIZ_FUSED must be 0 (the eager statistics only) or 1 (the fused kernel where it runs), got {value!r}")
-    return value != "0"
+def switched_on() -> bool:
+    """``HYPVIZ_FUSED``: unset or ``1`` (use the kernel where it runs), ``0`` (never); anything else is a one-line
+    ``ValueError``."""
+    return env_switch("HYPVIZ_FUSED", "the eager statistics only", "the fused kernel where it runs", ValueError)
 
 
 def _compiler() -> tuple[str | None, str]:
@@ -194,7 +194,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     build is remembered (``fused_stats-<key>.failed``, for the same source, flags, compiler and CPU) and never
     retried until that file is deleted.
     """
-    if not _switched_on():
+    if not switched_on():
         return None, "the fused kernel is switched off (HYPVIZ_FUSED=0)"
     if platform.system() != "Linux":
         return None, f"the fused kernel is built for Linux only (this is {platform.system()})"

@@ -124,6 +124,24 @@ def env_limit(name: str, default: int, what: str, error: type[Exception] = Usage
     return value
 
 
+def env_switch(name: str, off: str, on: str, error: type[Exception] = UsageError) -> bool:
+    """A switch read from the environment variable ``name``: unset or ``1`` is on, ``0`` off; anything else is refused
+    with one line saying what each value means (``off``, ``on``).
+
+    >>> import os
+    >>> os.environ["HYPVIZ_EXAMPLE"] = "yes"
+    >>> env_switch("HYPVIZ_EXAMPLE", "never", "where it runs", ValueError)
+    Traceback (most recent call last):
+        ...
+    ValueError: HYPVIZ_EXAMPLE must be 0 (never) or 1 (where it runs), got 'yes'
+    >>> del os.environ["HYPVIZ_EXAMPLE"]
+    """
+    value = os.environ.get(name, "").strip()
+    if value not in ("", "0", "1"):
+        raise error(f"{name} must be 0 ({off}) or 1 ({on}), got {short(value)}")
+    return value != "0"
+
+
 def torch_load_reason(exc: BaseException) -> str:
     """Why ``torch.load(weights_only=True)`` refused a file, in one line, without torch's advice to load it with
     ``weights_only=False`` (which would run whatever the file's pickle asks for)."""

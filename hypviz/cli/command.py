@@ -112,7 +112,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from hypviz.base import kinds, validate
-from hypviz.base.messages import UsageError, one_line, show
+from hypviz.base.messages import UsageError, env_limit, env_switch, one_line, show
 from hypviz.reports import publishing, runs
 from hypviz.reports.inputs import DEMO_NORMS, Settings
 from hypviz.reports.publishing import RUN, interrupted_message, say
@@ -536,6 +536,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _check_environment() -> None:
+    """hypviz's settings read from the environment, checked before any work: a bad one is a usage error (exit 2, one
+    line naming the variable), not an internal error half-way through."""
+    env_limit("HYPVIZ_BLOCK_BYTES", 1, "bytes")
+    env_switch("HYPVIZ_FUSED", "the eager statistics only", "the fused kernel where it runs")
+
+
 def _block_signals() -> None:
     try:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
@@ -555,6 +562,7 @@ def _call(args: argparse.Namespace, prog: str, debug: bool, previous: dict[int, 
             with warnings.catch_warnings():
                 if not debug:
                     warnings.simplefilter("ignore")
+                _check_environment()
                 code = args.func(args)
         finally:
             RUN.done = True  # from here on signals are only counted: what is reported below is what is on disk
