@@ -199,8 +199,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("topk_rounding_div10", "attention/topk_tail.py",
        "return 2.0 * torch.expm1((1.0 + g) * err) + 16.0 * torch.finfo(dt).eps",
        "return (2.0 * torch.expm1((1.0 + g) * err) + 16.0 * torch.finfo(dt).eps) / 10.0",
-       "_rounding /10 (survives: a worst case, 2 (1 + G) gamma_c sum |a||b|; what rounding does to TV measured at most "
-       "0.2 % of it, float32, r^2/tau up to 1,250: a tenth is still 50x that)", TOPK),
+       "_rounding /10: the TV that logits moved by their rounding can add, a tenth of its bound", TOPK),
     _m("topk_base_low_unrounded", "attention/topk_tail.py", "bound, base_lo = bound + rnd, (base_lo - rnd).clamp_min(0.0)",
        "bound, base_lo = bound + rnd, base_lo", "the lower bound on TV(P_hat, U) not reduced by the rounding", TOPK),
     _m("topk_met_10x", "attention/topk_tail.py", "sure = bound <= tol * base_lo", "sure = bound <= 10 * tol * base_lo",
@@ -208,9 +207,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("topk_margin_1e-2", "attention/topk_tail.py", "MARGIN = 1e-3", "MARGIN = 1e-2", "MARGIN 1e-3 -> 1e-2", TOPK),
     _m("topk_margin_1e-9", "attention/topk_tail.py", "MARGIN = 1e-3", "MARGIN = 1e-9", "MARGIN 1e-3 -> 1e-9", TOPK),
     _m("topk_tol_0.5", "attention/topk_tail.py", "TOL = 0.05", "TOL = 0.5", "TOL 0.05 -> 0.5", TOPK),
-    _m("topk_low_unslacked", "attention/topk_tail.py", "low = ms - a64.norm(dim=-1) * st.reach - 2.0 * slack",
-       "low = ms - a64.norm(dim=-1) * st.reach", "the floor of the logits without its slack (survives: it moves the "
-       "interval's end by 2 x the logits' rounding, which moves the bound only by rounding)", TOPK),
+    _m("topk_low_unslacked", "attention/topk_tail.py", "return ms - a64.norm(dim=-1) * reach - 2.0 * err",
+       "return ms - a64.norm(dim=-1) * reach", "the floor of the logits without the rounding's slack", TOPK),
     # -- the top-key search (attention/key_search.py)
     _m("search_recall_tolerance_x100", "attention/key_search.py",
        "return float((logits >= exact[:, -1:] - row * col.max()).double().mean())",

@@ -173,3 +173,65 @@ def test_top_takes_numpy_integers_and_ties_are_listed_by_index():
     assert torch.equal(res.padded()[1], want)
     first = want[:, 0]
     assert torch.equal(want[:, :3], torch.stack([first, first + 300, first + 600], -1))
+
+
+def _tail_map(s, t, beta, gamma):
+    """The kind's map of logits ``s`` (rows x keys) with the cut ``t`` and the tail polynomial ``1 + beta u + gamma u^2``."""
+    m = s.amax(-1, keepdim=True)
+    u = s - t
+    w = torch.where(u >= 0, torch.exp(s - m), torch.exp(t - m) * (1.0 + beta * u + gamma * u * u))
+    return w / w.sum(-1, keepdim=True)
+
+
+def test_the_rounding_allowance_covers_logits_moved_by_their_rounding():
+    """``_rounding(err)`` bounds the TV that moving every logit by at most ``err`` can cause, and is within 10x of
+    it where the move is worst: two equal top keys moved apart by ``err`` each (TV ``tanh(err) / 2``)."""
+    from hypviz.attention.topk_tail import _rounding
+
+    f64 = torch.float64
+    for err in (1e-4, 1e-3, 1e-2):  # above the weights' own rounding (16 eps)
+        s = torch.tensor([[0.0, 0.0, -5.0, -6.0]], dtype=f64)
+        zero = torch.zeros(1, 1, dtype=f64)
+        moved = s + err * torch.tensor([[1.0, -1.0, -1.0, -1.0]], dtype=f64)
+        tv = 0.5 * (_tail_map(moved, zero - 1.0, zero, zero) - _tail_map(s, zero - 1.0, zero, zero)).abs().sum(-1)
+        allowance = _rounding(torch.tensor([err], dtype=f64), zero[:, 0], zero[:, 0], torch.float32)
+        assert float(allowance) >= float(tv) > float(allowance) / 10, (err, float(tv), float(allowance))
+    # tails from real fits, every logit moved by +-err at random: never above the allowance
+    q, kk = _gauss(64, math.sqrt(1.25 * 8.0), 1), _gauss(2048, math.sqrt(1.25 * 8.0), 2)
+    res = att.distance_topk_attention(q, kk, temperature=8.0, top=(16, 64), exact_fallback=False)
+    s = -0.5 * (-2.0 - 2.0 * L.pairwise_inner(q.double(), kk.double())).clamp_min(0.0) / 8.0
+    t, beta, gamma = (c.double().unsqueeze(-1) for c in res.cut.unbind(-1))
+    g = torch.Generator().manual_seed(5)
+    err = 1e-3
+    moved = s + err * (2.0 * torch.randint(0, 2, s.shape, generator=g, dtype=f64) - 1.0)
+    tv = 0.5 * (_tail_map(moved, t, beta, gamma) - _tail_map(s, t, beta, gamma)).abs().sum(-1)
+    allowance = _rounding(torch.full((64,), err, dtype=f64), beta[:, 0], gamma[:, 0], torch.float32)
+    assert bool((tv <= allowance).all())
+
+
+def test_the_floor_of_the_logits_holds_where_cauchy_schwarz_is_tight():
+    """Keys antiparallel to the query at the largest centred norm: their computed float32 logits reach the
+    Cauchy-Schwarz floor to within rounding, on either side; ``_logit_floor``'s slack keeps every one above it."""
+    from hypviz.attention.kernels import logit_error
+    from hypviz.attention.topk_tail import _logit_floor
+
+    g = torch.Generator().manual_seed(11)
+    below_exact = 0
+    for trial in range(20):
+        a = torch.randn(32, 24, generator=g, dtype=torch.float64) * 30.0
+        centre = torch.randn(24, generator=g, dtype=torch.float64)
+        unit = a / a.norm(dim=-1, keepdim=True)
+        reach = 50.0
+        spread = torch.randn(64, 24, generator=g, dtype=torch.float64)
+        spread = spread / spread.norm(dim=-1, keepdim=True) * (reach * 0.9)
+        b = torch.cat([centre - reach * unit, centre + reach * unit, centre + spread, centre - spread]).float()
+        a32 = a.float()
+        s = (a32 @ b.T).double()
+        b64 = b.double()
+        bbar = b64.mean(0)
+        reach64 = float((b64 - bbar).norm(dim=-1).max())
+        ms = a32.double() @ bbar
+        floor = _logit_floor(a32.double(), ms, reach64, logit_error(a32, b).double())
+        assert bool((s >= floor.unsqueeze(-1)).all()), trial
+        below_exact += int((s < (ms - a32.double().norm(dim=-1) * reach64).unsqueeze(-1)).sum())
+    assert below_exact > 0  # the case is tight: without the slack some computed logit falls below the floor

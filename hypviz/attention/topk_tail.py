@@ -532,6 +532,19 @@ def _searched(v64: torch.Tensor, k: int, big: int, m: int, lf: torch.Tensor | No
     return t, beta, gamma, rho * (e_str + e_smp) / zhat, b_hat + 0.5 * b_smp, bound, base_lo
 
 
+def _logit_floor(a64: torch.Tensor, ms: torch.Tensor, reach: float, err: torch.Tensor) -> torch.Tensor:
+    r"""A floor under every computed logit of the rows: :math:`L_i = \bar s_i - \|a_i\| \max_j \|b'_j\| - 2\,\mathrm{err}_i`.
+
+    Cauchy-Schwarz bounds the exact centred logit, :math:`a_i \cdot b'_j \ge -\|a_i\| \|b'_j\|`; the computed logit
+    may lie below the exact one by its rounding (``err``, :func:`hypviz.attention.kernels.logit_error`), and so may
+    the computed mean logit :math:`\bar s_i`: twice ``err``.
+
+    >>> float(_logit_floor(torch.tensor([[3.0, 4.0]]), torch.tensor([1.0]), 2.0, torch.tensor([0.25])))
+    -9.5
+    """
+    return ms - a64.norm(dim=-1) * reach - 2.0 * err
+
+
 def _rounding(err: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
     r"""The TV the logits' rounding can add to a row's bound: every weight's relative error is at most
     :math:`e^{(1 + G)\,\mathrm{err}} - 1`, :math:`G = |\beta| + \sqrt{\gamma/\eta} \ge \sup_{u \le 0} |p'/p|` (``err``:
@@ -659,7 +672,7 @@ def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol
             le = (ar @ b[s_est].transpose(0, 1)).double() if big < m else None
             v64 = vals.double()
             slack = err_rows[rows]
-            low = ms - a64.norm(dim=-1) * st.reach - 2.0 * slack if ranked else None  # every logit at least this
+            low = _logit_floor(a64, ms, st.reach, slack) if ranked else None
             t, beta, gamma, e_hat, b_hat, bound, base_lo = _searched(v64, k, big, m, lf, le, ms, sqr, dt, low)
             rnd = _rounding(slack, beta, gamma, dt)  # what rounding can move TV(P_hat, P) and TV(P_hat, U) by
             bound, base_lo = bound + rnd, (base_lo - rnd).clamp_min(0.0)
