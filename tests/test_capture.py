@@ -395,7 +395,7 @@ def test_error_messages():
     with pytest.raises(ValueError, match="model must be 'lorentz'"):
         capture.attention(net, NAMES, k=1.0, model="klein")
     with pytest.raises(ValueError, match="kind must be one of"):
-        capture.attention(net, NAMES, k=1.0, kind="dot")
+        capture.attention(net, NAMES, k=1.0, kind="not-a-kind")  # a name the registry refuses: never a kind
     with pytest.raises(TypeError, match="expected a torch.nn.Module"):
         capture.attention(lambda t: t)
     # nothing recognised: raised on exit, saying what was looked for and how to name modules

@@ -164,6 +164,17 @@ def files(tmp_path_factory) -> Path:
 # --------------------------------------------------------------------------- #
 # bad input: exit code 2, one line naming the problem, no output
 # --------------------------------------------------------------------------- #
+#: An unknown kind that stays unknown: the registry refuses the name (not a word), so no kind can ever take it.
+NOT_A_KIND = "not-a-kind"
+
+
+def test_the_unknown_kind_here_can_never_be_registered():
+    from hypviz.base import kinds
+
+    with pytest.raises(ValueError, match=r"^Kind name must be a word .*, got 'not-a-kind'$"):
+        kinds.Kind(**{**vars(kinds.get("distance")), "name": NOT_A_KIND})
+
+
 ERRORS = {
     # name: (arguments, words the one-line message must contain)
     "missing file": (["compare", "nope.npy", "k.npy"], ["QUERIES", "no such file", "nope.npy"]),
@@ -194,7 +205,7 @@ ERRORS = {
     "heads do not broadcast": (["compare", "q.npy", "three_heads.npy"], ["do not broadcast", "--heads-axis"]),
     "heads axis out of range": (["compare", "q.npy", "k.npy", "--heads-axis", "2"], ["--heads-axis 2", "out of range"]),
     "heads axis on rank 2": (["compare", "q2d.npy", "q2d.npy", "--heads-axis", "0"], ["--heads-axis 0", "no axis besides"]),
-    "unknown kind": (["compare", "q.npy", "k.npy", "--kinds", "spatial,cosine"], ["--kinds", "cosine"]),
+    "unknown kind": (["compare", "q.npy", "k.npy", "--kinds", f"spatial,{NOT_A_KIND}"], ["--kinds", NOT_A_KIND]),
     "nothing to compare": (["compare", "q.npy", "k.npy", "--kinds", "distance"], ["nothing to compare"]),
     "bad device": (["compare", "q.npy", "k.npy", "--device", "tpu"], ["--device", "tpu"]),
     "unknown option": (["compare", "q.npy", "k.npy", "--colour", "red"], ["unrecognized arguments", "--colour"]),

@@ -17,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from hypviz import attention as att
 from hypviz import lorentz as L
+from hypviz.base import kinds
 from hypviz.plots import attention as pa
 from hypviz.plots import sweeps
 
@@ -38,21 +39,33 @@ def colourbars(fig):
 
 
 @pytest.fixture(scope="module")
-def maps(points):
+def shown() -> tuple[str, ...]:
+    """The registry's softmax kinds, read once for the module: their maps and their titles go together."""
+    return tuple(att.SOFTMAX_KINDS)
+
+
+@pytest.fixture(scope="module")
+def maps(points, shown):
     q, kk = points(24, 8, 2.0, seed=0), points(30, 8, 2.0, seed=1)
-    return [att.attention_map(q, kk, kind) for kind in att.SOFTMAX_KINDS]
+    return [att.attention_map(q, kk, kind) for kind in shown]
 
 
-def test_heatmaps_share_one_scale_and_are_labelled(maps):
-    fig = pa.heatmaps_mpl(maps, [r"$\mathrm{softmax}(q_s \cdot \kappa_s/\tau)$", "distance", "lorentz"], suptitle="maps")
+@pytest.fixture(scope="module")
+def titles(shown) -> list[str]:
+    """Each shown kind's title, as the registry has it (the plots print the registry's titles)."""
+    return [kinds.get(kind).title for kind in shown]
+
+
+def test_heatmaps_share_one_scale_and_are_labelled(maps, titles):
+    fig = pa.heatmaps_mpl(maps, titles, suptitle="maps")
     images = [ax.images[0] for ax in fig.axes if ax.images]
-    assert len(images) == 3
+    assert len(images) == len(maps) >= 3
     assert len({im.get_clim() for im in images}) == 1
     assert images[0].get_clim()[1] == pytest.approx(max(float(m.max()) for m in maps))
     assert all(im.get_cmap().name == "viridis" for im in images)
     panels = [ax for ax in fig.axes if ax.images]
     assert all(ax.get_xlabel() == r"key $j$" for ax in panels) and panels[0].get_ylabel() == r"query $i$"
-    assert [ax.get_title() for ax in panels][1] == "distance"
+    assert [ax.get_title() for ax in panels] == titles
     (cbar,) = colourbars(fig)
     assert "attention weight" in cbar.get_ylabel()
     assert_not_blank(fig)
@@ -302,13 +315,13 @@ def test_all_is_complete():
 # --------------------------------------------------------------------------- #
 # composing: every multi-panel figure draws into given axes (of a figure or a subfigure)
 # --------------------------------------------------------------------------- #
-def test_multi_panel_figures_compose_into_subfigures(maps, points):
+def test_multi_panel_figures_compose_into_subfigures(maps, titles, points):
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(14, 12), layout="constrained")
     rows = fig.subfigures(4, 1)
-    heat = rows[0].subplots(1, 3)
-    assert pa.heatmaps_mpl(maps, ["a", "b", "c"], suptitle="maps", axes=heat) is fig
+    heat = rows[0].subplots(1, len(maps))
+    assert pa.heatmaps_mpl(maps, titles, suptitle="maps", axes=heat) is fig
     assert all(ax.images for ax in heat) and rows[0].get_suptitle() == "maps"
     diffs = rows[1].subplots(1, 2)
     assert pa.difference_maps_mpl([(maps[1], maps[0]), (maps[0], maps[2])], ["x", "y"], axes=diffs) is fig
@@ -322,13 +335,13 @@ def test_multi_panel_figures_compose_into_subfigures(maps, points):
     assert np.allclose(sweep[1].lines[0].get_ydata(), [r.gap_ratio for r in results])
     # each figure's own colourbar and title stay on its own row
     assert len(colourbars(fig)) == 2 and not fig.get_suptitle()
-    assert len(rows[0].axes) == 4 and len(rows[1].axes) == 3 and len(rows[2].axes) == 2
+    assert len(rows[0].axes) == len(maps) + 1 and len(rows[1].axes) == 3 and len(rows[2].axes) == 2
     img = render(fig)
     h = img.shape[0]
     for i in range(4):
         assert img[i * h // 4 : (i + 1) * h // 4].std() > 5.0
-    with pytest.raises(ValueError, match="axes must be 3 Axes"):
-        pa.heatmaps_mpl(maps, ["a", "b", "c"], axes=heat[:2])
+    with pytest.raises(ValueError, match=f"axes must be {len(maps)} Axes"):
+        pa.heatmaps_mpl(maps, titles, axes=heat[:-1])
     with pytest.raises(ValueError, match="axes must be 2 Axes"):
         sweeps.cost_curves_mpl([8, 16], {"a": [1.0, 2.0]}, {"a": [1.0, 2.0]}, axes=sweep)
     with pytest.raises(TypeError, match=r"axes\[1\] must be a matplotlib Axes"):

@@ -158,10 +158,11 @@ def lifted_norm(*, k: Any = None, d: int = 3) -> Derivation:
     --------
     >>> from hypviz.symbolic import lifted_norm
     >>> der = lifted_norm(k=1, d=2)
-    >>> der.step_names
-    ['lift_squared', 'on_hyperboloid', 'origin']
-    >>> der.verify()
-    A lifted point lies on the hyperboloid ⟨x, x⟩_L = −k: all 3 steps verified: 1 genuine check (+ 1 definition, 1 consequence); re-checked with d = 2 explicit coordinates
+    >>> der.step("on_hyperboloid").role
+    'proof'
+    >>> report = der.verify()
+    >>> report.ok, "re-checked with d = 2 explicit coordinates" in report.summary()
+    (True, True)
     """
     k = curvature(k)
     P = _Pair("x", "y", k)
@@ -191,8 +192,9 @@ def squared_distance(*, k: Any = None, d: int = 3) -> Derivation:
     >>> der = squared_distance(d=2)
     >>> der.step("identity_1").rhs
     -2*k - 2*xy_inner
-    >>> der.verify()
-    Identity 1: the squared Lorentzian distance: all 5 steps verified: 5 genuine checks; re-checked with d = 2 explicit coordinates
+    >>> report = der.verify()
+    >>> report.ok, "re-checked with d = 2 explicit coordinates" in report.summary()
+    (True, True)
     """
     k = curvature(k)
     P = _Pair("x", "y", k)
@@ -227,8 +229,9 @@ def geodesic_distance(*, k: Any = None, d: int = 3) -> Derivation:
     >>> der = geodesic_distance(d=2)
     >>> der.step("identity_2").rhs
     4*k*sinh(geodesic_d/(2*sqrt(k)))**2
-    >>> der.verify(d=None)        # symbols only, no explicit coordinates
-    Identity 2: geodesic distance and squared Lorentzian distance: all 8 steps verified: 7 genuine checks (+ 1 consequence)
+    >>> report = der.verify(d=None)        # symbols only, no explicit coordinates
+    >>> report.ok, "explicit coordinates" in report.summary()
+    (True, False)
     """
     k = curvature(k)
     P = _Pair("x", "y", k)
@@ -290,8 +293,9 @@ def decomposition(*, k: Any = None, d: int = 3) -> Derivation:
     >>> der = decomposition(d=1)
     >>> der.step("identity_3").rhs
     -xy_diff_dot_sum**2/(x_t + y_t)**2 + xy_spatial_sqdist
-    >>> der.verify()
-    Identity 3: spatial distance minus squared time difference: all 9 steps verified: 5 genuine checks (+ 1 definition, 3 consequences); re-checked with d = 1 explicit coordinates
+    >>> report = der.verify()
+    >>> report.ok, "re-checked with d = 1 explicit coordinates" in report.summary()
+    (True, True)
     """
     k = curvature(k)
     P = _Pair("x", "y", k)
@@ -336,8 +340,8 @@ def time_taylor(*, k: Any = None, order: int = 6) -> Derivation:
     >>> der = time_taylor(k=1)
     >>> der.step("series_order_4").rhs          # sqrt(r**2 + 1) up to O(r**6)
     -r**4/8 + r**2/2 + 1
-    >>> der.verify()
-    The time coordinate near the origin: all 4 steps verified: 4 genuine checks
+    >>> der.verify().ok
+    True
     """
     k = curvature(k)
     r = sp.Symbol("r", nonnegative=True)
@@ -494,8 +498,9 @@ def query_constant(*, k: Any = None, d: int = 3) -> Derivation:
     >>> der = query_constant(d=1)
     >>> der.step("identity_4").rhs              # q_s . kappa_s
     -k + q_t*v_t - qv_sqdist/2
-    >>> der.verify()
-    Identity 4: what the thread's 'constant' is: all 6 steps verified: 5 genuine checks (+ 1 definition); re-checked with d = 1 explicit coordinates
+    >>> report = der.verify()
+    >>> report.ok, "re-checked with d = 1 explicit coordinates" in report.summary()
+    (True, True)
     """
     k = curvature(k)
     P = _query_key(k)
@@ -536,8 +541,8 @@ def euclidean_limit(d: int = 3) -> Derivation:
     --------
     >>> from hypviz.symbolic import euclidean_limit
     >>> der = euclidean_limit(d=1)
-    >>> der.step_names
-    ['constant_limit', 'constant_rate', 'distance_limit', 'identity_6', 'bias_difference_limit']
+    >>> {"distance_limit", "identity_6"} <= set(der.step_names)
+    True
     >>> der.step("identity_6").rhs              # q_s . kappa_s, Euclidean polarisation
     q_norm**2/2 - qv_spatial_sqdist/2 + v_norm**2/2
     """
