@@ -12,6 +12,7 @@ import torch
 from hypviz import attention as att
 from hypviz import lorentz as L
 from hypviz.attention.kernels import softmax_rows_
+from hypviz.base import kinds
 
 
 def as64(x: torch.Tensor, k: float = 1.0) -> torch.Tensor:
@@ -23,15 +24,19 @@ def as64(x: torch.Tensor, k: float = 1.0) -> torch.Tensor:
 # brute-force float64 references (broadcasting, textbook formulas)
 # --------------------------------------------------------------------------- #
 def ref_scores(q: torch.Tensor, kk: torch.Tensor, kind: str, k: float = 1.0) -> torch.Tensor:
+    """The scores of ``kind`` as its registry entry states them, never a formula per kind here: a ``"bilinear"`` kind's
+    raw scores are :math:`-\\tfrac12 \\langle q - \\kappa, q - \\kappa\\rangle_L + c\\, q_t \\kappa_t - o k` (``c``, ``o``: the
+    entry's ``bias`` and ``constant``), the difference's square by broadcasting (no identity used).  Each kind's own
+    formula is checked once, by its reference in ``tests/test_kinds.py``; identities 4 and 5 are checked below."""
+    entry = kinds.get(kind)
+    if entry.kernel != "bilinear":
+        pytest.fail(f"no reference scores for kind {kind!r} (kernel {entry.kernel!r}): ref_scores in tests/test_attention.py "
+                    f"reads them from the registry entry ('bias', 'constant') of 'bilinear' kinds only; add kernel "
+                    f"{entry.kernel!r}'s scores there, from the entry's formula {entry.formula!r}")
     qq, ks = q.double().unsqueeze(-2), kk.double().unsqueeze(-3)
-    spatial = (qq[..., 1:] * ks[..., 1:]).sum(-1)
-    lor = -qq[..., 0] * ks[..., 0] + spatial
-    if kind == "spatial":
-        return spatial
-    if kind == "lorentz":
-        return lor
-    diff = qq - ks  # <q-k, q-k>_L directly (no identity used)
-    return -0.5 * (-(diff[..., 0] ** 2) + (diff[..., 1:] ** 2).sum(-1))
+    diff = qq - ks  # <q-k, q-k>_L directly
+    sqdist = -(diff[..., 0] ** 2) + (diff[..., 1:] ** 2).sum(-1)
+    return -0.5 * sqdist + entry.bias * qq[..., 0] * ks[..., 0] - entry.constant * k
 
 
 def ref_phi(xs: torch.Tensor, p: float, s: float) -> torch.Tensor:
@@ -93,7 +98,8 @@ def test_identities_4_and_5(points):
     assert torch.allclose(lo, di - k, atol=1e-12)  # identity 5
     # the maps: hypviz evaluates "lorentz" from the distance operands, so its map is checked against the softmax of the
     # brute-force <q, kappa>_L = -q_t kappa_t + q_s . kappa_s (an independent computation), not against its "distance" map
-    direct = torch.softmax(ref_scores(q, kk, "lorentz", k) / math.sqrt(6), -1)
+    inner = -q[:, None, 0] * kk[None, :, 0] + (q[:, None, 1:] * kk[None, :, 1:]).sum(-1)
+    direct = torch.softmax(inner / math.sqrt(6), -1)
     assert torch.allclose(att.attention_map(q, kk, "lorentz", k=k), direct, rtol=0, atol=1e-14)
 
 

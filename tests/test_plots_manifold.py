@@ -444,7 +444,7 @@ def test_attention_on_manifold_bad_input():
     with pytest.raises(ValueError, match="top must be a positive integer"):
         A.top_attention(x, x, top=0)
     with pytest.raises(ValueError, match="kinds must be one of " + re.escape(", ".join(map(repr, kinds.comparable())))):
-        Mm.attention_on_manifold_mpl(x, x, kinds=("spatial", "cosine"))
+        Mm.attention_on_manifold_mpl(x, x, kinds=("spatial", "not-a-kind"))  # a name the registry refuses: never a kind
     with pytest.raises(ValueError, match="kinds must be at least one of"):
         A.top_attention(x, x, kinds=())
     with pytest.raises(ValueError, match="temperature must be a positive"):

@@ -117,10 +117,10 @@ def derivations(*, k: Any = None, d: int = 3, n: int = 3) -> dict[str, Derivatio
     --------
     >>> from hypviz.symbolic import derivations
     >>> ders = derivations(d=2, n=2)
-    >>> len(ders), list(ders)[:3]
-    (18, ['lifted_norm', 'squared_distance', 'geodesic_distance'])
-    >>> ders["time_taylor"].verify()
-    The time coordinate near the origin: all 4 steps verified: 4 genuine checks
+    >>> list(ders)[:3]
+    ['lifted_norm', 'squared_distance', 'geodesic_distance']
+    >>> ders["time_taylor"].verify().ok
+    True
     """
     return {
         "lifted_norm": lifted_norm(k=k, d=d),
@@ -156,8 +156,10 @@ def verify_all(*, k: Any = None, d: int = 3, n: int = 3, raise_on_failure: bool 
     --------
     >>> from hypviz.symbolic import verify_all
     >>> reports = verify_all(k=1, d=1, n=2)        # every derivation, at the smallest sizes
-    >>> reports.ok, len(reports), reports.genuine
-    (True, 18, 110)
+    >>> reports.ok, len(reports) == len(derivations())          # one report a derivation, each verified
+    (True, True)
+    >>> min(r.genuine for r in reports) >= 1                      # each makes at least one genuine check
+    True
     """
     reports = Reports(der.verify() for der in derivations(k=k, d=d, n=n).values())
     if raise_on_failure and not reports.ok:
