@@ -766,7 +766,7 @@ def child_topk_index_large(n: int) -> dict[str, Any]:
     fit_s = spent(c0)
     # on every key: the subsample's configuration first, then the later ones of TRIES (each new number of shells a build;
     # HNSW searches with ef at least top, so at top 256 only more shells or ef above 256 can raise the recall)
-    from hypviz.attention.key_search import TRIES
+    from hypviz.attention.approx.key_search import TRIES
     first = (len(small.shells), small.ef) if small.shells is not None else TRIES[-1]
     tries = TRIES[TRIES.index(first):] if first in TRIES else (first,)
     c0 = clock()

@@ -3,7 +3,7 @@
 Seeds go through :func:`hypviz.base.validate.seed` (0 to 2**64 - 1, what ``torch.Generator.manual_seed``
 takes: never torch's "Overflow when unpacking long long"); the number of random features has one maximum,
 :data:`hypviz.base.validate.FEATURES_MAX`, which the CLI's ``--features`` reads; ``compare_maps`` checks ``k``
-even without ``values``; ``topk`` is bounded by :data:`hypviz.attention.comparison.TOPK_MAX`.
+even without ``values``; ``topk`` is bounded by :data:`hypviz.attention.comparison.result.TOPK_MAX`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_seeds_outside_0_to_2_64_are_one_line_naming_the_argument(pts, value, ca
         elif fn == "attention_map":
             att.attention_map(pts, pts, "distance_rf", k=1.0, seed=value)
         else:
-            att.random_features.distance_rf_map(pts, pts, k=1.0, temperature=1.0, seed=value)
+            att.approx.random_features.distance_rf_map(pts, pts, k=1.0, temperature=1.0, seed=value)
     _one_line(exc, "^" + re.escape(name + " " + SEED_RANGE))
 
 
@@ -61,7 +61,7 @@ def test_one_maximum_of_random_features_for_the_api_and_the_cli(pts):
     top = validate.FEATURES_MAX
     for call in (lambda f: att.attention_map(pts, pts, "distance_rf", k=1.0, features=f),
                  lambda f: att.compare(pts, pts, "distance", "distance_rf", k=1.0, features=f),
-                 lambda f: att.random_features.random_directions(f, 4)):
+                 lambda f: att.approx.random_features.random_directions(f, 4)):
         for bad in (top + 1, 10**30, 0):
             with pytest.raises(ValueError) as exc:
                 call(bad)

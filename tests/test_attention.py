@@ -11,7 +11,7 @@ import torch
 
 from hypviz import attention as att
 from hypviz import lorentz as L
-from hypviz.attention.kernels import softmax_rows_
+from hypviz.attention.maps.kernels import softmax_rows_
 from hypviz.base import kinds
 
 
@@ -160,7 +160,7 @@ def test_numpy_inputs_give_torch_outputs(points):
 
 
 # --------------------------------------------------------------------------- #
-# "distance_rf": the distance map by positive random features (hypviz.attention.random_features)
+# "distance_rf": the distance map by positive random features (hypviz.attention.approx.random_features)
 # --------------------------------------------------------------------------- #
 def ref_distance_rf(q, kk, omega, tau, k=1.0, control=True):
     """Dense float64 reference, N x M x D by broadcasting: the textbook features of J q / sqrt(tau) and kappa / sqrt(tau).
@@ -199,7 +199,7 @@ def ref_distance_rf(q, kk, omega, tau, k=1.0, control=True):
 @pytest.mark.parametrize("r", [0.05, 0.5, 2.0])
 @pytest.mark.parametrize("orthogonal", [True, False])
 def test_distance_rf_map_matches_dense_float64_reference(points, r, orthogonal):
-    from hypviz.attention import random_features as rf
+    from hypviz.attention.approx import random_features as rf
 
     q, kk = points(13, 6, r, seed=40), points(17, 6, r, seed=41)
     for control in (False, True):

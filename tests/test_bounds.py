@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from hypviz import lorentz
-from hypviz.attention import accuracy as acc
+from hypviz.attention.comparison import accuracy as acc
 
 SLACK = 1e-12  # relative float64 slack on a bound
 

@@ -1,7 +1,7 @@
 """compare(): the fused statistics (the plan's ``"fused"`` path) give what the eager ones give.
 
 The one-product path's per-block statistics run either as eager torch passes (``"one_product"``, the
-reference) or in one compiled kernel (``"fused"``, :mod:`hypviz.attention.fused_stats`).  Each test
+reference) or in one compiled kernel (``"fused"``, :mod:`hypviz.attention.comparison.fused_stats`).  Each test
 runs both on the same plan (``with_path``) and holds the fused results to the eager ones' accuracy:
 against a float64 reference, no field of the fused path may be further off than the eager path's own
 error allows, on random, near-uniform, wide-gap (beyond ``TILT_MAX_GAP``), tied and float64 rows.
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from hypviz import attention as att
-from hypviz.attention import fused_stats
-from hypviz.attention.row_blocks import TILT_MAX_GAP
+from hypviz.attention.comparison import fused_stats
+from hypviz.attention.comparison.row_blocks import TILT_MAX_GAP
 
 OK, WHY = fused_stats.availability(torch.float32, torch.device("cpu"))
 pytestmark = pytest.mark.skipif(not OK, reason=f"no fused kernel here: {WHY}")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hypviz import attention as att
-from hypviz.attention import row_blocks as block_stats
+from hypviz.attention.comparison import row_blocks as block_stats
 
 
 def both_paths(*args, **kwargs):

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from hypviz import attention as att
-from hypviz.attention import fused_stats
+from hypviz.attention.comparison import fused_stats
 
 CPU = torch.device("cpu")
 pytestmark = pytest.mark.skipif(
@@ -45,7 +45,7 @@ def built(tmp_path_factory):
     folder = tmp_path_factory.mktemp("built") / "cache"
     env = {**os.environ, "HYPVIZ_CACHE_DIR": str(folder)}
     env.pop("HYPVIZ_FUSED", None)
-    code = "import torch; from hypviz.attention import fused_stats as f; print(f.availability(torch.float32, torch.device('cpu'))[0])"
+    code = "import torch; from hypviz.attention.comparison import fused_stats as f; print(f.availability(torch.float32, torch.device('cpu'))[0])"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == "True", out.stderr
     (lib,) = folder.glob("fused_stats-*.so")
@@ -176,7 +176,7 @@ def test_a_fifo_under_the_librarys_name_does_not_hang(built, tmp_path):
     os.mkfifo(lib)
     env = {**os.environ, "HYPVIZ_CACHE_DIR": str(folder)}
     env.pop("HYPVIZ_FUSED", None)
-    code = "import torch; from hypviz.attention import fused_stats as f; print(f.availability(torch.float32, torch.device('cpu')))"
+    code = "import torch; from hypviz.attention.comparison import fused_stats as f; print(f.availability(torch.float32, torch.device('cpu')))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "True" in out.stdout, out.stderr
     assert stat.S_ISREG(lib.stat().st_mode)

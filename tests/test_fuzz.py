@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypviz import attention, cli, data
-from hypviz.attention import kernels
+from hypviz.attention.maps import kernels
 from hypviz.base import kinds
 from hypviz.capture import records
 from hypviz.reports import input_files

@@ -3,7 +3,7 @@
 Any maps (softmax rows of logits of any size, masked or not, one-hot rows, raw numbers that are no map at all,
 NaN, negative weights), any dtypes (float16, bfloat16, float32, float64, each map its own), any shapes
 (broadcast leading axes, one query, one key) and any ``keep`` (none, random, causal, padding, sparse): either a
-finite, consistent :class:`~hypviz.attention.comparison.Comparison` -- TV and both distances from uniform in
+finite, consistent :class:`~hypviz.attention.comparison.result.Comparison` -- TV and both distances from uniform in
 [0, 1], top-k overlap and ``top1_weight`` in [0, 1], the verdict one of ``VERDICTS``, the row fractions summing to
 1, every symmetric measure the same with the maps swapped, a printable summary -- or a one-line ``ValueError`` /
 ``TypeError``.  A fixed number of examples, derandomized (the same examples every run), no deadline.
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypviz import attention as att
-from hypviz.attention.comparison import VERDICTS
+from hypviz.attention.comparison.result import VERDICTS
 
 FUZZ = dict(deadline=None, database=None, derandomize=True, max_examples=120,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

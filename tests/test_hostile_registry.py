@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from hypviz.attention import kernels
+from hypviz.attention.maps import kernels
 from hypviz.base import kinds
 
 ENTRY = dict(name="probe_kind", family="softmax", kernel="bilinear", bias=0.0, formula="x", title="x", plain="x",
@@ -95,7 +95,7 @@ def test_a_kind_registered_at_run_time_can_be_unregistered_once():
 
 
 @pytest.mark.parametrize("name, kernel, exc, message", [
-    ("probe", 5, TypeError, r"^kernel must be an instance of hypviz.attention.kernels.Kernel, got 5$"),
+    ("probe", 5, TypeError, r"^kernel must be an instance of hypviz.attention.maps.kernels.Kernel, got 5$"),
     ("probe", None, TypeError, r"^kernel must be an instance of .*Kernel, got None$"),
     ("probe", kernels.Kernel, TypeError, r"^kernel must be an instance .*got the class Kernel \(pass an instance\)$"),
     (5, kernels.Kernel(), ValueError, r"^name must be a word of letters, digits and '_' \(a kernel's name\), got 5$"),

@@ -15,7 +15,7 @@ import torch
 
 import test_kinds as harness
 from hypviz import attention as att
-from hypviz.attention import kernels
+from hypviz.attention.maps import kernels
 from hypviz.base import kinds, validate
 
 CAP = 30.0  # the kernel's default cap (Gemma 2 caps its attention logits at 50)

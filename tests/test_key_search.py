@@ -208,7 +208,7 @@ def test_a_fitted_index_answers_later_queries_at_any_top_without_rebuilding():
 
 @pytest.mark.parametrize("m, top", [(50, 7), (20_000, 5), (20_000, 64), (100_000, 500), (4_100, 4_100)])
 def test_block_top_is_torch_topk_with_ties_in_index_order(m, top):
-    from hypviz.attention.key_search import block_top
+    from hypviz.attention.approx.key_search import block_top
 
     g = torch.Generator().manual_seed(m + top)
     s = torch.randint(-40, 0, (6, m), generator=g).double()  # many exact ties, across the cut too

@@ -1,6 +1,6 @@
 """The top-key search under faults: ties decided within rounding on any BLAS kernel, one index searched from many
 threads, candidate memory within its budget, every parameter range-checked, an index refused on other keys, numpy
-integers accepted and strings refused (:mod:`hypviz.attention.key_search`)."""
+integers accepted and strings refused (:mod:`hypviz.attention.approx.key_search`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from hypviz import attention as att
 from hypviz.attention import exact_top_keys, peak_tensor_memory
-from hypviz.attention import key_search as ks
+from hypviz.attention.approx import key_search as ks
 from hypviz.lorentz import distance_operands, lift
 
 

@@ -19,7 +19,7 @@ import torch
 from hypviz import attention as att
 from hypviz import data
 from hypviz import lorentz as L
-from hypviz.attention import kernels
+from hypviz.attention.maps import kernels
 from hypviz.base import kinds
 from hypviz.cli import main as cli_main
 

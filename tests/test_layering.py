@@ -31,7 +31,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "lorentz": ("lorentz",),              # the Lorentz model: points, distances, projections
     "data": ("data",),                    # point sets and trees on the hyperboloid
     "symbolic": ("symbolic",),            # sympy derivations: torch-free, on base only (NARROW)
-    "attention": ("attention",),          # maps, kernels, compare
+    "attention.maps": ("attention.maps",),  # the maps and their kernels
+    "attention.rooms": ("attention.comparison", "attention.approx"),  # two maps compared; distance attention approximated
+    "attention": ("attention",),          # the face of the three rooms
     "capture": ("capture", "toymodel"),   # recorded layers; the toy model (torch only: NARROW)
     "plots": ("plots",),                  # figures
     "reports": ("reports",),              # analysis -> figures -> html
@@ -97,7 +99,13 @@ def edges() -> dict[str, dict[str, list[int]]]:
 
 
 def rank(m: str) -> int | None:
-    return FOLDER_RANK.get(m.split(".")[0] if m else "")
+    """The layer of module ``m``: its longest folder prefix in :data:`LAYERS` (``attention.maps.kernels`` is in
+    ``attention.maps``)."""
+    parts = m.split(".") if m else [""]
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in FOLDER_RANK:
+            return FOLDER_RANK[".".join(parts[:i])]
+    return None
 
 
 def layer(m: str) -> str:
@@ -274,3 +282,17 @@ def test_light_modules_stay_light(module):
     code = f"import sys, {module}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"import {module} loads {out}"
+
+
+#: Rooms of one layer that never import each other: each builds on the layers below only.
+SIBLINGS: tuple[tuple[str, str], ...] = (("attention.comparison", "attention.approx"),)
+
+
+def test_sibling_rooms_never_import_each_other():
+    def room(m: str) -> str | None:
+        return next((r for pair in SIBLINGS for r in pair if m == r or m.startswith(r + ".")), None)
+
+    across = [f"{where(m, ls)}: {m} imports {d}" for m, deps in edges().items() for d, ls in deps.items()
+              if room(m) and room(d) and room(m) != room(d)
+              and any({room(m), room(d)} == set(pair) for pair in SIBLINGS)]
+    assert not across, "rooms of one layer import each other (move the shared part down a layer):\n" + "\n".join(across)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hypviz import attention as att
-from hypviz.attention.comparison import ROW_VERDICTS, overall_verdict
+from hypviz.attention.comparison.result import ROW_VERDICTS, overall_verdict
 from hypviz.capture import records
 from hypviz.lorentz import lift
 from hypviz.reports import model_report

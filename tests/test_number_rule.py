@@ -393,7 +393,7 @@ def test_an_option_its_kernel_does_not_read_is_refused_at_registration(entry, me
 
 
 def test_a_kernel_registered_after_its_kind_checks_the_kinds_options():
-    from hypviz.attention import kernels
+    from hypviz.attention.maps import kernels
 
     class Probe(kernels.Kernel):
         options = {"alpha": kernels.Option(lambda v, name: validate.number(v, name), 1.0)}

@@ -17,7 +17,7 @@ import torch
 from hypviz import attention as att
 from hypviz import lorentz as L
 from hypviz.attention import exact_top_keys
-from hypviz.attention import key_search as ks
+from hypviz.attention.approx import key_search as ks
 from hypviz.base.memory import peak_tensor_memory
 
 D = 8

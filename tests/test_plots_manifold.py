@@ -479,12 +479,12 @@ def test_far_points_draw_with_a_grid():
 # --------------------------------------------------------------------------- #
 def test_the_geometry_lives_in_lorentz_projections_and_the_attention_rows_in_attention():
     from hypviz import attention as A
-    from hypviz.attention import top_keys
+    from hypviz.attention.maps import top_keys
     from hypviz.lorentz import projections as D
 
     assert D.project_for_display.__module__ == "hypviz.lorentz.projections"
     assert A.top_attention is top_keys.top_attention
-    assert A.TopKeys is top_keys.TopKeys and A.TopKeys.__module__ == "hypviz.attention.top_keys"
+    assert A.TopKeys is top_keys.TopKeys and A.TopKeys.__module__ == "hypviz.attention.maps.top_keys"
     assert {"top_attention", "TopKeys"} <= set(A.__all__)
     for module in (Mm, Mp, S):  # the renderers and the scenes re-export neither
         assert not {"top_attention", "TopKeys", "project_for_display", "DisplayProjection"} & set(getattr(module, "__all__", ()))

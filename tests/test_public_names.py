@@ -108,8 +108,8 @@ def offences(qual: str, fn: Any) -> list[str]:
 
 def test_the_walk_sees_the_public_api():
     walked = {qual for mod in public_modules() for qual, _ in _callables(importlib.import_module(mod))}
-    for name in ("hypviz.lorentz.hyperboloid.lift", "hypviz.attention.streamed_compare.compare",
-                 "hypviz.attention.kernels.Kernel.operands", "hypviz.data.trees.TreeEmbedding (record)",
+    for name in ("hypviz.lorentz.hyperboloid.lift", "hypviz.attention.comparison.streamed_compare.compare",
+                 "hypviz.attention.maps.kernels.Kernel.operands", "hypviz.data.trees.TreeEmbedding (record)",
                  "hypviz.toymodel.HypAttention", "hypviz.plots.scenes.disk_scene", "hypviz.symbolic.geometry.lifted_norm"):
         assert name in walked
     assert not any(q.startswith("hypviz.cli") or "._" in q for q in walked)

@@ -1,4 +1,4 @@
-"""hypviz.attention.random_features: distance attention in linear time by positive random features."""
+"""hypviz.attention.approx.random_features: distance attention in linear time by positive random features."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from hypviz import attention as att
 from hypviz import data
 from hypviz import lorentz as L
-from hypviz.attention import random_features as rf
+from hypviz.attention.approx import random_features as rf
 
 
 def tv(p1: torch.Tensor, p2: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,7 @@ LONG_LINE = " ".join(f"column{i:02d}=0.{i:03d}" for i in range(40))  # ~ 600 cha
 #: each documented module, by the API page (docs/api/<page>.rst) that documents it
 API_MODULES = {
     "hypviz.lorentz": "lorentz", "hypviz.lorentz.projections": "display", "hypviz.attention": "attention",
-    "hypviz.base.kinds": "attention", "hypviz.attention.kernels": "attention", "hypviz.symbolic": "symbolic",
+    "hypviz.base.kinds": "attention", "hypviz.attention.maps.kernels": "attention", "hypviz.symbolic": "symbolic",
     "hypviz.data": "data", "hypviz.plots": "plots", "hypviz.plots.manifold_mpl": "plots",
     "hypviz.plots.manifold_plotly": "plots", "hypviz.plots.curves": "plots", "hypviz.plots.attention": "plots",
     "hypviz.capture": "capture", "hypviz.reports.model_report": "model_report", "hypviz.reports.point_report": "report",

@@ -23,7 +23,7 @@ from hypviz import attention
 
 from hypviz import lorentz
 from hypviz import symbolic as hs
-from hypviz.attention import accuracy as acc
+from hypviz.attention.comparison import accuracy as acc
 from hypviz.symbolic.geometry import _Pair
 
 NAMES = list(hs.derivations())
@@ -72,7 +72,7 @@ def test_the_framework_and_the_derivations_live_in_their_own_modules():
 
     assert hs.Derivation is steps.Derivation and hs.Step is steps.Step
     assert hs.squared_distance is geometry.squared_distance and hs.tv_bound is softmax_identities.tv_bound
-    assert not hasattr(hs, "sqdist_accuracy") and not hasattr(hs, "softmax_gap_bounds")  # numerics: hypviz.attention.accuracy
+    assert not hasattr(hs, "sqdist_accuracy") and not hasattr(hs, "softmax_gap_bounds")  # numerics: hypviz.attention.comparison.accuracy
 
 
 # --------------------------------------------------------------------------- #

@@ -17,7 +17,7 @@ import torch
 
 from hypviz import attention as att
 from hypviz import lorentz as L
-from hypviz.attention.topk_tail import TOL, _range_error
+from hypviz.attention.approx.topk_tail import TOL, _range_error
 
 D = 16
 
@@ -186,7 +186,7 @@ def _tail_map(s, t, beta, gamma):
 def test_the_rounding_allowance_covers_logits_moved_by_their_rounding():
     """``_rounding(err)`` bounds the TV that moving every logit by at most ``err`` can cause, and is within 10x of
     it where the move is worst: two equal top keys moved apart by ``err`` each (TV ``tanh(err) / 2``)."""
-    from hypviz.attention.topk_tail import _rounding
+    from hypviz.attention.approx.topk_tail import _rounding
 
     f64 = torch.float64
     for err in (1e-4, 1e-3, 1e-2):  # above the weights' own rounding (16 eps)
@@ -212,8 +212,8 @@ def test_the_rounding_allowance_covers_logits_moved_by_their_rounding():
 def test_the_floor_of_the_logits_holds_where_cauchy_schwarz_is_tight():
     """Keys antiparallel to the query at the largest centred norm: their computed float32 logits reach the
     Cauchy-Schwarz floor to within rounding, on either side; ``_logit_floor``'s slack keeps every one above it."""
-    from hypviz.attention.kernels import logit_error
-    from hypviz.attention.topk_tail import _logit_floor
+    from hypviz.attention.maps.kernels import logit_error
+    from hypviz.attention.approx.topk_tail import _logit_floor
 
     g = torch.Generator().manual_seed(11)
     below_exact = 0

@@ -1,4 +1,4 @@
-"""``distance_topk``: exact top keys plus a fitted positive tail (:mod:`hypviz.attention.topk_tail`).
+"""``distance_topk``: exact top keys plus a fitted positive tail (:mod:`hypviz.attention.approx.topk_tail`).
 
 The bars of issue 30 at 128 queries x 256 keys (d = 64, tau = 8): Gaussian points at r^2/tau from 0.00125
 to 125, a 32-cluster mixture and trees from :mod:`hypviz.data` (in H^2 and padded into H^64): mean row TV to

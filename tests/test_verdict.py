@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from hypviz import attention as att
-from hypviz.attention import calibration
+from hypviz.attention.comparison import calibration
 from hypviz import lorentz as L
-from hypviz.attention.comparison import ROW_VERDICTS, describe_fractions, overall_verdict, row_verdicts
+from hypviz.attention.comparison.result import ROW_VERDICTS, describe_fractions, overall_verdict, row_verdicts
 
 
 @pytest.fixture(scope="module")

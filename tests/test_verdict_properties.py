@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from hypviz import attention as att
-from hypviz.attention import calibration
-from hypviz.attention.comparison import CLOSE_RATIO, RESOLVE, row_verdicts
+from hypviz.attention.comparison import calibration
+from hypviz.attention.comparison.result import CLOSE_RATIO, RESOLVE, row_verdicts
 
 
 def _maps(n: int, m: int, spread: float, noise: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,7 +188,7 @@ def test_compare_maps_refuses_empty_maps_and_non_finite_values():
 
 
 def test_broadcast_maps_are_compared_without_expanding_them(monkeypatch):
-    from hypviz.attention import given_maps
+    from hypviz.attention.comparison import given_maps
 
     g = torch.Generator().manual_seed(8)
     pa = torch.softmax(torch.randn(1, 6, 16, generator=g, dtype=torch.float64), -1)
@@ -204,7 +204,7 @@ def test_broadcast_maps_are_compared_without_expanding_them(monkeypatch):
 
 def test_compare_reads_a_rounding_level_tie_as_a_set():
     # map a: keys 0 and 1 tied within its rounding (1e-12 apart, tolerance 1e-9); map b prefers key 0 by e^0.7
-    from hypviz.attention.row_blocks import top_set
+    from hypviz.attention.comparison.row_blocks import top_set
 
     la = torch.tensor([[0.0, -1e-12, -5.0, -6.0, -7.0], [-1e-12, 0.0, -5.0, -6.0, -7.0]], dtype=torch.float64)
     lb = torch.tensor([[0.0, -0.7, -5.0, -6.0, -7.0], [0.0, -0.7, -5.0, -6.0, -7.0]], dtype=torch.float64)
@@ -222,7 +222,7 @@ def test_a_broadcast_map_is_never_expanded_nor_copied_to_float64_whole(monkeypat
     # one 64 x 64 float32 map against the same map broadcast to 200 and to 800 heads, in row blocks of 512 rows:
     # the extra memory of 600 more heads is their per-row results (38,400 rows x about a dozen float32 fields,
     # 1.8 MB), not a float64 copy or an expansion of their maps (20 MB)
-    from hypviz.attention import given_maps
+    from hypviz.attention.comparison import given_maps
     from hypviz.base.memory import peak_tensor_memory
 
     monkeypatch.setattr(given_maps, "_BLOCK_ELEMENTS", 512 * 64)

@@ -35,10 +35,10 @@ how far two kinds' maps are apart, row by row, next to each map's distance from 
 and checks the bounds on the softmax gap (:func:`tv_supremum`, :func:`kl_supremum`).
 
 The fifth, ``"distance_rf"``, is the ``"distance"`` map estimated by positive random features of
-:math:`Jq/\sqrt\tau` and :math:`\kappa/\sqrt\tau` (:mod:`hypviz.attention.random_features`): the implicit map of
+:math:`Jq/\sqrt\tau` and :math:`\kappa/\sqrt\tau` (:mod:`hypviz.attention.approx.random_features`): the implicit map of
 :func:`distance_linear_attention`, distance attention in linear time; like ``"focused"`` it is not a
 softmax of scores, so the softmax bound does not apply to it.  The sixth, ``"distance_topk"``, is the
-``"distance"`` map from each query's exact top keys and a fitted positive tail (:mod:`hypviz.attention.topk_tail`):
+``"distance"`` map from each query's exact top keys and a fitted positive tail (:mod:`hypviz.attention.approx.topk_tail`):
 the implicit map of :func:`distance_topk_attention`, which also estimates each row's error.
 
 Every public function validates its inputs once (a one-line ``ValueError`` or ``TypeError``) and
@@ -47,45 +47,25 @@ then computes with unchecked internals.  Pairwise arrays come from matrix produc
 never from broadcasting ``N x M x d``.
 
 The kinds are entries of :mod:`hypviz.base.kinds` (``hypviz.attention.kinds``): adding one is one
-entry there plus its tests.  This package's modules, by job: :mod:`~hypviz.attention.checks` (the
-argument checks), :mod:`~hypviz.attention.random_features`, :mod:`~hypviz.attention.kernels` (each
-kind's operands, rounding bound and dense map), :mod:`~hypviz.attention.maps` (:func:`scores`,
-:func:`attention_map`, the focused map), :mod:`~hypviz.attention.comparison` (:class:`Comparison`,
-:func:`verdict`), :mod:`~hypviz.attention.row_blocks` and :mod:`~hypviz.attention.streamed_compare`
-(:func:`compare`), :mod:`~hypviz.attention.given_maps` (:func:`compare_maps`),
-:mod:`~hypviz.attention.top_keys` (:func:`top_attention`), :mod:`~hypviz.attention.key_search`
-(:func:`exact_top_keys`, :func:`search_top_keys`: the strongest keys as a search), :mod:`~hypviz.attention.calibration` (the
-verdict's cases) and :mod:`~hypviz.attention.accuracy` (the derivations' numerical companions).
+entry there plus its tests.  This package has three rooms, by job: :mod:`hypviz.attention.maps` (the maps and
+their kernels: :func:`scores`, :func:`attention_map`, :func:`top_attention`, the focused map, each kind's
+operands and rounding bound), :mod:`hypviz.attention.comparison` (two maps compared: :func:`compare`,
+:func:`plan_compare`, :func:`compare_maps`, :class:`Comparison` and the verdict, the calibration cases and the
+derivations' numerical companions) and :mod:`hypviz.attention.approx` (distance attention approximated:
+:func:`distance_linear_attention`, :func:`distance_topk_attention`, :func:`exact_top_keys`,
+:func:`search_top_keys`).  The comparison and the approximations build on the maps, never on each other.
 Every public name is importable from here.
 """
 
-from hypviz.attention.checks import resolve_device
-from hypviz.attention.comparison import (
-    CLOSE_RATIO,
-    MAJORITY,
-    RESOLVE,
-    ROW_VERDICTS,
-    TOP1_WEIGHT,
-    TOP_SHARE,
-    UNIFORM_PEAK,
-    UNIFORM_TV,
-    VERDICTS,
-    Comparison,
-    Plan,
-    describe_fractions,
-    overall_verdict,
-    row_verdicts,
-    verdict,
-    verdict_rule,
-    verdict_text,
-)
-from hypviz.attention.given_maps import compare_maps
-from hypviz.attention.key_search import KeyIndex, KeySearch, TopKeyLogits, exact_top_keys, fit_key_index, search_top_keys
-from hypviz.attention.maps import KINDS, MODEL_KINDS, SOFTMAX_KINDS, attention_map, focused_linear_attention, focused_linear_map, scores
-from hypviz.attention.random_features import distance_linear_attention
-from hypviz.attention.streamed_compare import ComparePlan, compare, plan_compare, run_compare
-from hypviz.attention.top_keys import TopKeys, top_attention
-from hypviz.attention.topk_tail import TopkTail, distance_topk_attention
+from hypviz.attention.approx import (KeyIndex, KeySearch, TopKeyLogits, TopkTail, distance_linear_attention, distance_topk_attention,
+                                     exact_top_keys, fit_key_index, search_top_keys)
+from hypviz.attention.comparison import (CLOSE_RATIO, MAJORITY, RESOLVE, ROW_VERDICTS, TOP1_WEIGHT, TOP_SHARE, UNIFORM_PEAK,
+                                         UNIFORM_TV, VERDICTS, ComparePlan, Comparison, Plan, compare, compare_maps,
+                                         describe_fractions, overall_verdict, plan_compare, row_verdicts, run_compare, verdict,
+                                         verdict_rule, verdict_text)
+from hypviz.attention.maps import (KINDS, MODEL_KINDS, SOFTMAX_KINDS, Kernel, Operands, Option, TopKeys, attention_map,
+                                   focused_linear_attention, focused_linear_map, register_kernel, resolve_device, scores,
+                                   top_attention, unregister_kernel)
 from hypviz.base import kinds
 from hypviz.base.bounds import kl_supremum, tv_supremum
 from hypviz.base.memory import peak_tensor_memory
@@ -136,4 +116,9 @@ __all__ = [
     "tv_supremum",
     "resolve_device",
     "peak_tensor_memory",
+    "Kernel",
+    "Operands",
+    "Option",
+    "register_kernel",
+    "unregister_kernel",
 ]

@@ -2,7 +2,7 @@ r"""The registry of attention kinds: one entry a kind, read by every part of hyp
 
 A kind is a way to turn queries and keys on the hyperboloid into an attention map.  Its
 :class:`Kind` entry says everything the rest of the package needs to know about it: its family,
-its map in one formula, the kernel that computes it (in :mod:`hypviz.attention.kernels`), which other
+its map in one formula, the kernel that computes it (in :mod:`hypviz.attention.maps.kernels`), which other
 kinds it can share one matrix product with, its key-norm bias coefficient (where the softmax-gap bound
 applies), its rounding bound, its titles and its one-line description.  ``attention_map``,
 ``compare``, ``compare_maps``, the command's ``--kinds`` and ``--help``, the plots, the explorables,
@@ -30,7 +30,7 @@ matrix product per block of rows, and the bound :math:`\mathrm{TV} \le \tanh(\De
 = -\frac12\|q - \kappa\|_L^2 + q_t \kappa_t - k`), ``"distance"`` and ``"lorentz"`` are :math:`c = 0`.
 
 Adding a kind is one :func:`register` call (an entry here, for the built-in kinds) plus its tests;
-a kind whose computation is new also registers its kernel (:func:`hypviz.attention.kernels.register_kernel`).
+a kind whose computation is new also registers its kernel (:func:`hypviz.attention.maps.kernels.register_kernel`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class Kind:
     r"""One attention kind.
 
     ``name``: how every function and the command name it; ``family``: one of :data:`FAMILIES`;
-    ``kernel``: the name of the kernel computing it (:mod:`hypviz.attention.kernels`); ``formula``: its
+    ``kernel``: the name of the kernel computing it (:mod:`hypviz.attention.maps.kernels`); ``formula``: its
     map (or logits) in one LaTeX formula; ``title`` (matplotlib mathtext), ``plain`` (unicode, plotly
     titles) and ``html`` (plotly hover text): its titles; ``description``: one line for ``--help``
     and the summaries; ``rounding``: its rounding bound, in words; ``bias``: the key-norm bias
@@ -145,7 +145,7 @@ _KERNEL_OPTIONS: dict[str, tuple[str, ...]] = {}  # the options each kernel read
 
 def declare_kernel(kernel: str, options: Sequence[str]) -> None:
     """Record the options the kernel named ``kernel`` reads, so that :func:`register` checks a kind's ``options``
-    against them (:mod:`hypviz.attention.kernels` declares each kernel it holds; the registry itself knows no kernel).
+    against them (:mod:`hypviz.attention.maps.kernels` declares each kernel it holds; the registry itself knows no kernel).
     A kind already registered that names ``kernel`` with an option outside ``options`` is refused here, naming it."""
     allowed = tuple(options)
     for kd in _REGISTRY.values():
@@ -177,7 +177,7 @@ def register(kind: Kind) -> Kind:
         raise ValueError(f"an attention kind named {kind.name!r} is already registered")
     # a kind computed by a built-in kind's kernel is of that kind's family (a gate's rows are not normalised, a
     # softmax kernel's are) and reads what that kernel reads: the options of the built-in kinds of that kernel
-    # (the kernels of hypviz.attention.kernels read them by name)
+    # (the kernels of hypviz.attention.maps.kernels read them by name)
     peers = [kd for kd in _REGISTRY.values() if kd.name in _BUILT_IN and kd.kernel == kind.kernel]
     if peers and kind.family != peers[0].family:
         raise ValueError(

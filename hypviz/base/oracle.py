@@ -8,7 +8,7 @@ correct to far below float64's rounding:
   :func:`hypviz.attention.kl_supremum`; the derivation :func:`hypviz.symbolic.kl_supremum` uses it too);
 * :func:`sqdist_mpmath` and :func:`distances_mpmath`: the squared Lorentzian distance (and the
   geodesic distance) of lifted points (the references of notebook 02's accuracy study,
-  :func:`hypviz.attention.accuracy.sqdist_accuracy`, and of ``tests/test_lorentz_oracle.py``).
+  :func:`hypviz.attention.comparison.accuracy.sqdist_accuracy`, and of ``tests/test_lorentz_oracle.py``).
 
 No torch: numpy and mpmath only.
 """

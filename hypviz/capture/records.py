@@ -27,8 +27,8 @@ import torch
 
 from hypviz.base.messages import short, torch_load_reason
 from hypviz.attention import attention_map
-from hypviz.attention import kernels
-from hypviz.attention.kernels import distance_logits, kernel_for
+from hypviz.attention.maps import kernels
+from hypviz.attention.maps.kernels import distance_logits, kernel_for
 from hypviz.base import kinds as registry
 from hypviz.lorentz import as_tensor, check_k, check_points
 
@@ -77,7 +77,7 @@ EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
 
 def recorded_options(kind: str) -> dict[str, bool]:
     """The options of ``kind`` a record holds as fields, and whether a record of it must give each: as its kernel
-    declares them (:class:`hypviz.attention.kernels.Option`'s ``recorded``; an optional one that is None reads as its default)."""
+    declares them (:class:`hypviz.attention.maps.kernels.Option`'s ``recorded``; an optional one that is None reads as its default)."""
     kd = registry.get(kind)
     declared = kernel_for(kd).options
     return {o: declared[o].recorded for o in kd.options if o in declared and declared[o].recorded is not None}
@@ -414,7 +414,7 @@ class LayerRecord:
 
     def log_weights(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor | None:
         r"""``(H, N, M)`` log-weights of the record's map, up to a constant per row (a softmax kind's logits over
-        :math:`\tau`), from its kernel's operands (:class:`hypviz.attention.kernels.Operands`), head by head at
+        :math:`\tau`), from its kernel's operands (:class:`hypviz.attention.maps.kernels.Operands`), head by head at
         :attr:`head_temperatures`; with a negative ``scale`` (kind ``"distance"`` only)
         :math:`+\tfrac12\|q_i - \kappa_j\|_L^2/|\tau|`.  None when the kind's kernel has no operands.
 

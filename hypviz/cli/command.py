@@ -45,7 +45,7 @@ torch's advice to load a refused file with ``weights_only=False``.
 
 Every kind of ``--kinds`` is compared with the ``--reference`` kind by
 :func:`hypviz.attention.compare`, each map read against its distance from the uniform row, with a
-verdict (one of :data:`~hypviz.attention.comparison.VERDICTS`, by the rule
+verdict (one of :data:`~hypviz.attention.comparison.result.VERDICTS`, by the rule
 :func:`hypviz.attention.verdict_rule` states) per comparison and per head.  The kinds are those
 that :func:`hypviz.attention.compare` takes, read from the registry :mod:`hypviz.base.kinds`
 (:func:`~hypviz.base.kinds.comparable`; ``hypviz compare --help`` lists each with its one-line

@@ -31,7 +31,7 @@ import torch
 
 from hypviz.lorentz import projections as D
 from hypviz import lorentz as L
-from hypviz.attention.top_keys import top_attention
+from hypviz.attention.maps.top_keys import top_attention
 from hypviz.base import validate
 
 __all__ = [

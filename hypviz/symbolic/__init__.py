@@ -26,8 +26,8 @@ This module is the one place to import them from; the code lives by job:
 * :mod:`hypviz.symbolic.softmax_identities`: the softmax derivations (the per-key bias, identity 5, the KL
   identity and the bounds);
 * the numerical companions, in float64 torch or mpmath, live a layer up, in
-  :mod:`hypviz.attention.accuracy` (:func:`~hypviz.attention.accuracy.softmax_gap_bounds`,
-  :func:`~hypviz.attention.accuracy.sqdist_accuracy`, ...) and :mod:`hypviz.base.oracle` (the mpmath references):
+  :mod:`hypviz.attention.comparison.accuracy` (:func:`~hypviz.attention.comparison.accuracy.softmax_gap_bounds`,
+  :func:`~hypviz.attention.comparison.accuracy.sqdist_accuracy`, ...) and :mod:`hypviz.base.oracle` (the mpmath references):
   ``import hypviz.symbolic`` imports sympy only.
 """
 

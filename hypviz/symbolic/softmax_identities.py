@@ -9,7 +9,7 @@ supremum) and :func:`tv_bound` (:math:`\mathrm{TV} \le \tanh(\Delta/4)`, attaine
 :func:`first_order_gap_ratio` (the gap over its baseline for Gaussian points, to first order).  Each returns a
 :class:`~hypviz.symbolic.steps.Derivation`; :mod:`hypviz.symbolic` re-exports them all, with
 :func:`softmax` (the symbolic softmax they use).  Their numerical companions (the bounds measured
-on real rows) are in :mod:`hypviz.attention.accuracy`.
+on real rows) are in :mod:`hypviz.attention.comparison.accuracy`.
 """
 
 from __future__ import annotations
@@ -656,7 +656,7 @@ def first_order_gap_ratio(n: int = 3, *, k: Any = None, d: int = 3) -> Derivatio
     near uniform), the key norms concentrated (:math:`\|z\|^2 - d = O(\sqrt d)` against :math:`d`: large
     :math:`d`), many keys and both deviations Gaussian.  The softmax steps are checked for ``n`` keys,
     the Gaussian moments in ``d`` explicit coordinates (``d`` symbolic in the result:
-    :math:`\mathrm{Var}\,\|z\|^2 = 2d`); :func:`hypviz.attention.accuracy.gaussian_gap_study` measures how
+    :math:`\mathrm{Var}\,\|z\|^2 = 2d`); :func:`hypviz.attention.comparison.accuracy.gaussian_gap_study` measures how
     well the result holds.
 
     Examples

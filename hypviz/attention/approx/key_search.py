@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from hypviz.attention.checks import checked_inputs, flatten_batch
+from hypviz.attention.maps.checks import checked_inputs, flatten_batch
 from hypviz.base import validate
 from hypviz.lorentz import check_k, distance_operands
 

@@ -1,6 +1,6 @@
 """The statistics of one row block of a comparison, from its two logit blocks.
 
-Private kernels of :func:`hypviz.attention.compare` (:mod:`hypviz.attention.streamed_compare`): each reads a
+Private kernels of :func:`hypviz.attention.compare` (:mod:`hypviz.attention.comparison.streamed_compare`): each reads a
 ``rows x M`` block of logits (and may overwrite it, as documented), and writes per-row results.
 KL and TV use the tilted form (``expm1``/``log1p``: accurate to the rounding of the logits), the
 uniform baselines are computed without cancellation, top-k agreement is tie-aware.
@@ -13,8 +13,8 @@ from typing import Callable
 
 import torch
 
-from hypviz.attention.comparison import TOP_SHARE
-from hypviz.attention.kernels import Operands, softmax_rows_
+from hypviz.attention.comparison.result import TOP_SHARE
+from hypviz.attention.maps.kernels import Operands, softmax_rows_
 from hypviz.lorentz import dist, lift
 
 _P_ROUTE_EPS = 8.0  # baselines from the softmax weights where the logits' rounding bound (tol / 2) exceeds 4 eps

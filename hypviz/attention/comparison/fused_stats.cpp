@@ -1,4 +1,4 @@
-/* The statistics of one row block of compare()'s one-product path, fused: hypviz/attention/fused_stats.py.
+/* The statistics of one row block of compare()'s one-product path, fused: hypviz/attention/comparison/fused_stats.py.
  *
  * Per row i of a block S (rows x M, contiguous) with c_i, w_j and the two kinds' alpha_a, alpha_b:
  *   l_a,ij = S_ij - alpha_a c_i w_j,   l_b,ij = S_ij - alpha_b c_i w_j.

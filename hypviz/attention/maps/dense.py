@@ -1,7 +1,7 @@
 r"""The dense attention maps: :func:`scores`, :func:`attention_map` and Hypformer's focused linear attention.
 
-Each kind's map is computed by its kernel (:mod:`hypviz.attention.kernels`), named by its entry in
-:mod:`hypviz.base.kinds`; the arguments are checked once (:mod:`hypviz.attention.checks`).  Pairwise
+Each kind's map is computed by its kernel (:mod:`hypviz.attention.maps.kernels`), named by its entry in
+:mod:`hypviz.base.kinds`; the arguments are checked once (:mod:`hypviz.attention.maps.checks`).  Pairwise
 arrays come from one matrix product, never from broadcasting ``N x M x d``.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from hypviz.attention.checks import check_eps, check_kind, check_norm_scale, check_power, check_temperature, checked_inputs
-from hypviz.attention.kernels import KERNELS, check_logit_range, dense_map, feature_map, norm_scale_eps, options, raw_scores
+from hypviz.attention.maps.checks import check_eps, check_kind, check_norm_scale, check_power, check_temperature, checked_inputs
+from hypviz.attention.maps.kernels import KERNELS, check_logit_range, dense_map, feature_map, norm_scale_eps, options, raw_scores
 from hypviz.base import kinds
 
 __all__ = ["KINDS", "SOFTMAX_KINDS", "MODEL_KINDS", "scores", "attention_map", "focused_linear_map", "focused_linear_attention"]
@@ -111,7 +111,7 @@ def attention_map(
     the direct :math:`-q_t \kappa_t + q_s \cdot \kappa_s` loses the differences between keys when
     :math:`k` is large.  ``"focused"`` is Hypformer's linear map, :func:`focused_linear_map` with
     ``power`` and ``norm_scale`` (no softmax; ``temperature`` is not used).  ``"distance_rf"`` is the
-    implicit map of the linear-time distance attention, :func:`hypviz.attention.random_features.distance_rf_map`
+    implicit map of the linear-time distance attention, :func:`hypviz.attention.approx.random_features.distance_rf_map`
     with ``features`` random features drawn from ``seed`` (orthogonal, with the first-order control
     variate): an estimate of the ``"distance"`` map at ``temperature``.  The two kinds of
     :data:`MODEL_KINDS` are

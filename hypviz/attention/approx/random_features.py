@@ -72,11 +72,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from hypviz.attention.maps.checks import check_temperature, checked_inputs, flatten_batch
+from hypviz.attention.maps.kernels import Kernel, Operands, Option, log_, log_rounding, register_kernel
 from hypviz.base import validate
-from hypviz.attention.checks import check_temperature, checked_inputs, flatten_batch
 from hypviz.lorentz import lift
 
-__all__ = ["AGGREGATIONS", "random_directions", "performer_weights", "feature_operands", "distance_rf_map", "distance_linear_attention"]
+__all__ = ["AGGREGATIONS", "random_directions", "performer_weights", "feature_operands", "distance_rf_map", "distance_linear_attention", "RandomFeatures"]
 
 ArrayLike = Any
 
@@ -452,3 +453,33 @@ def distance_linear_attention(
             o = o[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(torch.finfo(o.dtype).tiny).sqrt())
         res[:, i : i + block] = lift(o, k=kf)
     return res.reshape(*batch, q.shape[-2], res.shape[-1])
+
+
+class RandomFeatures(Kernel):
+    """The distance map by positive random features (this module): ``log(A @ B^T)``."""
+
+    options = {"features": Option(lambda v, name: validate.features(v), 256),
+               "seed": Option(lambda v, name: validate.seed(v, name), 0)}
+
+    def operands(self, kind, q, keys, *, k, temperature, opts):
+        omega = random_directions(opts["features"], q.shape[-1], seed=opts["seed"], dtype=q.dtype).to(q.device)
+        a, b = feature_operands(q, keys, k=k, temperature=temperature, omega=omega)
+        # the log of A @ B^T: on rows of positive terms (no control variate) off by <= gamma_c; on rows with
+        # the control variate (terms of both signs) gamma_c sum_c |A_ic| max_j |B_jc|, relative to the row's mean weight
+        gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
+        col_max = torch.maximum(b.amax(dim=-2, keepdim=True), -b.amin(dim=-2, keepdim=True))
+        size = (a.abs() * col_max).sum(dim=-1)
+        mean = (a * b.mean(dim=-2, keepdim=True)).sum(dim=-1).abs().clamp_min(torch.finfo(q.dtype).tiny)
+        mixed = (a < 0).any(dim=-1)
+        err = torch.where(mixed, gamma * size / mean, torch.full_like(size, gamma))
+        # plus the log's own rounding; on mixed rows the smallest weight is only known to be >= the clamp
+        return Operands(kind.name, a, b, err + log_rounding(a, b, mixed), finish=log_)
+
+    def largest_logit(self, kind, ops, dtype):
+        return 0.0  # the log of a finite float cannot overflow
+
+    def dense(self, kind, q, keys, *, k, temperature, opts):
+        return distance_rf_map(q, keys, k=k, temperature=temperature, features=opts["features"], seed=opts["seed"])
+
+
+register_kernel("random_features", RandomFeatures())

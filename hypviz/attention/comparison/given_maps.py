@@ -2,7 +2,7 @@ r"""Two given attention maps compared row by row: :func:`compare_maps`.
 
 Where :func:`hypviz.attention.compare` builds both maps from queries and keys, this takes two
 row-stochastic maps as they are (a model's own attention weights, a map from another library)
-and returns the same :class:`hypviz.attention.comparison.Comparison`: every measure, the uniform baselines
+and returns the same :class:`hypviz.attention.comparison.result.Comparison`: every measure, the uniform baselines
 and the verdicts by the same rule.  Public through :func:`hypviz.attention.compare_maps`.
 """
 
@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from hypviz.base import validate
-from hypviz.attention.row_blocks import output_stats
-from hypviz.attention.comparison import STATISTICS, TOP_SHARE, TOPK_MAX, Comparison, Plan, assemble
+from hypviz.attention.comparison.row_blocks import output_stats
+from hypviz.attention.comparison.result import STATISTICS, TOP_SHARE, TOPK_MAX, Comparison, Plan, assemble
 from hypviz.lorentz import check_points
 from hypviz.lorentz.points import row_name, as_tensor
 
@@ -164,8 +164,8 @@ def _favourite(
 
     :math:`T_x` = keys within a relative ``rel`` of :math:`\max x` (ties within rounding); the ratio
     :math:`\operatorname{mean}_{j \in T_x} \min(1, y_j / ((1 - \mathrm{rel}) \max y))` as
-    :func:`hypviz.attention.row_blocks.top_set`, 1 when the set carries less than
-    :data:`hypviz.attention.comparison.TOP_SHARE` of ``x``'s excess over uniform (``inv`` = 1 / the number
+    :func:`hypviz.attention.comparison.row_blocks.top_set`, 1 when the set carries less than
+    :data:`hypviz.attention.comparison.result.TOP_SHARE` of ``x``'s excess over uniform (``inv`` = 1 / the number
     of keys each row attends; only the kept keys count when ``keep`` is given).
     """
     mx, my = x.amax(dim=-1, keepdim=True), y.amax(dim=-1, keepdim=True)

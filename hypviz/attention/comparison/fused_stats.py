@@ -1,6 +1,6 @@
 """The statistics of a row block of :func:`hypviz.attention.compare`'s one-product path in one fused kernel.
 
-The eager statistics (:mod:`hypviz.attention.row_blocks`) take some thirty elementwise and reduction passes
+The eager statistics (:mod:`hypviz.attention.comparison.row_blocks`) take some thirty elementwise and reduction passes
 over each ``rows x M`` block; the kernel of ``fused_stats.cpp`` takes three over each row (chunk maxima and map
 b's exponentials segment by segment while the segment is in cache, each relative to its segment's maximum; the
 tilted moments, map a's weights following from b's as :math:`e_{a,j} = K e_{b,j} e^{x_j}`; the deviations of the
@@ -249,7 +249,7 @@ def availability(dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
     Examples
     --------
     >>> import torch
-    >>> from hypviz.attention.fused_stats import availability
+    >>> from hypviz.attention.comparison.fused_stats import availability
     >>> availability(torch.float16, torch.device("cpu"))
     (False, 'the fused kernel takes float32 and float64 (the inputs are float16)')
     """
@@ -278,8 +278,8 @@ def shared_rows(
     the first index), ``a_at_ib``, ``b_at_ia`` (each map's logits at the other's top keys); the uniform
     baselines ``ua``, ``ub`` and peaks ``pa``, ``pb`` (:math:`\mathrm{TV}(P, U)` and :math:`M \max_j P_j`, from
     :math:`e_j = e^{l_j - \max l}`: :math:`\tfrac12 \sum_j |e_j - Z/M| / Z` and :math:`M / Z`, or on rows whose
-    ``tol < small`` without cancellation as :func:`hypviz.attention.row_blocks.tv_uniform`); ``kl``, ``tv``
-    (the tilted forms of :func:`hypviz.attention.row_blocks.block_stats` with :math:`x_j = (\alpha_b -
+    ``tol < small`` without cancellation as :func:`hypviz.attention.comparison.row_blocks.tv_uniform`); ``kl``, ``tv``
+    (the tilted forms of :func:`hypviz.attention.comparison.row_blocks.block_stats` with :math:`x_j = (\alpha_b -
     \alpha_a) c (w_j - E_{P_b} w)`: :math:`\mathrm{KL} = \log(1 + m_1) - E_{P_b} x`, :math:`\mathrm{TV} = \tfrac12
     E_{P_b} |e^x - 1 - m_1| / (1 + m_1)`, :math:`m_1 = E_{P_b}[e^x - 1]`); ``flags`` (int32): bit 0 where
     ``gap > max_gap`` (KL and TV left to the caller, NaN), bit 1, 2 where map a's, b's baseline is (near-uniform
@@ -290,7 +290,7 @@ def shared_rows(
     Examples
     --------
     >>> import torch
-    >>> from hypviz.attention.fused_stats import availability, shared_rows
+    >>> from hypviz.attention.comparison.fused_stats import availability, shared_rows
     >>> s = torch.tensor([[0.0, 1.0, 2.0]])
     >>> c, w, tol, gap = torch.ones(1), torch.tensor([0.0, 0.5, 1.0]), torch.full((1,), 1e-6), torch.ones(1)
     >>> ub = 0.5 * (torch.softmax(s - w, dim=-1) - 1 / 3).abs().sum()  # map b's TV from uniform, eagerly

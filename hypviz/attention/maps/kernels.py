@@ -12,7 +12,7 @@ with :math:`f(x) = x` (softmax kinds; the distance clamped at 0) or :math:`\log`
 :class:`SharedLogits` holds two ``"bilinear"`` kinds from one product (the second a rank-one update of
 the first).  The kernels (:data:`KERNELS`, by the name a :class:`hypviz.base.kinds.Kind` gives) build
 them and compute the dense maps of :func:`hypviz.attention.attention_map`.  Everything here is
-unchecked: the public functions check their arguments once (:mod:`hypviz.attention.checks`).
+unchecked: the public functions check their arguments once (:mod:`hypviz.attention.maps.checks`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import torch
 
-from hypviz.attention.random_features import distance_rf_map, feature_operands, random_directions
-from hypviz.attention.checks import check_norm_scale, check_power
+from hypviz.attention.maps.checks import check_norm_scale, check_power
 from hypviz.base import kinds, validate
 from hypviz.base.kinds import Kind
 from hypviz.base.messages import short
@@ -132,6 +131,11 @@ class Option(NamedTuple):
     ``check(value, name)`` returns the checked value or raises a one-line error naming ``name``;
     ``recorded``: whether a capture record holds it (:mod:`hypviz.capture.records`): ``True`` a record of
     a kind that reads it must give it, ``False`` it may (``None`` reads as ``default``), ``None`` it holds no such field.
+
+    Examples
+    --------
+    >>> Option(lambda v, name: float(v), 0.0).check("2", "bias")
+    2.0
     """
 
     check: Callable[[Any, str], Any]
@@ -173,6 +177,12 @@ class Operands:
     """One map's operands: ``log-weights = finish(A @ B^T)`` (up to a row constant), ``err`` bounds each row's rounding.
 
     ``finish`` is the kernel's in-place finishing (:func:`as_is_`, :func:`clamp_nonpositive_`, :func:`log_` or its own).
+
+    Examples
+    --------
+    >>> ops = Operands("distance", torch.eye(2), torch.eye(2), torch.zeros(2))
+    >>> ops.logits(ops.A, ops.B.T, torch.empty(2, 2)).tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
     """
 
     def __init__(self, kind: str, a: torch.Tensor, b: torch.Tensor, err: torch.Tensor,
@@ -224,6 +234,12 @@ class Kernel:
       by :func:`check_logit_range` at any temperature, with no assumption on how it scales);
     * :meth:`dense`: the map, for :func:`hypviz.attention.attention_map`; :meth:`scores`, where it has scores;
     * :meth:`shares_product`: whether two of its kinds come from ONE product per block (:class:`SharedLogits`).
+
+    Examples
+    --------
+    >>> from hypviz.base import kinds
+    >>> isinstance(kernel_for(kinds.get("distance")), Kernel), kernel_for(kinds.get("distance")).has_scores()
+    (True, True)
     """
 
     #: The parameters this kernel reads, by name (a kind of this kernel lists those it reads in its ``options``).
@@ -391,33 +407,6 @@ class Focused(Kernel):
         return a.div_(a.sum(dim=-1, keepdim=True).add_(norm_scale_eps(eps, opts["norm_scale"])))
 
 
-class RandomFeatures(Kernel):
-    """The distance map by positive random features (:mod:`hypviz.attention.random_features`): ``log(A @ B^T)``."""
-
-    options = {"features": Option(lambda v, name: validate.features(v), 256),
-               "seed": Option(lambda v, name: validate.seed(v, name), 0)}
-
-    def operands(self, kind, q, keys, *, k, temperature, opts):
-        omega = random_directions(opts["features"], q.shape[-1], seed=opts["seed"], dtype=q.dtype).to(q.device)
-        a, b = feature_operands(q, keys, k=k, temperature=temperature, omega=omega)
-        # the log of A @ B^T: on rows of positive terms (no control variate) off by <= gamma_c; on rows with
-        # the control variate (terms of both signs) gamma_c sum_c |A_ic| max_j |B_jc|, relative to the row's mean weight
-        gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
-        col_max = torch.maximum(b.amax(dim=-2, keepdim=True), -b.amin(dim=-2, keepdim=True))
-        size = (a.abs() * col_max).sum(dim=-1)
-        mean = (a * b.mean(dim=-2, keepdim=True)).sum(dim=-1).abs().clamp_min(torch.finfo(q.dtype).tiny)
-        mixed = (a < 0).any(dim=-1)
-        err = torch.where(mixed, gamma * size / mean, torch.full_like(size, gamma))
-        # plus the log's own rounding; on mixed rows the smallest weight is only known to be >= the clamp
-        return Operands(kind.name, a, b, err + log_rounding(a, b, mixed), finish=log_)
-
-    def largest_logit(self, kind, ops, dtype):
-        return 0.0  # the log of a finite float cannot overflow
-
-    def dense(self, kind, q, keys, *, k, temperature, opts):
-        return distance_rf_map(q, keys, k=k, temperature=temperature, features=opts["features"], seed=opts["seed"])
-
-
 class Gate(Kernel):
     r"""The Lorentz GCN's gate :math:`\sigma(-\frac12\|q - \kappa\|_L^2/\tau + b)`: rows not normalised."""
 
@@ -437,8 +426,7 @@ class Geodesic(Kernel):
 
 
 #: The kernels, by the name a :class:`~hypviz.base.kinds.Kind` gives in its ``kernel``.
-KERNELS: dict[str, Kernel] = {"bilinear": Bilinear(), "focused": Focused(), "random_features": RandomFeatures(),
-                              "gate": Gate(), "geodesic": Geodesic()}
+KERNELS: dict[str, Kernel] = {"bilinear": Bilinear(), "focused": Focused(), "gate": Gate(), "geodesic": Geodesic()}
 
 
 _BUILT_IN_KERNELS = frozenset(KERNELS)
@@ -448,12 +436,23 @@ del _name, _kernel
 
 
 def register_kernel(name: str, kernel: Kernel) -> Kernel:
-    """Add a kernel for kinds whose computation is new (a name already taken is refused)."""
+    """Add a kernel for kinds whose computation is new (a name already taken is refused).
+
+    Examples
+    --------
+    >>> class Flat(Kernel):
+    ...     def dense(self, kind, q, keys, *, k, temperature, opts):
+    ...         return torch.full((*q.shape[:-1], keys.shape[-2]), 1.0 / keys.shape[-2], dtype=q.dtype)
+    >>> _ = register_kernel("flat_example", Flat())
+    >>> "flat_example" in KERNELS
+    True
+    >>> unregister_kernel("flat_example")
+    """
     if not (isinstance(name, str) and name.isascii() and name.isidentifier()):
         raise ValueError(f"name must be a word of letters, digits and '_' (a kernel's name), got {name!r:.60}")
     if not isinstance(kernel, Kernel):
         what = f"the class {kernel.__name__} (pass an instance)" if isinstance(kernel, type) else repr(kernel)[:60]
-        raise TypeError(f"kernel must be an instance of hypviz.attention.kernels.Kernel, got {what}")
+        raise TypeError(f"kernel must be an instance of hypviz.attention.maps.kernels.Kernel, got {what}")
     if name in KERNELS:
         raise ValueError(f"a kernel named {name!r} is already registered")
     bad = [o for o, opt in kernel.options.items() if not (isinstance(o, str) and o.isidentifier() and isinstance(opt, Option))]
@@ -465,7 +464,15 @@ def register_kernel(name: str, kernel: Kernel) -> Kernel:
 
 
 def unregister_kernel(name: str) -> None:
-    """Remove a kernel registered at run time (the built-in ones stay); no registered kind may still name it."""
+    """Remove a kernel registered at run time (the built-in ones stay); no registered kind may still name it.
+
+    Examples
+    --------
+    >>> _ = register_kernel("flat_example", Kernel())
+    >>> unregister_kernel("flat_example")
+    >>> "flat_example" in KERNELS
+    False
+    """
     if not isinstance(name, str) or name not in KERNELS or name in _BUILT_IN_KERNELS:
         raise ValueError(f"name must be a kernel registered at run time, got {short(name)}")
     users = [n for n in kinds.names() if kinds.get(n).kernel == name]

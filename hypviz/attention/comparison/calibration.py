@@ -16,10 +16,10 @@ import torch
 
 from hypviz import data
 from hypviz import lorentz as L
-from hypviz.attention.comparison import Comparison
-from hypviz.attention.given_maps import compare_maps
-from hypviz.attention.kernels import distance_logits, raw_scores
-from hypviz.attention.streamed_compare import compare
+from hypviz.attention.comparison.result import Comparison
+from hypviz.attention.comparison.given_maps import compare_maps
+from hypviz.attention.maps.kernels import distance_logits, raw_scores
+from hypviz.attention.comparison.streamed_compare import compare
 
 __all__ = ["Case", "cases", "CASES"]
 
@@ -42,7 +42,7 @@ def _gaussian(r: float, n: int = 256, d: int = 64, seed: int = 0, dtype: torch.d
 def _lorentz_vs_distance(dtype: torch.dtype) -> Comparison:
     # independent computations: <q, kappa>_L directly as -q_t kappa_t + q_s . kappa_s (the lorentz kind's scores,
     # no shared operands), against the distance map of hypviz (identity 3's stable operands)
-    from hypviz.attention.maps import attention_map
+    from hypviz.attention.maps.dense import attention_map
 
     q, kk = _gaussian(0.1, seed=1, dtype=dtype), _gaussian(0.1, seed=2, dtype=dtype)
     inner = raw_scores("lorentz", q, kk, k=1.0)
@@ -106,7 +106,7 @@ def _logit_noise(scale: float = 0.02) -> Comparison:
 
 def _float32_vs_float64() -> Comparison:
     q, kk = _gaussian(1.0, seed=8), _gaussian(1.0, seed=9)
-    from hypviz.attention.maps import attention_map
+    from hypviz.attention.maps.dense import attention_map
 
     p32 = attention_map(q.float(), kk.float(), "distance", temperature=8.0)
     p64 = attention_map(q, kk, "distance", temperature=8.0)
@@ -127,7 +127,7 @@ def _half_support() -> Comparison:
 
 
 def _half_precision(dtype: torch.dtype) -> Comparison:
-    from hypviz.attention.maps import attention_map
+    from hypviz.attention.maps.dense import attention_map
 
     q, kk = _gaussian(5.0, seed=12), _gaussian(5.0, seed=13)
     pa = attention_map(q, kk, "spatial", temperature=8.0).to(dtype)

@@ -108,10 +108,10 @@ from typing import Any, NamedTuple, Sequence
 
 import torch
 
-from hypviz.attention.checks import check_temperature, checked_inputs, flatten_batch
-from hypviz.attention.kernels import Kernel, Operands, Option, clamp_nonpositive_, logit_error, register_kernel
-from hypviz.attention.key_search import KeyIndex, KeySearch, block_top, fit_key_index, logit_rounding, search_top_keys
-from hypviz.attention.random_features import AGGREGATIONS
+from hypviz.attention.maps.checks import check_temperature, checked_inputs, flatten_batch
+from hypviz.attention.maps.kernels import Kernel, Operands, Option, clamp_nonpositive_, logit_error, register_kernel
+from hypviz.attention.approx.key_search import KeyIndex, KeySearch, block_top, fit_key_index, logit_rounding, search_top_keys
+from hypviz.attention.approx.random_features import AGGREGATIONS
 from hypviz.base import validate
 from hypviz.base.kinds import Kind
 from hypviz.lorentz import distance_operands, lift
@@ -224,8 +224,8 @@ class TopkTail(NamedTuple):
 # --------------------------------------------------------------------------- #
 class _ExactSearch:
     """The exact search of one head's operands: each block of rows' logits ``a_rows @ b^T`` computed once, every level
-    read from them (:func:`hypviz.attention.key_search.block_top`: logits equal up to the product's rounding,
-    :func:`hypviz.attention.key_search.logit_rounding`, are tied and listed by index, whatever BLAS kernel ran)."""
+    read from them (:func:`hypviz.attention.approx.key_search.block_top`: logits equal up to the product's rounding,
+    :func:`hypviz.attention.approx.key_search.logit_rounding`, are tied and listed by index, whatever BLAS kernel ran)."""
 
     def __init__(self, a: torch.Tensor, b: torch.Tensor):
         self.a, self.b, self.b_t = a, b, b.transpose(0, 1)
@@ -250,7 +250,7 @@ class _ExactSearch:
 
 
 class _IndexSearch:
-    """The index search of one head's points (:func:`hypviz.attention.key_search.search_top_keys`), recording each call's method and recall."""
+    """The index search of one head's points (:func:`hypviz.attention.approx.key_search.search_top_keys`), recording each call's method and recall."""
 
     block_rows = 4096
 
@@ -536,7 +536,7 @@ def _logit_floor(a64: torch.Tensor, ms: torch.Tensor, reach: float, err: torch.T
     r"""A floor under every computed logit of the rows: :math:`L_i = \bar s_i - \|a_i\| \max_j \|b'_j\| - 2\,\mathrm{err}_i`.
 
     Cauchy-Schwarz bounds the exact centred logit, :math:`a_i \cdot b'_j \ge -\|a_i\| \|b'_j\|`; the computed logit
-    may lie below the exact one by its rounding (``err``, :func:`hypviz.attention.kernels.logit_error`), and so may
+    may lie below the exact one by its rounding (``err``, :func:`hypviz.attention.maps.kernels.logit_error`), and so may
     the computed mean logit :math:`\bar s_i`: twice ``err``.
 
     >>> float(_logit_floor(torch.tensor([[3.0, 4.0]]), torch.tensor([1.0]), 2.0, torch.tensor([0.25])))
@@ -548,7 +548,7 @@ def _logit_floor(a64: torch.Tensor, ms: torch.Tensor, reach: float, err: torch.T
 def _rounding(err: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
     r"""The TV the logits' rounding can add to a row's bound: every weight's relative error is at most
     :math:`e^{(1 + G)\,\mathrm{err}} - 1`, :math:`G = |\beta| + \sqrt{\gamma/\eta} \ge \sup_{u \le 0} |p'/p|` (``err``:
-    :func:`hypviz.attention.kernels.logit_error`), twice (numerator and normaliser), plus the weights' own rounding."""
+    :func:`hypviz.attention.maps.kernels.logit_error`), twice (numerator and normaliser), plus the weights' own rounding."""
     g = beta.abs() + torch.sqrt(gamma.clamp_min(0.0) / MARGIN)
     return 2.0 * torch.expm1((1.0 + g) * err) + 16.0 * torch.finfo(dt).eps
 
@@ -881,11 +881,11 @@ def distance_topk_attention(
     seed : int
         Seed of the sampled keys.
     search : str or KeyIndex
-        The top-key search: ``"exact"`` (:func:`hypviz.attention.key_search.exact_top_keys`, the default),
-        ``"index"`` (:func:`hypviz.attention.key_search.search_top_keys`: a faiss index picked by measured
+        The top-key search: ``"exact"`` (:func:`hypviz.attention.approx.key_search.exact_top_keys`, the default),
+        ``"index"`` (:func:`hypviz.attention.approx.key_search.search_top_keys`: a faiss index picked by measured
         recall, exact search where none reaches ``recall``; needs faiss), ``"auto"`` (the index where
         faiss is installed, else exact), or an index of these keys from
-        :func:`hypviz.attention.key_search.fit_key_index`, fitted and built beforehand (one key set), used as it
+        :func:`hypviz.attention.approx.key_search.fit_key_index`, fitted and built beforehand (one key set), used as it
         is.  With an index a true top key it missed is weighted by the tail.
     recall : float
         The recall an index must reach on sampled queries, in :math:`(0, 1]` (``"index"``, ``"auto"``).

@@ -3,7 +3,7 @@
 Nothing of size ``N x M`` is ever allocated: each block of query rows gets its logits (for a
 softmax kind against one that differs from it by the key-norm bias, from ONE matrix product, the
 second map a rank-one update of the first; otherwise one product per map), and every statistic
-of :class:`hypviz.attention.comparison.Comparison` is taken from the block before the next one is computed.
+of :class:`hypviz.attention.comparison.result.Comparison` is taken from the block before the next one is computed.
 Public through :func:`hypviz.attention.compare`.
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from hypviz.attention.checks import check_kind, check_temperature, checked_inputs, flatten_batch, resolve_device
-from hypviz.attention.comparison import TOPK_MAX, Comparison, Plan, assemble
-from hypviz.attention.kernels import DenseRows, Operands, SharedLogits, check_logit_range, kernel_for, options, rows_for, softmax_rows_
-from hypviz.attention.fused_stats import availability as fused_availability, shared_rows
-from hypviz.attention.row_blocks import (
+from hypviz.attention.maps.checks import check_kind, check_temperature, checked_inputs, flatten_batch, resolve_device
+from hypviz.attention.comparison.result import TOPK_MAX, Comparison, Plan, assemble
+from hypviz.attention.maps.kernels import DenseRows, Operands, SharedLogits, check_logit_range, kernel_for, options, rows_for, softmax_rows_
+from hypviz.attention.comparison.fused_stats import availability as fused_availability, shared_rows
+from hypviz.attention.comparison.row_blocks import (
     _P_ROUTE_EPS,
     TILT_MAX_GAP,
     agreement,
@@ -69,8 +69,8 @@ def _fused_segment(itemsize: int) -> int:
     """Keys per segment of the fused kernel's row passes: a 32nd of :func:`_l2_bytes` (at least 1,024)."""
     return max(1024, _l2_bytes() // (_FUSED_SEGMENT_L2_PARTS * itemsize))
 
-#: The paths :func:`run_compare` can take (:class:`hypviz.attention.comparison.Plan`'s ``path``): ``"fused"`` is
-#: ``"one_product"`` with each block's statistics in one compiled kernel (:mod:`hypviz.attention.fused_stats`).
+#: The paths :func:`run_compare` can take (:class:`hypviz.attention.comparison.result.Plan`'s ``path``): ``"fused"`` is
+#: ``"one_product"`` with each block's statistics in one compiled kernel (:mod:`hypviz.attention.comparison.fused_stats`).
 PATHS: tuple[str, ...] = ("fused", "one_product", "two_products", "dense_rows")
 
 
@@ -83,7 +83,7 @@ class ComparePlan:
     leading axes; ``k``, ``temperature``, ``options`` (checked by the kinds' kernels), ``device``, ``topk`` (capped
     at ``M``), ``spearman``; ``half``: the half-precision dtype of the inputs or ``None``; ``home``: the inputs'
     device; ``n_total``, ``row_index``: the query rows and the sampled ones; ``plan``: the path, the row blocks
-    and why (:class:`hypviz.attention.comparison.Plan`).
+    and why (:class:`hypviz.attention.comparison.result.Plan`).
 
     Examples
     --------
@@ -316,9 +316,9 @@ def _fused_blocks(
 ) -> None:
     """The statistics of :func:`_shared_blocks` with each block's elementwise work in one fused kernel.
 
-    Per block: ``S`` by one matrix product, then :func:`hypviz.attention.fused_stats.shared_rows` (both maps'
+    Per block: ``S`` by one matrix product, then :func:`hypviz.attention.comparison.fused_stats.shared_rows` (both maps'
     top k, baselines, peaks, KL and TV in a few passes over each row while it is in cache), then the
-    ``O(rows x k)`` agreement (:func:`hypviz.attention.row_blocks.agreement`).  The few rows the kernel leaves
+    ``O(rows x k)`` agreement (:func:`hypviz.attention.comparison.row_blocks.agreement`).  The few rows the kernel leaves
     (a logit gap beyond ``TILT_MAX_GAP``; near-uniform rows whose centred logits are that wide; top sets past the
     top k) are recomputed and taken by the eager formulas.
     """
@@ -428,7 +428,7 @@ def compare(
     power, norm_scale : float
         The focused map's ``power_k`` and ``norm_scale`` (checked and used only with ``"focused"``).
     features : int
-        The number of random features of ``"distance_rf"`` (:func:`hypviz.attention.random_features.distance_rf_map`,
+        The number of random features of ``"distance_rf"`` (:func:`hypviz.attention.approx.random_features.distance_rf_map`,
         drawn from ``seed``; used only with that kind, which like ``"focused"`` has no softmax bound).
     device : str or torch.device
         ``"auto"`` (CUDA when available, else the CPU), ``"cpu"`` or ``"cuda[:i]"``.  The blocks are
@@ -481,7 +481,7 @@ def compare(
     -----
     *The plan.*  ``compare(...)`` is ``run_compare(plan_compare(...))``: the plan holds the checked inputs, the
     options and the row blocks, and the path with its reason (``result.plan``).  Two kinds whose kernel
-    shares one product (:meth:`hypviz.attention.kernels.Kernel.shares_product`: ``"spatial"`` against
+    shares one product (:meth:`hypviz.attention.maps.kernels.Kernel.shares_product`: ``"spatial"`` against
     ``"distance"`` or ``"lorentz"``) take ``"one_product"``: with :math:`S_{ij} = q_{s,i} \cdot \kappa_{s,j} / \tau`,
     :math:`c_i = q_{t,i} / \tau` and :math:`w_j = \kappa_{t,j} - \sqrt{k} = \|\kappa_{s,j}\|^2 / (\kappa_{t,j} + \sqrt{k})`
     (no cancellation), identities 1 and 4 give
@@ -493,11 +493,11 @@ def compare(
     so the distance map is the softmax of the rank-one update :math:`S - c\, w^\top` (the row constant does
     not change a softmax), and :math:`\log P_a - \log P_b = \pm c_i w_j` up to a row constant: the logit gap
     is :math:`\Delta_i` in exact arithmetic.  Every other pair takes ``"two_products"``: each kind's own
-    operands and finishing (:class:`hypviz.attention.kernels.Operands`), one product per map and block.
+    operands and finishing (:class:`hypviz.attention.maps.kernels.Operands`), one product per map and block.
 
     *The fused path.*  On the CPU, from :math:`2^{24}` logits per map, ``"one_product"`` becomes ``"fused"``
     where a C++ compiler is found: each block's statistics in one kernel compiled at first use
-    (:mod:`hypviz.attention.fused_stats`: a few passes over each row while it is in cache, the sums in double),
+    (:mod:`hypviz.attention.comparison.fused_stats`: a few passes over each row while it is in cache, the sums in double),
     the same formulas as the eager statistics, which stay the reference (``plan.with_path("one_product")``).
 
     *The statistics.*  With :math:`x_j = \log P_{a,j} - \log P_{b,j}` centred under :math:`P_b`,
@@ -874,7 +874,7 @@ def _compare_outputs(
     shared: Any,
     pair: tuple[Operands, Operands] | None,
 ) -> dict[str, torch.Tensor]:
-    """The outputs' gap and baselines (:func:`hypviz.attention.row_blocks.output_stats`), a second pass over the row blocks.
+    """The outputs' gap and baselines (:func:`hypviz.attention.comparison.row_blocks.output_stats`), a second pass over the row blocks.
 
     Each block's two maps are recomputed from their logits (``shared``: the one-product operands;
     else the two kinds' own) and both aggregate the same values by the Lorentzian centroid.

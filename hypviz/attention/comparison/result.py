@@ -113,7 +113,7 @@ def verdict(
     the map never decide a row, so the verdict does not depend on :math:`M` for the same perturbation.
     The thresholds are :data:`UNIFORM_TV`, :data:`UNIFORM_PEAK`, :data:`CLOSE_RATIO`,
     :data:`TOP1_WEIGHT`, :data:`TOP_SHARE` and :data:`RESOLVE`; notebook 05 derives them and shows the
-    calibration table (:func:`hypviz.attention.calibration.cases`) the tests hold this rule to.  A whole
+    calibration table (:func:`hypviz.attention.comparison.calibration.cases`) the tests hold this rule to.  A whole
     comparison is read from the fractions of its rows (:func:`overall_verdict`), never from row means.
 
     Examples
@@ -285,7 +285,7 @@ class Plan:
     drawn per head (``rows=``), ``None`` when every row is computed.
 
     ``"fused"`` is ``"one_product"`` with each block's statistics in one compiled kernel
-    (:mod:`hypviz.attention.fused_stats`); ``"dense_rows"`` compares the logs of the dense maps, row block by row block.
+    (:mod:`hypviz.attention.comparison.fused_stats`); ``"dense_rows"`` compares the logs of the dense maps, row block by row block.
 
     Examples
     --------

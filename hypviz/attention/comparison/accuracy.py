@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from hypviz.base import validate
-from hypviz.attention.streamed_compare import compare
+from hypviz.attention.comparison.streamed_compare import compare
 from hypviz.base.bounds import kl_supremum
 from hypviz.base.messages import short
 from hypviz import data

@@ -17,8 +17,8 @@ import torch
 
 from hypviz.base import validate
 from hypviz import lorentz as L
-from hypviz.attention import maps as A
-from hypviz.attention.checks import check_temperature
+from hypviz.attention.maps import dense as A
+from hypviz.attention.maps.checks import check_temperature
 from hypviz.base import kinds as registry
 
 __all__ = ["TopKeys", "top_attention", "TIE_RTOL"]
@@ -123,7 +123,7 @@ def top_attention(
         The softmax temperature :math:`\tau` (default :math:`\sqrt{d}`, as
         :func:`hypviz.attention.attention_map`).
     tie_rtol : float
-        In :math:`[0, 1)`; default ``1e-9`` (``hypviz.attention.top_keys.TIE_RTOL``), far above the rounding of a float64
+        In :math:`[0, 1)`; default ``1e-9`` (``hypviz.attention.maps.top_keys.TIE_RTOL``), far above the rounding of a float64
         softmax, far below any real difference of weights.
 
     Returns
