@@ -31,19 +31,24 @@ matrix product per block of rows, and the bound :math:`\mathrm{TV} \le \tanh(\De
 
 Adding a kind is one :func:`register` call (an entry here, for the built-in kinds) plus its tests;
 a kind whose computation is new also registers its kernel (:func:`hypviz.attention.maps.kernels.register_kernel`).
+A kind of another package registers at its module's import, named by an entry point of group ``hypviz.kinds`` or
+by ``hypviz --plugin MODULE`` (:mod:`hypviz.base.plugins`): :func:`get` and :func:`check` load the entry points the
+first time a name misses, and :func:`provider` names the module that registered a kind.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from hypviz.base import plugins
 from hypviz.base.messages import short
 
 __all__ = ["FAMILIES", "BUILT_IN", "Kind", "Names", "register", "unregister", "get", "names", "comparable", "softmax_names",
-           "bound_applies", "check", "declare_kernel", "forget_kernel"]
+           "bound_applies", "check", "declare_kernel", "forget_kernel", "provider"]
 
 #: The families of kinds (see the module's docstring).
 FAMILIES: tuple[str, ...] = ("softmax", "features", "gate")
@@ -140,6 +145,7 @@ def _finite_real(value: object, name: str, field: str, expected: str) -> float:
 
 _REGISTRY: dict[str, Kind] = {}
 _BUILT_IN: set[str] = set()  # filled once the built-in kinds are registered (see BUILT_IN)
+_PROVIDERS: dict[str, str] = {}  # kind -> the module that registered it (the plugin being loaded, else the caller)
 _KERNEL_OPTIONS: dict[str, tuple[str, ...]] = {}  # the options each kernel reads (declare_kernel)
 
 
@@ -200,7 +206,19 @@ def register(kind: Kind) -> Kind:
             f"built-in kind {next(kd for kd in peers if kd.temperature).name!r} does), got False"
         )
     _REGISTRY[kind.name] = kind
+    _PROVIDERS[kind.name] = plugins.loading() or sys._getframe(1).f_globals.get("__name__", "")
     return kind
+
+
+def provider(name: str) -> str | None:
+    """The module that registered the kind ``name``: the plugin being loaded then, else the module that called
+    :func:`register` (``"__main__"`` for a script); None for the kinds of hypviz itself.
+
+    >>> provider("distance") is None
+    True
+    """
+    module = _PROVIDERS.get(check(name))
+    return None if not module or module == "hypviz" or module.startswith("hypviz.") else module
 
 
 def unregister(name: str) -> None:
@@ -210,6 +228,7 @@ def unregister(name: str) -> None:
         raise ValueError(f"name must be a kind registered at run time (the built-in kinds {', '.join(map(repr, BUILT_IN))} "
                          f"cannot be removed), got {name!r}")
     del _REGISTRY[name]
+    _PROVIDERS.pop(name, None)
 
 
 def names() -> tuple[str, ...]:
@@ -262,7 +281,16 @@ class Names(Sequence[str]):
 
 
 def check(name: object, what: str = "kind", allowed: tuple[str, ...] | None = None) -> str:
-    """``name`` if it is a registered kind (of ``allowed``); else one-line ``ValueError`` naming the choices."""
+    """``name`` if it is a registered kind (of ``allowed``); else one-line ``ValueError`` naming the choices.
+
+    A name not registered first loads the plugins' entry points (:func:`hypviz.base.plugins.load_entry_points`, once
+    a process), then is looked up again; an ``allowed`` that was one of :func:`names`, :func:`comparable`,
+    :func:`softmax_names` is read again after the load."""
+    if isinstance(name, str) and name.isidentifier() and name not in _REGISTRY:  # a name a plugin could register
+        given = None if allowed is None else set(allowed)
+        view = next((v for v in (names, comparable, softmax_names) if given == set(v())), None)
+        plugins.load_entry_points()
+        allowed = allowed if view is None else view()
     allowed = names() if allowed is None else allowed
     if not isinstance(name, str) or name not in allowed:
         raise ValueError(f"{what} must be one of {', '.join(map(repr, allowed))}, got {name!r}")

@@ -50,8 +50,12 @@ Two ways a layer is found:
   verified per head on what enters that map (``LayerRecord.checked`` names the step).  A module that looks like
   attention but matches none is named in one line, with how to capture it.
 * **A new family** is one :class:`Reader` subclass (which submodules are the queries, keys and values, the
-  temperature rule, the aggregation, where the mask comes from) added with :func:`register`; its family
-  becomes a valid ``mode`` (:func:`modes`).
+  temperature rule, the aggregation, where the mask comes from) added with :func:`register` (``first=True``: before
+  the built-in readers); its family becomes a valid ``mode`` (:func:`modes`).  A reader that computes its points
+  itself uses :func:`heads_first`, :func:`attended_keys` and :func:`wrap_method`.  Every record names the reader that
+  made it and, for a reader or kind of another package, the module another process must load
+  (``LayerRecord.plugins``): an entry point of group ``hypviz.readers`` (or ``hypviz.kinds``) loads it there by
+  itself, ``hypviz --plugin MODULE`` by hand (:mod:`hypviz.base.plugins`).
 * **Any other model, by name**: ``layers={"enc.0": ("enc.0.q", "enc.0.k"[, "enc.0.v"])}`` names the
   modules whose outputs are the queries, keys (and values); ``k`` is then required and ``kind``,
   ``temperature``, ``power``, ``norm_scale`` say what the layer computes (mode ``"generic"``; its
@@ -75,10 +79,10 @@ negative ``scale`` (recorded and reported, not refused) and where :math:`\tau` c
 error, not an empty file.
 """
 
-from hypviz.capture.family_readers import READERS, Reader, register
+from hypviz.capture.family_readers import READERS, Reader, WrappedMethod, attended_keys, heads_first, register, wrap_method
 from hypviz.capture.hooks import Capture, attention
 from hypviz.capture.records import FORMAT, MODELS, MODES, VERSION, LayerRecord, load, modes, parse, save
 from hypviz.capture.verification import verify
 
 __all__ = ["attention", "Capture", "LayerRecord", "save", "load", "parse", "FORMAT", "VERSION", "MODES", "MODELS",
-           "READERS", "Reader", "register", "modes", "verify"]
+           "READERS", "Reader", "register", "modes", "verify", "heads_first", "attended_keys", "wrap_method", "WrappedMethod"]

@@ -57,7 +57,13 @@ families' code, read at these commits (no code copied):
 submodules output the queries, keys and values, how many heads, whether they output spatial parts only, the
 kind and the temperature rule (:meth:`Reader.temperature`, a number or one per head, recorded as
 ``head_temperatures``), the aggregation, which
-forward argument holds the mask and what True means there.  Its family becomes a valid record ``mode``.
+forward argument holds the mask and what True means there.  Its family becomes a valid record ``mode``; with
+``register(reader, first=True)`` it is tried before every built-in reader (the Hypformer reader too).  A reader
+that overrides :meth:`Reader.record` or :meth:`Reader.register` uses the public helpers :func:`heads_first`,
+:func:`attended_keys`, :func:`wrap_method` (and :func:`hypviz.lorentz.lift` for spatial parts), and hands its
+points to :meth:`Reader.emit`.  A reader of another package reaches other processes (``hypviz compare``) through
+an entry point of group ``hypviz.readers`` or ``hypviz --plugin MODULE`` (:mod:`hypviz.base.plugins`); each
+record names the reader that made it and its module.
 
 A module that looks like attention (a name with ``attn``/``attention`` and query and key submodules) but
 matches no reader is named in one line by :func:`unrecognised` with how to capture it.
@@ -75,11 +81,11 @@ from torch import nn
 
 from hypviz.capture.readers import (PerThread, Recorder, copy_tensor, dropout_active, dtype_name, read_points, verified,
                                     verified_call)
-from hypviz.capture.records import LayerRecord, add_mode
-from hypviz.lorentz import from_poincare
+from hypviz.capture.records import LayerRecord, add_mode, made_by
+from hypviz.lorentz import from_poincare, lift
 
-__all__ = ["Reader", "READERS", "reader_for", "register", "unrecognised", "HyperCoreReader", "HMLAReader",
-           "HyboNetReader", "LorentzGateReader", "PoincareReader"]
+__all__ = ["Reader", "READERS", "reader_for", "register", "unrecognised", "heads_first", "attended_keys", "wrap_method",
+           "WrappedMethod", "HyperCoreReader", "HMLAReader", "HyboNetReader", "LorentzGateReader", "PoincareReader"]
 
 
 def _num(v: Any) -> float | None:
@@ -98,24 +104,42 @@ def _manifold_k(m: nn.Module, *names: str) -> float:
     return 1.0
 
 
-def _heads(t: torch.Tensor, h: int) -> torch.Tensor:
-    """``(B, N, H * D)`` or ``(B, N, H, D)`` (or without B) -> ``(B, H, N, D)``."""
+def heads_first(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """A projection's output ``(B, N, H * D)``, ``(B, N, H, D)`` or ``(N, H * D)`` as ``(B, H, N, D)``, heads first
+    (a view where torch can make one: copy it with :func:`hypviz.capture.readers.copy_tensor` first).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz.capture import heads_first
+    >>> x = torch.arange(2 * 5 * 6.0).reshape(2, 5, 6)    # (B, N, H * D) with H = 3, D = 2
+    >>> heads_first(x, 3).shape, bool((heads_first(x, 3)[1, 2, 4] == x[1, 4, 4:6]).all())
+    (torch.Size([2, 3, 5, 2]), True)
+    """
     if t.dim() == 2:
         t = t.unsqueeze(0)
     if t.dim() == 3:
-        t = t.reshape(t.shape[0], t.shape[1], h, t.shape[2] // h)
+        t = t.reshape(t.shape[0], t.shape[1], heads, t.shape[2] // heads)
     return t.permute(0, 2, 1, 3)
 
 
-def _lift(xs: torch.Tensor, k: float) -> torch.Tensor:
-    return torch.cat([torch.sqrt((xs * xs).sum(dim=-1, keepdim=True) + k), xs], dim=-1)
+def attended_keys(mask: Any, batch: int, queries: int, keys: int, *, true_masks: bool = True) -> torch.Tensor | None:
+    """A layer's attention mask as ``(B, H or 1, N, M)`` booleans, True where query :math:`i` attends key :math:`j`;
+    None without a mask.
 
+    ``mask`` is what the layer applied: True = masked (``masked_fill(mask, -1e18)``, the families' convention) or,
+    with ``true_masks=False``, True = attended; shaped ``(N, M)`` (a causal mask), ``(B, M)`` (padding),
+    ``(B, N, M)``, ``(B, 1, M)``, ``(B, H, N, M)``, ``(B, 1, 1, M)``...; a float mask is nonzero = True.  ``batch``,
+    ``queries``, ``keys``: :math:`B`, :math:`N`, :math:`M` of the call.
 
-def _keep(mask: Any, b: int, n: int, m: int, *, true_masks: bool = True) -> torch.Tensor | None:
-    """The layer's mask as ``(B, H or 1, N, M)`` booleans, True = attended; None without a mask.
-
-    Accepts what the families pass after their own shaping: ``(N, M)``, ``(B, M)``, ``(B, N, M)``,
-    ``(B, 1, M)``, ``(B, H, N, M)``, ``(B, 1, 1, M)``...; a float mask is nonzero = its boolean."""
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz.capture import attended_keys
+    >>> padding = torch.tensor([[False, False, True]])    # (B, M), True = masked: key 2 is padding
+    >>> attended_keys(padding, 1, 2, 3).int().tolist()    # (B, 1, N, M)
+    [[[[1, 1, 0], [1, 1, 0]]]]
+    """
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor):
@@ -123,13 +147,68 @@ def _keep(mask: Any, b: int, n: int, m: int, *, true_masks: bool = True) -> torc
     t = mask.detach().to("cpu")
     t = t if t.dtype == torch.bool else t != 0
     if t.dim() == 2:  # (N, M) as HyperCore's shape_mask reads it (a causal mask), else (B, M) padding
-        t = t[None, None] if tuple(t.shape) == (n, m) else t[:, None, None, :]
+        t = t[None, None] if tuple(t.shape) == (queries, keys) else t[:, None, None, :]
     elif t.dim() == 3:
         t = t[:, None]
     if t.dim() != 4:
         raise ValueError(f"the attention mask must have 2 to 4 dimensions, got shape {tuple(mask.shape)}")
-    t = t.expand(b, t.shape[1], n, m)
+    t = t.expand(batch, t.shape[1], queries, keys)
     return ~t if true_masks else t
+
+
+class WrappedMethod:
+    """The handle :func:`wrap_method` returns: :meth:`remove` puts the method back (as a hook's handle does).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz.capture import WrappedMethod, wrap_method
+    >>> layer = torch.nn.Identity()
+    >>> handle = wrap_method(layer, "forward", lambda original, x: 2 * original(x))
+    >>> isinstance(handle, WrappedMethod), layer(torch.ones(1)).item()
+    (True, 2.0)
+    >>> handle.remove(); layer(torch.ones(1)).item()
+    1.0
+    """
+
+    _ABSENT = object()
+
+    def __init__(self, obj: Any, name: str, previous: Any):
+        self.obj, self.name, self.previous = obj, name, previous
+
+    def remove(self) -> None:
+        """Undo the wrapping: the instance's own attribute as it was before (none: the class's method again)."""
+        if self.previous is WrappedMethod._ABSENT:
+            vars(self.obj).pop(self.name, None)
+        else:
+            vars(self.obj)[self.name] = self.previous
+
+
+def wrap_method(obj: Any, name: str, wrapper: Callable[..., Any]) -> WrappedMethod:
+    """Make ``obj.name(*args, **kwargs)`` call ``wrapper(original, *args, **kwargs)`` on this instance only; returns
+    the handle whose ``remove()`` undoes it (return it from :meth:`Reader.register` with the hooks' handles).
+
+    For a family whose points are not a submodule's output (HyperCore's ``full_attention``, HMLA's ``project``).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from hypviz.capture import wrap_method
+    >>> layer, seen = torch.nn.Linear(2, 2), []
+    >>> handle = wrap_method(layer, "extra_repr", lambda original: seen.append(1) or "wrapped")
+    >>> layer.extra_repr(), seen
+    ('wrapped', [1])
+    >>> handle.remove(); layer.extra_repr()
+    'in_features=2, out_features=2, bias=True'
+    """
+    original = getattr(obj, name)
+    previous = vars(obj).get(name, WrappedMethod._ABSENT)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return wrapper(original, *args, **kwargs)
+
+    setattr(obj, name, wrapped)
+    return WrappedMethod(obj, name, previous)
 
 
 class Reader:
@@ -164,6 +243,12 @@ class Reader:
         *masked* (``masked_fill(mask, ...)``, the families' convention) or *attended*.
     checked : str
         What the verification compares, as the record states it.
+
+    A subclass overrides :meth:`matches` when the submodules alone do not identify the family, :meth:`temperature`
+    for its rule, and :meth:`record` (or :meth:`register`) when the points are not submodule outputs; it then hands
+    the points to :meth:`emit`, with the helpers :func:`heads_first`, :func:`attended_keys`, :func:`wrap_method` and
+    :func:`hypviz.lorentz.lift`.  Each record names its reader (``"module.Class"``) and, for a reader outside
+    hypviz, the module to load in another process (:attr:`hypviz.capture.LayerRecord.plugins`).
 
     Examples
     --------
@@ -231,9 +316,12 @@ class Reader:
         return s.detach() / 2.0 if isinstance(s, torch.Tensor) else float(s) / 2.0
 
     def n_heads(self) -> int:
+        """The number of heads: :attr:`heads`, or the layer's attribute it names."""
         return self.heads if isinstance(self.heads, int) else int(getattr(self.layer, self.heads))
 
     def k(self) -> float:
+        """:math:`k` of the layer's points: the first positive number of :attr:`k_attributes` on ``layer.manifold``,
+        else 1."""
         return _manifold_k(self.layer, *self.k_attributes)
 
     # ---- the default machinery ----
@@ -285,29 +373,52 @@ class Reader:
         if not all(r in cur for r in roles):
             raise ValueError(f"its {', '.join(getattr(type(self), r) for r in roles)} did not all run in its forward")
         h, k = self.n_heads(), self.k()
-        pts = {r: _heads(copy_tensor(cur[r]), h) for r in roles}
+        pts = {r: heads_first(copy_tensor(cur[r]), h) for r in roles}
         if self.spatial:
-            pts = {r: _lift(t.double(), k).to(t.dtype) for r, t in pts.items()}
+            pts = {r: lift(t.double(), k=k).to(t.dtype) for r, t in pts.items()}
         out = output[0] if isinstance(output, (tuple, list)) else output
         seen = None
         if isinstance(out, torch.Tensor):
             seen = copy_tensor(out)
-            seen = _heads(seen, h) if self.aggregation in _PER_HEAD else (seen if seen.dim() == 3 else seen.unsqueeze(0))
-        q = pts["queries"]
-        self.emit(q, pts["keys"], pts.get("values"), seen, dtype=dtype_name(cur["queries"]),
-                  mask=_keep(cur.get("mask"), q.shape[0], q.shape[2], pts["keys"].shape[2],
-                             true_masks=self.mask_true_masks))
+            seen = heads_first(seen, h) if self.aggregation in _PER_HEAD else (seen if seen.dim() == 3 else seen.unsqueeze(0))
+        mask = {"masked" if self.mask_true_masks else "attended": cur.get("mask")}
+        self.emit(pts["queries"], pts["keys"], pts.get("values"), seen, dtype=dtype_name(cur["queries"]), **mask)
 
     def emit(self, q: torch.Tensor, keys: torch.Tensor, v: torch.Tensor | None, seen: torch.Tensor | None, *,
-             dtype: str | None, mask: torch.Tensor | None = None, note: str | None = None,
-             aux: Callable[[int], dict[str, Any]] | None = None, **fields: Any) -> None:
-        """Records of one call, one per batch element of ``q`` ``(B, H, N, D)``; ``seen`` ``(B, ...)`` the checked
-        output; ``mask`` ``(B, H or 1, N, M)`` True = attended; ``fields`` override the declared ones."""
+             dtype: str | None, masked: torch.Tensor | None = None, attended: torch.Tensor | None = None,
+             note: str | None = None, aux: Callable[[int], dict[str, Any]] | None = None, **fields: Any) -> None:
+        """Records of one call, one per batch element, verified against the layer's output.
+
+        Parameters
+        ----------
+        q, keys, v : torch.Tensor
+            The queries, keys and values ``(B, H, N, D)`` (``v`` may be None), hyperboloid points, time first.
+        seen : torch.Tensor or None
+            The output the verification compares, ``(B, ...)`` (per head ``(B, H, N, D)`` for a per-head aggregation);
+            None: the records say they are not verified.
+        dtype : str or None
+            The dtype the model computed in (:func:`hypviz.capture.readers.dtype_name`).
+        masked, attended : torch.Tensor or None
+            The layer's mask, at most one of them: ``masked`` True = masked (``masked_fill(mask, ...)``, the families'
+            convention), ``attended`` True = attended; any shape :func:`attended_keys` takes.
+        note : str or None
+            Why the records are not verified (then they are not).
+        aux : callable or None
+            ``aux(b)``: what else the verification of batch element ``b`` needs (e.g. ``{"self_term": ...}``).
+        fields
+            Record fields that override the declared ones (``kind``, ``temperature``, ``aggregation``, ...).
+        """
+        if masked is not None and attended is not None:
+            raise ValueError("emit takes the mask once: masked= (True = masked) or attended= (True = attended), got both")
+        b, n, m = q.shape[0], q.shape[2], keys.shape[2]
+        mask = attended_keys(masked, b, n, m) if masked is not None else attended_keys(attended, b, n, m, true_masks=False)
         fields.setdefault("k", self.k())
         fields.setdefault("mode", self.family)
         fields.setdefault("kind", self.kind)
         fields.setdefault("aggregation", self.aggregation)
         fields.setdefault("checked", self.checked)
+        for key, value in made_by(type(self), fields["kind"]).items():
+            fields.setdefault(key, value)
         if "temperature" not in fields and _KINDS_WITH_TAU(fields["kind"]):
             tau = self.temperature(self.layer)
             if tau is None:  # not given by the layer's attributes: measured from the call's outputs (verified_call)
@@ -362,17 +473,6 @@ def _scale(layer: nn.Module, name: str, attr: str = "scale") -> tuple[float, int
     return abs(s), (1 if s > 0 else -1)
 
 
-class _Restore:
-    """Undoes a method wrapped on an instance (the wrapper lives in the instance's ``__dict__``)."""
-
-    def __init__(self, layer: nn.Module, *names: str):
-        self.layer, self.names = layer, names
-
-    def remove(self) -> None:
-        for n in self.names:
-            self.layer.__dict__.pop(n, None)
-
-
 class HyperCoreReader(Reader):
     """HyperCore's ``LorentzMultiheadAttention`` and HELM's copy of it (see the module docstring).
 
@@ -394,9 +494,9 @@ class HyperCoreReader(Reader):
 
     def register(self) -> list[Any]:
         layer = self.layer
-        original = layer.full_attention
 
-        def full_attention(qs: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        def full_attention(original: Callable[..., Any], qs: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor,
+                           *args: Any, **kwargs: Any) -> Any:
             self.cur["concat_in"] = None
             out = original(qs, ks, vs, *args, **kwargs)
             try:
@@ -405,8 +505,8 @@ class HyperCoreReader(Reader):
                 self.cap.fail(f"layer {self.name!r} (call {self.calls}): {exc}")
             return out
 
-        layer.full_attention = full_attention
-        hs: list[Any] = [layer.register_forward_pre_hook(self._pre_call, with_kwargs=True), _Restore(layer, "full_attention")]
+        hs: list[Any] = [layer.register_forward_pre_hook(self._pre_call, with_kwargs=True),
+                         wrap_method(layer, "full_attention", full_attention)]
         fl = getattr(layer, "final_linear", None)
         if isinstance(fl, nn.Module):
             hs.append(fl.register_forward_pre_hook(self._concat_in))
@@ -428,16 +528,15 @@ class HyperCoreReader(Reader):
         tau, sign = _scale(layer, self.name)
         h = int(layer.num_heads)
         dt = torch.float64 if qs.dtype == torch.float64 else torch.float32
-        q, kk, v = (_lift(copy_tensor(t).permute(0, 2, 1, 3).double(), k).to(dt) for t in (qs, ks, vs))
+        q, kk, v = (lift(copy_tensor(t).permute(0, 2, 1, 3).double(), k=k).to(dt) for t in (qs, ks, vs))
         mask = kwargs.get("mask", args[1] if len(args) > 1 else None)
-        keep = _keep(mask, q.shape[0], q.shape[2], kk.shape[2])
         details = ["with RoPE"] if self.cur.get("rotary") else []
         note = None
         if getattr(layer, "trans_heads_concat", False):
             details.append("heads concatenated by final_linear")
             agg, checked = "centroid_heads", "per-head centroids entering final_linear (the concatenating map)"
             cin = self.cur.get("concat_in")
-            seen = None if cin is None else _heads(copy_tensor(cin), h)
+            seen = None if cin is None else heads_first(copy_tensor(cin), h)
             if cin is None:
                 note = "final_linear (the concatenating map) did not run inside full_attention"
         else:
@@ -450,7 +549,7 @@ class HyperCoreReader(Reader):
             note = "normalize=True rescales the queries and keys inside full_attention (not rebuilt by hypviz)"
         if seen is not None:
             seen = seen.double()
-        self.emit(q, kk, v, seen, dtype=dtype_name(qs), mask=keep, note=note, k=k, temperature=tau / 2.0,
+        self.emit(q, kk, v, seen, dtype=dtype_name(qs), masked=mask, note=note, k=k, temperature=tau / 2.0,
                   scale_sign=sign, temperature_source="attributes", aggregation=agg, checked=checked,
                   detail=", ".join(details) or None)
 
@@ -476,17 +575,15 @@ class HMLAReader(Reader):
 
     def register(self) -> list[Any]:
         layer = self.layer
-        original = layer.project
 
-        def project(x: torch.Tensor) -> torch.Tensor:
+        def project(original: Callable[..., Any], x: torch.Tensor) -> torch.Tensor:
             y = original(x)
             if "projected" in self.cur and isinstance(y, torch.Tensor):
                 self.cur["projected"].append(y)
             return y
 
-        layer.project = project
         return [layer.register_forward_pre_hook(self._pre, with_kwargs=True),
-                layer.register_forward_hook(self._post, with_kwargs=True), _Restore(layer, "project"),
+                layer.register_forward_hook(self._post, with_kwargs=True), wrap_method(layer, "project", project),
                 layer.wo.register_forward_pre_hook(self._wo_in)]
 
     def _wo_in(self, module: nn.Module, args: tuple) -> None:
@@ -512,9 +609,9 @@ class HMLAReader(Reader):
         mask = cur.get("mask")
         if isinstance(mask, torch.Tensor):
             mask = self.layer.shape_mask(mask, q.shape[0], h, q.shape[2]) if callable(getattr(self.layer, "shape_mask", None)) else mask
-        seen = _heads(copy_tensor(cur["concat_in"]), h).double()
+        seen = heads_first(copy_tensor(cur["concat_in"]), h).double()
         rope = _num(getattr(self.layer, "qk_rope_head_dim", None))
-        self.emit(q, kk, v, seen, dtype=dtype_name(got[0]), mask=_keep(mask, q.shape[0], q.shape[2], kk.shape[2]),
+        self.emit(q, kk, v, seen, dtype=dtype_name(got[0]), masked=mask,
                   detail=f"{'latent queries' if _num(getattr(self.layer, 'q_lora_rank', None)) else 'queries from wq'}"
                          f" and latent keys, RoPE on the last {int(rope) - 1 if rope else '?'} spatial dims of each head")
 
@@ -634,10 +731,10 @@ class PoincareReader(Reader):
         k = 1.0 / c
         s = _num(getattr(self.layer, "scale", None))
         tau, sign = (1.0, 1) if s is None else (abs(s), 1 if s > 0 else -1)
-        q, kk, v = (from_poincare(_heads(copy_tensor(cur[r]), h).double(), k=k) for r in ("queries", "keys", "values"))
+        q, kk, v = (from_poincare(heads_first(copy_tensor(cur[r]), h).double(), k=k) for r in ("queries", "keys", "values"))
         if cur["queries"].dtype != torch.float64:
             q, kk, v = q.float(), kk.float(), v.float()
-        seen = _heads(copy_tensor(out), h)
+        seen = heads_first(copy_tensor(out), h)
         note = "an attention mask was passed" if cur.get("mask") is not None else None
         self.emit(q, kk, v, seen, dtype=dtype_name(out), note=note, k=k, temperature=tau, scale_sign=sign,
                   temperature_source="attributes" if s is not None else "default")
@@ -647,9 +744,13 @@ class PoincareReader(Reader):
 READERS: list[type[Reader]] = []
 
 
-def register(reader: type[Reader]) -> type[Reader]:
+def register(reader: type[Reader], *, first: bool = False) -> type[Reader]:
     """Add a :class:`Reader` subclass (its ``family`` becomes a valid record ``mode``); returns it, so that it can
     decorate the class.  Registering the same class twice is a no-op.
+
+    With ``first=True`` the reader is tried before every other one, the built-in readers and the Hypformer reader
+    included: a layer it matches is its own even where a built-in reader matches too (the last registered with
+    ``first=True`` is tried first; registering a class again with ``first=True`` moves it to the front).
 
     Examples
     --------
@@ -664,24 +765,37 @@ def register(reader: type[Reader]) -> type[Reader]:
     """
     if not (isinstance(reader, type) and issubclass(reader, Reader)):
         raise TypeError(f"reader must be a subclass of hypviz.capture.Reader, got {reader!r}")
+    if not isinstance(first, bool):
+        raise TypeError(f"first must be True or False, got {first!r}")
     if not reader.family or not reader.family.isidentifier():
         raise ValueError(f"reader.family must be a name (letters, digits, underscores), got {reader.family!r}")
     clash = next((r for r in READERS if r.family == reader.family and r is not reader), None)
     if clash is not None:
         raise ValueError(f"reader.family must be new, got {reader.family!r} (already {clash.__name__}'s)")
     add_mode(reader.family)
-    if reader not in READERS:
+    if first:
+        if reader in READERS:
+            READERS.remove(reader)
+        READERS.insert(0, reader)
+        _FIRST.add(reader)
+    elif reader not in READERS:
         READERS.append(reader)
+        _FIRST.discard(reader)  # removed from READERS since it was registered first: now an ordinary reader
     return reader
 
+
+_FIRST: set[type[Reader]] = set()  # the readers registered with first=True (tried before the Hypformer reader too)
 
 for _r in (HyperCoreReader, HMLAReader, HyboNetReader, LorentzGateReader, PoincareReader):
     register(_r)
 
 
-def reader_for(m: nn.Module) -> type[Reader] | None:
-    """The first reader whose structure ``m`` has, else None."""
+def reader_for(m: nn.Module, *, first_only: bool = False) -> type[Reader] | None:
+    """The first reader of :data:`READERS` whose structure ``m`` has, else None; with ``first_only``, only among the
+    readers registered with ``first=True``."""
     for r in READERS:
+        if first_only and r not in _FIRST:
+            continue
         try:
             if r.matches(m):
                 return r

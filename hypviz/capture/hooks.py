@@ -11,11 +11,12 @@ import torch
 from torch import nn
 
 from hypviz.base import kinds as registry
+from hypviz.base import plugins
 from hypviz.lorentz import check_k, check_points, from_poincare
 from hypviz.capture.family_readers import READERS, reader_for, unrecognised
 from hypviz.capture.readers import (STRUCTURE, GenericReader, HypformerReader, Recorder, closest, dropout_active,
                                     is_hypformer_layer, read_points)
-from hypviz.capture.records import MODELS, LayerRecord, opt_float, recorded_options, save
+from hypviz.capture.records import MODELS, LayerRecord, made_by, opt_float, recorded_options, save
 from hypviz.capture.verification import seal
 
 __all__ = ["Capture", "attention"]
@@ -24,6 +25,12 @@ __all__ = ["Capture", "attention"]
 # --------------------------------------------------------------------------- #
 # the context manager
 # --------------------------------------------------------------------------- #
+def _reader_of(m: nn.Module) -> Any:
+    """The reader of ``m``: a reader registered with ``first=True``, else ``"hypformer"`` for a Hypformer-style layer,
+    else the first family reader that matches, else None."""
+    return reader_for(m, first_only=True) or ("hypformer" if is_hypformer_layer(m) else reader_for(m))
+
+
 def _display(name: str) -> str:
     """A module's name without torch.compile's ``_orig_mod.`` wrapper."""
     return name.replace("_orig_mod.", "").replace("_orig_mod", "") or name
@@ -62,6 +69,7 @@ class Capture(Recorder):
     ):
         if not isinstance(module, nn.Module):
             raise TypeError(f"capture.attention: expected a torch.nn.Module, got {type(module).__name__}")
+        plugins.load_entry_points()  # the readers and kinds of installed plugins (once a process)
         if model not in MODELS:
             raise ValueError(
                 "model must be 'lorentz' (hyperboloid points, time first) or 'poincare' (ball points), "
@@ -119,7 +127,7 @@ class Capture(Recorder):
                         raise TypeError(f"layers: expected module names (strings) or a dict, got {type(n).__name__}")
                     if n not in self._by_name:
                         raise ValueError(f"layers: no module named {n!r} in the model; {closest(n, self._names)}")
-                    if not is_hypformer_layer(self._by_name[n]) and reader_for(self._by_name[n]) is None:
+                    if _reader_of(self._by_name[n]) is None:
                         raise ValueError(
                             f"layers: module {n!r} ({type(self._by_name[n]).__name__}) is not a Hypformer-style "
                             f"layer (looked for {STRUCTURE}); "
@@ -158,8 +166,7 @@ class Capture(Recorder):
                     self._handles.append(self._by_name[m].register_forward_hook(self._generic_hook(m, targets)))
             else:
                 # each module looked at once (a model of 10^4 layers costs 10^4 lookups)
-                found = {n: ("hypformer" if is_hypformer_layer(m) else reader_for(m))
-                         for n, m in ((n, self._by_name[n]) for n in (self._auto_only or self._by_name))}
+                found = {n: _reader_of(m) for n, m in ((n, self._by_name[n]) for n in (self._auto_only or self._by_name))}
                 names = [n for n, r in found.items() if r is not None]
                 self._known = set(names)
                 for n in names:
@@ -273,7 +280,7 @@ class Capture(Recorder):
             rec = LayerRecord(name=g.name, queries=q, keys=kk, values=v, k=self.k, mode="generic", kind=self.kind,
                               call=call, dtype=dtype,
                               verify_note="not verified: layers= names the projections only, so the layer's output "
-                                          "and aggregation are unknown to hypviz", **extra)
+                                          "and aggregation are unknown to hypviz", **extra, **made_by(type(g), self.kind))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from None
         try:

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from hypviz.base import kinds as registry
-from hypviz.capture.records import HYPFORMER_KIND, ROLES, LayerRecord
+from hypviz.capture.records import HYPFORMER_KIND, ROLES, LayerRecord, made_by
 from hypviz.capture.verification import MEASURED_SPREAD, fit_temperature, tolerance, verify
 
 
@@ -472,7 +472,8 @@ class HypformerReader:
                      "scale_sign": 1 if scale > 0 else -1, "temperature_source": "attributes",
                      "aggregation": "centroid_mean_heads"}
         rec = LayerRecord(name=lname, queries=q, keys=kk, values=v, k=kf, mode=mode, kind=HYPFORMER_KIND[mode],
-                          call=call, dtype=cur.get("dtype"), training=cur.get("training"), **extra)
+                          call=call, dtype=cur.get("dtype"), training=cur.get("training"), **extra,
+                          **made_by(type(self), HYPFORMER_KIND[mode]))
         if cur.get("dropout"):
             self.cap.dropout.append(lname)
         if seen is not None and seen.dim() == 3 and seen.shape[0] == 1 and rec.aggregation != "focused_heads":

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from hypviz.base import plugins as plugin_loader
 from hypviz.base.messages import short, torch_load_reason
 from hypviz.attention import attention_map
 from hypviz.attention.maps import kernels
@@ -32,7 +33,8 @@ from hypviz.attention.maps.kernels import distance_logits, kernel_for
 from hypviz.base import kinds as registry
 from hypviz.lorentz import as_tensor, check_k, check_points
 
-__all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load", "parse", "modes", "add_mode", "masked_softmax"]
+__all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load", "parse", "modes", "add_mode", "masked_softmax",
+           "made_by"]
 
 #: The ``"format"`` entry of a file written by :func:`save`.
 FORMAT = "hypviz.capture"
@@ -63,6 +65,26 @@ def modes() -> tuple[str, ...]:
     True
     """
     return tuple(_MODES)
+
+
+def made_by(reader: type, kind: str) -> dict[str, Any]:
+    """The fields of a record saying what made it: ``reader``, the reader's class as ``"module.Class"``, and
+    ``plugins``, the modules another process must load to read the record back (the reader's module and the module
+    that registered ``kind``, those outside hypviz), None when hypviz's own.
+
+    Examples
+    --------
+    >>> from hypviz.capture import READERS
+    >>> from hypviz.capture.records import made_by
+    >>> made_by(READERS[-1], "poincare")
+    {'reader': 'hypviz.capture.family_readers.PoincareReader', 'plugins': None}
+    """
+    module = getattr(reader, "__module__", None) or ""
+    found = [module, registry.provider(kind)]
+    mods = [m for m in dict.fromkeys(found) if plugin_loader.is_module_name(m) and m != "hypviz" and not m.startswith("hypviz.")]
+    return {"reader": f"{module}.{reader.__qualname__}", "plugins": mods or None}
+
+
 #: The ``model=`` choices, what named modules output: hyperboloid points or Poincare-ball points.
 MODELS: tuple[str, ...] = ("lorentz", "poincare")
 HYPFORMER_KIND = {"linear_focused": "focused", "full": "distance"}
@@ -70,7 +92,8 @@ ROLES = ("queries", "keys", "values")
 # optional fields of a record (file version 1 without them reads as before)
 _EXTRA_FIELDS = ("bias", "scale_sign", "aggregation", "verify_error", "verify_tolerance", "verify_note", "dtype",
                  "training", "temperature_source", "mask", "adjacency", "batch", "detail", "checked", "head_temperatures",
-                 "checked_output", "self_term", "digests")
+                 "checked_output", "self_term", "digests", "reader", "plugins")
+NAME_MAX = 256  # characters of a record's reader
 #: The file names a capture is saved under: what ``hypviz compare CAPTURE`` reads.
 EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
 
@@ -215,6 +238,12 @@ class LayerRecord:
     digests : dict or None
         SHA-256 of every field a verdict depends on, taken at capture: a field edited since is named.  They detect
         accidental and partial edits, not a record rewritten whole with its digests recomputed (not a signature).
+    reader : str or None
+        The reader that made the record, ``"module.Class"`` (:func:`made_by`).
+    plugins : list of str or None
+        The modules another process must load to read the record (:func:`made_by`): a reader or kind of another
+        package.  A record whose ``mode`` or ``kind`` is not registered names them in its error, with how to load
+        them (``hypviz --plugin MODULE``, ``import MODULE``, or the distribution's entry point).
 
     Examples
     --------
@@ -256,6 +285,8 @@ class LayerRecord:
     checked_output: torch.Tensor | None = None
     self_term: torch.Tensor | None = None
     digests: dict[str, str] | None = None
+    reader: str | None = None
+    plugins: list[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -263,16 +294,13 @@ class LayerRecord:
         if isinstance(self.call, bool) or not isinstance(self.call, int) or self.call < 0:
             raise ValueError(f"LayerRecord {short(self.name)}: call must be an integer >= 0, got {short(self.call)}")
         self.k = check_k(opt_float(self.k, f"LayerRecord {short(self.name)}: k", positive=True, none_ok=False))
+        self._check_made_by()
+        if self.mode not in _MODES or self.kind not in registry.names():
+            plugin_loader.load_entry_points()  # a reader or kind of an installed plugin, not loaded yet
         if self.mode not in _MODES:
-            raise ValueError(
-                f"LayerRecord {short(self.name)}: mode must be one of {', '.join(map(repr, _MODES))}, "
-                f"got {short(self.mode)}"
-            )
+            raise ValueError(f"LayerRecord {short(self.name)}: " + self._unknown("mode", self.mode, _MODES))
         if self.kind not in registry.names():
-            raise ValueError(
-                f"LayerRecord {short(self.name)}: kind must be one of {', '.join(map(repr, registry.names()))}, "
-                f"got {short(self.kind)}"
-            )
+            raise ValueError(f"LayerRecord {short(self.name)}: " + self._unknown("kind", self.kind, registry.names()))
         if self.mode in HYPFORMER_KIND and self.kind != HYPFORMER_KIND[self.mode]:
             raise ValueError(
                 f"LayerRecord {short(self.name)}: mode {short(self.mode)} computes kind {HYPFORMER_KIND[self.mode]!r}, "
@@ -354,6 +382,36 @@ class LayerRecord:
                 raise ValueError(f"{where}: adjacency must be an (N, M) = ({n}, {m}) tensor (dense or sparse) or None, "
                                  f"got {short(adj) if not isinstance(adj, torch.Tensor) else tuple(adj.shape)}")
             self.adjacency = adj.detach().cpu()
+
+    def _check_made_by(self) -> None:
+        where = f"LayerRecord {short(self.name)}"
+        if self.reader is not None and (not isinstance(self.reader, str) or not 0 < len(self.reader) <= NAME_MAX
+                                        or not self.reader.isprintable()):
+            raise ValueError(f"{where}: reader must be the reader's 'module.Class' (at most {NAME_MAX} printable "
+                             f"characters) or None, got {short(self.reader)}")
+        if self.plugins is not None:
+            mods = list(self.plugins) if isinstance(self.plugins, (list, tuple)) else None
+            if mods is None or not mods or len(mods) > 16 or not all(plugin_loader.is_module_name(m) for m in mods):
+                raise ValueError(f"{where}: plugins must be a list of 1 to 16 module names (such as 'my_pkg.readers') "
+                                 f"or None, got {short(self.plugins)}")
+            self.plugins = mods
+
+    def _unknown(self, field: str, value: Any, known: Sequence[str]) -> str:
+        """Why ``field`` (``mode`` or ``kind``) is not registered in this process, and which module to load."""
+        if not isinstance(value, str):
+            return f"{field} must be one of {', '.join(map(repr, known))}, got {short(value)}"
+        made = f" (made by the reader {self.reader})" if self.reader else ""
+        if self.plugins and "__main__" in self.plugins:
+            return (f"{field} {short(value)}{made} was registered by a script (__main__), which another process cannot "
+                    "load: move the reader and kind into a module and load it with hypviz --plugin MODULE, or declare "
+                    "it as an entry point of group hypviz.readers")
+        if self.plugins:
+            mods = " ".join(f"--plugin {m}" for m in self.plugins)
+            return (f"{field} {short(value)}{made} is not registered in this process: load the plugin module that "
+                    f"provides it, hypviz {mods} (in Python: import {', '.join(self.plugins)}), or install the "
+                    "distribution whose entry point (group hypviz.readers or hypviz.kinds) names it")
+        return (f"{field} must be one of {', '.join(map(repr, known))}, got {short(value)}{made} (a {field} registered "
+                "at run time: load the module that registers it with hypviz --plugin MODULE, or install its entry point)")
 
     # ---- shapes ----
     @property

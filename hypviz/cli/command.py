@@ -12,6 +12,11 @@ r"""The ``hypviz`` command: compare the attention maps of your own queries and k
 
 The second form reads a file written by :mod:`hypviz.capture` and reports on every attention
 layer of the model (:mod:`hypviz.reports.model_report`); of the options above only those shown apply to it.
+Every form takes ``--plugin MODULE`` (repeatable, before or after the sub-command): the module is imported before
+the options are read, so the kinds, kernels and capture readers it registers are known (a capture file made with a
+reader of another package names that module; without it the command says so, exit code 2); the entry points of
+groups ``hypviz.kinds``, ``hypviz.kernels`` and ``hypviz.readers`` are loaded first, once
+(:mod:`hypviz.base.plugins`).  A plugin that fails to load is one line, exit code 2.
 ``hypviz demo`` writes the same report as the first form for built-in data.
 
 Inputs are ``.pt``/``.pth`` files (``torch.load(weights_only=True)``: a dense tensor, or a dict of
@@ -111,7 +116,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from hypviz.base import kinds, validate
+from hypviz.base import kinds, plugins, validate
 from hypviz.base.messages import UsageError, env_limit, env_switch, one_line, show
 from hypviz.reports import publishing, runs
 from hypviz.reports.inputs import DEMO_NORMS, Settings
@@ -235,7 +240,35 @@ def _taken_by(option: str) -> str:
     return ", ".join(n for n in kinds.comparable() if option in kinds.get(n).options) or "no kind"
 
 
+_PLUGIN_HELP = ("import MODULE first, before the options are read (its import registers kinds, kernels or capture "
+                "readers: what a capture file made with a reader of another package needs); repeatable. Installed "
+                "entry points of groups hypviz.kinds, hypviz.kernels and hypviz.readers load by themselves")
+
+
+def _plugin_option(p: argparse.ArgumentParser, top: bool = False) -> None:
+    # before or after the sub-command: every --plugin of the command line is read before parsing (see main)
+    p.add_argument("--plugin", action="append", metavar="MODULE", default=[] if top else argparse.SUPPRESS,
+                   help=_PLUGIN_HELP)
+
+
+def _plugin_names(argv: Sequence[str]) -> list[str]:
+    """The modules of ``--plugin MODULE`` / ``--plugin=MODULE`` in ``argv`` (up to ``--``): imported before the parser
+    is built, so that its ``--kinds``, ``--reference`` and ``--help`` know their kinds."""
+    names, it = [], iter(argv)
+    for token in it:
+        if token == "--":
+            break
+        if token == "--plugin":
+            value = next(it, None)
+            if value is not None:
+                names.append(value)
+        elif token.startswith("--plugin="):
+            names.append(token.partition("=")[2])
+    return names
+
+
 def _common(p: argparse.ArgumentParser, default_out: str) -> None:
+    _plugin_option(p)
     p.add_argument("--out", type=Path, default=Path(default_out), help=f"output folder (default: {default_out})")
     p.add_argument("--force", action="store_true", help="replace the output folder if it exists (a hypviz report)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available, else CPU), cpu, cuda or cuda:INDEX")
@@ -275,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare hyperbolic attention maps (spatial dot products vs Lorentzian distance) and write a report.",
     )
     parser.add_argument("--version", action="version", version=f"hypviz {__version__}")
+    _plugin_option(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{compare,demo}")
 
     c = sub.add_parser(
@@ -496,11 +530,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     among them) can print a traceback on the way out.
     """
     debug = os.environ.get("HYPVIZ_DEBUG", "") not in ("", "0")
+    given = list(sys.argv[1:] if argv is None else argv)
+    if not _load_plugins(_plugin_names(given)):
+        return 2
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(given)
     except SystemExit as exc:  # usage errors (2), --help and --version (0): a code, also when called in process
         return exc.code if isinstance(exc.code, int) else 2
+    if not _load_plugins(args.plugin):  # an abbreviated --plug MODULE, found by the parser only
+        return 2
     prog = f"hypviz {args.command}"
     RUN.reset()
     RUN.prog = prog
@@ -534,6 +573,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pass
         os._exit(code)
     return code
+
+
+def _load_plugins(modules: Sequence[str]) -> bool:
+    """The plugins' entry points (once a process), then ``modules`` (``--plugin``); False after one line on stderr
+    naming the plugin that failed to load (exit code 2)."""
+    try:
+        plugins.load_entry_points()
+        for name in modules:
+            plugins.load_module(name)
+    except plugins.PluginError as exc:
+        print(f"hypviz: error: {show(one_line(exc))}", file=sys.stderr)
+        return False
+    return True
 
 
 def _check_environment() -> None:
