@@ -254,9 +254,9 @@ class _IndexSearch:
 
     block_rows = 4096
 
-    def __init__(self, q: torch.Tensor, kk: torch.Tensor, a: torch.Tensor, b: torch.Tensor, kf: float, tau: float,
+    def __init__(self, q: torch.Tensor, keys: torch.Tensor, a: torch.Tensor, b: torch.Tensor, k: float, tau: float,
                  recall: float, seed: int):
-        self.q, self.kk, self.kf, self.tau, self.recall, self.seed = q, kk, kf, tau, recall, seed
+        self.q, self.keys, self.k, self.tau, self.recall, self.seed = q, keys, k, tau, recall, seed
         self.a, self.b_t = a, b.transpose(0, 1)
         self.found: list[KeySearch] = []
         self.index: KeyIndex | None = None
@@ -268,11 +268,11 @@ class _IndexSearch:
     def top(self, local: torch.Tensor, big: int) -> tuple[torch.Tensor, torch.Tensor]:
         assert self.rows is not None
         q = self.q[self.rows[local]]
-        if self.kk.shape[-2] < _INDEX_KEYS_PER_TOP * big:  # search_top_keys answers exactly, and says why
-            found = search_top_keys(q, self.kk, big, k=self.kf, recall=self.recall, seed=self.seed)
+        if self.keys.shape[-2] < _INDEX_KEYS_PER_TOP * big:  # search_top_keys answers exactly, and says why
+            found = search_top_keys(q, self.keys, big, k=self.k, recall=self.recall, seed=self.seed)
         else:  # one index per key set, fitted (its recall measured) at the first top asked, searched at every top
             if self.index is None:
-                self.index = fit_key_index(self.q, self.kk, big, k=self.kf, recall=self.recall, seed=self.seed)
+                self.index = fit_key_index(self.q, self.keys, big, k=self.k, recall=self.recall, seed=self.seed)
             found = self.index.search(q, big)
         self.found.append(found)
         return found.logits * (1.0 / self.tau), found.indices
@@ -360,6 +360,8 @@ def _range_error(lo: torch.Tensor, hi: torch.Tensor, beta: torch.Tensor, gamma: 
 # the plan: per row, k, the cut and the tail polynomial
 # --------------------------------------------------------------------------- #
 class _Head(NamedTuple):
+    """One head's plan, per row (filled in place as rows are decided, :meth:`record`)."""
+
     cut: torch.Tensor  # (N, 3) float64: t, beta, gamma (rounded to the inputs' dtype)
     top: torch.Tensor  # (N,) long
     error: torch.Tensor  # (N,) float64
@@ -370,6 +372,54 @@ class _Head(NamedTuple):
     base_low: torch.Tensor  # (N,) float64: the lower bound on TV(P_hat, U) (0 where none)
     estimated: torch.Tensor  # (N,) bool: the estimate meets the target, the bound does not
     rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]  # (row index, top logits, top keys) per decided block
+
+    @classmethod
+    def empty(cls, n: int, device: torch.device) -> _Head:
+        """A plan of ``n`` rows with none decided: zeros, the bound ``inf``."""
+        def zeros(dtype: torch.dtype) -> torch.Tensor:
+            return torch.zeros(n, dtype=dtype, device=device)
+
+        return cls(torch.zeros(n, 3, dtype=torch.float64, device=device), zeros(torch.long), zeros(torch.float64),
+                   zeros(torch.float64), zeros(torch.bool), zeros(torch.float64),
+                   torch.full((n,), math.inf, dtype=torch.float64, device=device), zeros(torch.float64), zeros(torch.bool), [])
+
+    def record(self, rows: torch.Tensor, done: torch.Tensor, k: int, level: _Level,
+               listed: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        """Rows ``rows[done]`` decided at ``k`` top keys with ``level``'s answer; ``listed``: their top logits and keys, kept."""
+        dr = rows[done]
+        self.cut[dr, 0], self.cut[dr, 1], self.cut[dr, 2] = level.t[done], level.beta[done], level.gamma[done]
+        self.top[dr] = k
+        self.error[dr], self.baseline[dr], self.met[dr] = level.e_hat[done], level.b_hat[done], level.sure[done]
+        self.best[dr], self.bound[dr], self.base_low[dr] = level.best[done], level.bound[done], level.base_low[done]
+        self.estimated[dr] = level.guess[done] & ~level.sure[done]
+        if listed is not None and dr.numel():
+            self.rows.append((dr, listed[0][done, :k], listed[1][done, :k]))
+
+
+class _Level(NamedTuple):
+    """A level's answer for a block of rows: the cut and the polynomial, the estimates and the bounds."""
+
+    t: torch.Tensor  # the cut's logit
+    beta: torch.Tensor
+    gamma: torch.Tensor
+    e_hat: torch.Tensor  # the estimate of TV(P_hat, P)
+    b_hat: torch.Tensor  # the estimate of TV(P_hat, U)
+    bound: torch.Tensor  # the bound on TV(P_hat, P)
+    base_low: torch.Tensor  # the lower bound on TV(P_hat, U)
+    best: torch.Tensor  # the row's largest logit
+    guess: torch.Tensor  # the estimate meets the target
+    sure: torch.Tensor  # the bound meets the target
+
+
+class _PlanSettings(NamedTuple):
+    """The plan's settings: the numbers of top keys tried, the target, the samples, every-key fallback, walk by the bound."""
+
+    top: Sequence[int] = LEVELS
+    tol: float = TOL
+    samples: int = SAMPLES
+    seed: int = 0
+    fallback: bool = True
+    certify: bool = False
 
 
 class _KeyStats(NamedTuple):
@@ -442,13 +492,24 @@ def _tail_only(y_f: torch.Tensor, y_e: torch.Tensor, sq: torch.Tensor, reach: to
     return d, bu, gu, e_hat, b_hat, bound
 
 
-def _searched(v64: torch.Tensor, k: int, big: int, m: int, lf: torch.Tensor | None, le: torch.Tensor | None,
-              ms: torch.Tensor, sqr: torch.Tensor, dt: torch.dtype, low: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-    r"""A searched level of a block of rows: ``v64`` the top ``big`` logits (float64), ``lf``, ``le`` the two samples'
-    logits (``None`` when every key below rank ``big`` is... none); ``low`` a lower bound on every logit of the row
-    (Cauchy-Schwarz), or ``None`` when the search is not exact (a key it missed may lie above the cut: no bound).
-    Returns ``t, beta, gamma, e_hat, b_hat``, the bound on :math:`\mathrm{TV}(\hat P, P)` and a lower bound on
-    :math:`\mathrm{TV}(\hat P, U)`.
+class _LevelRows(NamedTuple):
+    r"""A block of rows at a searched level, in float64: ``top``, each row's top ``big`` logits (strongest first);
+    ``fit``, ``est``, the two samples' logits (``None`` when every key is among the top); ``mean``, each row's mean
+    logit; ``sq``, its :math:`\sum_j y_j^2`; ``low``, a floor under every logit of the row (Cauchy-Schwarz), or
+    ``None`` when the search is not exact (a key it missed may lie above the cut: no bound)."""
+
+    top: torch.Tensor
+    fit: torch.Tensor | None
+    est: torch.Tensor | None
+    mean: torch.Tensor
+    sq: torch.Tensor
+    low: torch.Tensor | None
+
+
+def _searched(level: _LevelRows, k: int, big: int, m: int, dt: torch.dtype) -> tuple[torch.Tensor, ...]:
+    r"""A searched level of a block of rows (:class:`_LevelRows`; ``fit``, ``est`` are ``None`` when every key below
+    rank ``big`` is... none).  Returns ``t, beta, gamma, e_hat, b_hat``, the bound on :math:`\mathrm{TV}(\hat P, P)`
+    and a lower bound on :math:`\mathrm{TV}(\hat P, U)`.
 
     The bound: with exact search every key below rank :math:`K` has :math:`u_j \le u_K` (its logit is at most the
     rank-:math:`K` one) and :math:`u_j \ge L` (``low``), so its error :math:`|p(u_j) - e^{u_j}|` is at most both
@@ -457,6 +518,7 @@ def _searched(v64: torch.Tensor, k: int, big: int, m: int, lf: torch.Tensor | No
     most its chord on :math:`[L, u_K]` (:math:`e^u` is convex), summed from :math:`\sum_j u_j = M\delta`; the
     ranks :math:`k + 1 \dots K` are exact.  The lower bound: :math:`\mathrm{TV}(\hat P, U) \ge \sum_{r \le K}
     (\hat P_r - 1/M)_+`, over the weights known exactly."""
+    v64, lf, le, ms, sqr, low = level
     mx = v64[:, 0]
     t = v64[:, k - 1]
     u_str = v64[:, k:big] - t.unsqueeze(-1)  # ranks k+1..K, exact
@@ -553,149 +615,179 @@ def _rounding(err: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor, dt: to
     return 2.0 * torch.expm1((1.0 + g) * err) + 16.0 * torch.finfo(dt).eps
 
 
-def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, top: Sequence[int], tol: float, samples: int, seed: int,
-          keep: bool, fallback: bool = True, sink: Any = None, certify: bool = False) -> _Head:
+class _Job(NamedTuple):
+    """One head's plan: its operands ``a (N, c)``, ``b (M, c)``, search and settings, and what every step reads."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    search: Any
+    settings: _PlanSettings
+    stats: _KeyStats
+    slack: torch.Tensor  # (N,) float64: each row's logits' rounding (logit_error)
+    perm: torch.Tensor  # the keys in random order: the samples
+    keep: bool  # list each decided row's top logits and keys
+    sink: Any  # called with the weights of rows computed with every key exact
+
+    def row_stats(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per row: ``a`` in float64, the mean logit and :math:`\\sum_j y_j^2` (the centred logits)."""
+        a64 = self.a[rows].double()
+        return a64, a64 @ self.stats.bbar, ((a64 @ self.stats.cov) * a64).sum(-1).clamp_min(0.0)
+
+
+def _plan(a: torch.Tensor, b: torch.Tensor, search: Any, settings: _PlanSettings, keep: bool, sink: Any = None) -> _Head:
     """Per row of one head, ``a (N, c)`` against ``b (M, c)``: the number of top keys, the cut, the polynomial, the estimates.
 
-    The tail-only level (``0`` in ``top``) first, for every row, without search; then, per block of the rows it
-    left, one search (``search.start``: an exact block's logits, computed once) read at each level in turn.  A row is
-    decided at a level where its estimate meets the target (``certify``: where its bound does); ``met`` is the bound's.
+    The tail-only level (``0`` in ``settings.top``) first, for every row, without search; then, per block of the rows
+    it left, one search (``search.start``: an exact block's logits, computed once) read at each level in turn.  A row
+    is decided at a level where its estimate meets the target (``certify``: where its bound does); ``met`` is the
+    bound's.  ``sink(rows, weights, sums)`` receives the weights of the rows computed with every key exact.
     """
     n, m = a.shape[0], b.shape[0]
-    dt, dev = a.dtype, a.device
-    levels = _levels(top, m)
-    gen = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(m, generator=gen).to(dev)
-    s_fit, s_est = perm[:samples], perm[samples : 2 * samples]
-    st = _key_stats(b)
-    cut = torch.zeros(n, 3, dtype=torch.float64, device=dev)
-    topn = torch.zeros(n, dtype=torch.long, device=dev)
-    err = torch.zeros(n, dtype=torch.float64, device=dev)
-    base = torch.zeros(n, dtype=torch.float64, device=dev)
-    met = torch.zeros(n, dtype=torch.bool, device=dev)
-    best = torch.zeros(n, dtype=torch.float64, device=dev)
-    bnd = torch.full((n,), math.inf, dtype=torch.float64, device=dev)
-    blo = torch.zeros(n, dtype=torch.float64, device=dev)
-    est = torch.zeros(n, dtype=torch.bool, device=dev)
-    kept: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    ranked = isinstance(search, _ExactSearch)  # every key below a read's last is at most its logit
-    err_rows = logit_error(a, b).double()
-
-    def record(rows: torch.Tensor, done: torch.Tensor, k: int, t, beta, gamma, e_hat, b_hat, sure, guess, bound, low, mx,
-               vals, idx) -> None:
-        dr = rows[done]
-        cut[dr, 0], cut[dr, 1], cut[dr, 2] = t[done], beta[done], gamma[done]
-        topn[dr] = k
-        err[dr], base[dr], met[dr], best[dr] = e_hat[done], b_hat[done], sure[done], mx[done]
-        bnd[dr], blo[dr], est[dr] = bound[done], low[done], guess[done] & ~sure[done]
-        if keep and dr.numel():
-            kept.append((dr, vals[done, :k], idx[done, :k]))
-
-    def exact(block: torch.Tensor, local: torch.Tensor) -> None:
-        """Rows computed with every key exact (error 0) from every key's logit, in blocks; not listed in ``rows`` (their
-        ``N x M`` weights would be the exact map), their weights handed to ``sink`` (the output's)."""
-        step = max(1, _BLOCK_ELEMENTS // m)
-        for i in range(0, local.numel(), step):
-            part = local[i : i + step]
-            s = search.logits(part)
-            rows = block[part]
-            mx = s.amax(-1, keepdim=True)
-            low = s.amin(-1)
-            # in place: the weights relative to the largest, in the points' dtype, raised to at least e^{floor}
-            w = torch.exp_(s.sub_(mx).clamp_min_(_exp_floor(s.dtype)))
-            z = w.sum(-1).double()
-            cut[rows, 0], cut[rows, 1], cut[rows, 2] = low.double(), 1.0, 0.5
-            topn[rows] = m
-            err[rows], met[rows], best[rows], bnd[rows], est[rows] = 0.0, True, mx.squeeze(-1).double(), 0.0, False
-            base[rows] = 0.5 * (w * (1.0 / z).unsqueeze(-1).to(w.dtype) - 1.0 / m).abs_().sum(-1).double()
-            blo[rows] = (base[rows] - m * torch.finfo(w.dtype).eps).clamp_min(0.0)  # less the sum's worst rounding
-            if sink is not None:
-                sink(rows, w, z)
-
-    def stats(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a64 = a[rows].double()  # per row: the mean logit and sum_j y_j^2 (centred logits)
-        return a64, a64 @ st.bbar, ((a64 @ st.cov) * a64).sum(-1).clamp_min(0.0)
-
-    todo = torch.arange(n, device=dev)
+    levels = _levels(settings.top, m)
+    perm = torch.randperm(m, generator=torch.Generator().manual_seed(settings.seed)).to(a.device)
+    job = _Job(a, b, search, settings, _key_stats(b), logit_error(a, b).double(), perm, keep, sink)
+    head = _Head.empty(n, a.device)
+    todo = torch.arange(n, device=a.device)
     if levels[0] == 0:  # the tail alone, no search
         levels = levels[1:]
-        left = []
-        wide = TAIL_SAMPLES * samples  # the level is cheap per key sampled: more keys, a closer fit and estimate
-        if m <= 2 * wide:  # few keys: every key in the fit, and the estimate exact
-            bf = be_ = b.double() - st.bbar
-        else:
-            bf, be_ = b[perm[:wide]].double() - st.bbar, b[perm[wide : 2 * wide]].double() - st.bbar
-        for i0 in range(0, n, _TAIL_ROWS):
-            rows = todo[i0 : i0 + _TAIL_ROWS]
-            a64, ms, sqr = stats(rows)
-            d = a64.norm(dim=-1) * st.reach
-            slack = err_rows[rows]
-            d, beta, gamma, e_hat, b_hat, bound = _tail_only(a64 @ bf.transpose(0, 1), a64 @ be_.transpose(0, 1), sqr, d, m,
-                                                             dt, slack)
-            t = (ms + d).to(dt).double()
-            bound = bound + _rounding(slack, beta, gamma, dt)
-            guess = e_hat <= tol * b_hat
-            sure = torch.zeros_like(guess)  # no lower bound on TV(P_hat, U) without top keys: never certified here
-            good = sure if certify else guess
-            done = good | (not levels and not fallback)
-            record(rows, done, 0, t, beta, gamma, e_hat, b_hat, sure, guess, bound, torch.zeros_like(bound), t,
-                   torch.zeros(rows.numel(), 0, dtype=dt, device=dev), torch.zeros(rows.numel(), 0, dtype=torch.long, device=dev))
-            left.append(rows[~done])
-        todo = torch.cat(left) if left else todo[:0]
-        if not levels and fallback:  # the tail alone asked: the rows it leaves are computed with every key
+        todo = _tail_level(job, head, todo, last=not levels)
+        if not levels and settings.fallback:  # the tail alone asked: the rows it leaves are computed with every key
             levels = [m]
     for r0 in range(0, todo.numel(), search.block_rows):
-        block = todo[r0 : r0 + search.block_rows]
-        search.start(block)
-        local = torch.arange(block.numel(), device=dev)
-        held: tuple[torch.Tensor, torch.Tensor] | None = None  # the last read, aligned with local (may be wider than asked)
-        prev: torch.Tensor | None = None  # the previous searched level's e_hat / (tol b_hat), aligned with local
-        for li, k in enumerate(levels):
-            if not local.numel():
-                break
-            if k >= m:  # every key exact
-                exact(block, local)
-                break
-            last = li == len(levels) - 1
-            big = levels[li + 1] if not last else min(4 * k, m)
-            if held is None or held[0].shape[-1] < big:
-                wide = big
-                if li == 0 and not last and levels[li + 1] < m:  # the first read serves the next level too (a cheap read)
-                    wide = levels[li + 2] if li + 2 < len(levels) else min(4 * levels[li + 1], m)
-                    wide = big if wide >= m else wide
-                held = search.top(local, wide)
-            vals, idx = held[0][:, :big], held[1][:, :big]
-            rows = block[local]
-            ar = a[rows]
-            a64, ms, sqr = stats(rows)
-            lf = (ar @ b[s_fit].transpose(0, 1)).double() if big < m else None
-            le = (ar @ b[s_est].transpose(0, 1)).double() if big < m else None
-            v64 = vals.double()
-            slack = err_rows[rows]
-            low = _logit_floor(a64, ms, st.reach, slack) if ranked else None
-            t, beta, gamma, e_hat, b_hat, bound, base_lo = _searched(v64, k, big, m, lf, le, ms, sqr, dt, low)
-            rnd = _rounding(slack, beta, gamma, dt)  # what rounding can move TV(P_hat, P) and TV(P_hat, U) by
-            bound, base_lo = bound + rnd, (base_lo - rnd).clamp_min(0.0)
-            guess = e_hat <= tol * b_hat
-            sure = bound <= tol * base_lo
-            good = sure if certify else guess
-            ratio = (bound / (tol * base_lo).clamp_min(1e-300)) if certify else e_hat / (tol * b_hat).clamp_min(1e-300)
-            hopeless = torch.zeros_like(good)
-            if fallback:
-                ahead = sum(1 for kk_ in levels[li + 1 :] if kk_ < m)  # searched levels still to come
-                if last:
-                    hopeless = ~good
-                elif prev is not None:  # the error's decay from the previous level, carried over the levels ahead
-                    decay = (ratio / prev.clamp_min(1e-300)).clamp_max(1.0)
-                    hopeless = ~good & (ratio * decay**ahead > 1.0)
-            done = good | (last & ~hopeless)
-            record(rows, done, k, t, beta, gamma, e_hat, b_hat, sure, guess, bound, base_lo, v64[:, 0], vals, idx)
-            if bool(hopeless.any()):
-                exact(block, local[hopeless])
-            keep_on = ~(done | hopeless)
-            local, prev = local[keep_on], ratio[keep_on]
-            held = (held[0][keep_on], held[1][keep_on])
-    return _Head(cut, topn, err, base, met, best, bnd, blo, est, kept)
+        _search_block(job, head, todo[r0 : r0 + search.block_rows], levels)
+    return head
+
+
+def _tail_level(job: _Job, head: _Head, todo: torch.Tensor, last: bool) -> torch.Tensor:
+    """The tail-only level (no top keys, no search) for the rows ``todo``, in blocks; returns the rows it leaves."""
+    b, st, dt = job.b, job.stats, job.a.dtype
+    m, tol, certify = b.shape[0], job.settings.tol, job.settings.certify
+    left = []
+    wide = TAIL_SAMPLES * job.settings.samples  # the level is cheap per key sampled: more keys, a closer fit and estimate
+    if m <= 2 * wide:  # few keys: every key in the fit, and the estimate exact
+        bf = be_ = b.double() - st.bbar
+    else:
+        bf, be_ = b[job.perm[:wide]].double() - st.bbar, b[job.perm[wide : 2 * wide]].double() - st.bbar
+    for i0 in range(0, todo.numel(), _TAIL_ROWS):
+        rows = todo[i0 : i0 + _TAIL_ROWS]
+        a64, ms, sqr = job.row_stats(rows)
+        d = a64.norm(dim=-1) * st.reach
+        slack = job.slack[rows]
+        d, beta, gamma, e_hat, b_hat, bound = _tail_only(a64 @ bf.transpose(0, 1), a64 @ be_.transpose(0, 1), sqr, d, m,
+                                                         dt, slack)
+        t = (ms + d).to(dt).double()
+        bound = bound + _rounding(slack, beta, gamma, dt)
+        guess = e_hat <= tol * b_hat
+        sure = torch.zeros_like(guess)  # no lower bound on TV(P_hat, U) without top keys: never certified here
+        good = sure if certify else guess
+        done = good | (last and not job.settings.fallback)
+        none = (torch.zeros(rows.numel(), 0, dtype=dt, device=rows.device),
+                torch.zeros(rows.numel(), 0, dtype=torch.long, device=rows.device))
+        head.record(rows, done, 0, _Level(t, beta, gamma, e_hat, b_hat, bound, torch.zeros_like(bound), t, guess, sure),
+                    none if job.keep else None)
+        left.append(rows[~done])
+    return torch.cat(left) if left else todo[:0]
+
+
+def _read_width(levels: Sequence[int], li: int, big: int, m: int) -> int:
+    """How many top keys the search reads at level ``li``: ``big``, or at the first level the next level's too (one
+    cheap read, sliced), unless that takes every key."""
+    wide = big
+    if li == 0 and li != len(levels) - 1 and levels[li + 1] < m:
+        wide = levels[li + 2] if li + 2 < len(levels) else min(4 * levels[li + 1], m)
+        wide = big if wide >= m else wide
+    return wide
+
+
+def _search_block(job: _Job, head: _Head, block: torch.Tensor, levels: Sequence[int]) -> None:
+    """The searched levels for one block of rows: one search started, read at each level in turn for the rows left."""
+    m, fallback = job.b.shape[0], job.settings.fallback
+    job.search.start(block)
+    local = torch.arange(block.numel(), device=block.device)
+    held: tuple[torch.Tensor, torch.Tensor] | None = None  # the last read, aligned with local (may be wider than asked)
+    prev: torch.Tensor | None = None  # the previous searched level's e_hat / (tol b_hat), aligned with local
+    for li, k in enumerate(levels):
+        if not local.numel():
+            break
+        if k >= m:  # every key exact
+            _exact_rows(job, head, block, local)
+            break
+        last = li == len(levels) - 1
+        big = levels[li + 1] if not last else min(4 * k, m)
+        if held is None or held[0].shape[-1] < big:
+            held = job.search.top(local, _read_width(levels, li, big, m))
+        vals, idx = held[0][:, :big], held[1][:, :big]
+        rows = block[local]
+        level, ratio = _searched_level(job, rows, vals, k, big)
+        good = level.sure if job.settings.certify else level.guess
+        hopeless = torch.zeros_like(good)
+        if fallback:
+            ahead = sum(1 for later in levels[li + 1 :] if later < m)  # searched levels still to come
+            hopeless = _hopeless(good, ratio, prev, ahead, last)
+        done = good | (last & ~hopeless)
+        head.record(rows, done, k, level, (vals, idx) if job.keep else None)
+        if bool(hopeless.any()):
+            _exact_rows(job, head, block, local[hopeless])
+        keep_on = ~(done | hopeless)
+        local, prev = local[keep_on], ratio[keep_on]
+        held = (held[0][keep_on], held[1][keep_on])
+
+
+def _searched_level(job: _Job, rows: torch.Tensor, vals: torch.Tensor, k: int, big: int) -> tuple[_Level, torch.Tensor]:
+    """Level ``k`` of the rows ``rows`` from their top ``big`` logits ``vals``: its answer, and each row's ratio of
+    its estimate (``certify``: its bound) to the target."""
+    m, dt, tol = job.b.shape[0], job.a.dtype, job.settings.tol
+    samples = job.settings.samples
+    ar = job.a[rows]
+    a64, ms, sqr = job.row_stats(rows)
+    lf = (ar @ job.b[job.perm[:samples]].transpose(0, 1)).double() if big < m else None
+    le = (ar @ job.b[job.perm[samples : 2 * samples]].transpose(0, 1)).double() if big < m else None
+    v64 = vals.double()
+    slack = job.slack[rows]
+    ranked = isinstance(job.search, _ExactSearch)  # every key below a read's last is at most its logit
+    low = _logit_floor(a64, ms, job.stats.reach, slack) if ranked else None
+    t, beta, gamma, e_hat, b_hat, bound, base_lo = _searched(_LevelRows(v64, lf, le, ms, sqr, low), k, big, m, dt)
+    rnd = _rounding(slack, beta, gamma, dt)  # what rounding can move TV(P_hat, P) and TV(P_hat, U) by
+    bound, base_lo = bound + rnd, (base_lo - rnd).clamp_min(0.0)
+    guess = e_hat <= tol * b_hat
+    sure = bound <= tol * base_lo
+    ratio = (bound / (tol * base_lo).clamp_min(1e-300)) if job.settings.certify else e_hat / (tol * b_hat).clamp_min(1e-300)
+    return _Level(t, beta, gamma, e_hat, b_hat, bound, base_lo, v64[:, 0], guess, sure), ratio
+
+
+def _hopeless(good: torch.Tensor, ratio: torch.Tensor, prev: torch.Tensor | None, ahead: int, last: bool) -> torch.Tensor:
+    """Rows to compute with every key exact now: at the last level those not good; before it, those whose ratio,
+    decaying as from the previous level over the ``ahead`` levels to come, stays above 1 (a geometric extrapolation)."""
+    if last:
+        return ~good
+    if prev is None:
+        return torch.zeros_like(good)
+    decay = (ratio / prev.clamp_min(1e-300)).clamp_max(1.0)  # the error's decay from the previous level
+    return ~good & (ratio * decay**ahead > 1.0)
+
+
+def _exact_rows(job: _Job, head: _Head, block: torch.Tensor, local: torch.Tensor) -> None:
+    """Rows computed with every key exact (error 0) from every key's logit, in blocks; not listed in ``rows`` (their
+    ``N x M`` weights would be the exact map), their weights handed to ``job.sink`` (the output's)."""
+    m = job.b.shape[0]
+    step = max(1, _BLOCK_ELEMENTS // m)
+    for i in range(0, local.numel(), step):
+        part = local[i : i + step]
+        s = job.search.logits(part)
+        rows = block[part]
+        mx = s.amax(-1, keepdim=True)
+        low = s.amin(-1)
+        # in place: the weights relative to the largest, in the points' dtype, raised to at least e^{floor}
+        w = torch.exp_(s.sub_(mx).clamp_min_(_exp_floor(s.dtype)))
+        z = w.sum(-1).double()
+        head.cut[rows, 0], head.cut[rows, 1], head.cut[rows, 2] = low.double(), 1.0, 0.5
+        head.top[rows] = m
+        head.error[rows], head.met[rows], head.best[rows] = 0.0, True, mx.squeeze(-1).double()
+        head.bound[rows], head.estimated[rows] = 0.0, False
+        head.baseline[rows] = 0.5 * (w * (1.0 / z).unsqueeze(-1).to(w.dtype) - 1.0 / m).abs_().sum(-1).double()
+        head.base_low[rows] = (head.baseline[rows] - m * torch.finfo(w.dtype).eps).clamp_min(0.0)  # less the sum's worst rounding
+        if job.sink is not None:
+            job.sink(rows, w, z)
 
 
 def _map_logits(s: torch.Tensor, cut: torch.Tensor) -> torch.Tensor:
@@ -741,12 +833,11 @@ class TopkTailKernel(Kernel):
 
     options = {"seed": Option(lambda v, name: validate.seed(v, name), 0)}
 
-    def _plans(self, q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float, opts: dict[str, Any]):
-        batch = torch.broadcast_shapes(q.shape[:-2], kk.shape[:-2])
-        qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
-        a, b = distance_operands(qf, kfl, k=kf, temperature=tau)
-        heads = [_plan(a[h], b[h], _ExactSearch(a[h], b[h]), LEVELS, TOL, SAMPLES, opts.get("seed", 0), keep=False)
-                 for h in range(a.shape[0])]
+    def _plans(self, q: torch.Tensor, keys: torch.Tensor, k: float, tau: float, opts: dict[str, Any]):
+        batch = torch.broadcast_shapes(q.shape[:-2], keys.shape[:-2])
+        a, b = distance_operands(flatten_batch(q, batch), flatten_batch(keys, batch), k=k, temperature=tau)
+        settings = _PlanSettings(seed=opts.get("seed", 0))
+        heads = [_plan(a[h], b[h], _ExactSearch(a[h], b[h]), settings, keep=False) for h in range(a.shape[0])]
         return batch, a, b, heads
 
     def operands(self, kind: Kind, q, keys, *, k, temperature, opts):
@@ -769,8 +860,7 @@ class TopkTailKernel(Kernel):
         """The map, differentiable in the points with each row's plan (its cut and polynomial) held fixed."""
         with torch.no_grad():
             batch, _, _, heads = self._plans(q.detach(), keys.detach(), k, temperature, opts)
-        qf, kfl = flatten_batch(q, batch), flatten_batch(keys, batch)
-        a, b = distance_operands(qf, kfl, k=k, temperature=temperature)
+        a, b = distance_operands(flatten_batch(q, batch), flatten_batch(keys, batch), k=k, temperature=temperature)
         s = (a @ b.transpose(-1, -2)).clamp_max(0.0)
         rows = [_map_logits(s[h], plan.cut.to(s.dtype)) for h, plan in enumerate(heads)]
         p = torch.softmax(torch.stack(rows) if s.requires_grad else s, dim=-1)
@@ -790,6 +880,54 @@ def _check_top(top: Any) -> tuple[int, ...]:
     return tuple(sorted(set(int(t) for t in top)))
 
 
+class _Settings(NamedTuple):
+    """The checked options of :func:`distance_topk_attention`: the plan's, the search's and the aggregation."""
+
+    plan: _PlanSettings
+    search: str  # "exact" or "index" ("index" for a fitted index too), or "auto"
+    fitted: KeyIndex | None
+    recall: float
+    aggregation: str
+
+
+def _check_settings(top: Any, tol: Any, samples: Any, seed: Any, search: Any, recall: Any, aggregation: Any,
+                    exact_fallback: Any, certify: Any) -> _Settings:
+    """Each option of :func:`distance_topk_attention` checked, in the order of its signature (one-line errors)."""
+    plan = _check_top(top), validate.positive(tol, "tol"), validate.integer(samples, "samples", 1), validate.seed(seed)
+    fitted = search if isinstance(search, KeyIndex) else None
+    how = "index" if fitted is not None else validate.choice(search, "search", SEARCHES)
+    asked = validate.positive(recall, "recall")
+    if asked > 1.0:
+        raise ValueError(f"recall must be a number in (0, 1], got {recall!r}")
+    agg = validate.choice(aggregation, "aggregation", AGGREGATIONS)
+    if not isinstance(exact_fallback, bool):
+        raise TypeError(f"exact_fallback must be True or False, got {exact_fallback!r:.80}")
+    if not isinstance(certify, bool):
+        raise TypeError(f"certify must be True or False, got {certify!r:.80}")
+    return _Settings(_PlanSettings(*plan, fallback=exact_fallback, certify=certify), how, fitted, asked, agg)
+
+
+def _searches(settings: _Settings, q: torch.Tensor, keys: torch.Tensor, a: torch.Tensor, b: torch.Tensor, k: float,
+              tau: float) -> list[Any]:
+    """One top-key search per head of the flattened points ``q``, ``keys`` and their operands ``a``, ``b``."""
+    use_index = settings.search == "index" or (settings.search == "auto" and _faiss_available())
+    if settings.fitted is not None:
+        settings.fitted.check_keys(keys, k=k, name="search")
+    searches: list[Any] = [_IndexSearch(q[h], keys[h], a[h], b[h], k, tau, settings.recall, settings.plan.seed) if use_index
+                           else _ExactSearch(a[h], b[h]) for h in range(q.shape[0])]
+    if settings.fitted is not None:
+        searches[0].index = settings.fitted
+    return searches
+
+
+def _search_summary(searches: list[Any]) -> tuple[str, float]:
+    """The searches used, one line (``"exact"``, or each index's summary), and the smallest recall measured."""
+    found = [f for srch in searches if isinstance(srch, _IndexSearch) for f in srch.found]
+    if not found:
+        return "exact", 1.0
+    return "; ".join(dict.fromkeys(f.summary() for f in found)), min(f.recall for f in found)
+
+
 def _value_sums(b: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""Key sums (float64, blocked over keys): :math:`\bar b`, :math:`\sum_j v_j`, :math:`\sum_j b'_j v_j^\top`, :math:`\sum_j b'_j \otimes b'_j \otimes v_j`."""
     m, c = b.shape
@@ -806,6 +944,163 @@ def _value_sums(b: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torc
         s1 += bc.transpose(0, 1) @ v
         s2 += (bc.unsqueeze(-1) * bc.unsqueeze(-2)).reshape(-1, c * c).transpose(0, 1) @ v
     return bbar, s0, s1, s2
+
+
+class _Output:
+    """The output ``(H, N, d_v + 1)`` of :func:`distance_topk_attention`, row by row from the values' weighted sums
+    (``out`` and ``vals`` ``None`` without values)."""
+
+    def __init__(self, values: torch.Tensor | None, aggregation: str, k: float, like: torch.Tensor):
+        self.aggregation, self.k = aggregation, k
+        self.vals: torch.Tensor | None = None
+        self.out: torch.Tensor | None = None
+        self._values64: tuple[int, torch.Tensor] | None = None  # one head's values in float64, while it is filled
+        if values is not None:  # like: the flattened queries (H, N, d + 1)
+            self.vals = values if aggregation == "centroid" else values[..., 1:]
+            self.out = torch.empty(*like.shape[:2], values.shape[-1], dtype=like.dtype, device=like.device)
+
+    def finish(self, h: int, rows: torch.Tensor, num: torch.Tensor, zhat: torch.Tensor) -> None:
+        """``out[h, rows]`` from the weighted sums of the values ``num`` and the normaliser ``zhat`` (float64)."""
+        o = num / zhat.unsqueeze(-1)
+        if self.aggregation == "centroid":
+            norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
+            o = o[..., 1:] * (math.sqrt(self.k) / norm2.clamp_min(1e-300).sqrt())
+        self.out[h, rows] = lift(o, k=self.k).to(self.out.dtype)
+
+    def sink(self, h: int) -> Any:
+        """What head ``h``'s plan hands the weights of its rows with every key exact to (``None`` without values)."""
+        if self.vals is None:
+            return None
+        return lambda rows, w, z: self.finish(h, rows, (w @ self.vals[h]).double(), z)  # every key: one product, as the exact map
+
+    def top_sums(self, h: int, coef: torch.Tensor, top_keys: torch.Tensor, m: int) -> torch.Tensor:
+        """Per row, :math:`\\sum_j c_j v_j` over its top keys (float64): gathered, or for many top keys dense rows of
+        coefficients and one product."""
+        if 4 * top_keys.shape[-1] >= m and bool((top_keys >= 0).all()):
+            if self._values64 is None or self._values64[0] != h:
+                self._values64 = (h, self.vals[h].double())
+            dense = torch.zeros(len(coef), m, dtype=torch.float64, device=coef.device).scatter_(-1, top_keys, coef)
+            return dense @ self._values64[1]
+        return torch.bmm(coef.unsqueeze(1), self.vals[h][top_keys].double()).squeeze(1)  # (r, k, d_v) values gathered
+
+
+class _Listing(NamedTuple):
+    """Every row's top keys and their weights as flat lists, where each row's entries start, and its tail's share."""
+
+    offsets: torch.Tensor  # (H, N)
+    weights: torch.Tensor  # (T,)
+    indices: torch.Tensor  # (T,)
+    tail_mass: torch.Tensor  # (H, N)
+
+    @classmethod
+    def of(cls, plans: list[_Head], heads: int, n: int, m: int, like: torch.Tensor) -> _Listing:
+        """The lists for the plans (rows with every key exact are not listed), weights of ``like``'s dtype, zeros."""
+        dt, dev = like.dtype, like.device
+        counts = torch.stack([p.top for p in plans]) if plans else torch.zeros(heads, n, dtype=torch.long, device=dev)
+        listed = torch.where(counts >= m, 0, counts)  # rows with every key exact are not listed (the exact map's rows)
+        offsets = (torch.cumsum(listed.reshape(-1), 0) - listed.reshape(-1)).reshape(heads, n)
+        weights = torch.zeros(int(listed.sum()), dtype=dt, device=dev)
+        indices = torch.zeros(int(listed.sum()), dtype=torch.long, device=dev)
+        return cls(offsets, weights, indices, torch.zeros(heads, n, dtype=dt, device=dev))
+
+
+class _HeadSums(NamedTuple):
+    """One head's sums for its listed rows: ``a`` in float64, each row's mean logit and :math:`\\sum_j y_j^2`, the
+    number of keys and the value sums of :func:`_value_sums` (``None`` without values)."""
+
+    a64: torch.Tensor
+    mean_s: torch.Tensor
+    sq: torch.Tensor
+    m: int
+    s0: torch.Tensor | None
+    s1: torch.Tensor | None
+    s2: torch.Tensor | None
+
+
+def _head_sums(a: torch.Tensor, b: torch.Tensor, vals: torch.Tensor | None) -> _HeadSums:
+    """:class:`_HeadSums` of one head's operands ``a``, ``b`` and values ``vals``."""
+    a64 = a.double()
+    if vals is not None:
+        bbar, s0, s1, s2 = _value_sums(b, vals)
+    else:
+        bbar, s0, s1, s2 = b.double().mean(0), None, None, None
+    bc = b.double() - bbar
+    cov = bc.transpose(0, 1) @ bc
+    return _HeadSums(a64, a64 @ bbar, ((a64 @ cov) * a64).sum(-1).clamp_min(0.0), b.shape[0], s0, s1, s2)
+
+
+def _fill_head(listing: _Listing, output: _Output, h: int, plan: _Head, a: torch.Tensor, b: torch.Tensor) -> None:
+    """Head ``h``'s listed rows, in pieces of at most ``_BLOCK_ELEMENTS`` gathered values ``(r, k_i, d_v)``."""
+    sums = _head_sums(a, b, None if output.vals is None else output.vals[h])
+    dv = 1 if output.vals is None else output.vals.shape[-1]
+    for rows, top_logits, top_keys in plan.rows:
+        step = max(1, _BLOCK_ELEMENTS // max(1, top_keys.shape[-1] * dv))
+        for i in range(0, rows.numel(), step):
+            piece = (rows[i : i + step], top_logits[i : i + step], top_keys[i : i + step])
+            _fill_piece(listing, output, h, plan, sums, piece)
+
+
+def _fill_piece(listing: _Listing, output: _Output, h: int, plan: _Head, sums: _HeadSums,
+                piece: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+    """Rows of one head: their top keys' weights, their tail's share and (with values) their output, the tail's
+    share through the key sums."""
+    rows, top_logits, top_keys = piece
+    m, kr = sums.m, top_keys.shape[-1]
+    mx = plan.best[rows]
+    v64 = top_logits.double()
+    th, bh, gh = plan.cut[:, 0][rows], plan.cut[:, 1][rows], plan.cut[:, 2][rows]
+    rho = torch.exp(th - mx)
+    top_w = torch.exp(v64 - mx.unsqueeze(-1))
+    delta = sums.mean_s[rows] - th
+    p_top = _poly(v64 - th.unsqueeze(-1), bh, gh)
+    tail = (m * (1.0 + delta * (bh + gh * delta)) + gh * sums.sq[rows] - p_top.sum(-1)).clamp_min(0.0)
+    zhat = top_w.sum(-1) + rho * tail
+    at = listing.offsets[h, rows].unsqueeze(-1) + torch.arange(kr, device=rows.device)
+    dt = listing.weights.dtype
+    listing.weights[at], listing.indices[at] = (top_w / zhat.unsqueeze(-1)).to(dt), top_keys
+    listing.tail_mass[h, rows] = (rho * tail / zhat).to(dt)
+    if output.vals is None:
+        return
+    num = output.top_sums(h, top_w - rho.unsqueeze(-1) * p_top, top_keys, m)  # the top keys exactly, less their tail share
+    c0 = 1.0 + delta * (bh + gh * delta)
+    c1 = bh + 2.0 * gh * delta
+    ar = sums.a64[rows]
+    quad = ((ar.unsqueeze(-1) * ar.unsqueeze(-2)).reshape(len(rows), -1) @ sums.s2)
+    allv = c0.unsqueeze(-1) * sums.s0 + c1.unsqueeze(-1) * (ar @ sums.s1) + gh.unsqueeze(-1) * quad
+    output.finish(h, rows, num + rho.unsqueeze(-1) * allv, zhat)
+
+
+def _result(plans: list[_Head], listing: _Listing, output: _Output, searches: list[Any], batch: torch.Size,
+            like: torch.Tensor, tau: float) -> TopkTail:
+    """The :class:`TopkTail` of the plans and lists, each per-row array back to the points' leading axes
+    (``like``: the flattened queries)."""
+    heads, n, dt = like.shape[0], like.shape[-2], like.dtype
+
+    def back(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(*batch, n, *x.shape[2:])
+
+    def stack(name: str) -> torch.Tensor:
+        return torch.stack([getattr(p, name) for p in plans]) if plans else torch.zeros(heads, n)
+
+    used, measured = _search_summary(searches)
+    return TopkTail(
+        output=None if output.out is None else back(output.out),
+        weights=listing.weights,
+        indices=listing.indices,
+        offsets=back(listing.offsets),
+        top_counts=back(stack("top")),
+        tail_mass=back(listing.tail_mass),
+        row_error=back(stack("error").to(dt)),
+        row_baseline=back(stack("baseline").to(dt)),
+        row_bound=back(stack("bound")),
+        row_baseline_low=back(stack("base_low")),
+        met=back(stack("met")),
+        estimated=back(stack("estimated")),
+        cut=back(stack("cut").to(dt)),
+        search=used,
+        recall=measured,
+        temperature=tau,
+    )
 
 
 def distance_topk_attention(
@@ -923,136 +1218,18 @@ def distance_topk_attention(
     >>> bool((approx >= 0).all()), bool(((approx - exact).abs().sum(-1) / 2 < 1e-6).all())  # 40 keys: all exact
     (True, True)
     """
-    top_ = _check_top(top)
-    tol_ = validate.positive(tol, "tol")
-    n_s = validate.integer(samples, "samples", 1)
-    seed_ = validate.seed(seed)
-    fitted = search if isinstance(search, KeyIndex) else None
-    search_ = "index" if fitted is not None else validate.choice(search, "search", SEARCHES)
-    recall_ = validate.positive(recall, "recall")
-    if recall_ > 1.0:
-        raise ValueError(f"recall must be a number in (0, 1], got {recall!r}")
-    agg = validate.choice(aggregation, "aggregation", AGGREGATIONS)
-    if not isinstance(exact_fallback, bool):
-        raise TypeError(f"exact_fallback must be True or False, got {exact_fallback!r:.80}")
-    if not isinstance(certify, bool):
-        raise TypeError(f"certify must be True or False, got {certify!r:.80}")
-    fallback_ = exact_fallback
-    q, kk, v, kf, batch = checked_inputs(queries, keys, k=k, values=values, detach=True)
+    settings = _check_settings(top, tol, samples, seed, search, recall, aggregation, exact_fallback, certify)
+    q, kappa, v, k, batch = checked_inputs(queries, keys, k=k, values=values, detach=True)
     tau = check_temperature(temperature, q.shape[-1] - 1)
-    qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
-    vf = None if v is None else flatten_batch(v, batch)
-    heads, n, m = qf.shape[0], qf.shape[-2], kfl.shape[-2]
-    dt, dev = q.dtype, q.device
+    q, kappa = flatten_batch(q, batch), flatten_batch(kappa, batch)
+    v = None if v is None else flatten_batch(v, batch)
     with torch.no_grad():
-        a, b = distance_operands(qf, kfl, k=kf, temperature=tau)
-        use_index = search_ == "index" or (search_ == "auto" and _faiss_available())
-        if fitted is not None:
-            fitted.check_keys(kfl, k=kf, name="search")
-        searches: list[Any] = [_IndexSearch(qf[h], kfl[h], a[h], b[h], kf, tau, recall_, seed_) if use_index
-                               else _ExactSearch(a[h], b[h]) for h in range(heads)]
-        if fitted is not None:
-            searches[0].index = fitted
-        tail_mass = torch.zeros(heads, n, dtype=dt, device=dev)
-        out = vals = None
-        if vf is not None:
-            vals = vf if agg == "centroid" else vf[..., 1:]
-            out = torch.empty(heads, n, vf.shape[-1], dtype=dt, device=dev)
-
-        def finish(h: int, rows: torch.Tensor, num: torch.Tensor, zhat: torch.Tensor) -> None:
-            """``out[h, rows]`` from the weighted sums of the values ``num`` and the normaliser ``zhat`` (float64)."""
-            o = num / zhat.unsqueeze(-1)
-            if agg == "centroid":
-                norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
-                o = o[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(1e-300).sqrt())
-            out[h, rows] = lift(o, k=kf).to(dt)
-
-        def sink(h: int) -> Any:
-            if vf is None:
-                return None
-            return lambda rows, w, z: finish(h, rows, (w @ vals[h]).double(), z)  # every key: one product, as the exact map
-
-        plans = [_plan(a[h], b[h], searches[h], top_, tol_, n_s, seed_, keep=True, fallback=fallback_, sink=sink(h),
-                       certify=certify)
-                 for h in range(heads)]
-        found = [f for srch in searches if isinstance(srch, _IndexSearch) for f in srch.found]
-        if found:
-            how = list(dict.fromkeys(f.summary() for f in found))
-            used = "; ".join(how)
-            measured = min(f.recall for f in found)
-        else:
-            used, measured = "exact", 1.0
-        counts = torch.stack([p.top for p in plans]) if plans else torch.zeros(heads, n, dtype=torch.long, device=dev)
-        listed = torch.where(counts >= m, 0, counts)  # rows with every key exact are not listed (the exact map's rows)
-        offsets = (torch.cumsum(listed.reshape(-1), 0) - listed.reshape(-1)).reshape(heads, n)
-        weights = torch.zeros(int(listed.sum()), dtype=dt, device=dev)
-        indices = torch.zeros(int(listed.sum()), dtype=torch.long, device=dev)
+        a, b = distance_operands(q, kappa, k=k, temperature=tau)
+        searches = _searches(settings, q, kappa, a, b, k, tau)
+        output = _Output(v, settings.aggregation, k, like=q)
+        plans = [_plan(a[h], b[h], searches[h], settings.plan, keep=True, sink=output.sink(h)) for h in range(q.shape[0])]
+        listing = _Listing.of(plans, q.shape[0], q.shape[-2], kappa.shape[-2], like=q)
         for h, plan in enumerate(plans):
-            if not plan.rows:  # every row exact: done in the plan
-                continue
-            t, beta, gamma = plan.cut[:, 0], plan.cut[:, 1], plan.cut[:, 2]
-            a64 = a[h].double()
-            if vf is not None:
-                bbar, s0, s1, s2 = _value_sums(b[h], vals[h])
-            else:
-                bbar, s0, s1, s2 = b[h].double().mean(0), None, None, None
-            bc = b[h].double() - bbar
-            cov = bc.transpose(0, 1) @ bc
-            mean_s = a64 @ bbar
-            sq = ((a64 @ cov) * a64).sum(-1).clamp_min(0.0)
-            dv = 1 if vf is None else vals.shape[-1]
-            vals64 = None
-            pieces = ((rows[i : i + step], tv_[i : i + step], ti[i : i + step]) for rows, tv_, ti in plan.rows
-                      for step in [max(1, _BLOCK_ELEMENTS // max(1, ti.shape[-1] * dv))] for i in range(0, rows.numel(), step))
-            for rows, tv_, ti in pieces:  # (r, k_i, d_v) values gathered at a time: at most _BLOCK_ELEMENTS
-                kr = ti.shape[-1]
-                mx = plan.best[rows]
-                v64 = tv_.double()
-                th, bh, gh = t[rows], beta[rows], gamma[rows]
-                rho = torch.exp(th - mx)
-                top_w = torch.exp(v64 - mx.unsqueeze(-1))
-                delta = mean_s[rows] - th
-                p_top = _poly(v64 - th.unsqueeze(-1), bh, gh)
-                tail = (m * (1.0 + delta * (bh + gh * delta)) + gh * sq[rows] - p_top.sum(-1)).clamp_min(0.0)
-                zhat = top_w.sum(-1) + rho * tail
-                at = offsets[h, rows].unsqueeze(-1) + torch.arange(kr, device=dev)
-                weights[at], indices[at] = (top_w / zhat.unsqueeze(-1)).to(dt), ti
-                tail_mass[h, rows] = (rho * tail / zhat).to(dt)
-                if vf is None:
-                    continue
-                coef = top_w - rho.unsqueeze(-1) * p_top  # the top keys exactly, less their tail share
-                if 4 * kr >= m and bool((ti >= 0).all()):  # many top keys: dense rows of coefficients, one product
-                    if vals64 is None:
-                        vals64 = vals[h].double()
-                    num = torch.zeros(len(rows), m, dtype=torch.float64, device=dev).scatter_(-1, ti, coef) @ vals64
-                else:
-                    num = torch.bmm(coef.unsqueeze(1), vals[h][ti].double()).squeeze(1)  # (r, k, d_v) values gathered
-                c0 = 1.0 + delta * (bh + gh * delta)
-                c1 = bh + 2.0 * gh * delta
-                ar = a64[rows]
-                quad = ((ar.unsqueeze(-1) * ar.unsqueeze(-2)).reshape(len(rows), -1) @ s2)
-                allv = c0.unsqueeze(-1) * s0 + c1.unsqueeze(-1) * (ar @ s1) + gh.unsqueeze(-1) * quad
-                finish(h, rows, num + rho.unsqueeze(-1) * allv, zhat)
-
-    def back(x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(*batch, n, *x.shape[2:])
-
-    stack = lambda name: torch.stack([getattr(p, name) for p in plans]) if plans else torch.zeros(heads, n)  # noqa: E731
-    return TopkTail(
-        output=None if out is None else back(out),
-        weights=weights,
-        indices=indices,
-        offsets=back(offsets),
-        top_counts=back(stack("top")),
-        tail_mass=back(tail_mass),
-        row_error=back(stack("error").to(dt)),
-        row_baseline=back(stack("baseline").to(dt)),
-        row_bound=back(stack("bound")),
-        row_baseline_low=back(stack("base_low")),
-        met=back(stack("met")),
-        estimated=back(stack("estimated")),
-        cut=back(stack("cut").to(dt)),
-        search=used,
-        recall=measured,
-        temperature=tau,
-    )
+            if plan.rows:  # else every row exact: done in the plan
+                _fill_head(listing, output, h, plan, a[h], b[h])
+    return _result(plans, listing, output, searches, batch, q, tau)
