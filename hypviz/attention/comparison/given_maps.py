@@ -8,6 +8,7 @@ and the verdicts by the same rule.  Public through :func:`hypviz.attention.compa
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import Any
@@ -15,9 +16,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from hypviz.base import validate
+from hypviz.attention.comparison.options import GIVEN_MAPS_READS, CompareOptions, gather
+from hypviz.attention.comparison.result import STATISTICS, TOP_SHARE, Comparison, Plan, assemble
 from hypviz.attention.comparison.row_blocks import output_stats
-from hypviz.attention.comparison.result import STATISTICS, TOP_SHARE, TOPK_MAX, Comparison, Plan, assemble
+from hypviz.base import validate
 from hypviz.lorentz import check_points
 from hypviz.lorentz.points import row_name, as_tensor
 
@@ -68,19 +70,6 @@ def _check_map(t: torch.Tensor, name: str, atol: float) -> None:
             f"{name}'s rows must each sum to 1 within atol = {atol:.3g}, got a sum off by {v:.3g} in {row} "
             "(pass row-stochastic maps, e.g. softmax weights, or a larger atol)"
         )
-
-
-_PRECISIONS = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
-
-
-def _precision(value: Any) -> torch.dtype | None:
-    if value is None:
-        return None
-    if isinstance(value, torch.dtype) and value in _PRECISIONS.values():
-        return value
-    if isinstance(value, str) and value.replace("torch.", "") in _PRECISIONS:
-        return _PRECISIONS[value.replace("torch.", "")]
-    raise ValueError(f"precision must be one of {', '.join(_PRECISIONS)} (the dtype the maps were computed in), got {value!r}")
 
 
 def _row_source(t: torch.Tensor, batch: torch.Size, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,12 +177,8 @@ def compare_maps(
     keep: ArrayLike | None = None,
     values: ArrayLike | None = None,
     k: float | None = None,
-    topk: int = 5,
-    spearman: bool | None = None,
-    atol: float | None = None,
-    tolerance: float | None = None,
-    precision: Any = None,
-    logit_scale: float | None = None,
+    options: CompareOptions | None = None,
+    **settings: Any,
 ) -> Comparison:
     r"""Compare two given row-stochastic attention maps row by row (``P_b`` the reference).
 
@@ -253,27 +238,13 @@ def compare_maps(
         by geodesic distance; without, Euclidean weighted averages and Euclidean distance.
     k : float, optional
         The curvature parameter of hyperboloid ``values``.
-    topk : int
-        The :math:`k` of the top-k agreement (capped at :math:`M`).
-    spearman : bool, optional
-        Compute Spearman correlations (by default when :math:`M \le 4096`).
-    atol : float, optional
-        How far a row's sum may be from 1 and a weight below 0; default :math:`\sqrt{\varepsilon}`
-        of the coarser dtype (:math:`3.5 \cdot 10^{-4}` for float32, :math:`1.5 \cdot 10^{-8}` for float64).
-    tolerance : float, optional
-        The TV below which two rows are *identical*, overriding the rounding level above.
-    precision : str or torch.dtype, optional
-        The dtype the maps were computed in (``"float16"``, ``"bfloat16"``, ``"float32"``,
-        ``"float64"``): its rounding of the logits counts (default with ``logit_scale``: each map's
-        storage dtype; with neither, only the storage rounding counts).
-    logit_scale : float, optional
-        The size :math:`L` of the products' terms the logits were summed from: for logits
-        :math:`x \cdot y_j`, :math:`\max_j \sum_i |x_i y_{j,i}|` or its bound :math:`\max_j \|x\| \|y_j\|`
-        (e.g. ``1e4`` for float32 products of 64 terms of size 156), not the size of the logits, which
-        cancellation can make much smaller; the rounding of the computation then counts.  Default with
-        ``precision``: per row :math:`\max(1, \mathbb{E}_P \log(\max P / P))`, the smallest logit spread
-        that makes the map.  Ties in top-1/top-k are weights within a relative :math:`4\varepsilon_s` of
-        each other.
+    options : CompareOptions, optional
+        The settings; those read here are ``topk``, ``spearman``, ``atol``, ``tolerance``, ``precision`` and
+        ``logit_scale`` (:class:`hypviz.attention.CompareOptions` describes each).  Ties in top-1/top-k are
+        weights within a relative :math:`4\varepsilon_s` of each other.
+    **settings
+        Any of those settings by name, in place of the same field of ``options``.  The maps are given: no kernel's
+        option and no setting of :func:`hypviz.attention.compare` alone applies (a ``TypeError`` names them).
 
     Returns
     -------
@@ -286,9 +257,9 @@ def compare_maps(
         For maps that are not ``(..., N, M)`` or hold no row, whose ``(N, M)`` differ or whose leading
         axes do not broadcast, with NaN or infinite weights, negative weights, or rows not summing to 1
         (the message names the worst row); for values with the wrong number of rows, NaN or infinite, or
-        off the hyperboloid, a bad ``topk``, ``k``, ``atol``, ``tolerance``, ``precision`` or ``logit_scale``;
-        for a ``keep`` that does not broadcast, or a row whose weight off its kept keys exceeds ``atol``.
-        ``TypeError`` for non-float input, or a ``keep`` neither boolean nor sparse.
+        off the hyperboloid, a bad ``k`` or setting (:class:`hypviz.attention.CompareOptions`); for a ``keep`` that
+        does not broadcast, or a row whose weight off its kept keys exceeds ``atol``.  ``TypeError`` for non-float
+        input, a ``keep`` neither boolean nor sparse, or a keyword that is not a setting read here.
 
     Examples
     --------
@@ -318,6 +289,43 @@ def compare_maps(
     'identical'
     """
     start = time.perf_counter()
+    opts = gather(options, settings, "compare_maps", GIVEN_MAPS_READS)
+    pa, pb, batch = _given(P_a, P_b)
+    coarse = pa.dtype if torch.finfo(pa.dtype).eps >= torch.finfo(pb.dtype).eps else pb.dtype
+    m = pa.shape[-1]
+    atol = math.sqrt(torch.finfo(coarse).eps) if opts.atol is None else opts.atol
+    k = None if k is None else validate.positive(k, "k", " (the curvature parameter of hyperboloid values)")
+    _check_map(pa.detach(), "P_a", atol)
+    _check_map(pb.detach(), "P_b", atol)
+    src = _sources(pa, pb, keep, values, k, batch)
+    setup = _Setup(topk=min(opts.topk, m), rank=m <= 4096 if opts.spearman is None else opts.spearman,
+                   rel=4.0 * torch.finfo(coarse).eps, atol=atol, levels=_levels(pa, pb, m, opts), scale=opts.logit_scale,
+                   tolerance=opts.tolerance)
+    out = _statistics(src, setup, coarse)
+    total, rows = math.prod(src.core) * src.n, max(1, _BLOCK_ELEMENTS // m)
+    reason = "two given maps: their weights compared as they are"
+    if src.core != src.batch:
+        reason += (f"; {math.prod(src.core)} of the {math.prod(src.batch)} heads computed (every input is broadcast "
+                   "along the others), their rows' results broadcast back")
+    route = Plan(path="given_maps", reason=reason, block_rows=min(rows, total), n_blocks=math.ceil(total / rows),
+                 block_reason=f"{_BLOCK_ELEMENTS} float64 weights a block")
+    shape = (*src.batch, src.n)  # the computed heads' per-row results, broadcast back to every head
+    return assemble(
+        {name: t.reshape(src.grid).expand(shape).contiguous() for name, t in out.items()
+         if name in STATISTICS and (name not in ("og", "oua", "oub") or src.values is not None)},
+        shape, pa.device, start,
+        a=str(a), b=str(b), k=k, temperature=None, topk=setup.topk, device=str(pa.device),
+        dtype=str(coarse).replace("torch.", ""), batch_shape=tuple(src.batch), n_queries=src.n, n_keys=m, dim=None,
+        block_rows=route.block_rows, n_blocks=route.n_blocks, tolerance_basis=_tolerance_basis(pa, pb, opts),
+        output_metric=None if src.values is None else ("geodesic distance between Lorentzian centroids" if k is not None
+                                                       else "Euclidean distance between weighted averages"),
+        plan=route,
+    )
+
+
+def _given(P_a: ArrayLike, P_b: ArrayLike) -> tuple[torch.Tensor, torch.Tensor, torch.Size]:
+    """The two maps as tensors, each distinct row once (an expanded input is read, never copied), and their
+    broadcast leading axes; one line for maps whose ``(N, M)``, leading axes or devices do not match."""
     ta, tb = _map(P_a, "P_a"), _map(P_b, "P_b")
     if ta.shape[-2:] != tb.shape[-2:]:
         raise ValueError(
@@ -327,23 +335,40 @@ def compare_maps(
         batch = torch.broadcast_shapes(ta.shape[:-2], tb.shape[:-2])
     except RuntimeError:
         raise ValueError(f"the leading axes of P_a {tuple(ta.shape)} and P_b {tuple(tb.shape)} do not broadcast") from None
-    pa, pb = _own(ta), _own(tb)  # each distinct row once: an expanded input is read, never copied
+    pa, pb = _own(ta), _own(tb)
     if pa.device != pb.device:
         raise ValueError(f"P_a is on {pa.device} but P_b is on {pb.device}; move them to one device")
-    coarse = pa.dtype if torch.finfo(pa.dtype).eps >= torch.finfo(pb.dtype).eps else pb.dtype
-    eps = torch.finfo(coarse).eps
+    return pa, pb, batch
+
+
+@dataclasses.dataclass
+class _Sources:
+    """Where each row of the heads computed comes from: ``batch`` the broadcast leading axes, ``core`` those along
+    which some input varies (the heads computed; their results broadcast back), ``grid`` ``(*core, N)``; ``a``, ``b``,
+    ``k`` the values' curvature (None: Euclidean values); ``keep`` each map's (and a dense keep's) own rows with their strides (:func:`_row_source`), ``sparse`` a sparse
+    keep's CSR ``(crow, col)``; ``values`` ``(heads, M, c)`` and ``value_head`` each computed head's values."""
+
+    batch: torch.Size
+    core: torch.Size
+    n: int
+    k: float | None
+    a: tuple[torch.Tensor, torch.Tensor]
+    b: tuple[torch.Tensor, torch.Tensor]
+    keep: tuple[torch.Tensor, torch.Tensor] | None = None
+    sparse: tuple[torch.Tensor, torch.Tensor] | None = None
+    values: torch.Tensor | None = None
+    value_head: torch.Tensor | None = None
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        return (*self.core, self.n)
+
+
+def _sources(pa: torch.Tensor, pb: torch.Tensor, keep: Any, values: Any, k: float | None, batch: torch.Size) -> _Sources:
+    """``keep`` and ``values`` checked and broadcast with the maps, and the heads computed: a leading axis along
+    which no input varies (every one broadcast along it) is computed once and its per-row results broadcast back, so
+    that a map expanded to many heads costs what one head costs."""
     n, m = pa.shape[-2], pa.shape[-1]
-    atol = math.sqrt(eps) if atol is None else validate.positive(atol, "atol")
-    fixed = None if tolerance is None else validate.number(tolerance, "tolerance", 0.0)
-    comp = _precision(precision)
-    scale = None if logit_scale is None else validate.positive(logit_scale, "logit_scale", " (the size of the products' terms the logits were summed from)")
-    t_k = min(validate.integer(topk, "topk", 1, maximum=TOPK_MAX), m)
-    kf = None if k is None else validate.positive(k, "k", " (the curvature parameter of hyperboloid values)")
-    if spearman is not None and not isinstance(spearman, bool):
-        raise ValueError(f"spearman must be True, False or None (automatic), got {spearman!r}")
-    rank = m <= 4096 if spearman is None else spearman
-    _check_map(pa.detach(), "P_a", atol)
-    _check_map(pb.detach(), "P_b", atol)
     ksrc = None
     if keep is not None:
         ksrc = _keep_source(keep, n, m)
@@ -351,15 +376,8 @@ def compare_maps(
             batch = torch.broadcast_shapes(batch, ksrc[2])
         except RuntimeError:
             raise ValueError(f"the leading axes of the maps {tuple(batch)} and of keep {tuple(ksrc[1].shape)} do not broadcast") from None
-    v = None
-    if values is not None:
-        v = as_tensor(values, "values").detach()
-        if v.dim() < 2 or v.shape[-2] != m:
-            raise ValueError(f"values must have shape (..., M = {m}, c), one row per key, got shape {tuple(v.shape)}")
-        if not bool(torch.isfinite(v).all()):
-            raise ValueError("values must hold finite numbers, got NaN or inf")
-        if kf is not None:
-            v = check_points(v, k=kf, name="values")
+    v = None if values is None else _values(values, k, m)
+    if v is not None:
         try:
             batch = torch.broadcast_shapes(batch, v.shape[:-2])
         except RuntimeError:
@@ -368,149 +386,171 @@ def compare_maps(
         raise ValueError(f"P_a and P_b must hold at least one map, got leading axes {tuple(batch)} (no rows to compare)")
     kown = None if ksrc is None or ksrc[0] != "dense" else _own(ksrc[1])
     v = None if v is None else _own(v)
-    # the heads computed: a leading axis along which no input varies (every one broadcast along it) is computed once
-    # and its per-row results broadcast back, so that a map expanded to many heads costs what one head costs
     owned = [t.shape[:-2] for t in (pa, pb, kown, v) if t is not None]
     core = torch.Size(size if any(len(o) > len(batch) - 1 - ax and o[ax - len(batch)] > 1 for o in owned) else 1
                       for ax, size in enumerate(batch))
-    heads = math.prod(core)
-    grid = (*core, n)
-    src_a, src_b = _row_source(pa.detach(), core, n), _row_source(pb.detach(), core, n)
-    src_k = None if kown is None else _row_source(kown, core, n)
-    v_head = None
+    src = _Sources(batch, core, n, k, _row_source(pa.detach(), core, n), _row_source(pb.detach(), core, n),
+                   keep=None if kown is None else _row_source(kown, core, n),
+                   sparse=ksrc[1] if ksrc is not None and ksrc[0] == "sparse" else None)
     if v is not None:  # each head's own values, by index: no broadcast expanded
         lead = v.shape[:-2]
-        v_head = torch.arange(math.prod(lead), dtype=torch.long).reshape(lead).expand(core).reshape(-1)
-        v = v.reshape(-1, m, v.shape[-1])
-    # per map: its storage rounding, and (only when stated) the rounding of its computation
-    stated = comp is not None or scale is not None
+        src.value_head = torch.arange(math.prod(lead), dtype=torch.long).reshape(lead).expand(core).reshape(-1)
+        src.values = v.reshape(-1, m, v.shape[-1])
+    return src
+
+
+def _values(values: ArrayLike, k: float | None, m: int) -> torch.Tensor:
+    """The value vectors, one row per key, finite (hyperboloid points when ``k`` is given)."""
+    v = as_tensor(values, "values").detach()
+    if v.dim() < 2 or v.shape[-2] != m:
+        raise ValueError(f"values must have shape (..., M = {m}, c), one row per key, got shape {tuple(v.shape)}")
+    if not bool(torch.isfinite(v).all()):
+        raise ValueError("values must hold finite numbers, got NaN or inf")
+    return v if k is None else check_points(v, k=k, name="values")
+
+
+@dataclasses.dataclass
+class _Setup:
+    """The settings of the row blocks: ``topk`` (capped at M), ``rank`` (Spearman), ``rel`` (ties: a relative
+    :math:`4\\varepsilon_s`), ``atol``, each map's rounding ``levels`` (:func:`_levels`), the stated ``scale`` of the
+    logits' terms and a fixed ``tolerance`` (or None)."""
+
+    topk: int
+    rank: bool
+    rel: float
+    atol: float
+    levels: list[tuple[float, float]]
+    scale: float | None
+    tolerance: float | None
+
+
+def _levels(pa: torch.Tensor, pb: torch.Tensor, m: int, opts: CompareOptions) -> list[tuple[float, float]]:
+    """Per map: its storage rounding in TV, and (only when stated) the epsilon of its computation."""
+    stated = opts.precision is not None or opts.logit_scale is not None
     levels = []
     for t in (pa, pb):
         fs = torch.finfo(t.dtype)
-        ec = (fs.eps if comp is None else torch.finfo(comp).eps) if stated else 0.0
+        ec = (fs.eps if opts.precision is None else torch.finfo(opts.precision).eps) if stated else 0.0
         levels.append((0.5 * fs.eps + 0.5 * m * fs.eps * fs.tiny, ec))
+    return levels
+
+
+def _statistics(src: _Sources, setup: _Setup, coarse: torch.dtype) -> dict[str, torch.Tensor]:
+    """Every per-row statistic, by its short name, from float64 blocks of rows of the heads computed."""
+    a_rows = src.a[0]
+    m = a_rows.shape[-1]
     names = ["kl", "tv", "ua", "ub", "pa", "pb", "gap", "top1", "fav", "overlap", "tol"]
-    names += (["rho"] if rank else []) + (["og", "oua", "oub"] if v is not None else [])
-    total = heads * n
-    kept = coarse if coarse in (torch.float32, torch.float64) else torch.float32  # the fields' dtype: no float64 copies of float32 maps
-    out = {name: torch.empty(total, dtype=kept, device=pa.device) for name in names}
+    names += (["rho"] if setup.rank else []) + (["og", "oua", "oub"] if src.values is not None else [])
+    total = math.prod(src.core) * src.n
+    kept = coarse if coarse in (torch.float32, torch.float64) else torch.float32  # no float64 copies of float32 maps
+    out = {name: torch.empty(total, dtype=kept, device=a_rows.device) for name in names}
     rows = max(1, _BLOCK_ELEMENTS // m)
-    rel = 4.0 * eps
-    stat = 16.0 * torch.finfo(torch.float64).eps * math.log2(m + 1)
     for i in range(0, total, rows):
         j = min(i + rows, total)
-        x, y = _gather(*src_a, grid, i, j).double(), _gather(*src_b, grid, i, j).double()
-        kb = None  # this block's kept keys
-        if src_k is not None:
-            kb = _gather(*src_k, grid, i, j).to(x.device)
-        elif ksrc is not None:
-            kb = _sparse_rows(*ksrc[1], torch.arange(i, j, dtype=torch.long) % n, m).to(x.device)
-        if kb is not None:
-            kb = kb | ~kb.any(dim=-1, keepdim=True)  # a row that keeps no key: all keys (a fully masked softmax is uniform)
-            for p_, nm in ((x, "P_a"), (y, "P_b")):
-                off = torch.where(kb, 0.0, p_.abs()).sum(dim=-1)
-                if bool((off > atol).any()):
-                    w = int(torch.where(off > atol, off, -1.0).argmax())
-                    raise ValueError(f"{nm} must put no weight on the keys keep masks out (at most atol = {atol:.3g} a row), "
-                                     f"got {float(off[w]):.3g} in {row_name(i + w, torch.Size(grid))}")
-            x, y = torch.where(kb, x, 0.0), torch.where(kb, y, 0.0)
-            cnt = kb.sum(dim=-1, keepdim=True).double()
-        else:
-            cnt = torch.full((j - i, 1), float(m), dtype=torch.float64, device=x.device)
-        inv = 1.0 / cnt
-        x = x.clamp_min(0.0) / x.clamp_min(0.0).sum(dim=-1, keepdim=True)
-        y = y.clamp_min(0.0) / y.clamp_min(0.0).sum(dim=-1, keepdim=True)
-        sl = slice(i, j)
-        out["tv"][sl] = 0.5 * (x - y).abs().sum(dim=-1)
-        ratio = torch.where(y > 0, y * (torch.log(y) - torch.log(x)), torch.zeros_like(y))
-        out["kl"][sl] = ratio.sum(dim=-1).clamp_min(0.0)  # inf where P_a = 0 < P_b
-        du, dv = (x - inv).abs(), (y - inv).abs()
-        if kb is not None:
-            du, dv = torch.where(kb, du, 0.0), torch.where(kb, dv, 0.0)
-        ua = out["ua"][sl] = 0.5 * du.sum(dim=-1)
-        ub = out["ub"][sl] = 0.5 * dv.sum(dim=-1)
-        both = (x > 0) & (y > 0)
-        g = torch.log(y) - torch.log(x)
-        out["gap"][sl] = torch.where(
-            (both if kb is None else both | ~kb).all(dim=-1),
-            torch.where(both, g, -math.inf).amax(dim=-1) - torch.where(both, g, math.inf).amin(dim=-1),
-            math.inf,
-        )
-        xs, ys = (x, y) if kb is None else (torch.where(kb, x, -1.0), torch.where(kb, y, -1.0))  # masked keys last
-        va, ia = torch.topk(xs, t_k, dim=-1)
-        vb, ib = torch.topk(ys, t_k, dim=-1)
-        out["pa"][sl], out["pb"][sl] = va[:, 0] * cnt[:, 0], vb[:, 0] * cnt[:, 0]
-        wa, sa = _favourite(x, y, rel, ua, inv, kb)
-        wb, sb = _favourite(y, x, rel, ub, inv, kb)
-        out["top1"][sl] = (sa | sb).double()
-        out["fav"][sl] = torch.minimum(wa, wb)
-        kk = cnt.clamp_max(t_k).long()  # top-k capped at the kept keys
-        first = torch.arange(t_k, device=x.device) < kk
-        ta_, tb_ = torch.gather(va, -1, kk - 1), torch.gather(vb, -1, kk - 1)
-        b_in_a = (torch.gather(x, -1, ib) >= ta_ * (1.0 - rel)) & first
-        a_in_b = (torch.gather(y, -1, ia) >= tb_ * (1.0 - rel)) & first
-        out["overlap"][sl] = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1)).double() / kk[:, 0]
-        if fixed is None:
-            tol = torch.full_like(ua, stat)
-            for p, (store, ec) in zip((x, y), levels):
-                tol += store + (0.0 if ec == 0.0 else ec * (_logit_scale(p) if scale is None else scale))
-            out["tol"][sl] = tol
-        if rank:  # masked keys rank lowest in both maps, in key order (stable): only the kept keys' ranks differ
-            st = kb is not None
-            ra = xs.argsort(dim=-1, stable=st).argsort(dim=-1).double()
-            rb = ys.argsort(dim=-1, stable=st).argsort(dim=-1).double()
-            ssd = (ra - rb).square().sum(dim=-1)
-            c1 = cnt[:, 0]
-            out["rho"][sl] = torch.where(c1 > 1, 1.0 - 6.0 * ssd / (c1 * (c1 * c1 - 1.0)).clamp_min(1.0), 1.0)
-        if v is not None:
-            h0, h1 = i // n, (j - 1) // n
-            for h in range(h0, h1 + 1):  # the values of each head the block touches
-                r0, r1 = max(i, h * n), min(j, (h + 1) * n)
-                vh = v[int(v_head[h])].double()
-                vu = vh.mean(dim=0) if kb is None else (kb[r0 - i : r1 - i].double() * inv[r0 - i : r1 - i]) @ vh
-                og, oua, oub = output_stats(x[r0 - i : r1 - i], y[r0 - i : r1 - i], vh, vu, k=kf)
-                out["og"][r0:r1], out["oua"][r0:r1], out["oub"][r0:r1] = og, oua, oub
-    if fixed is not None:
-        out["tol"].fill_(fixed)
-        basis = f"TV <= {fixed:.3g} (given tolerance)"
-    else:
-        stored = "/".join(dict.fromkeys(str(t.dtype).replace("torch.", "") for t in (pa, pb)))
-        if not stated:
-            basis = (f"TV within the rounding of {stored} storage (tv_tolerance; state precision= and logit_scale=, "
-                     "the size of the products' terms, to count the rounding of the maps' computation)")
-        else:
-            made = "their storage dtype" if comp is None else str(comp).replace("torch.", "")
-            size = "max(1, E_P log(max P / P)) per row (default)" if scale is None else f"{scale:.3g}"
-            basis = (f"TV within the rounding of {stored} storage and of logits from terms of size {size} computed in "
-                     f"{made} (tv_tolerance)")
+        x, y, kb, cnt = _block(src, i, j, setup.atol)
+        _block_statistics(out, slice(i, j), x, y, kb, cnt, setup)
+        if src.values is not None:
+            _block_outputs(out, src, i, j, x, y, kb, 1.0 / cnt)
+    if setup.tolerance is not None:
+        out["tol"].fill_(setup.tolerance)
+    return out
 
-    n_blocks = math.ceil(total / rows)
-    reason = "two given maps: their weights compared as they are"
-    if core != batch:
-        reason += (f"; {heads} of the {math.prod(batch)} heads computed (every input is broadcast along the others), "
-                   "their rows' results broadcast back")
-    route = Plan(path="given_maps", reason=reason, block_rows=min(rows, total),
-                 n_blocks=n_blocks, block_reason=f"{_BLOCK_ELEMENTS} float64 weights a block")
-    shape = (*batch, n)  # the computed heads' per-row results, broadcast back to every head
-    return assemble(
-        {name: t.reshape(grid).expand(shape).contiguous() for name, t in out.items()
-         if name in STATISTICS and (name not in ("og", "oua", "oub") or v is not None)},
-        shape, pa.device, start,
-        a=str(a),
-        b=str(b),
-        k=kf,
-        temperature=None,
-        topk=t_k,
-        device=str(pa.device),
-        dtype=str(coarse).replace("torch.", ""),
-        batch_shape=tuple(batch),
-        n_queries=n,
-        n_keys=m,
-        dim=None,
-        block_rows=min(rows, total),
-        n_blocks=n_blocks,
-        tolerance_basis=basis,
-        output_metric=None if v is None else ("geodesic distance between Lorentzian centroids" if kf is not None
-                                              else "Euclidean distance between weighted averages"),
-        plan=route,
+
+def _block(src: _Sources, i: int, j: int, atol: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Rows ``i:j`` of both maps in float64, each renormalised over its kept keys (``keep``: every key for a row that
+    keeps none, as a fully masked softmax is uniform), the kept keys and their count per row."""
+    x, y = _gather(*src.a, src.grid, i, j).double(), _gather(*src.b, src.grid, i, j).double()
+    m = x.shape[-1]
+    kb = None
+    if src.keep is not None:
+        kb = _gather(*src.keep, src.grid, i, j).to(x.device)
+    elif src.sparse is not None:
+        kb = _sparse_rows(*src.sparse, torch.arange(i, j, dtype=torch.long) % src.n, m).to(x.device)
+    if kb is not None:
+        kb = kb | ~kb.any(dim=-1, keepdim=True)
+        for p_, nm in ((x, "P_a"), (y, "P_b")):
+            off = torch.where(kb, 0.0, p_.abs()).sum(dim=-1)
+            if bool((off > atol).any()):
+                w = int(torch.where(off > atol, off, -1.0).argmax())
+                raise ValueError(f"{nm} must put no weight on the keys keep masks out (at most atol = {atol:.3g} a row), "
+                                 f"got {float(off[w]):.3g} in {row_name(i + w, torch.Size(src.grid))}")
+        x, y = torch.where(kb, x, 0.0), torch.where(kb, y, 0.0)
+        cnt = kb.sum(dim=-1, keepdim=True).double()
+    else:
+        cnt = torch.full((j - i, 1), float(m), dtype=torch.float64, device=x.device)
+    x = x.clamp_min(0.0) / x.clamp_min(0.0).sum(dim=-1, keepdim=True)
+    y = y.clamp_min(0.0) / y.clamp_min(0.0).sum(dim=-1, keepdim=True)
+    return x, y, kb, cnt
+
+
+def _block_statistics(out: dict[str, torch.Tensor], sl: slice, x: torch.Tensor, y: torch.Tensor, kb: torch.Tensor | None,
+                      cnt: torch.Tensor, setup: _Setup) -> None:
+    """A block's TV, KL, baselines, logit gap, peaks, top sets, top-k overlap, tolerance and Spearman, into ``out``."""
+    inv, t_k, rel = 1.0 / cnt, setup.topk, setup.rel
+    out["tv"][sl] = 0.5 * (x - y).abs().sum(dim=-1)
+    ratio = torch.where(y > 0, y * (torch.log(y) - torch.log(x)), torch.zeros_like(y))
+    out["kl"][sl] = ratio.sum(dim=-1).clamp_min(0.0)  # inf where P_a = 0 < P_b
+    du, dv = (x - inv).abs(), (y - inv).abs()
+    if kb is not None:
+        du, dv = torch.where(kb, du, 0.0), torch.where(kb, dv, 0.0)
+    ua = out["ua"][sl] = 0.5 * du.sum(dim=-1)
+    ub = out["ub"][sl] = 0.5 * dv.sum(dim=-1)
+    both = (x > 0) & (y > 0)
+    g = torch.log(y) - torch.log(x)
+    out["gap"][sl] = torch.where(
+        (both if kb is None else both | ~kb).all(dim=-1),
+        torch.where(both, g, -math.inf).amax(dim=-1) - torch.where(both, g, math.inf).amin(dim=-1),
+        math.inf,
     )
+    xs, ys = (x, y) if kb is None else (torch.where(kb, x, -1.0), torch.where(kb, y, -1.0))  # masked keys last
+    va, ia = torch.topk(xs, t_k, dim=-1)
+    vb, ib = torch.topk(ys, t_k, dim=-1)
+    out["pa"][sl], out["pb"][sl] = va[:, 0] * cnt[:, 0], vb[:, 0] * cnt[:, 0]
+    wa, sa = _favourite(x, y, rel, ua, inv, kb)
+    wb, sb = _favourite(y, x, rel, ub, inv, kb)
+    out["top1"][sl] = (sa | sb).double()
+    out["fav"][sl] = torch.minimum(wa, wb)
+    top = cnt.clamp_max(t_k).long()  # top-k capped at the kept keys
+    first = torch.arange(t_k, device=x.device) < top
+    ta_, tb_ = torch.gather(va, -1, top - 1), torch.gather(vb, -1, top - 1)
+    b_in_a = (torch.gather(x, -1, ib) >= ta_ * (1.0 - rel)) & first
+    a_in_b = (torch.gather(y, -1, ia) >= tb_ * (1.0 - rel)) & first
+    out["overlap"][sl] = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1)).double() / top[:, 0]
+    if setup.tolerance is None:
+        tol = torch.full_like(ua, 16.0 * torch.finfo(torch.float64).eps * math.log2(x.shape[-1] + 1))
+        for p, (store, ec) in zip((x, y), setup.levels):
+            tol += store + (0.0 if ec == 0.0 else ec * (_logit_scale(p) if setup.scale is None else setup.scale))
+        out["tol"][sl] = tol
+    if setup.rank:  # masked keys rank lowest in both maps, in key order (stable): only the kept keys' ranks differ
+        st = kb is not None
+        ra = xs.argsort(dim=-1, stable=st).argsort(dim=-1).double()
+        rb = ys.argsort(dim=-1, stable=st).argsort(dim=-1).double()
+        ssd = (ra - rb).square().sum(dim=-1)
+        c1 = cnt[:, 0]
+        out["rho"][sl] = torch.where(c1 > 1, 1.0 - 6.0 * ssd / (c1 * (c1 * c1 - 1.0)).clamp_min(1.0), 1.0)
+
+
+def _block_outputs(out: dict[str, torch.Tensor], src: _Sources, i: int, j: int, x: torch.Tensor, y: torch.Tensor,
+                   kb: torch.Tensor | None, inv: torch.Tensor) -> None:
+    """The outputs' gap and baselines of rows ``i:j``, with the values of each head the block touches."""
+    n = src.n
+    for h in range(i // n, (j - 1) // n + 1):
+        r0, r1 = max(i, h * n), min(j, (h + 1) * n)
+        vh = src.values[int(src.value_head[h])].double()
+        vu = vh.mean(dim=0) if kb is None else (kb[r0 - i : r1 - i].double() * inv[r0 - i : r1 - i]) @ vh
+        og, oua, oub = output_stats(x[r0 - i : r1 - i], y[r0 - i : r1 - i], vh, vu, k=src.k)
+        out["og"][r0:r1], out["oua"][r0:r1], out["oub"][r0:r1] = og, oua, oub
+
+
+def _tolerance_basis(pa: torch.Tensor, pb: torch.Tensor, opts: CompareOptions) -> str:
+    """The basis of ``tv_tolerance``, in words."""
+    if opts.tolerance is not None:
+        return f"TV <= {opts.tolerance:.3g} (given tolerance)"
+    stored = "/".join(dict.fromkeys(str(t.dtype).replace("torch.", "") for t in (pa, pb)))
+    if opts.precision is None and opts.logit_scale is None:
+        return (f"TV within the rounding of {stored} storage (tv_tolerance; state precision= and logit_scale=, "
+                "the size of the products' terms, to count the rounding of the maps' computation)")
+    made = "their storage dtype" if opts.precision is None else str(opts.precision).replace("torch.", "")
+    size = "max(1, E_P log(max P / P)) per row (default)" if opts.logit_scale is None else f"{opts.logit_scale:.3g}"
+    return (f"TV within the rounding of {stored} storage and of logits from terms of size {size} computed in "
+            f"{made} (tv_tolerance)")

@@ -282,7 +282,8 @@ class Plan:
     ``"two_products"`` (one product per map and block) or ``"given_maps"`` (:func:`hypviz.attention.compare_maps`);
     ``reason``: why that path, in words; ``block_rows``, ``n_blocks``: the row blocks; ``memory_budget``: the bytes
     of the row-block buffers; ``block_reason``: where ``block_rows`` came from; ``sampled_rows``: the query rows
-    drawn per head (``rows=``), ``None`` when every row is computed.
+    drawn per head (``rows=``), ``None`` when every row is computed; ``options``: the kernels' options the two kinds
+    read, checked, by name (:meth:`hypviz.attention.CompareOptions.kernel_values`; empty for given maps).
 
     ``"fused"`` is ``"one_product"`` with each block's statistics in one compiled kernel
     (:mod:`hypviz.attention.comparison.fused_stats`); ``"dense_rows"`` compares the logs of the dense maps, row block by row block.
@@ -304,6 +305,7 @@ class Plan:
     memory_budget: int | None = None
     block_reason: str = ""
     sampled_rows: int | None = None
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
         sampled = "" if self.sampled_rows is None else f", {self.sampled_rows} sampled rows per head"

@@ -15,14 +15,13 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from hypviz.attention.maps.checks import check_kind, check_temperature, checked_inputs, flatten_batch, resolve_device
-from hypviz.attention.comparison.result import TOPK_MAX, Comparison, Plan, assemble
-from hypviz.attention.maps.kernels import DenseRows, Operands, SharedLogits, check_logit_range, kernel_for, options, rows_for, softmax_rows_
 from hypviz.attention.comparison.fused_stats import availability as fused_availability, shared_rows
+from hypviz.attention.comparison.options import CompareOptions, gather
+from hypviz.attention.comparison.result import Comparison, Plan, assemble
 from hypviz.attention.comparison.row_blocks import (
     _P_ROUTE_EPS,
     TILT_MAX_GAP,
@@ -37,9 +36,11 @@ from hypviz.attention.comparison.row_blocks import (
     tv_uniform,
     weighted_sum,
 )
-from hypviz.base import kinds, validate
-from hypviz.base.kinds import Kind
+from hypviz.attention.maps.checks import check_kind, checked_inputs, flatten_batch
+from hypviz.attention.maps.kernels import DenseRows, Operands, SharedLogits, check_logit_range, kernel_for, rows_for, softmax_rows_
+from hypviz.base import kinds
 from hypviz.base.bounds import kl_supremum, tv_supremum
+from hypviz.base.kinds import Kind
 from hypviz.base.messages import env_limit
 from hypviz.lorentz import lift
 
@@ -376,27 +377,14 @@ def compare(
     a: str = "spatial",
     b: str = "distance",
     *,
-    k: float = 1.0,
-    temperature: float | None = None,
-    power: float = 2.0,
-    norm_scale: float = 1.0,
-    features: int = 256,
-    device: str | torch.device = "auto",
-    block_rows: int | None = None,
-    topk: int = 5,
-    spearman: bool | None = None,
-    heads_axis: int | None = None,
-    rows: int | None = None,
-    seed: int = 0,
-    rf_seed: int | None = None,
-    memory_budget: int | None = None,
-    progress: bool | None = None,
     values: ArrayLike | None = None,
+    options: CompareOptions | None = None,
+    **settings: Any,
 ) -> Comparison:
     r"""Compare the attention maps of two kinds row by row, streaming over blocks of query rows.
 
     :math:`P_a` and :math:`P_b` are the maps of :func:`attention_map` (softmax kinds at temperature
-    :math:`\tau`; ``"focused"`` with ``power`` and ``norm_scale``); ``b`` is the reference.  Each
+    :math:`\tau`; each kind with the options its kernel reads); ``b`` is the reference.  Each
     query row gets :math:`\mathrm{KL}(P_b \| P_a)`, the total variation, each map's TV from the
     uniform row :math:`U` (the baseline every gap must be read against), tie-aware top-1 and top-k
     agreement, a Spearman rank correlation and, for two softmax kinds, the bound's :math:`\Delta_i`
@@ -419,63 +407,31 @@ def compare(
         Tensors that require grad are detached: the statistics are not differentiable.
     a, b : str
         Kinds of :data:`KINDS`; ``b`` is the reference.
-    k : float
-        Curvature parameter.
-    temperature : float, optional
-        :math:`\tau`, default :math:`\sqrt{d}`.  Hypformer's full attention is ``"distance"`` at
-        :math:`\tau = k \cdot \mathrm{scale} / 2` (its learned ``scale``, initialised to
-        :math:`\sqrt{d}`; ``scale / 2`` in its simplified code).
-    power, norm_scale : float
-        The focused map's ``power_k`` and ``norm_scale`` (checked and used only with ``"focused"``).
-    features : int
-        The number of random features of ``"distance_rf"`` (:func:`hypviz.attention.approx.random_features.distance_rf_map`,
-        drawn from ``seed``; used only with that kind, which like ``"focused"`` has no softmax bound).
-    device : str or torch.device
-        ``"auto"`` (CUDA when available, else the CPU), ``"cpu"`` or ``"cuda[:i]"``.  The blocks are
-        computed there; the per-row results come back on the inputs' device; ``result.device`` says
-        where it ran.
-    block_rows : int, optional
-        Query rows per block (capped at :math:`N`); by default from ``memory_budget``, so that the
-        working memory is :math:`O(\mathrm{block\_rows} \times M)` whatever :math:`N`.
-    topk : int
-        The :math:`k` of the top-k agreement (capped at :math:`M`).
-    spearman : bool, optional
-        Compute the per-row Spearman correlation (sorts every row, :math:`O(N M \log M)`); by
-        default when :math:`M \le 4096`.
-    heads_axis : int, optional
-        The heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's), moved to the front.
-    rows : int, optional
-        Compute the statistics on ``rows`` query rows only (an integer :math:`\ge 2`), drawn
-        uniformly without replacement (the same rows for every head), against all :math:`M` keys:
-        for very large :math:`N`.  Every mean then comes with a confidence interval,
-        :meth:`Comparison.ci`.  ``rows >= N`` computes every row.
-    seed : int
-        Seed of ``torch.randperm`` drawing the ``rows``.
-    rf_seed : int, optional
-        Seed of the random features of ``"distance_rf"`` (default: ``seed``).
-    memory_budget : int, optional
-        Bytes for the three ``block_rows x M`` buffers.  Default: on the CPU 256 MiB, with each
-        buffer at most the size of the threads' L2 caches (torch's thread count times the per-core
-        L2) unless that is under 32 rows (cache-friendlier); on CUDA a quarter of the free device
-        memory, at least 256 MiB and at most 8 GiB.
-    progress : bool, optional
-        Show a tqdm bar on stderr; by default only for long runs (at least 64 blocks and
-        :math:`2^{28}` logits) on a terminal.
+    values : array or tensor, shape (..., M, d_v + 1), optional
+        Value points (one per key): the two maps' outputs, their Lorentzian centroids, are compared too
+        (``output_gap``, against the uniform row's output).
+    options : CompareOptions, optional
+        The settings (:class:`hypviz.attention.CompareOptions`, which lists them: ``k``, ``temperature``, ``topk``,
+        ``spearman``, ``rows``, ``seed``, ``rf_seed``, ``heads_axis``, ``device``, ``block_rows``, ``memory_budget``,
+        ``progress``, ``kernel_options``).
+    **settings
+        Any of those settings by name, in place of the same field of ``options``, or an option a registered kernel
+        declares (``power``, ``norm_scale``, ``features``, a kernel's own): checked by the kernel of each kind that
+        reads it, ignored by a kind that does not.
 
     Returns
     -------
     Comparison
         Per-row tensors of shape ``(..., n)`` (``n`` the query rows computed) on the inputs'
-        device, the set-up and the summaries.
+        device, the set-up and the summaries; ``result.plan.options`` the kernels' options the two kinds read.
 
     Raises
     ------
     ValueError
-        For an unknown kind, points or shapes :func:`scores` refuses, a non-positive
-        ``temperature`` or ``power``, a non-finite ``norm_scale``, a bad ``topk``, ``block_rows``,
-        ``memory_budget``, ``spearman``, ``rows``, ``seed``, ``heads_axis`` or ``device``; a
-        temperature so small that the logits overflow the dtype (the message names the smallest
-        usable one); statistics that come out non-finite.  ``TypeError`` when the dtypes differ.
+        For an unknown kind, points or shapes :func:`scores` refuses, a setting out of its range (one line naming
+        it), a kernel's option its kernel refuses; a temperature so small that the logits overflow the dtype (the
+        message names the smallest usable one); statistics that come out non-finite.  ``TypeError`` when the dtypes
+        differ, or for a keyword that is neither a setting nor a registered kernel's option (the line names both).
 
     Notes
     -----
@@ -538,11 +494,12 @@ def compare(
     (0.06, 0.13)
     >>> bool(res.all_bounds_met)  # TV <= tanh(Delta / 4) on every row
     True
+    >>> from hypviz.attention import CompareOptions
+    >>> opts = CompareOptions(temperature=1.0, topk=2)  # one record of settings, for many calls
+    >>> compare(queries, keys, "focused", "distance", options=opts, power=3.0).plan.options
+    {'power': 3.0, 'norm_scale': 1.0}
     """
-    return run_compare(plan_compare(
-        queries, keys, a, b, k=k, temperature=temperature, power=power, norm_scale=norm_scale, features=features,
-        device=device, block_rows=block_rows, topk=topk, spearman=spearman, heads_axis=heads_axis, rows=rows, seed=seed,
-        rf_seed=rf_seed, memory_budget=memory_budget, progress=progress, values=values))
+    return run_compare(_plan(queries, keys, a, b, values, gather(options, settings, "compare")))
 
 
 def plan_compare(
@@ -551,34 +508,31 @@ def plan_compare(
     a: str = "spatial",
     b: str = "distance",
     *,
-    k: float = 1.0,
-    temperature: float | None = None,
-    power: float = 2.0,
-    norm_scale: float = 1.0,
-    features: int = 256,
-    device: str | torch.device = "auto",
-    block_rows: int | None = None,
-    topk: int = 5,
-    spearman: bool | None = None,
-    heads_axis: int | None = None,
-    rows: int | None = None,
-    seed: int = 0,
-    rf_seed: int | None = None,
-    memory_budget: int | None = None,
-    progress: bool | None = None,
     values: ArrayLike | None = None,
+    options: CompareOptions | None = None,
+    **settings: Any,
 ) -> ComparePlan:
-    r"""The plan of :func:`compare`: its arguments checked, the temperature, the options, the path and the row blocks.
+    r"""The plan of :func:`compare`: its arguments checked, the temperature, the kernels' options, the path and the row blocks.
 
     Takes exactly the arguments of :func:`compare` (and checks them the same way); ``compare(...)`` is
     ``run_compare(plan_compare(...))``.  The returned :class:`ComparePlan` says which path will run and why
     (``plan.plan.path``, ``plan.plan.reason``; the result keeps it as ``result.plan``) and can be changed
     before it runs: :meth:`ComparePlan.with_path` takes the other path on the same inputs.
 
+    Parameters
+    ----------
+    queries, keys, a, b, values, options, **settings
+        As :func:`compare`.
+
+    Returns
+    -------
+    ComparePlan
+        The checked inputs, the settings and :attr:`ComparePlan.plan`.
+
     Raises
     ------
     ValueError
-        As :func:`compare` for every argument; ``TypeError`` when the dtypes differ.
+        As :func:`compare` for every argument; ``TypeError`` when the dtypes differ or for an unknown keyword.
 
     Examples
     --------
@@ -591,49 +545,51 @@ def plan_compare(
     >>> run_compare(plan.with_path("two_products")).plan.reason
     'chosen by the caller (with_path)'
     """
+    return _plan(queries, keys, a, b, values, gather(options, settings, "plan_compare"))
+
+
+def _plan(queries: ArrayLike, keys: ArrayLike, a: Any, b: Any, values: ArrayLike | None, opts: CompareOptions) -> ComparePlan:
+    """The plan of :func:`compare` from its checked settings: the kinds, the points (half precision computed in
+    float32), the temperature, the kernels' options, the rows sampled, then the path and the row blocks (:func:`_route`)."""
     kind_a = kinds.get(check_kind(a, "a", kinds.comparable()))
     kind_b = kinds.get(check_kind(b, "b", kinds.comparable()))
-    q, kk, v, kf, batch = checked_inputs(queries, keys, k=k, values=values, heads_axis=heads_axis, detach=True)
+    q, keys, values, k, batch = checked_inputs(queries, keys, k=opts.k, values=values, heads_axis=opts.heads_axis,
+                                               detach=True)
     half = str(q.dtype).replace("torch.", "") if q.dtype in (torch.float16, torch.bfloat16) else None
     if half is not None:
         # half precision resolves logits to ~1e-3 and overflows the statistics' sums: compute in float32,
         # from the spatial parts (time recomputed, so that the points lie on float32's hyperboloid)
-        q, kk = lift(q[..., 1:].float(), k=kf), lift(kk[..., 1:].float(), k=kf)
-        v = None if v is None else lift(v[..., 1:].float(), k=kf)
-    d = q.shape[-1] - 1
-    temperature = check_temperature(temperature, d)
-    seed = validate.seed(seed, "seed")
-    seed_f, seed_name = (seed, "seed") if rf_seed is None else (validate.seed(rf_seed, "rf_seed"), "rf_seed")
-    given = dict(power=power, norm_scale=norm_scale, features=features, seed=seed_f)
-    opts = {**options(kind_a, given, {"seed": seed_name}), **options(kind_b, given, {"seed": seed_name})}
-    topk = validate.integer(topk, "topk", 1, maximum=TOPK_MAX)
-    block_rows = validate.integer(block_rows, "block_rows", 1, " (None: automatic)", allow_none=True)
-    memory_budget = validate.integer(memory_budget, "memory_budget", 1, " (bytes; None: automatic)", allow_none=True)
-    if spearman is not None and not isinstance(spearman, bool):
-        raise ValueError(f"spearman must be True, False or None (automatic), got {spearman!r}")
-    if progress is not None and not isinstance(progress, bool):
-        raise ValueError(f"progress must be True, False or None (automatic), got {progress!r}")
-    dev = resolve_device(device)
-
+        q, keys = lift(q[..., 1:].float(), k=k), lift(keys[..., 1:].float(), k=k)
+        values = None if values is None else lift(values[..., 1:].float(), k=k)
+    temperature = math.sqrt(q.shape[-1] - 1) if opts.temperature is None else opts.temperature
+    kernel_values = opts.kernel_values(kind_a, kind_b)
     n_total, row_index = q.shape[-2], None
-    if rows is not None:
-        rows = validate.integer(rows, "rows", 2, " (query rows to sample; None: all)", allow_none=True)
-        if rows < n_total:
-            gen = torch.Generator().manual_seed(int(seed))
-            row_index = torch.randperm(n_total, generator=gen)[: int(rows)].sort().values
-            q = q.index_select(-2, row_index.to(q.device))
-    n, m = q.shape[-2], kk.shape[-2]
-    itemsize = q.element_size()
-    block_reason, automatic = "block_rows given", block_rows is None
+    if opts.rows is not None and opts.rows < n_total:
+        gen = torch.Generator().manual_seed(opts.seed)
+        row_index = torch.randperm(n_total, generator=gen)[: opts.rows].sort().values
+        q = q.index_select(-2, row_index.to(q.device))
+    m = keys.shape[-2]
+    spearman = m <= _SPEARMAN_MAX_KEYS if opts.spearman is None else opts.spearman
+    route = _route(kind_a, kind_b, q, m, math.prod(batch), spearman, opts)
+    route = dataclasses.replace(route, sampled_rows=None if row_index is None else q.shape[-2], options=kernel_values)
+    return ComparePlan(
+        a=kind_a, b=kind_b, q=flatten_batch(q, batch), keys=flatten_batch(keys, batch), values=values, batch=batch, k=k,
+        temperature=temperature, options=kernel_values, device=opts.device, topk=min(opts.topk, m), spearman=spearman,
+        half=half, home=q.device, n_total=n_total, row_index=row_index, progress=opts.progress, plan=route)
+
+
+def _route(kind_a: Kind, kind_b: Kind, q: torch.Tensor, m: int, heads: int, spearman: bool, opts: CompareOptions) -> Plan:
+    """The path of two kinds' comparison and why (the kernels decide: :meth:`Kernel.shares_product`, operands
+    declared or not; the fused kernel from :data:`_FUSED_MIN_LOGITS` where it runs), and its row blocks."""
+    n, itemsize, dev = q.shape[-2], q.element_size(), opts.device
+    block_rows, block_reason = opts.block_rows, "block_rows given"
     if block_rows is None:
-        block_rows = _block_rows_for(m, itemsize, memory_budget, dev)
-        block_reason = ("from memory_budget" if memory_budget is not None else
+        block_rows = _block_rows_for(m, itemsize, opts.memory_budget, dev)
+        block_reason = ("from memory_budget" if opts.memory_budget is not None else
                         "a quarter of the free device memory" if dev.type == "cuda" else
                         "cache-sized on the CPU (the L2 of the threads sharing each pass)")
     rows = min(block_rows, n)
-    heads = math.prod(batch)
-    spearman = m <= _SPEARMAN_MAX_KEYS if spearman is None else spearman
-
+    a, b = kind_a.name, kind_b.name
     kernel = kernel_for(kind_a)
     bare = [kd.kernel for kd in (kind_a, kind_b) if not kernel_for(kd).has_operands()]
     if bare:
@@ -650,11 +606,11 @@ def plan_compare(
                 path, reason = "fused", reason + (f"; each block's statistics in one fused kernel ({why}), its rows in "
                                                   f"segments of {_fused_segment(itemsize):,} keys (a "
                                                   f"{_FUSED_SEGMENT_L2_PARTS}nd of the {_l2_bytes() // 1024:,} KiB L2)")
-                if automatic and dev.type == "cpu":  # the kernel keeps each row in cache: the rows serve the product
-                    budget = _DEFAULT_BUDGET if memory_budget is None else memory_budget
+                if opts.block_rows is None and dev.type == "cpu":  # the kernel keeps each row in cache: the rows serve the product
+                    budget = _DEFAULT_BUDGET if opts.memory_budget is None else opts.memory_budget
                     rows = min(n, _FUSED_MAX_ROWS, max(1, budget // ((1 + spearman) * m * itemsize)))
                     block_reason = (f"the product's rows for the fused kernel: {1 + spearman} buffer(s) in "
-                                    f"{'memory_budget' if memory_budget else '256 MiB'}, at most {_FUSED_MAX_ROWS} rows")
+                                    f"{'memory_budget' if opts.memory_budget else '256 MiB'}, at most {_FUSED_MAX_ROWS} rows")
             else:
                 reason += f"; the statistics eager ({why})"
     elif kernel is kernel_for(kind_b):
@@ -663,20 +619,27 @@ def plan_compare(
     else:
         path, reason = "two_products", (f"{a!r} and {b!r} have different kernels ({kind_a.kernel!r}, {kind_b.kernel!r}): "
                                         "one product per map and block")
-    route = Plan(path=path, reason=reason, block_rows=rows, n_blocks=heads * math.ceil(n / rows),
-                 memory_budget=((1 + spearman) if path == "fused" else 3) * rows * m * itemsize, block_reason=block_reason,
-                 sampled_rows=None if row_index is None else n)
-    return ComparePlan(
-        a=kind_a, b=kind_b, q=flatten_batch(q, batch), keys=flatten_batch(kk, batch), values=v, batch=batch, k=kf,
-        temperature=temperature, options=opts, device=dev, topk=min(topk, m),
-        spearman=spearman, half=half, home=q.device,
-        n_total=n_total, row_index=row_index, progress=progress, plan=route)
+    return Plan(path=path, reason=reason, block_rows=rows, n_blocks=heads * math.ceil(n / rows),
+                memory_budget=((1 + spearman) if path == "fused" else 3) * rows * m * itemsize, block_reason=block_reason)
 
 
 def run_compare(plan: ComparePlan) -> Comparison:
-    """Run a :class:`ComparePlan` (:func:`plan_compare`): the row blocks of its path, then the assembly of the result.
+    """Run a :class:`ComparePlan` (:func:`plan_compare`): the steps its plan names, then the result.
 
+    The logits of its path (:func:`_logits`: one product shared by the two kinds, or each kind's operands or dense
+    rows), the statistics of its row blocks (:func:`_row_statistics`), the outputs' second pass when it holds
+    ``values``, the softmax bound where it applies (:func:`_softmax_bound`) and the assembly (:func:`_result`).
     ``compare(...)`` is ``run_compare(plan_compare(...))``; the result's ``plan`` is ``plan.plan``.
+
+    Parameters
+    ----------
+    plan : ComparePlan
+        Made by :func:`plan_compare` (or changed by :meth:`ComparePlan.with_path`).
+
+    Returns
+    -------
+    Comparison
+        As :func:`compare`.
 
     Raises
     ------
@@ -699,210 +662,222 @@ def run_compare(plan: ComparePlan) -> Comparison:
     if not isinstance(plan, ComparePlan):
         raise TypeError(f"plan must be a ComparePlan (from plan_compare), got {type(plan).__name__}")
     start = time.perf_counter()
-    kind_a, kind_b, a, b = plan.a, plan.b, plan.a.name, plan.b.name
-    qf, kfl, v, batch, kf, tau, opts, dev = plan.q, plan.keys, plan.values, plan.batch, plan.k, plan.temperature, plan.options, plan.device
-    heads, n, m = qf.shape[0], qf.shape[-2], kfl.shape[-2]
-    dtype, rows, t_k, rank = qf.dtype, plan.plan.block_rows, plan.topk, plan.spearman
-    shared = plan.plan.path in ("one_product", "fused")
-    if shared:
+    logits = _logits(plan)
+    out = _row_statistics(plan, logits)
+    outputs = {} if plan.values is None else _compare_outputs(plan, logits)
+    _check_finite(plan, logits, out)
+    bounds = _softmax_bound(plan, logits, out) if kinds.bound_applies(plan.a.name, plan.b.name) else {}
+    return _result(plan, logits, out, outputs, bounds, start)
+
+
+@dataclasses.dataclass
+class _Logits:
+    """How a plan's logits are made, and each map's per-row rounding: ``shared`` (the one product and each kind's
+    ``alpha``) or ``pair`` (each kind's :class:`Operands`, or :class:`DenseRows`); ``err`` the rounding bounds,
+    ``rounding`` the levels that decide *identical*, ``largest()`` a bound on the logits, ``key_sqnorms`` the keys'
+    ``|kappa_s|^2`` in float64 where computed."""
+
+    err: tuple[torch.Tensor, torch.Tensor]
+    rounding: tuple[torch.Tensor, torch.Tensor]
+    largest: Callable[[], float]
+    shared: tuple[SharedLogits, tuple[float, float]] | None = None
+    pair: tuple[Operands, Operands] | None = None
+    key_sqnorms: torch.Tensor | None = None
+
+
+def _logits(plan: ComparePlan) -> _Logits:
+    """The logits of the plan's path, the temperature refused where they overflow the dtype (:func:`check_logit_range`)."""
+    kind_a, kind_b, q, keys, k, temperature = plan.a, plan.b, plan.q, plan.keys, plan.k, plan.temperature
+    dtype = q.dtype
+    if plan.plan.path in ("one_product", "fused"):
         kernel = kernel_for(kind_a)
-        sh, alphas = kernel.shared(kind_a, kind_b, qf, kfl, k=kf, temperature=tau)
-        big = float(max(sh.largest(alpha).max() for alpha in alphas)) if qf.numel() else 0.0
-        check_logit_range(big, dtype, tau, lambda t: float(max(
-            kernel.shared(kind_a, kind_b, qf.double(), kfl.double(), k=kf, temperature=t)[0].largest(alpha).max() for alpha in alphas)))
-        err_a, err_b = sh.err(alphas[0]), sh.err(alphas[1])
-        nk = _key_sqnorms(kfl)
+        sh, alphas = kernel.shared(kind_a, kind_b, q, keys, k=k, temperature=temperature)
+        big = float(max(sh.largest(alpha).max() for alpha in alphas)) if q.numel() else 0.0
+        check_logit_range(big, dtype, temperature, lambda t: float(max(
+            kernel.shared(kind_a, kind_b, q.double(), keys.double(), k=k, temperature=t)[0].largest(alpha).max()
+            for alpha in alphas)))
+        nk = _key_sqnorms(keys)
         # the rounding the two maps do not share: S's own cancels in log P_a - log P_b
-        rnd_a, rnd_b = (_difference_rounding(sh, alpha, kfl, kf, nk).to(dtype) for alpha in alphas)
+        rounding = tuple(_difference_rounding(sh, alpha, keys, k, nk).to(dtype) for alpha in alphas)
+        return _Logits(err=(sh.err(alphas[0]), sh.err(alphas[1])), rounding=rounding, largest=lambda: big,
+                       shared=(sh, alphas), key_sqnorms=nk)
+    dense = plan.plan.path == "dense_rows"
 
-        def largest() -> float:
-            return big
-    else:
-        kern_a, kern_b = kernel_for(kind_a), kernel_for(kind_b)
-        dense = plan.plan.path == "dense_rows"
-        ka = DenseRows(kern_a, kind_a, qf, kfl, k=kf, temperature=tau, opts=opts) if dense else kern_a.operands(kind_a, qf, kfl, k=kf, temperature=tau, opts=opts)
-        kb = DenseRows(kern_b, kind_b, qf, kfl, k=kf, temperature=tau, opts=opts) if dense else kern_b.operands(kind_b, qf, kfl, k=kf, temperature=tau, opts=opts)
+    def made(kind: Kind) -> Operands:
+        if dense:
+            return DenseRows(kernel_for(kind), kind, q, keys, k=k, temperature=temperature, opts=plan.options)
+        return kernel_for(kind).operands(kind, q, keys, k=k, temperature=temperature, opts=plan.options)
 
-        def largest() -> float:
-            if dense:  # logs of the maps' weights: no kernel's rule applies
-                return max(ka.largest(), kb.largest())
-            return max(kern_a.largest_logit(kind_a, ka, dtype), kern_b.largest_logit(kind_b, kb, dtype))
+    ka, kb = made(kind_a), made(kind_b)
 
-        def largest_at(t: float) -> float:
-            q64, k64 = qf.double(), kfl.double()
-            return max((kern.largest_logit(kind, kern.operands(kind, q64, k64, k=kf, temperature=t, opts=opts), dtype)
-                       for kern, kind in ((kern_a, kind_a), (kern_b, kind_b)) if not dense), default=0.0)
+    def largest() -> float:
+        if dense:  # logs of the maps' weights: no kernel's rule applies
+            return max(ka.largest(), kb.largest())
+        return max(kernel_for(kind_a).largest_logit(kind_a, ka, dtype), kernel_for(kind_b).largest_logit(kind_b, kb, dtype))
 
-        check_logit_range(largest(), dtype, tau, largest_at)
-        err_a, err_b = ka.err, kb.err
-        nk = None
-        rnd_a, rnd_b = ka.rounding, kb.rounding
+    def largest_at(t: float) -> float:
+        q64, k64 = q.double(), keys.double()
+        return max((kernel_for(kind).largest_logit(kind, kernel_for(kind).operands(kind, q64, k64, k=k, temperature=t,
+                                                                                   opts=plan.options), dtype)
+                    for kind in (kind_a, kind_b) if not dense), default=0.0)
 
+    check_logit_range(largest(), dtype, temperature, largest_at)
+    return _Logits(err=(ka.err, kb.err), rounding=(ka.rounding, kb.rounding), largest=largest, pair=(ka, kb))
+
+
+def _row_statistics(plan: ComparePlan, logits: _Logits) -> dict[str, torch.Tensor]:
+    """Every per-row statistic of the plan's row blocks, by its short name (``top1`` and ``fav`` among them), from
+    three ``block_rows x M`` buffers (one, or two for Spearman, on the fused path), with a progress bar for long runs."""
+    q, dev, rows, rank = plan.q, plan.device, plan.plan.block_rows, plan.spearman
+    heads, n, m, dtype = q.shape[0], q.shape[-2], plan.keys.shape[-2], q.dtype
     names = ("kl", "tv", "gap", "overlap", "ra", "ea", "rb", "eb", "ua", "ub", "pa", "pb") + (("rho",) if rank else ())
     out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
     top1 = torch.empty(heads, n, dtype=torch.bool, device=dev)
     fused = plan.plan.path == "fused"  # one buffer (two for Spearman)
-    buf_a = torch.empty(rows, m, dtype=dtype, device=dev)
-    buf_b = torch.empty(rows if not fused or rank else 0, m, dtype=dtype, device=dev)
-    buf_c = torch.empty(rows if not fused else 0, m, dtype=dtype, device=dev)
-    tol_a, tol_b = (2.0 * err_a).to(dev), (2.0 * err_b).to(dev)
-
-    n_blocks = plan.plan.n_blocks
+    bufs = (torch.empty(rows, m, dtype=dtype, device=dev), torch.empty(rows if not fused or rank else 0, m, dtype=dtype, device=dev),
+            torch.empty(rows if not fused else 0, m, dtype=dtype, device=dev))
+    tol = ((2.0 * logits.err[0]).to(dev), (2.0 * logits.err[1]).to(dev))
     show = plan.progress
     if show is None:
-        show = n_blocks >= 64 and n * m * heads >= 2**28 and sys.stderr.isatty()
+        show = plan.plan.n_blocks >= 64 and n * m * heads >= 2**28 and sys.stderr.isatty()
     bar = None
     if show:
         from tqdm import tqdm
 
-        bar = tqdm(total=n_blocks, desc=f"compare {a} vs {b}", unit="block", leave=False, file=sys.stderr)
+        bar = tqdm(total=plan.plan.n_blocks, desc=f"compare {plan.a.name} vs {plan.b.name}", unit="block", leave=False,
+                   file=sys.stderr)
     try:
-        if shared:
-            blocks = _fused_blocks if plan.plan.path == "fused" else _shared_blocks
-            blocks(sh, alphas, n, rows, t_k, rank, (tol_a, tol_b), out, top1, (buf_a, buf_b, buf_c), dev, bar)
+        if logits.shared is not None:
+            blocks = _fused_blocks if fused else _shared_blocks
+            blocks(*logits.shared, n, rows, plan.topk, rank, tol, out, top1, bufs, dev, bar)
         else:
-            for h in range(heads):
-                ba_t = ka.B[h].to(dev).transpose(0, 1)
-                bb_t = kb.B[h].to(dev).transpose(0, 1)
-                for i in range(0, n, rows):
-                    j = min(i + rows, n)
-                    qa, qb = ka.A[h, i:j].to(dev), kb.A[h, i:j].to(dev)
-                    la = ka.logits(qa, ba_t, buf_a[: j - i])
-                    lb = kb.logits(qb, bb_t, buf_b[: j - i])
-                    sl = (h, slice(i, j))
-                    rank_stats(la, lb, tol_a[sl], tol_b[sl], t_k, out, top1, sl, rank)
-                    out["ua"][sl], out["pa"][sl] = tv_uniform(la, buf_c[: j - i])
-                    out["ub"][sl], out["pb"][sl] = tv_uniform(lb, buf_c[: j - i])
-                    block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t), buf_c[: j - i])
-                    if bar is not None:
-                        bar.update(1)
+            _pair_blocks(*logits.pair, n, rows, plan.topk, rank, tol, out, top1, bufs, dev, bar)
     finally:
         if bar is not None:
             bar.close()
+    out["top1"] = top1
+    out["fav"] = favourite(out["ra"], out["ea"], out["ua"], out["rb"], out["eb"], out["ub"])
+    return out
 
-    fav = favourite(out["ra"], out["ea"], out["ua"], out["rb"], out["eb"], out["ub"])
-    outputs: dict[str, Any] = {}
-    if v is not None:
-        outputs = _compare_outputs(
-            v, batch, n, rows, dev, kf, shared and (sh, alphas), None if shared else (ka, kb)
-        )
-    bad = [name for name, t in (("TV", out["tv"]), ("KL", out["kl"]), ("uniform baselines", out["ua"])) if not bool(torch.isfinite(t).all())]
+
+def _pair_blocks(ka: Operands, kb: Operands, n: int, rows: int, topk: int, rank: bool, tol: tuple[torch.Tensor, torch.Tensor],
+                 out: dict[str, torch.Tensor], top1: torch.Tensor, bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                 dev: torch.device, bar: Any) -> None:
+    """Every statistic of two maps with their own operands (or dense rows): one product per map and row block."""
+    buf_a, buf_b, buf_c = bufs
+    for h in range(ka.A.shape[0]):
+        ba_t = ka.B[h].to(dev).transpose(0, 1)
+        bb_t = kb.B[h].to(dev).transpose(0, 1)
+        for i in range(0, n, rows):
+            j = min(i + rows, n)
+            qa, qb = ka.A[h, i:j].to(dev), kb.A[h, i:j].to(dev)
+            la = ka.logits(qa, ba_t, buf_a[: j - i])
+            lb = kb.logits(qb, bb_t, buf_b[: j - i])
+            sl = (h, slice(i, j))
+            rank_stats(la, lb, tol[0][sl], tol[1][sl], topk, out, top1, sl, rank)
+            out["ua"][sl], out["pa"][sl] = tv_uniform(la, buf_c[: j - i])
+            out["ub"][sl], out["pb"][sl] = tv_uniform(lb, buf_c[: j - i])
+            block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t), buf_c[: j - i])
+            if bar is not None:
+                bar.update(1)
+
+
+def _check_finite(plan: ComparePlan, logits: _Logits, out: dict[str, torch.Tensor]) -> None:
+    """Refuse statistics that came out non-finite, naming them and the size of the logits."""
+    bad = [name for name, t in (("TV", out["tv"]), ("KL", out["kl"]), ("uniform baselines", out["ua"]))
+           if not bool(torch.isfinite(t).all())]
     if bad or not bool(torch.isfinite(out["ub"]).all()):
+        dtype = plan.q.dtype
         raise ValueError(
-            f"compare {a} vs {b}: the {', '.join(bad) or 'uniform baselines'} came out non-finite in {dtype}: the logits "
-            f"(largest |s / tau| about {largest():.3g}) are beyond what {dtype} resolves at k = {kf:g}, "
-            f"tau = {tau:g}; use float64, a larger temperature or a smaller k"
+            f"compare {plan.a.name} vs {plan.b.name}: the {', '.join(bad) or 'uniform baselines'} came out non-finite in "
+            f"{dtype}: the logits (largest |s / tau| about {logits.largest():.3g}) are beyond what {dtype} resolves at "
+            f"k = {plan.k:g}, tau = {plan.temperature:g}; use float64, a larger temperature or a smaller k"
         )
-    home = plan.home
-    shape = (*batch, n)
-    # TV at the rounding level of the logits: identical maps in exact arithmetic whose logits are off by at most
-    # rnd give a logit gap of at most 2 (rnd_a + rnd_b), hence TV <= tanh(gap / 4) <= (rnd_a + rnd_b) / 2; rnd is,
-    # on two products, the level each product's rounding actually reaches (logit_rounding), not its worst case; on
-    # one product, only the rounding the two maps do not share (_difference_rounding); plus the statistics' own
-    eps_d = torch.finfo(dtype).eps
-    tv_tol = 0.5 * (rnd_a + rnd_b).to(dev) + 16.0 * eps_d * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
 
-    def back(t: torch.Tensor) -> torch.Tensor:
-        return t.to(home).reshape(shape)
 
-    bounds: dict[str, torch.Tensor | None] = {}
-    if kinds.bound_applies(a, b):
-        # the bound, per row, and the floating-point allowance on the logit gap
-        # in float64 from the spatial parts: kappa_t,max - kappa_t,min = (n_max - n_min) / (t_max + t_min),
-        # n = |kappa_s|^2, without the cancellation of two rounded time coordinates (large k, float32)
-        nk = _key_sqnorms(kfl) if nk is None else nk
-        n_max, n_min = nk.amax(dim=-1), nk.amin(dim=-1)
-        spread = ((n_max - n_min) / ((n_max + kf).sqrt() + (n_min + kf).sqrt())).unsqueeze(-1)
-        q_t = (qf[..., 1:].double().square().sum(dim=-1) + kf).sqrt()
-        delta = (abs(kind_a.bias - kind_b.bias) * q_t * spread / tau).to(dtype)
-        eps = torch.finfo(dtype).eps
-        allowance = torch.zeros_like(delta) if a == b else 2.0 * (err_a + err_b) + 4.0 * eps * delta
-        d_eff = (delta + allowance).to(home).reshape(shape)
-        ulps = 8.0 * eps * math.log2(m + 1)
-        kl, tv = back(out["kl"]), back(out["tv"])
-        met = (tv <= torch.tanh(d_eff / 4) * (1 + ulps) + ulps) & (
-            kl <= kl_supremum(d_eff) * (1 + ulps) + ulps * (d_eff + eps)
-        )
-        dl = delta.to(dtype).to(home).reshape(shape)
-        bounds = dict(
-            delta=dl,
-            tv_bound=tv_supremum(dl),
-            kl_bound=kl_supremum(dl),
-            kl_bound_hoeffding=dl.square() / 8,
-            allowance=allowance.to(dtype).to(home).reshape(shape),
-            bound_met=met,
-        )
-    stats = {**out, "top1": top1, "fav": fav, "tol": tv_tol, "rho": out["rho"] if rank else None,
+def _softmax_bound(plan: ComparePlan, logits: _Logits, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The softmax bound of two ``"bilinear"`` kinds, per row: :math:`\\Delta_i`, the TV and KL bounds, the allowance
+    for rounding and whether the row met it (in float64 from the spatial parts: :math:`\\kappa_{t,\\max} -
+    \\kappa_{t,\\min} = (n_{\\max} - n_{\\min}) / (t_{\\max} + t_{\\min})`, :math:`n = \\|\\kappa_s\\|^2`, without the
+    cancellation of two rounded time coordinates at large ``k`` in float32)."""
+    q, keys, k, temperature, dtype = plan.q, plan.keys, plan.k, plan.temperature, plan.q.dtype
+    shape, m = (*plan.batch, q.shape[-2]), keys.shape[-2]
+    nk = _key_sqnorms(keys) if logits.key_sqnorms is None else logits.key_sqnorms
+    n_max, n_min = nk.amax(dim=-1), nk.amin(dim=-1)
+    spread = ((n_max - n_min) / ((n_max + k).sqrt() + (n_min + k).sqrt())).unsqueeze(-1)
+    q_t = (q[..., 1:].double().square().sum(dim=-1) + k).sqrt()
+    delta = (abs(plan.a.bias - plan.b.bias) * q_t * spread / temperature).to(dtype)
+    eps = torch.finfo(dtype).eps
+    err_a, err_b = logits.err
+    allowance = torch.zeros_like(delta) if plan.a.name == plan.b.name else 2.0 * (err_a + err_b) + 4.0 * eps * delta
+    d_eff = (delta + allowance).to(plan.home).reshape(shape)
+    ulps = 8.0 * eps * math.log2(m + 1)
+    kl, tv = out["kl"].to(plan.home).reshape(shape), out["tv"].to(plan.home).reshape(shape)
+    met = (tv <= torch.tanh(d_eff / 4) * (1 + ulps) + ulps) & (kl <= kl_supremum(d_eff) * (1 + ulps) + ulps * (d_eff + eps))
+    dl = delta.to(dtype).to(plan.home).reshape(shape)
+    return dict(delta=dl, tv_bound=tv_supremum(dl), kl_bound=kl_supremum(dl), kl_bound_hoeffding=dl.square() / 8,
+                allowance=allowance.to(dtype).to(plan.home).reshape(shape), bound_met=met)
+
+
+def _result(plan: ComparePlan, logits: _Logits, out: dict[str, torch.Tensor], outputs: dict[str, torch.Tensor],
+            bounds: dict[str, torch.Tensor], start: float) -> Comparison:
+    """The :class:`Comparison`: the statistics, the TV tolerance at the logits' rounding level, the set-up and the bounds.
+
+    TV at the rounding level of the logits: identical maps in exact arithmetic whose logits are off by at most
+    ``rnd`` give a logit gap of at most ``2 (rnd_a + rnd_b)``, hence TV <= tanh(gap / 4) <= (rnd_a + rnd_b) / 2;
+    ``rnd`` is, on two products, the level each product's rounding actually reaches (:func:`logit_rounding`), not its
+    worst case; on one product, only the rounding the two maps do not share (:func:`_difference_rounding`); plus the
+    statistics' own.
+    """
+    q, dtype, n, m = plan.q, plan.q.dtype, plan.q.shape[-2], plan.keys.shape[-2]
+    eps = torch.finfo(dtype).eps
+    rounding = (logits.rounding[0] + logits.rounding[1]).to(plan.device)
+    tv_tol = 0.5 * rounding + 16.0 * eps * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
+    stats = {**out, "tol": tv_tol, "rho": out["rho"] if plan.spearman else None,
              **{short: outputs[name] for short, name in (("og", "output_gap"), ("oua", "output_uniform_a"),
                                                           ("oub", "output_uniform_b")) if name in outputs}}
-    half = plan.half
+    name = str(dtype).replace("torch.", "")
     return assemble(
-        stats, shape, home, start,
-        a=a,
-        b=b,
-        k=kf,
-        temperature=tau,
-        topk=t_k,
-        device=str(dev),
-        dtype=str(dtype).replace("torch.", "") + ("" if half is None else f" (from {half} inputs)"),
-        batch_shape=tuple(batch),
-        n_queries=n,
-        n_keys=m,
-        dim=qf.shape[-1] - 1,
-        block_rows=rows,
-        n_blocks=n_blocks,
-        power=opts.get("power"),
-        norm_scale=opts.get("norm_scale"),
-        n_queries_total=plan.n_total,
+        stats, (*plan.batch, n), plan.home, start,
+        a=plan.a.name, b=plan.b.name, k=plan.k, temperature=plan.temperature, topk=plan.topk, device=str(plan.device),
+        dtype=name + ("" if plan.half is None else f" (from {plan.half} inputs)"), batch_shape=tuple(plan.batch),
+        n_queries=n, n_keys=m, dim=q.shape[-1] - 1, block_rows=plan.plan.block_rows, n_blocks=plan.plan.n_blocks,
+        power=plan.options.get("power"), norm_scale=plan.options.get("norm_scale"), n_queries_total=plan.n_total,
         row_index=plan.row_index,
-        tolerance_basis=(f"TV within the rounding of the {str(dtype).replace('torch.', '')} rank-one update c w^T and subtraction "
-                         "(the shared product's rounding cancels; tv_tolerance)" if shared else
-                         f"TV within the rounding of {str(dtype).replace('torch.', '')} logits of the size computed (tv_tolerance)"),
-        output_metric="geodesic distance between Lorentzian centroids" if v is not None else None,
+        tolerance_basis=(f"TV within the rounding of the {name} rank-one update c w^T and subtraction "
+                         "(the shared product's rounding cancels; tv_tolerance)" if logits.shared is not None else
+                         f"TV within the rounding of {name} logits of the size computed (tv_tolerance)"),
+        output_metric="geodesic distance between Lorentzian centroids" if plan.values is not None else None,
         plan=plan.plan,
         **bounds,
     )
 
 
-def _compare_outputs(
-    v: torch.Tensor,
-    batch: torch.Size,
-    n: int,
-    rows: int,
-    dev: torch.device,
-    kf: float,
-    shared: Any,
-    pair: tuple[Operands, Operands] | None,
-) -> dict[str, torch.Tensor]:
+def _compare_outputs(plan: ComparePlan, logits: _Logits) -> dict[str, torch.Tensor]:
     """The outputs' gap and baselines (:func:`hypviz.attention.comparison.row_blocks.output_stats`), a second pass over the row blocks.
 
-    Each block's two maps are recomputed from their logits (``shared``: the one-product operands;
-    else the two kinds' own) and both aggregate the same values by the Lorentzian centroid.
+    Each block's two maps are recomputed from their logits (the one-product operands, or the two kinds' own) and
+    both aggregate the same values by the Lorentzian centroid.
     """
-    vf = flatten_batch(v, batch)
-    heads = vf.shape[0]
-    res = {name: torch.empty(heads, n, dtype=v.dtype, device=dev) for name in ("output_gap", "output_uniform_a", "output_uniform_b")}
+    values, dev, rows, n = flatten_batch(plan.values, plan.batch), plan.device, plan.plan.block_rows, plan.q.shape[-2]
+    heads = values.shape[0]
+    res = {name: torch.empty(heads, n, dtype=values.dtype, device=dev)
+           for name in ("output_gap", "output_uniform_a", "output_uniform_b")}
     for h in range(heads):
-        vh = vf[h].to(dev)
+        vh = values[h].to(dev)
         vu = vh.mean(dim=0)
         for i in range(0, n, rows):
             j = min(i + rows, n)
-            if pair is None:
-                sh, (alpha_a, alpha_b) = shared
+            if logits.pair is None:
+                sh, (alpha_a, alpha_b) = logits.shared
                 idx = torch.arange(i, j)
                 la, lb = sh.rows(h, idx, alpha_a, dev), sh.rows(h, idx, alpha_b, dev)
             else:
                 la, lb = (
-                    kd.logits(kd.A[h, i:j].to(dev), kd.B[h].to(dev).transpose(0, 1), torch.empty(j - i, kd.B.shape[-2], dtype=v.dtype, device=dev))
-                    for kd in pair
+                    ops.logits(ops.A[h, i:j].to(dev), ops.B[h].to(dev).transpose(0, 1),
+                               torch.empty(j - i, ops.B.shape[-2], dtype=values.dtype, device=dev))
+                    for ops in logits.pair
                 )
-            gap, ua, ub = output_stats(torch.softmax(la, dim=-1), torch.softmax(lb, dim=-1), vh, vu, k=kf)
+            gap, ua, ub = output_stats(torch.softmax(la, dim=-1), torch.softmax(lb, dim=-1), vh, vu, k=plan.k)
             res["output_gap"][h, i:j], res["output_uniform_a"][h, i:j], res["output_uniform_b"][h, i:j] = gap, ua, ub
     return res
-
-
-
-
-
-
-

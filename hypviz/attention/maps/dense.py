@@ -13,7 +13,9 @@ from typing import Any
 import torch
 
 from hypviz.attention.maps.checks import check_eps, check_kind, check_norm_scale, check_power, check_temperature, checked_inputs
-from hypviz.attention.maps.kernels import KERNELS, check_logit_range, dense_map, feature_map, norm_scale_eps, options, raw_scores
+from hypviz.attention.maps.kernels import KERNELS, check_logit_range, dense_map, feature_map, norm_scale_eps, raw_scores
+from hypviz.attention.maps.kernels import option_names, unknown_options
+from hypviz.attention.maps.kernels import options as kernel_options
 from hypviz.base import kinds
 
 __all__ = ["KINDS", "SOFTMAX_KINDS", "MODEL_KINDS", "scores", "attention_map", "focused_linear_map", "focused_linear_attention"]
@@ -92,12 +94,8 @@ def attention_map(
     *,
     k: float = 1.0,
     temperature: float | None = None,
-    power: float = 2.0,
-    norm_scale: float = 1.0,
     heads_axis: int | None = None,
-    features: int = 256,
-    seed: int = 0,
-    bias: float = 0.0,
+    **options: Any,
 ) -> torch.Tensor:
     r"""Attention map of ``kind``, shape ``(..., N, M)``; every row sums to 1 (except ``"sigmoid"``'s).
 
@@ -140,15 +138,15 @@ def attention_map(
         (quadratic) attention is ``"distance"`` at :math:`\tau = k \cdot \mathrm{scale} / 2`, its
         learned ``scale`` initialised to :math:`\sqrt{d}` (``scale / 2`` in its simplified code,
         whose ``cinner`` does not divide by ``k``; :mod:`hypviz.capture` measures which).
-    power, norm_scale : float
-        The focused map's ``power_k`` and ``norm_scale`` (``"focused"`` only).
     heads_axis : int, optional
         The heads axis of a layout such as ``(N, H, d + 1)`` (Hypformer's); the result is then
         heads-first, ``(H, N, M)``.
-    features, seed : int
-        The number of random features and their seed (``"distance_rf"`` only).
-    bias : float
-        The gate's bias :math:`b` of the ``"sigmoid"`` map above (``"sigmoid"`` only).
+    **options
+        The options of the kind's kernel (:attr:`hypviz.attention.Kernel.options`), by name, each checked by it; an
+        option another registered kernel declares is ignored here.  Built in: ``power`` and ``norm_scale``, the
+        focused map's ``power_k`` and ``norm_scale`` (default 2 and 1); ``features`` and ``seed``, the number of
+        random features of ``"distance_rf"`` and their seed (default 256 and 0); ``bias``, the gate's :math:`b` of
+        ``"sigmoid"`` (default 0).
 
     Returns
     -------
@@ -161,10 +159,11 @@ def attention_map(
     Raises
     ------
     ValueError
-        For an unknown ``kind``, a non-positive ``temperature`` or ``power``, a non-finite
-        ``norm_scale``, a bad ``heads_axis``, or inputs :func:`scores` refuses, and for a scalar
-        parameter given as a tensor that requires grad (like ``k``); ``TypeError`` when the dtypes
-        differ, or for tensors without dense data (meta, sparse, nested).
+        For an unknown ``kind``, a non-positive ``temperature``, an option its kernel refuses (a non-positive
+        ``power``, a non-finite ``norm_scale``, ...), a bad ``heads_axis``, or inputs :func:`scores` refuses, and for
+        a scalar parameter given as a tensor that requires grad (like ``k``); ``TypeError`` when the dtypes differ,
+        for tensors without dense data (meta, sparse, nested), or for an option no registered kernel declares (the
+        line names those that exist).
 
     Examples
     --------
@@ -179,12 +178,16 @@ def attention_map(
     True
     """
     kd = kinds.get(kind)
-    q, kk, _, kf, _ = checked_inputs(queries, keys, k=k, heads_axis=heads_axis)
-    tau = check_temperature(temperature, q.shape[-1] - 1) if kd.temperature else 0.0
-    opts = options(kd, dict(power=power, norm_scale=norm_scale, features=features, seed=seed, bias=bias))
+    unknown = unknown_options(options)
+    if unknown:
+        raise TypeError(f"attention_map got an unknown option {unknown[0]!r} (the registered kernels' options: "
+                        f"{', '.join(option_names()) or 'none'}; kind {kd.name!r} reads {', '.join(kd.options) or 'none'})")
+    q, keys, _, k, _ = checked_inputs(queries, keys, k=k, heads_axis=heads_axis)
+    temperature = check_temperature(temperature, q.shape[-1] - 1) if kd.temperature else 0.0
+    values = kernel_options(kd, options)
     if kd.temperature:
-        _check_logits(q, kk, kf, tau)
-    return dense_map(kind, q, kk, k=kf, temperature=tau, opts=opts)
+        _check_logits(q, keys, k, temperature)
+    return dense_map(kind, q, keys, k=k, temperature=temperature, opts=values)
 
 
 def _check_logits(q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float) -> None:

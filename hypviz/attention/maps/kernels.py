@@ -18,18 +18,18 @@ unchecked: the public functions check their arguments once (:mod:`hypviz.attenti
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import torch
 
 from hypviz.attention.maps.checks import check_norm_scale, check_power
-from hypviz.base import kinds, validate
+from hypviz.base import kinds, plugins, validate
 from hypviz.base.kinds import Kind
 from hypviz.base.messages import short
 from hypviz.lorentz import distance_operands
 
 __all__ = ["FEATURE_EPS", "Option", "Operands", "DenseRows", "SharedLogits", "Kernel", "KERNELS", "register_kernel", "unregister_kernel",
-           "kernel_for", "score_kinds", "operands", "dense_map", "raw_scores", "distance_logits", "check_logit_range",
+           "kernel_for", "score_kinds", "operands", "option_names", "unknown_options", "dense_map", "raw_scores", "distance_logits", "check_logit_range",
            "softmax_rows_", "logit_error", "rows_for", "feature_map", "norm_scale_eps", "options", "log_rounding",
            "logit_rounding", "as_is_", "clamp_nonpositive_", "log_"]
 
@@ -156,6 +156,29 @@ def options(kind: Kind, values: Mapping[str, Any] | None = None, names: Mapping[
         raise ValueError(f"kind {kind.name!r} reads {', '.join(map(repr, unknown))}, which its kernel {kind.kernel!r} does not "
                          f"declare (it declares {', '.join(map(repr, declared)) or 'no option'})")
     return {o: declared[o].check(values.get(o, declared[o].default), names.get(o, o)) for o in kind.options}
+
+
+def option_names() -> tuple[str, ...]:
+    """The options the registered kernels declare (:attr:`Kernel.options`), each once, in the order of registration.
+
+    >>> option_names()[:3]
+    ('power', 'norm_scale', 'bias')
+    """
+    return tuple(dict.fromkeys(name for kernel in KERNELS.values() for name in kernel.options))
+
+
+def unknown_options(names: Iterable[Any]) -> list[Any]:
+    """The names among ``names`` that no registered kernel declares; the plugins' entry points
+    (:func:`hypviz.base.plugins.load_entry_points`) are loaded first when one is missing, as for a kind's name.
+
+    >>> unknown_options(["power", "ofset"])
+    ['ofset']
+    """
+    names = list(names)
+    if any(not (isinstance(n, str) and n in option_names()) for n in names):
+        plugins.load_entry_points()
+    declared = option_names()
+    return [n for n in names if not (isinstance(n, str) and n in declared)]
 
 
 def as_is_(out: torch.Tensor) -> torch.Tensor:
