@@ -105,8 +105,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("feature_eps", "attention/maps/kernels.py", "FEATURE_EPS = 1e-6", "FEATURE_EPS = 1e-3", "Hypformer's feature offset changed",
        ["tests/test_attention.py", "-k", "focused"]),
     # -- the random features (attention/approx/random_features.py)
-    _m("j_dropped", "attention/approx/random_features.py", "return torch.cat([-w, kk[..., 1:]], dim=-1) / math.sqrt(tau)",
-       "return torch.cat([w, kk[..., 1:]], dim=-1) / math.sqrt(tau)", "J dropped from the key features", RF),
+    _m("j_dropped", "attention/approx/random_features.py", "return torch.cat([-w, kappa[..., 1:]], dim=-1) / math.sqrt(tau)",
+       "return torch.cat([w, kappa[..., 1:]], dim=-1) / math.sqrt(tau)", "J dropped from the key features", RF),
     _m("j_dropped_textbook", "attention/approx/random_features.py", "x = torch.cat([-q[..., :1], q[..., 1:]], dim=-1) / math.sqrt(tau)",
        "x = q / math.sqrt(tau)", "J dropped from performer_weights", RF),
     _m("qr_sign_fix_dropped", "attention/approx/random_features.py",

@@ -299,15 +299,15 @@ def exact_top_keys(
     >>> exact_top_keys(q, kappa, 2).indices
     tensor([[1, 2]])
     """
-    q, kk, _, kf, batch = checked_inputs(queries, keys, k=k)
-    m = kk.shape[-2]
+    q, kappa, _, k, batch = checked_inputs(queries, keys, k=k)
+    m = kappa.shape[-2]
     top = validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
     block_rows = validate.integer(block_rows, "block_rows", 1, " (None: automatic)", allow_none=True)
     n = q.shape[-2]
     if block_rows is None:
         block_rows = max(1, _BLOCK_BYTES // (m * q.element_size()))
     rows = min(block_rows, n)
-    a, b = distance_operands(q, kk, k=kf)
+    a, b = distance_operands(q, kappa, k=k)
     a, b = flatten_batch(a, batch), flatten_batch(b, batch)
     heads = a.shape[0]
     indices = torch.empty(heads, n, top, dtype=torch.int64, device=q.device)
@@ -522,14 +522,14 @@ def search_top_keys(
     >>> bool((found.indices == exact_top_keys(q, keys, 4).indices).all()), found.recall
     (True, 1.0)
     """
-    q, kk, _, kf, batch = checked_inputs(queries, keys, k=k)
-    m = kk.shape[-2]
+    q, kappa, _, k, batch = checked_inputs(queries, keys, k=k)
+    m = kappa.shape[-2]
     top = validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
     asked, sample, seed, tries = _check_search(recall, sample, seed, tries)
     faiss = _import_faiss()
-    qf, kf_ = flatten_batch(q, batch), flatten_batch(kk, batch)
+    q, kappa = flatten_batch(q, batch), flatten_batch(kappa, batch)
     n = q.shape[-2]
-    found = [_fit(faiss, qf[h], kf_[h], kf, top, asked, sample, seed, tries).search(qf[h], top) for h in range(qf.shape[0])]
+    found = [_fit(faiss, q[h], kappa[h], k, top, asked, sample, seed, tries).search(q[h], top) for h in range(q.shape[0])]
     methods = list(dict.fromkeys(f.method for f in found))
     reasons = list(dict.fromkeys(f.reason for f in found if f.reason is not None))
     trials = tuple(t for f in found for t in f.trials)
@@ -579,14 +579,14 @@ def fit_key_index(
     >>> fit_key_index(q, keys, 4).recall  # 40 keys: exact search, recall 1
     1.0
     """
-    q, kk, _, kf, _batch = checked_inputs(queries, keys, k=k)
-    if kk.dim() != 2:
-        raise ValueError(f"keys must be one key set of shape (M, d + 1), got shape {tuple(kk.shape)}")
-    m = kk.shape[0]
+    q, kappa, _, k, _batch = checked_inputs(queries, keys, k=k)
+    if kappa.dim() != 2:
+        raise ValueError(f"keys must be one key set of shape (M, d + 1), got shape {tuple(kappa.shape)}")
+    m = kappa.shape[0]
     top = validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
     asked, sample, seed, tries = _check_search(recall, sample, seed, tries)
     faiss = _import_faiss()
-    return _fit(faiss, q.reshape(-1, q.shape[-1]), kk, kf, top, asked, sample, seed, tries)
+    return _fit(faiss, q.reshape(-1, q.shape[-1]), kappa, k, top, asked, sample, seed, tries)
 
 
 class KeyIndex:
@@ -680,15 +680,14 @@ class KeyIndex:
         KeySearch
             ``indices`` and ``logits`` ``(..., N, top)`` and this index's method, recall and reason.
         """
-        q, _, _, kf, _batch = checked_inputs(queries, self.keys[:1], k=self.k)  # the keys were checked by the fit
-        kk = self.keys
-        m = kk.shape[-2]
+        q, _, _, k, _batch = checked_inputs(queries, self.keys[:1], k=self.k)  # the keys were checked by the fit
+        m = self.keys.shape[-2]
         top = self.top if top is None else validate.integer(top, "top", 1, f" (the number of keys, M = {m})", maximum=m)
         why = self.reason if self.shells is None else _too_costly(self.shells, m, top, self._b)
         if why is not None:
-            res = exact_top_keys(q, kk, top, k=kf)
+            res = exact_top_keys(q, self.keys, top, k=k)
             return KeySearch(res.indices, res.logits, "exact", 1.0, self.recall_asked, self.sample, why, self.trials)
-        idx, logits = _search(self.shells, q.reshape(-1, q.shape[-1]), kk, self._b, self._b_norm, kf, top, self.ef)
+        idx, logits = _search(self.shells, q.reshape(-1, q.shape[-1]), self.keys, self._b, self._b_norm, k, top, self.ef)
         shape = (*q.shape[:-1], top)
         return KeySearch(idx.view(shape), logits.view(shape), self.method, self.recall, self.recall_asked, self.sample,
                          None, self.trials)
@@ -708,18 +707,18 @@ def _check_search(recall: Any, sample: Any, seed: Any, tries: Any) -> tuple[floa
     return asked, validate.integer(sample, "sample", 1), validate.seed(seed), _check_tries(tries)
 
 
-def _fit(faiss: Any, q: torch.Tensor, kk: torch.Tensor, kf: float, top: int, asked: float, sample: int, seed: int,
+def _fit(faiss: Any, q: torch.Tensor, keys: torch.Tensor, k: float, top: int, asked: float, sample: int, seed: int,
          tries: tuple[tuple[int, int], ...]) -> KeyIndex:
     """Pick the first configuration of ``tries`` whose recall on a sample of the queries ``q (N, c)`` reaches ``asked``;
     configurations whose candidates per query :func:`_too_costly` refuses are skipped (never built)."""
-    m, n = kk.shape[0], q.shape[0]
+    m, n = keys.shape[0], q.shape[0]
     rows = min(sample, n)
     if m < _MIN_KEYS_PER_TOP * top:
-        return KeyIndex(kk, None, 0, "exact", 1.0, asked, top, rows, k=kf, reason=f"M = {m} keys < {_MIN_KEYS_PER_TOP} x top = "
+        return KeyIndex(keys, None, 0, "exact", 1.0, asked, top, rows, k=k, reason=f"M = {m} keys < {_MIN_KEYS_PER_TOP} x top = "
                         f"{_MIN_KEYS_PER_TOP * top}: exact search is as cheap as an index", trials=())
     g = torch.Generator().manual_seed(seed)
     picked = torch.randperm(n, generator=g)[:rows].sort().values.to(q.device)
-    a, b = distance_operands(q[picked], kk, k=kf)
+    a, b = distance_operands(q[picked], keys, k=k)
     b_norm = b.norm(dim=-1)
     truth = _exact_rows(a, b, top)  # the sample's exact answers
     trials: list[tuple[str, float]] = []
@@ -728,23 +727,23 @@ def _fit(faiss: Any, q: torch.Tensor, kk: torch.Tensor, kf: float, top: int, ask
     for buckets, ef in tries:
         name = f"hnsw(buckets={buckets}, ef={ef}, neighbours={_NEIGHBOURS})"
         if buckets not in shells:
-            parts = _shells(kk, buckets)
+            parts = _shells(keys, buckets)
             costly = _too_costly(parts, m, top, b)
             if costly is not None:
                 skipped = skipped or f"{name} skipped: {costly}"
                 continue
-            shells[buckets] = [_Shell(faiss, kk, part) for part in parts]
-        _, logits = _search(shells[buckets], q[picked], kk, b, b_norm, kf, top, ef)
+            shells[buckets] = [_Shell(faiss, keys, part) for part in parts]
+        _, logits = _search(shells[buckets], q[picked], keys, b, b_norm, k, top, ef)
         got = _recall(logits, truth, a, b)
         trials.append((name, got))
         if got >= asked:
-            return KeyIndex(kk, shells[buckets], ef, name, got, asked, top, rows, None, tuple(trials), k=kf)
+            return KeyIndex(keys, shells[buckets], ef, name, got, asked, top, rows, None, tuple(trials), k=k)
     if trials:
         best = max(trials, key=lambda t: t[1])
         reason = f"no index reached recall {asked:g} on {rows} sampled queries (best {best[1]:.3g}, {best[0]})"
     else:
         reason = f"no configuration is cheaper than exact search ({skipped})"
-    return KeyIndex(kk, None, 0, "exact", 1.0, asked, top, rows, k=kf, reason=reason, trials=tuple(trials))
+    return KeyIndex(keys, None, 0, "exact", 1.0, asked, top, rows, k=k, reason=reason, trials=tuple(trials))
 
 
 #: The largest number of shells (buckets) and HNSW ``ef`` in ``tries``.
@@ -802,7 +801,7 @@ def _exact_rows(a: torch.Tensor, b: torch.Tensor, top: int) -> torch.Tensor:
     return torch.cat(out)
 
 
-def _search(shells: list[_Shell], q: torch.Tensor, kk: torch.Tensor, b: torch.Tensor, b_norm: torch.Tensor, kf: float,
+def _search(shells: list[_Shell], q: torch.Tensor, keys: torch.Tensor, b: torch.Tensor, b_norm: torch.Tensor, k: float,
             top: int, ef: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Each query's ``top`` keys: each shell's ``top`` nearest in faiss's picture, re-ranked by their exact logits.
 
@@ -819,7 +818,7 @@ def _search(shells: list[_Shell], q: torch.Tensor, kk: torch.Tensor, b: torch.Te
         xq = _jq(block)  # the block in faiss's picture (J q, 0)
         cand = torch.cat([shell.search(xq, top, ef) for shell in shells], dim=-1)
         for i in range(0, block.shape[0], sub):
-            a = distance_operands(block[i : i + sub], kk[:1], k=kf)[0]
+            a = distance_operands(block[i : i + sub], keys[:1], k=k)[0]
             at = slice(start + i, start + min(i + sub, block.shape[0]))
             out_i[at], out_l[at] = _rerank(a, b, b_norm, cand[i : i + sub], top)
     return out_i, out_l

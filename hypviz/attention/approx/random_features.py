@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -160,34 +160,34 @@ def performer_weights(queries: ArrayLike, keys: ArrayLike, omega: torch.Tensor, 
     pair by pair, :math:`O(NMD)`, and without stabilisers: for the modest norms of a check, not for
     attention (:func:`distance_linear_attention`).
     """
-    q, kk, _, _, _ = checked_inputs(queries, keys, k=k)
+    q, kappa, _, _, _ = checked_inputs(queries, keys, k=k)
     tau = validate.temperature(temperature)
     om = torch.as_tensor(omega, dtype=q.dtype, device=q.device)
     if om.dim() != 2 or om.shape[-1] != q.shape[-1]:
         raise ValueError(f"omega must have shape (D, {q.shape[-1]}), got {tuple(om.shape)}")
     x = torch.cat([-q[..., :1], q[..., 1:]], dim=-1) / math.sqrt(tau)
-    y = kk / math.sqrt(tau)
+    y = kappa / math.sqrt(tau)
     fx = torch.exp(x @ om.transpose(0, 1) - 0.5 * x.square().sum(dim=-1, keepdim=True))
     fy = torch.exp(y @ om.transpose(0, 1) - 0.5 * y.square().sum(dim=-1, keepdim=True))
     return (fx @ fy.transpose(-1, -2)) / om.shape[0]
 
 
-def _centred_queries(q: torch.Tensor, kf: float, tau: float) -> torch.Tensor:
+def _centred_queries(q: torch.Tensor, k: float, tau: float) -> torch.Tensor:
     """``a = (u, q_s)/sqrt(tau)`` with ``u = q_t - sqrt(k) = |q_s|^2 / (q_t + sqrt(k))`` (no cancellation)."""
-    u = q[..., 1:].square().sum(dim=-1, keepdim=True) / (q[..., :1] + math.sqrt(kf))
+    u = q[..., 1:].square().sum(dim=-1, keepdim=True) / (q[..., :1] + math.sqrt(k))
     return torch.cat([u, q[..., 1:]], dim=-1) / math.sqrt(tau)
 
 
-def _centred_keys(kk: torch.Tensor, kf: float, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _centred_keys(kappa: torch.Tensor, k: float, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``b = (-w, kappa_s)/sqrt(tau)`` and the keys' log-factor ``-sqrt(k) w / tau``, ``w = kappa_t - sqrt(k)``."""
-    rk = math.sqrt(kf)
-    w = kk[..., 1:].square().sum(dim=-1, keepdim=True) / (kk[..., :1] + rk)
-    return torch.cat([-w, kk[..., 1:]], dim=-1) / math.sqrt(tau), (-rk / tau) * w.squeeze(-1)
+    rk = math.sqrt(k)
+    w = kappa[..., 1:].square().sum(dim=-1, keepdim=True) / (kappa[..., :1] + rk)
+    return torch.cat([-w, kappa[..., 1:]], dim=-1) / math.sqrt(tau), (-rk / tau) * w.squeeze(-1)
 
 
-def _centred(q: torch.Tensor, kk: torch.Tensor, kf: float, tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _centred(q: torch.Tensor, kappa: torch.Tensor, k: float, tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``a``, ``b`` and the keys' log-factor (:func:`_centred_queries`, :func:`_centred_keys`)."""
-    return (_centred_queries(q, kf, tau), *_centred_keys(kk, kf, tau))
+    return (_centred_queries(q, k, tau), *_centred_keys(kappa, k, tau))
 
 
 def _key_logs(b: torch.Tensor, logkey: torch.Tensor, omega: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -258,16 +258,16 @@ def _key_block(b: torch.Tensor, logkey: torch.Tensor, omega: torch.Tensor, shift
     plain = torch.exp(lb - shift)
     if not control:
         return plain
-    kfac = torch.exp(logkey.unsqueeze(-1) - c0)
-    return torch.cat([plain, kfac * (1.0 + pb), kfac * torch.cat([torch.ones_like(b[..., :1]), b], dim=-1)], dim=-1)
+    factor = torch.exp(logkey.unsqueeze(-1) - c0)
+    return torch.cat([plain, factor * (1.0 + pb), factor * torch.cat([torch.ones_like(b[..., :1]), b], dim=-1)], dim=-1)
 
 
-def _any_control(q: torch.Tensor, kf: float, tau: float, reach: torch.Tensor, spread: float, control_variate: bool) -> bool:
+def _any_control(q: torch.Tensor, k: float, tau: float, reach: torch.Tensor, spread: float, control_variate: bool) -> bool:
     """Whether any query row may use the control variate (:func:`_positive_rows`): ``|a|^2 = (u^2 + |q_s|^2) / tau``."""
     if not control_variate:
         return False
     qs2 = q[..., 1:].square().sum(dim=-1)
-    a_norm = torch.sqrt((qs2.square() / (q[..., 0] + math.sqrt(kf)).square() + qs2) / tau)
+    a_norm = torch.sqrt((qs2.square() / (q[..., 0] + math.sqrt(k)).square() + qs2) / tau)
     return bool(_positive_rows(a_norm, reach, spread).any())
 
 
@@ -294,12 +294,15 @@ def feature_operands(
     return _query_block(a, omega, shift, c0, reach, bb.sum(dim=-2), spread, control), bb
 
 
-def _setup(queries, keys, values, k, temperature, features, seed, orthogonal, control_variate):
+def _setup(queries: ArrayLike, keys: ArrayLike, values: ArrayLike | None, k: Any, temperature: Any, features: Any, seed: Any,
+           orthogonal: Any, control_variate: Any) -> tuple[Any, ...]:
+    """The checked points (leading axes flattened) and options: ``q, kappa, v, k, batch, tau, omega, control``."""
     d_feat, s, orth, control = _check_options(features, seed, orthogonal, control_variate)
-    q, kk, v, kf, batch = checked_inputs(queries, keys, k=k, values=values)
+    q, kappa, v, k, batch = checked_inputs(queries, keys, k=k, values=values)
     tau = check_temperature(temperature, q.shape[-1] - 1)
     omega = random_directions(d_feat, q.shape[-1], seed=s, orthogonal=orth, dtype=q.dtype).to(q.device)
-    return q, kk, v, kf, batch, tau, omega, control
+    v = None if v is None else flatten_batch(v, batch)
+    return flatten_batch(q, batch), flatten_batch(kappa, batch), v, k, batch, tau, omega, control
 
 
 def distance_rf_map(
@@ -350,11 +353,11 @@ def distance_rf_map(
         For points or shapes :func:`hypviz.attention.scores` refuses, a non-positive ``temperature``
         or ``features``, a negative ``seed``; ``TypeError`` for dtypes that differ or non-bool options.
     """
-    q, kk, _, kf, batch, tau, omega, control = _setup(queries, keys, None, k, temperature, features, seed, orthogonal, control_variate)
-    qf, kfl = flatten_batch(q, batch), flatten_batch(kk, batch)
-    a_op, b_op = feature_operands(qf, kfl, k=kf, temperature=tau, omega=omega, control_variate=control)
+    q, kappa, _, k, batch, tau, omega, control = _setup(queries, keys, None, k, temperature, features, seed, orthogonal,
+                                                         control_variate)
+    a_op, b_op = feature_operands(q, kappa, k=k, temperature=tau, omega=omega, control_variate=control)
     w = a_op @ b_op.transpose(-1, -2)
-    return (w / w.sum(dim=-1, keepdim=True)).reshape(*batch, q.shape[-2], kk.shape[-2])
+    return (w / w.sum(dim=-1, keepdim=True)).reshape(*batch, q.shape[-2], kappa.shape[-2])
 
 
 def distance_linear_attention(
@@ -421,38 +424,61 @@ def distance_linear_attention(
     (torch.Size([4, 3]), torch.Size([4, 3]))
     """
     agg = validate.choice(aggregation, "aggregation", AGGREGATIONS)
-    q, kk, v, kf, batch, tau, omega, control = _setup(queries, keys, values, k, temperature, features, seed, orthogonal, control_variate)
-    qf, kfl, vf = flatten_batch(q, batch), flatten_batch(kk, batch), flatten_batch(v, batch)
-    heads, n, m = qf.shape[0], qf.shape[-2], kfl.shape[-2]
+    q, kappa, v, k, batch, tau, omega, control = _setup(queries, keys, values, k, temperature, features, seed, orthogonal,
+                                                         control_variate)
+    n = q.shape[-2]
     block = max(1, _BLOCK_BYTES // ((2 * omega.shape[0] + q.shape[-1] + 1) * q.element_size()))
-    # pass 1 over the keys: the stabilisers (largest key log-feature per feature, largest key factor) and the reach max_j |b_j|
-    shift = torch.full((heads, 1, omega.shape[0]), -math.inf, dtype=q.dtype, device=q.device)
-    c0 = torch.full((heads, 1, 1), -math.inf, dtype=q.dtype, device=q.device)
-    reach = torch.zeros(heads, 1, dtype=q.dtype, device=q.device)
-    for i in range(0, m, block):
-        b, logkey = _centred_keys(kfl[:, i : i + block], kf, tau)
-        shift = torch.maximum(shift, _key_logs(b, logkey, omega)[1].amax(dim=-2, keepdim=True))
-        c0 = torch.maximum(c0, logkey.amax(dim=-1, keepdim=True).unsqueeze(-1))
-        reach = torch.maximum(reach, b.norm(dim=-1).amax(dim=-1, keepdim=True))
+    stab = _stabilisers(kappa, k, tau, omega, block)
     spread = _spread(omega)
-    control = _any_control(qf, kf, tau, reach, spread, control)
-    vals = vf if agg == "centroid" else vf[..., 1:]
-    summary, norm = None, None
-    for i in range(0, m, block):  # pass 2 over the keys: B^T [V, 1]
-        b, logkey = _centred_keys(kfl[:, i : i + block], kf, tau)
-        bb = _key_block(b, logkey, omega, shift, c0, control)
-        s = bb.transpose(-1, -2) @ vals[:, i : i + block]
-        z = bb.sum(dim=-2)
-        summary, norm = (s, z) if summary is None else (summary + s, norm + z)
-    res = torch.empty(heads, n, vf.shape[-1], dtype=q.dtype, device=q.device)
+    control = _any_control(q, k, tau, stab.reach, spread, control)
+    summary, norm = _key_summaries(kappa, v if agg == "centroid" else v[..., 1:], k, tau, omega, stab, control, block)
+    res = torch.empty(q.shape[0], n, v.shape[-1], dtype=q.dtype, device=q.device)
     for i in range(0, n, block):  # one pass over the queries: A (B^T V) / A (B^T 1), then onto the hyperboloid
-        aa = _query_block(_centred_queries(qf[:, i : i + block], kf, tau), omega, shift, c0, reach, norm, spread, control)
+        aa = _query_block(_centred_queries(q[:, i : i + block], k, tau), omega, stab.shift, stab.c0, stab.reach, norm, spread,
+                          control)
         o = (aa @ summary) / (aa @ norm.unsqueeze(-1))
         if agg == "centroid":
             norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
-            o = o[..., 1:] * (math.sqrt(kf) / norm2.clamp_min(torch.finfo(o.dtype).tiny).sqrt())
-        res[:, i : i + block] = lift(o, k=kf)
-    return res.reshape(*batch, q.shape[-2], res.shape[-1])
+            o = o[..., 1:] * (math.sqrt(k) / norm2.clamp_min(torch.finfo(o.dtype).tiny).sqrt())
+        res[:, i : i + block] = lift(o, k=k)
+    return res.reshape(*batch, n, res.shape[-1])
+
+
+class _Stabilisers(NamedTuple):
+    r"""The keys' stabilisers, per head: ``shift (H, 1, D)`` the largest key log-feature per feature, ``c0 (H, 1, 1)``
+    the largest key factor, ``reach (H, 1)`` :math:`\max_j \|b_j\|`."""
+
+    shift: torch.Tensor
+    c0: torch.Tensor
+    reach: torch.Tensor
+
+
+def _stabilisers(kappa: torch.Tensor, k: float, tau: float, omega: torch.Tensor, block: int) -> _Stabilisers:
+    """Pass 1 over the keys ``kappa (H, M, d + 1)``, ``block`` at a time: their :class:`_Stabilisers`."""
+    heads, m = kappa.shape[0], kappa.shape[-2]
+    shift = torch.full((heads, 1, omega.shape[0]), -math.inf, dtype=kappa.dtype, device=kappa.device)
+    c0 = torch.full((heads, 1, 1), -math.inf, dtype=kappa.dtype, device=kappa.device)
+    reach = torch.zeros(heads, 1, dtype=kappa.dtype, device=kappa.device)
+    for i in range(0, m, block):
+        b, logkey = _centred_keys(kappa[:, i : i + block], k, tau)
+        shift = torch.maximum(shift, _key_logs(b, logkey, omega)[1].amax(dim=-2, keepdim=True))
+        c0 = torch.maximum(c0, logkey.amax(dim=-1, keepdim=True).unsqueeze(-1))
+        reach = torch.maximum(reach, b.norm(dim=-1).amax(dim=-1, keepdim=True))
+    return _Stabilisers(shift, c0, reach)
+
+
+def _key_summaries(kappa: torch.Tensor, vals: torch.Tensor, k: float, tau: float, omega: torch.Tensor, stab: _Stabilisers,
+                   control: bool, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Pass 2 over the keys, ``block`` at a time: :math:`B^\top V` and :math:`B^\top \mathbf 1` (the key operands
+    of :func:`_key_block` against the stabilisers)."""
+    summary, norm = None, None
+    for i in range(0, kappa.shape[-2], block):
+        b, logkey = _centred_keys(kappa[:, i : i + block], k, tau)
+        bb = _key_block(b, logkey, omega, stab.shift, stab.c0, control)
+        s = bb.transpose(-1, -2) @ vals[:, i : i + block]
+        z = bb.sum(dim=-2)
+        summary, norm = (s, z) if summary is None else (summary + s, norm + z)
+    return summary, norm
 
 
 class RandomFeatures(Kernel):
