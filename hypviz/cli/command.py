@@ -4,8 +4,8 @@ r"""The ``hypviz`` command: compare the attention maps of your own queries and k
 
     hypviz compare QUERIES KEYS [--spatial | --model lorentz|poincare] [--k K] [--heads-axis AXIS]
                    [--kinds spatial,focused] [--reference distance] [--temperature T]
-                   [--power P] [--norm-scale S] [--features D] [--rf-seed SEED] [--dtype auto|float32|float64]
-                   [--queries-key NAME] [--keys-key NAME] [--device auto|cpu|cuda|cuda:INDEX]
+                   [--power P] [--norm-scale S] [--features D] [--rf-seed SEED] [--option NAME=VALUE ...]
+                   [--dtype auto|float32|float64] [--queries-key NAME] [--keys-key NAME] [--device auto|cpu|cuda|cuda:INDEX]
                    [--sample-rows N] [--rows R] [--seed SEED] [--[no-]progress] [--out DIR] [--force]
     hypviz compare CAPTURE.pt [--temperature T] [--device ...] [--[no-]progress] [--out DIR] [--force]
     hypviz demo [--device ...] [--sample-rows N] [--rows R] [--seed SEED] [--[no-]progress] [--out DIR] [--force]
@@ -57,7 +57,13 @@ that :func:`hypviz.attention.compare` takes, read from the registry :mod:`hypviz
 description): among them ``spatial`` (the question-and-answer thread's softmax of
 :math:`q_s \cdot \kappa_s`), ``distance`` (Hypformer's full attention at ``--temperature``
 :math:`k \cdot \mathrm{scale} / 2`), ``focused`` (Hypformer's linear map, with ``--power`` and
-``--norm-scale``) and ``distance_rf`` (``--features`` positive random features drawn from ``--rf-seed``).  The
+``--norm-scale``) and ``distance_rf`` (``--features`` positive random features drawn from ``--rf-seed``).
+``--option NAME=VALUE`` (repeatable) gives any option a compared kind's kernel declares
+(:attr:`hypviz.attention.Kernel.options`; a registered kernel's own too): the value is read as an integer, else a
+number, else the text, and checked by that kernel; a name no compared kind reads is refused in one line naming those
+they read.  The flags ``--power``, ``--norm-scale``, ``--features`` and ``--rf-seed`` are the built-in kernels'
+options ``power``, ``norm_scale``, ``features`` and ``seed`` by the same route, and ``metrics.json`` records the options
+each comparison's kinds read (``setup.options``, and each comparison's ``plan``).  The
 output folder gets ``report.html`` (self-contained, opens from disk with no network),
 ``metrics.json``, ``rows.npz`` (per-row statistics) and PNG figures (and, for the demo,
 ``inputs.npz``).
@@ -218,6 +224,21 @@ def _features(text: str) -> int:
     return value
 
 
+def _option(text: str) -> tuple[str, Any]:
+    """``--option NAME=VALUE``: a kernel option's name and its value, read as an integer, else a number, else the text
+    (the kernel's own check decides, in the words of the API)."""
+    name, eq, value = text.partition("=")
+    if not eq or not name.strip().isidentifier():
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE (an option of a kernel, e.g. power=3), got {shown!r}")
+    for read in (int, float):
+        try:
+            return name.strip(), read(value)
+        except ValueError:
+            pass
+    return name.strip(), value
+
+
 def _kinds(text: str) -> list[str]:
     """``--kinds``: a comma-separated list of the kinds :func:`hypviz.attention.compare` takes (the registry's)."""
     allowed = kinds.comparable()
@@ -311,6 +332,23 @@ def build_parser() -> argparse.ArgumentParser:
     _plugin_option(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{compare,demo}")
 
+    _compare_parser(sub)
+    d = sub.add_parser(
+        "demo",
+        help="the same report on built-in data (no files needed)",
+        description=(
+            "Write the compare report for built-in queries and keys: 4 heads of lifted Gaussian points with mean "
+            f"spatial norms {', '.join(f'{r:g}' for r in DEMO_NORMS)} (d = 32, 256 queries and keys, float32), "
+            "from nearly uniform maps (where every comparison is uninformative) to sharp ones."
+        ),
+    )
+    _common(d, "hypviz-demo")
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _compare_parser(sub: Any) -> None:
+    """The sub-command ``compare``: its arguments, each checked by its type (see :func:`build_parser`)."""
     c = sub.add_parser(
         "compare",
         help="compare the attention maps of your own queries and keys",
@@ -361,6 +399,23 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--heads-axis", type=int, default=None, metavar="AXIS", help="axis of the inputs holding heads, e.g. 1 for (N, H, d + 1)"
     )
+    _kind_arguments(c)
+    c.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "float64"),
+        default="auto",
+        help="compute in this dtype (default: the inputs'); points are checked in their own dtype, then their time "
+        "coordinate is recomputed from the spatial parts in the new one",
+    )
+    c.add_argument("--queries-key", default=None, metavar="NAME", help="array to read from a multi-array QUERIES file")
+    c.add_argument("--keys-key", default=None, metavar="NAME", help="array to read from a multi-array KEYS file")
+    _common(c, "hypviz-report")
+    c.set_defaults(func=cmd_compare)
+
+
+def _kind_arguments(c: argparse.ArgumentParser) -> None:
+    """What ``compare`` compares: ``--kinds``, ``--reference``, ``--temperature`` and the kernels' options (the flags of
+    the built-in ones and ``--option NAME=VALUE``)."""
     c.add_argument(
         "--kinds",
         type=_kinds,
@@ -380,7 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--power", type=_positive("--power"), default=None, metavar="P", help=f"power_k of {_taken_by('power')} (default 2)"
     )
     c.add_argument(
-        "--norm-scale", type=_finite_number("--norm-scale"), default=None, metavar="S", help=f"norm_scale of {_taken_by('norm_scale')} (default 1)"
+        "--norm-scale", type=_finite_number("--norm-scale"), default=None, metavar="S",
+        help=f"norm_scale of {_taken_by('norm_scale')} (default 1)",
     )
     c.add_argument(
         "--features", type=_features, default=None, metavar="D",
@@ -388,29 +444,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--rf-seed", type=_seed, default=None, help=f"seed of the random features of {_taken_by('seed')} (default 0)")
     c.add_argument(
-        "--dtype",
-        choices=("auto", "float32", "float64"),
-        default="auto",
-        help="compute in this dtype (default: the inputs'); points are checked in their own dtype, then their time "
-        "coordinate is recomputed from the spatial parts in the new one",
+        "--option", type=_option, action="append", default=None, metavar="NAME=VALUE",
+        help="an option of a compared kind's kernel, checked by that kernel (power=3, or a registered kernel's own); "
+        "repeatable, the last of a name counts",
     )
-    c.add_argument("--queries-key", default=None, metavar="NAME", help="array to read from a multi-array QUERIES file")
-    c.add_argument("--keys-key", default=None, metavar="NAME", help="array to read from a multi-array KEYS file")
-    _common(c, "hypviz-report")
-    c.set_defaults(func=cmd_compare)
-
-    d = sub.add_parser(
-        "demo",
-        help="the same report on built-in data (no files needed)",
-        description=(
-            "Write the compare report for built-in queries and keys: 4 heads of lifted Gaussian points with mean "
-            f"spatial norms {', '.join(f'{r:g}' for r in DEMO_NORMS)} (d = 32, 256 queries and keys, float32), "
-            "from nearly uniform maps (where every comparison is uninformative) to sharp ones."
-        ),
-    )
-    _common(d, "hypviz-demo")
-    d.set_defaults(func=cmd_demo)
-    return parser
 
 
 # --------------------------------------------------------------------------- #
@@ -425,28 +462,40 @@ def _check_device(device: str) -> str:
     return device
 
 
-# options of the kinds: (option, attribute, the name in Kind.options, default)
-_KIND_OPTIONS = (("--power", "power", "power", 2.0), ("--norm-scale", "norm_scale", "norm_scale", 1.0),
-                 ("--features", "features", "features", 256), ("--rf-seed", "rf_seed", "seed", 0))
+# the built-in kernels' options as flags: (flag, attribute, the option's name in Kernel.options)
+_KIND_OPTIONS = (("--power", "power", "power"), ("--norm-scale", "norm_scale", "norm_scale"),
+                 ("--features", "features", "features"), ("--rf-seed", "rf_seed", "seed"))
 
 
-def _kind_options(args: argparse.Namespace) -> None:
-    """Warn, in one line on stderr, about the kinds' options given while no compared kind reads them; then set the
-    options not given to their defaults."""
-    read = {opt for name in [*args.kinds, args.reference] for opt in kinds.get(name).options}
-    ignored = [(flag, opt) for flag, attr, opt, _ in _KIND_OPTIONS if getattr(args, attr) is not None and opt not in read]
+def _kernel_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The kernels' options given, by name: the flags, then each ``--option`` (the last of a name counts).
+
+    A flag no compared kind reads is ignored with a warning (one line on stderr); an ``--option`` no compared kind
+    reads, or one given as a flag too, is a usage error naming what the compared kinds read.
+    """
+    compared = [args.reference, *args.kinds]
+    read = list(dict.fromkeys(opt for name in compared for opt in kinds.get(name).options))
+    ignored = [(flag, opt) for flag, attr, opt in _KIND_OPTIONS if getattr(args, attr) is not None and opt not in read]
     if ignored:
         readers = sorted({n for _, opt in ignored for n in kinds.comparable() if opt in kinds.get(n).options})
         flags = ", ".join(flag for flag, _ in ignored)
         print(
             f"hypviz compare: warning: {flags} ignored: no compared kind reads {'it' if len(ignored) == 1 else 'them'} "
-            f"(compared: {', '.join([args.reference, *args.kinds])}; read by {', '.join(readers) or 'no kind'}: "
+            f"(compared: {', '.join(compared)}; read by {', '.join(readers) or 'no kind'}: "
             f"add {'it' if len(readers) == 1 else 'one'} to --kinds)",
             file=sys.stderr,
         )
-    for _, attr, _, default in _KIND_OPTIONS:
-        if getattr(args, attr) is None:
-            setattr(args, attr, default)
+    given = {opt: getattr(args, attr) for _, attr, opt in _KIND_OPTIONS if getattr(args, attr) is not None}
+    flags = {opt: flag for flag, _, opt in _KIND_OPTIONS if opt in given}
+    options: dict[str, Any] = {}
+    for name, value in args.option or []:
+        if name not in read:
+            raise UsageError(f"--option {name}: no compared kind reads it (the compared kinds read: "
+                             f"{', '.join(read) or 'no option'}; compared: {', '.join(compared)})")
+        if name in flags:
+            raise UsageError(f"--option {name}: given as {flags[name]} too; give it once")
+        options[name] = value
+    return {**given, **options}
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -457,23 +506,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         args.kinds.remove(args.reference)
     if not args.kinds:
         raise UsageError(f"--kinds has nothing to compare with the reference {args.reference!r}; add another kind")
-    _kind_options(args)
+    options = _kernel_options(args)
     _check_device(args.device)
-    settings = Settings(
-        kinds=args.kinds,
-        reference=args.reference,
-        temperature=args.temperature,
-        device=args.device,
-        sample_rows=args.sample_rows,
-        rows=args.rows,
-        seed=args.seed,
-        power=args.power,
-        norm_scale=args.norm_scale,
-        features=args.features,
-        rf_seed=args.rf_seed,
-        progress=args.progress,
-        command="compare",
-    )
+    settings = Settings(kinds=args.kinds, reference=args.reference, temperature=args.temperature, device=args.device,
+                        sample_rows=args.sample_rows, rows=args.rows, seed=args.seed, progress=args.progress,
+                        command="compare", options=options)
     published = runs.compare_report(
         args.queries, args.keys, args.out, settings, force=args.force, k=args.k, spatial=args.spatial,
         model=args.model, heads_axis=args.heads_axis, dtype=args.dtype, queries_key=args.queries_key,
@@ -484,11 +521,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 # options of `hypviz compare QUERIES KEYS` that a capture file does not take: (option, attribute, default)
-_NOT_FOR_CAPTURES = (("--k", "k", None), ("--kinds", "kinds", list(DEFAULT_KINDS)), ("--reference", "reference", DEFAULT_REFERENCE),
-                     ("--power", "power", None), ("--norm-scale", "norm_scale", None), ("--spatial", "spatial", False),
+_NOT_FOR_CAPTURES = (("--k", "k", None), ("--kinds", "kinds", list(DEFAULT_KINDS)),
+                     ("--reference", "reference", DEFAULT_REFERENCE), ("--power", "power", None),
+                     ("--norm-scale", "norm_scale", None), ("--spatial", "spatial", False),
                      ("--model", "model", "lorentz"), ("--heads-axis", "heads_axis", None), ("--dtype", "dtype", "auto"),
                      ("--queries-key", "queries_key", None), ("--keys-key", "keys_key", None),
-                     ("--features", "features", None), ("--rf-seed", "rf_seed", None))
+                     ("--features", "features", None), ("--rf-seed", "rf_seed", None), ("--option", "option", None))
 
 
 def cmd_model(args: argparse.Namespace) -> int:

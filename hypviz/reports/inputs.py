@@ -81,14 +81,17 @@ class Settings:
         Progress bar on stderr (None: only for long runs on a terminal).
     command : str
         ``"compare"`` or ``"demo"``.
-    power, norm_scale : float
-        The focused map's options.
     rows : int or None
         Statistics on a uniform sample of ``rows`` query rows per head (None: every row).
     seed : int
         The seed of that sample.
-    features, rf_seed : int
-        The random features of ``"distance_rf"``: their number and seed.
+    options : dict
+        The kernels' options given, by name (:attr:`hypviz.attention.CompareOptions.kernel_options`: ``power``,
+        ``norm_scale``, ``features``, the random features' ``seed`` (default 0, not the sample's), a registered
+        kernel's own); each kind takes those its kernel reads, the others their defaults.
+
+    The settings of :func:`hypviz.attention.compare` are those of :meth:`compare_options`, one
+    :class:`hypviz.attention.CompareOptions` for every comparison of the report.
     """
 
     kinds: list[str]
@@ -98,12 +101,24 @@ class Settings:
     sample_rows: int
     progress: bool | None
     command: str
-    power: float = 2.0
-    norm_scale: float = 1.0
     rows: int | None = None
     seed: int = 0
-    features: int = 256
-    rf_seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def compare_options(self, *, k: float) -> Any:
+        """The :class:`hypviz.attention.CompareOptions` of the report's comparisons, at the inputs' curvature ``k``.
+
+        Examples
+        --------
+        >>> s = Settings(kinds=["focused"], reference="distance", temperature=2.0, device="cpu", sample_rows=8,
+        ...              progress=False, command="compare", options={"power": 3.0})
+        >>> s.compare_options(k=1.0).kernel_options
+        {'seed': 0, 'power': 3.0}
+        """
+        from hypviz.attention import CompareOptions
+
+        return CompareOptions(k=k, temperature=self.temperature, rows=self.rows, seed=self.seed, device=self.device,
+                              progress=self.progress, kernel_options={"seed": 0, **self.options})
 
 
 # --------------------------------------------------------------------------- #

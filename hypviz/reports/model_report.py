@@ -147,7 +147,8 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
     model's map is compared unless it is the distance softmax (kind ``"distance"``) or the record is not
     verified -- re-checked here from what the record holds (:func:`hypviz.capture.verification.recheck`: the output
     stored at capture rebuilt from the stored points and map, every field's digest unchanged) (one verdict policy: a layer whose output hypviz did not rebuild gets no verdict about its own
-    map, ``own`` is None); a focused record uses its ``power`` and ``norm_scale``.  A record with a mask or
+    map, ``own`` is None); a record's kind takes the kernel's options the record holds (a focused layer's ``power``
+    and ``norm_scale``).  A record with a mask or
     an adjacency is compared as the layer applies it: every map the softmax over the keys the layer attends
     (:func:`hypviz.capture.records.masked_softmax`, exact at any norm).  ``device`` and ``progress`` are passed to
     :func:`hypviz.attention.compare`.  Returns one :class:`LayerResult` per record, in order.
@@ -162,7 +163,7 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
             label += f" (batch element {rec.batch})"
         tau = rec.temperature if rec.temperature is not None else temperature
         tau = float(math.sqrt(rec.dim) if tau is None else tau)
-        common = dict(k=rec.k, temperature=tau, device=device, progress=progress)
+        options = attention.CompareOptions(k=rec.k, temperature=tau, device=device, progress=progress)
         verified = str(getattr(rec, "verify_note", "") or "").startswith("verified")
         own = None
         if getattr(rec, "mask", None) is not None or getattr(rec, "adjacency", None) is not None \
@@ -175,15 +176,17 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
         elif not kinds.get(rec.kind, "a record's kind").comparable or getattr(rec, "scale_sign", 1) < 0:
             own = _own_given(rec, tau)
         elif rec.kind != REFERENCE:  # a distance layer's map is the reference itself
-            own = attention.compare(
-                rec.queries, rec.keys, rec.kind, REFERENCE,
-                power=rec.power if rec.power is not None else 2.0,
-                norm_scale=rec.norm_scale if rec.norm_scale is not None else 1.0,
-                values=rec.values, **common,
-            )
-        thread = attention.compare(rec.queries, rec.keys, THREAD, REFERENCE, values=rec.values, **common)
+            own = attention.compare(rec.queries, rec.keys, rec.kind, REFERENCE, values=rec.values, options=options,
+                                    **_recorded_options(rec))
+        thread = attention.compare(rec.queries, rec.keys, THREAD, REFERENCE, values=rec.values, options=options)
         results.append(LayerResult(label, rec, tau, own, thread))
     return results
+
+
+def _recorded_options(rec: Any) -> dict[str, Any]:
+    """The kernel's options of the record's kind that the record holds (``power`` and ``norm_scale`` of a focused
+    layer); those it leaves ``None`` take the kernel's defaults."""
+    return {name: getattr(rec, name) for name in kinds.get(rec.kind).options if getattr(rec, name, None) is not None}
 
 
 def _restricted(rec: Any, tau: float, verified: bool) -> tuple[attention.Comparison | None, attention.Comparison]:

@@ -268,46 +268,28 @@ def analyse(inputs: Inputs, settings: Settings) -> Result:
     """Compare every kind with the reference; dense attention maps of a sample of rows of the worst head.
 
     Each of ``settings.kinds`` is compared with ``settings.reference`` by
-    :func:`hypviz.attention.compare` (with the settings' temperature, power, norm_scale, row sample,
-    seed, device).  The shown head is the one whose first comparison has the largest mean TV; on it,
+    :func:`hypviz.attention.compare` (with the settings' :meth:`~hypviz.reports.inputs.Settings.compare_options`:
+    temperature, row sample, seed, device, the kernels' options).  The shown head is the one whose first comparison
+    has the largest mean TV; on it,
     ``settings.sample_rows`` evenly spaced query rows get the dense map of the reference and of
     every kind.
     """
-    q, kk = inputs.queries, inputs.keys
-    comps = [
-        attention.compare(
-            q,
-            kk,
-            kind,
-            settings.reference,
-            k=inputs.k,
-            temperature=settings.temperature,
-            power=settings.power,
-            norm_scale=settings.norm_scale,
-            rows=settings.rows,
-            seed=settings.seed,
-            features=settings.features,
-            rf_seed=settings.rf_seed,
-            device=settings.device,
-            progress=settings.progress,
-        )
-        for kind in settings.kinds
-    ]
+    queries, keys = inputs.queries, inputs.keys
+    options = settings.compare_options(k=inputs.k)
+    comps = [attention.compare(queries, keys, kind, settings.reference, options=options) for kind in settings.kinds]
     lead = tuple(comps[0].batch_shape)
     heads = per_head(comps[0])
     shown = max(range(len(heads)), key=lambda h: heads[h]["mean_tv"])
-    n, m = q.shape[-2], kk.shape[-2]
-    qf = q.expand(*lead, n, q.shape[-1]).reshape(-1, n, q.shape[-1])[shown]
-    kf = kk.expand(*lead, m, kk.shape[-1]).reshape(-1, m, kk.shape[-1])[shown]
+    n, m = queries.shape[-2], keys.shape[-2]
+    q_head = queries.expand(*lead, n, queries.shape[-1]).reshape(-1, n, queries.shape[-1])[shown]
+    keys_head = keys.expand(*lead, m, keys.shape[-1]).reshape(-1, m, keys.shape[-1])[shown]
     count = min(settings.sample_rows, n)
     rows = sorted({int(round(i)) for i in np.linspace(0, n - 1, count)})
     dev = torch.device(settings.device)
-    qs, ks = qf[rows].to(dev), kf.to(dev)
+    q_rows, keys_head = q_head[rows].to(dev), keys_head.to(dev)
     maps = {
-        kind: attention.attention_map(
-            qs, ks, kind, k=inputs.k, temperature=comps[0].temperature, power=settings.power, norm_scale=settings.norm_scale,
-            features=settings.features, seed=settings.rf_seed,
-        ).cpu()
+        kind: attention.attention_map(q_rows, keys_head, kind, k=inputs.k, temperature=comps[0].temperature,
+                                      **options.kernel_options).cpu()
         for kind in [settings.reference, *settings.kinds]
     }
     return Result(inputs, settings, comps, maps, shown, rows, lead)
@@ -328,8 +310,9 @@ def json_ready(x: Any) -> Any:
 
 
 def metrics(result: Result, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The content of ``metrics.json``: the set-up, per comparison its summary and per-head statistics
-    (:func:`per_head`), the row fields and the verdict rule; ``options`` are stored with the inputs."""
+    """The content of ``metrics.json``: the set-up (with ``options``, the kernels' options the compared kinds read,
+    as each comparison's ``plan`` records them), per comparison its summary and per-head statistics (:func:`per_head`),
+    the row fields and the verdict rule; ``options`` (how the inputs were read) are stored with the inputs."""
     from hypviz import __version__
 
     comp0 = result.comparisons[0]
@@ -350,10 +333,7 @@ def metrics(result: Result, options: dict[str, Any] | None = None) -> dict[str, 
             "setup": {
                 "k": comp0.k,
                 "temperature": comp0.temperature,
-                "power": result.settings.power,
-                "norm_scale": result.settings.norm_scale,
-                "features": result.settings.features,
-                "rf_seed": result.settings.rf_seed,
+                "options": {name: value for comp in result.comparisons for name, value in comp.plan.options.items()},
                 "device": comp0.device,
                 "dtype": comp0.dtype,
                 "heads_shape": list(result.lead),

@@ -123,11 +123,12 @@ def compare_report(
     ------
     hypviz.base.messages.UsageError
         One line, nothing written: a file that cannot be read (a capture file passed as QUERIES or KEYS is
-        named as such), points that are not what the options say, an ``out`` that may not be written, an
-        unavailable device, or a temperature at which the logits overflow.
+        named as such), points that are not what the options say, a kernel's option its kernel refuses, an ``out``
+        that may not be written, an unavailable device, or a temperature at which the logits overflow.
     """
     qpath, kpath = check_file(str(queries), "QUERIES"), check_file(str(keys), "KEYS")
     target = check_out(Path(out), force, (qpath, kpath))
+    _check_kernel_options(settings)
     try:
         q, qname, qmade = read_input(qpath, "QUERIES", queries_key, "--queries-key")
         kv, kname, kmade = read_input(kpath, "KEYS", keys_key, "--keys-key")
@@ -153,6 +154,21 @@ def compare_report(
     notes = [f"hypviz compare: {note}"] if note else []
     options = {"heads_axis": heads_axis, "dtype": dtype, "model": model}
     return _point_report(inputs, settings, target, force, notes=notes, options=options)
+
+
+def _check_kernel_options(settings: Settings) -> None:
+    """Each of the settings' kernel options checked by the kernel of every compared kind that reads it, before any
+    file is read: a value its kernel refuses is one line naming ``--option NAME``."""
+    from hypviz.attention.maps.kernels import options as kernel_options
+    from hypviz.base import kinds
+
+    for name, value in settings.options.items():
+        for kind in (kinds.get(n) for n in [settings.reference, *settings.kinds]):
+            if name in kind.options:
+                try:
+                    kernel_options(kind, {name: value})
+                except ValueError as exc:
+                    raise UsageError(f"--option {name}: {one_line(exc)}") from None
 
 
 def demo_report(
