@@ -31,7 +31,6 @@ import torch
 
 from hypviz.base import validate
 from hypviz.attention.comparison.streamed_compare import compare
-from hypviz.base.bounds import kl_supremum
 from hypviz.base.messages import short
 from hypviz import data
 from hypviz import lorentz
@@ -132,13 +131,13 @@ def softmax_gap_bounds(queries: Any, keys: Any, temperature: float, *, k: float 
         For a non-positive temperature, points off the hyperboloid, or queries and keys of
         different ``d``.
     """
-    kf = lorentz.check_k(k)
-    tau_f = validate.temperature(temperature)
-    q = _as_points64(queries, kf, "queries")
-    kk = _as_points64(keys, kf, "keys")
-    if q.shape[-1] != kk.shape[-1]:
-        raise ValueError(f"queries are {tuple(q.shape)} but keys are {tuple(kk.shape)}: the last dimensions (d + 1) differ")
-    res = compare(q, kk, "spatial", "distance", k=kf, temperature=tau_f, topk=1, spearman=False, device=q.device)
+    k = lorentz.check_k(k)
+    temperature = validate.temperature(temperature)
+    q = _as_points64(queries, k, "queries")
+    keys = _as_points64(keys, k, "keys")
+    if q.shape[-1] != keys.shape[-1]:
+        raise ValueError(f"queries are {tuple(q.shape)} but keys are {tuple(keys.shape)}: the last dimensions (d + 1) differ")
+    res = compare(q, keys, "spatial", "distance", k=k, temperature=temperature, topk=1, spearman=False, device=q.device)
     return BoundCheck(res.kl, res.tv, res.delta, res.kl_bound_hoeffding, res.tv_bound, res.tv_uniform_b)
 
 
@@ -171,14 +170,14 @@ def worst_case_row(
         When :math:`d < 2`, :math:`p_1 \notin (0, 1)`, or no angle works (the needed
         :math:`q_s \cdot \kappa_s` exceeds :math:`\|q_s\|\|\kappa_s\|`).
     """
-    kf = lorentz.check_k(k)
+    k = lorentz.check_k(k)
     query_norm = validate.positive(query_norm, "query_norm")
     key_norm = validate.positive(key_norm, "key_norm")
     d = validate.integer(d, "d", 2, " (the key is rotated in a plane)")
     temperature = validate.temperature(temperature)
-    qt = math.sqrt(query_norm**2 + kf)
-    kt = math.sqrt(key_norm**2 + kf)
-    delta = qt * (kt - math.sqrt(kf)) / temperature
+    qt = math.sqrt(query_norm**2 + k)
+    kt = math.sqrt(key_norm**2 + k)
+    delta = qt * (kt - math.sqrt(k)) / temperature
     if p1 is None:
         logit = -delta / 2  # log(p* / (1 - p*)) at the maximiser
     else:
@@ -190,7 +189,7 @@ def worst_case_row(
     need = temperature * (logit + delta)
     if query_norm * key_norm <= 0 or abs(need) > query_norm * key_norm:
         raise ValueError(
-            f"no worst-case angle for |q_s| = {query_norm}, |kappa_s| = {key_norm}, k = {kf}: "
+            f"no worst-case angle for |q_s| = {query_norm}, |kappa_s| = {key_norm}, k = {k}: "
             f"need q_s . kappa_s = {need:.4g} > |q_s||kappa_s|; use larger norms"
         )
     cos = need / (query_norm * key_norm)
@@ -199,7 +198,7 @@ def worst_case_row(
     qs[0, 0] = query_norm
     ks = torch.zeros(2, d, dtype=torch.float64)
     ks[0, 0], ks[0, 1] = key_norm * cos, key_norm * sin
-    return lorentz.lift(qs, k=kf), lorentz.lift(ks, k=kf)
+    return lorentz.lift(qs, k=k), lorentz.lift(ks, k=k)
 
 
 # =========================================================================== #
@@ -215,8 +214,8 @@ def sqdist_textbook(x: Any, y: Any, *, k: float = 1.0) -> torch.Tensor:
     For comparison only (the points are not checked); use :func:`hypviz.lorentz.sqdist`
     (identity 3) in real code.
     """
-    kf = lorentz.check_k(k)
-    return -2.0 * kf - 2.0 * lorentz.inner(x, y)
+    k = lorentz.check_k(k)
+    return -2.0 * k - 2.0 * lorentz.inner(x, y)
 
 
 @dataclass
@@ -266,7 +265,7 @@ def sqdist_accuracy(
 
         \mathrm{err} = \frac{|\hat D - D|}{D}, \qquad D = \|x - y\|_L^2 \text{ at } \mathtt{dps} \text{ digits}.
     """
-    kf = lorentz.check_k(k)
+    k = lorentz.check_k(k)
     seps = np.array([validate.positive(s, "separations") for s in separations], dtype=np.float64)
     norm = validate.positive(norm, "norm")
     d = validate.integer(d, "d", 2, " (a separation needs a direction besides the point's)")
@@ -285,13 +284,13 @@ def sqdist_accuracy(
         npd = np.dtype(name)
         xd = x.astype(npd).reshape(-1, d)
         yd = y.astype(npd).reshape(-1, d)
-        xp, yp = lorentz.lift(torch.from_numpy(xd), k=kf), lorentz.lift(torch.from_numpy(yd), k=kf)
+        xp, yp = lorentz.lift(torch.from_numpy(xd), k=k), lorentz.lift(torch.from_numpy(yd), k=k)
         computed = {
-            "textbook": sqdist_textbook(xp, yp, k=kf).numpy(),
+            "textbook": sqdist_textbook(xp, yp, k=k).numpy(),
             # identity 3 in the points' own precision (hypviz.lorentz.sqdist itself evaluates float32 in float64)
-            "stable": hyperboloid.sqdist_unchecked(xp, yp, k=kf).numpy(),
+            "stable": hyperboloid.sqdist_unchecked(xp, yp, k=k).numpy(),
         }
-        ref = sqdist_mpmath(xd, yd, k=kf, dps=dps)
+        ref = sqdist_mpmath(xd, yd, k=k, dps=dps)
         with mpmath.workdps(dps):
             sep = np.array([float(mpmath.sqrt(mpmath.fsum((mpmath.mpf(a) - mpmath.mpf(b)) ** 2 for a, b in zip(r1, r2))))
                             for r1, r2 in zip(xd.tolist(), yd.tolist())])
@@ -299,7 +298,7 @@ def sqdist_accuracy(
                 err = np.array([float(abs(mpmath.mpf(float(c)) - r) / r) if r > 0 else np.nan for c, r in zip(values.tolist(), ref)])
                 errors[(method, name)] = err.reshape(len(seps), n_pairs)
         actual[name] = sep.reshape(len(seps), n_pairs)
-    return SqdistAccuracy(seps, float(norm), int(d), kf, errors, actual)
+    return SqdistAccuracy(seps, float(norm), int(d), k, errors, actual)
 
 
 # =========================================================================== #
@@ -413,9 +412,9 @@ def predicted_gap_ratio(rho: Any, query_norm: Any = 0.0, *, k: float = 1.0) -> A
     :func:`hypviz.symbolic.first_order_gap_ratio` derives it step by step; :func:`gaussian_gap_study`
     measures it.  ``rho`` and ``query_norm`` may be arrays.
     """
-    kf = lorentz.check_k(k)
+    k = lorentz.check_k(k)
     r, qn = _norms(rho, "rho", "norm ratio"), _norms(query_norm, "query_norm", "norm")
-    out = 1.0 / np.sqrt(1.0 + 2.0 * (r**2 * kf + qn**2) / (kf + qn**2))
+    out = 1.0 / np.sqrt(1.0 + 2.0 * (r**2 * k + qn**2) / (k + qn**2))
     return float(out) if out.ndim == 0 else out
 
 
@@ -498,20 +497,20 @@ def gaussian_gap_study(
     n = validate.integer(n, "n", 1)
     m = validate.integer(m, "m", 1)
     d = validate.integer(d, "d", 1)
-    tau_f = validate.temperature(temperature)
-    kf = lorentz.check_k(k)
+    temperature = validate.temperature(temperature)
+    k = lorentz.check_k(k)
     seeds = validate.integer(seeds, "seeds", 2)
     first_seed = validate.integer(first_seed, "first_seed", 0)
     qs, ks = [], []
     for s in range(first_seed, first_seed + seeds):
         gen = torch.Generator().manual_seed(s)
-        qs.append(data.lifted_gaussian(n, d, qn, k=kf, seed=gen))
-        ks.append(data.lifted_gaussian(m, d, kn, k=kf, seed=gen))
-    res = compare(torch.stack(qs), torch.stack(ks), "spatial", "distance", k=kf, temperature=tau_f,
+        qs.append(data.lifted_gaussian(n, d, qn, k=k, seed=gen))
+        ks.append(data.lifted_gaussian(m, d, kn, k=k, seed=gen))
+    res = compare(torch.stack(qs), torch.stack(ks), "spatial", "distance", k=k, temperature=temperature,
                             topk=1, spearman=False, device="cpu")
     tv, tvu = res.tv.double().mean(-1), res.tv_uniform_b.double().mean(-1)
     top1 = res.top1.double().mean(-1)
-    setup = {"query_norm": qn, "key_norm": kn, "rho": qn / kn, "n": n, "m": m, "d": d, "temperature": tau_f, "k": kf,
+    setup = {"query_norm": qn, "key_norm": kn, "rho": qn / kn, "n": n, "m": m, "d": d, "temperature": temperature, "k": k,
              "seeds": seeds, "first_seed": first_seed}
     return GapStudy(seed_interval(tv / tvu, confidence), seed_interval(top1, confidence), seed_interval(tv, confidence),
-                    seed_interval(tvu, confidence), setup, predicted_gap_ratio(qn / kn, qn, k=kf))
+                    seed_interval(tvu, confidence), setup, predicted_gap_ratio(qn / kn, qn, k=k))

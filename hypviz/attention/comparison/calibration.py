@@ -44,9 +44,9 @@ def _lorentz_vs_distance(dtype: torch.dtype) -> Comparison:
     # no shared operands), against the distance map of hypviz (identity 3's stable operands)
     from hypviz.attention.maps.dense import attention_map
 
-    q, kk = _gaussian(0.1, seed=1, dtype=dtype), _gaussian(0.1, seed=2, dtype=dtype)
-    inner = raw_scores("lorentz", q, kk, k=1.0)
-    return compare_maps(torch.softmax(inner / 8.0, dim=-1), attention_map(q, kk, "distance", temperature=8.0),
+    q, keys = _gaussian(0.1, seed=1, dtype=dtype), _gaussian(0.1, seed=2, dtype=dtype)
+    inner = raw_scores("lorentz", q, keys, k=1.0)
+    return compare_maps(torch.softmax(inner / 8.0, dim=-1), attention_map(q, keys, "distance", temperature=8.0),
                         a="softmax(<q,kappa>_L / tau), direct", b="distance")
 
 
@@ -65,7 +65,7 @@ def _one_key_each(m: int = 100_000, share: float = 0.04) -> Comparison:
     return compare_maps(pa, pb)
 
 
-def _two_nearby_keys(radial: float = 0.002, tau: float = 0.005) -> Comparison:
+def _two_nearby_keys(radial: float = 0.002, temperature: float = 0.005) -> Comparison:
     # 12 queries on a circle of spatial radius 1.5 in H^2; each has two keys 0.03 rad to either side, one of them
     # `radial` farther out: the distance map splits its weight evenly, the spatial map's bias prefers the outer key
     n = 12
@@ -75,8 +75,8 @@ def _two_nearby_keys(radial: float = 0.002, tau: float = 0.005) -> Comparison:
         return torch.stack([r * torch.cos(ang + offset), r * torch.sin(ang + offset)], dim=-1)
 
     q = L.lift(ring(1.5, 0.0))
-    kk = L.lift(torch.cat([ring(1.5, 0.03), ring(1.5 + radial, -0.03)]))
-    return compare(q, kk, "spatial", "distance", temperature=tau)
+    keys = L.lift(torch.cat([ring(1.5, 0.03), ring(1.5 + radial, -0.03)]))
+    return compare(q, keys, "spatial", "distance", temperature=temperature)
 
 
 def _minority(n: int = 200, m: int = 64, different: float = 0.15) -> Comparison:
@@ -97,19 +97,19 @@ def _near_tie() -> Comparison:
 
 
 def _logit_noise(scale: float = 0.02) -> Comparison:
-    q, kk = _gaussian(3.0, seed=5), _gaussian(3.0, seed=6)
-    logits = distance_logits(q, kk, k=1.0)  # -1/2 |q - kappa|^2_L at tau = 1, by the distance kernel
+    q, keys = _gaussian(3.0, seed=5), _gaussian(3.0, seed=6)
+    logits = distance_logits(q, keys, k=1.0)  # -1/2 |q - kappa|^2_L at tau = 1, by the distance kernel
     g = torch.Generator().manual_seed(7)
     noisy = logits + scale * torch.randn(logits.shape, generator=g, dtype=torch.float64)
     return compare_maps(torch.softmax(noisy, dim=-1), torch.softmax(logits, dim=-1))
 
 
 def _float32_vs_float64() -> Comparison:
-    q, kk = _gaussian(1.0, seed=8), _gaussian(1.0, seed=9)
+    q, keys = _gaussian(1.0, seed=8), _gaussian(1.0, seed=9)
     from hypviz.attention.maps.dense import attention_map
 
-    p32 = attention_map(q.float(), kk.float(), "distance", temperature=8.0)
-    p64 = attention_map(q, kk, "distance", temperature=8.0)
+    p32 = attention_map(q.float(), keys.float(), "distance", temperature=8.0)
+    p64 = attention_map(q, keys, "distance", temperature=8.0)
     return compare_maps(p32, p64)
 
 
@@ -129,9 +129,9 @@ def _half_support() -> Comparison:
 def _half_precision(dtype: torch.dtype) -> Comparison:
     from hypviz.attention.maps.dense import attention_map
 
-    q, kk = _gaussian(5.0, seed=12), _gaussian(5.0, seed=13)
-    pa = attention_map(q, kk, "spatial", temperature=8.0).to(dtype)
-    pb = attention_map(q, kk, "distance", temperature=8.0).to(dtype)
+    q, keys = _gaussian(5.0, seed=12), _gaussian(5.0, seed=13)
+    pa = attention_map(q, keys, "spatial", temperature=8.0).to(dtype)
+    pb = attention_map(q, keys, "distance", temperature=8.0).to(dtype)
     return compare_maps(pa, pb, a="spatial", b="distance")
 
 
@@ -174,8 +174,8 @@ def _summed_in_two_orders(logit_scale: float | None) -> Comparison:
 
 def _bfloat16_logits() -> Comparison:
     # the logit-noise maps, said to come from bfloat16 logits of size 100: rounding (1.6 in TV) swamps the gap
-    q, kk = _gaussian(3.0, seed=5), _gaussian(3.0, seed=6)
-    logits = distance_logits(q, kk, k=1.0)  # -1/2 |q - kappa|^2_L at tau = 1, by the distance kernel
+    q, keys = _gaussian(3.0, seed=5), _gaussian(3.0, seed=6)
+    logits = distance_logits(q, keys, k=1.0)  # -1/2 |q - kappa|^2_L at tau = 1, by the distance kernel
     g = torch.Generator().manual_seed(7)
     noisy = logits + 0.02 * torch.randn(logits.shape, generator=g, dtype=torch.float64)
     return compare_maps(torch.softmax(noisy, dim=-1), torch.softmax(logits, dim=-1), precision="bfloat16", logit_scale=100.0)

@@ -426,11 +426,12 @@ class _Setup:
 
 def _levels(pa: torch.Tensor, pb: torch.Tensor, m: int, opts: CompareOptions) -> list[tuple[float, float]]:
     """Per map: its storage rounding in TV, and (only when stated) the epsilon of its computation."""
-    stated = opts.precision is not None or opts.logit_scale is not None
+    made = opts.precision if isinstance(opts.precision, torch.dtype) else None  # checked: a dtype or None
+    stated = made is not None or opts.logit_scale is not None
     levels = []
     for t in (pa, pb):
         fs = torch.finfo(t.dtype)
-        ec = (fs.eps if opts.precision is None else torch.finfo(opts.precision).eps) if stated else 0.0
+        ec = (fs.eps if made is None else torch.finfo(made).eps) if stated else 0.0
         levels.append((0.5 * fs.eps + 0.5 * m * fs.eps * fs.tiny, ec))
     return levels
 
@@ -449,8 +450,8 @@ def _statistics(src: _Sources, setup: _Setup, coarse: torch.dtype) -> dict[str, 
         j = min(i + rows, total)
         x, y, kb, cnt = _block(src, i, j, setup.atol)
         _block_statistics(out, slice(i, j), x, y, kb, cnt, setup)
-        if src.values is not None:
-            _block_outputs(out, src, i, j, x, y, kb, 1.0 / cnt)
+        if src.values is not None and src.value_head is not None:
+            _block_outputs(out, src.values, src.value_head, src, i, j, (x, y), kb, 1.0 / cnt)
     if setup.tolerance is not None:
         out["tol"].fill_(setup.tolerance)
     return out
@@ -486,7 +487,7 @@ def _block(src: _Sources, i: int, j: int, atol: float) -> tuple[torch.Tensor, to
 def _block_statistics(out: dict[str, torch.Tensor], sl: slice, x: torch.Tensor, y: torch.Tensor, kb: torch.Tensor | None,
                       cnt: torch.Tensor, setup: _Setup) -> None:
     """A block's TV, KL, baselines, logit gap, peaks, top sets, top-k overlap, tolerance and Spearman, into ``out``."""
-    inv, t_k, rel = 1.0 / cnt, setup.topk, setup.rel
+    inv, topk, rel = 1.0 / cnt, setup.topk, setup.rel
     out["tv"][sl] = 0.5 * (x - y).abs().sum(dim=-1)
     ratio = torch.where(y > 0, y * (torch.log(y) - torch.log(x)), torch.zeros_like(y))
     out["kl"][sl] = ratio.sum(dim=-1).clamp_min(0.0)  # inf where P_a = 0 < P_b
@@ -503,15 +504,15 @@ def _block_statistics(out: dict[str, torch.Tensor], sl: slice, x: torch.Tensor, 
         math.inf,
     )
     xs, ys = (x, y) if kb is None else (torch.where(kb, x, -1.0), torch.where(kb, y, -1.0))  # masked keys last
-    va, ia = torch.topk(xs, t_k, dim=-1)
-    vb, ib = torch.topk(ys, t_k, dim=-1)
+    va, ia = torch.topk(xs, topk, dim=-1)
+    vb, ib = torch.topk(ys, topk, dim=-1)
     out["pa"][sl], out["pb"][sl] = va[:, 0] * cnt[:, 0], vb[:, 0] * cnt[:, 0]
     wa, sa = _favourite(x, y, rel, ua, inv, kb)
     wb, sb = _favourite(y, x, rel, ub, inv, kb)
     out["top1"][sl] = (sa | sb).double()
     out["fav"][sl] = torch.minimum(wa, wb)
-    top = cnt.clamp_max(t_k).long()  # top-k capped at the kept keys
-    first = torch.arange(t_k, device=x.device) < top
+    top = cnt.clamp_max(topk).long()  # top-k capped at the kept keys
+    first = torch.arange(topk, device=x.device) < top
     ta_, tb_ = torch.gather(va, -1, top - 1), torch.gather(vb, -1, top - 1)
     b_in_a = (torch.gather(x, -1, ib) >= ta_ * (1.0 - rel)) & first
     a_in_b = (torch.gather(y, -1, ia) >= tb_ * (1.0 - rel)) & first
@@ -530,13 +531,13 @@ def _block_statistics(out: dict[str, torch.Tensor], sl: slice, x: torch.Tensor, 
         out["rho"][sl] = torch.where(c1 > 1, 1.0 - 6.0 * ssd / (c1 * (c1 * c1 - 1.0)).clamp_min(1.0), 1.0)
 
 
-def _block_outputs(out: dict[str, torch.Tensor], src: _Sources, i: int, j: int, x: torch.Tensor, y: torch.Tensor,
-                   kb: torch.Tensor | None, inv: torch.Tensor) -> None:
+def _block_outputs(out: dict[str, torch.Tensor], values: torch.Tensor, value_head: torch.Tensor, src: _Sources, i: int,
+                   j: int, maps: tuple[torch.Tensor, torch.Tensor], kb: torch.Tensor | None, inv: torch.Tensor) -> None:
     """The outputs' gap and baselines of rows ``i:j``, with the values of each head the block touches."""
-    n = src.n
+    (x, y), n = maps, src.n
     for h in range(i // n, (j - 1) // n + 1):
         r0, r1 = max(i, h * n), min(j, (h + 1) * n)
-        vh = src.values[int(src.value_head[h])].double()
+        vh = values[int(value_head[h])].double()
         vu = vh.mean(dim=0) if kb is None else (kb[r0 - i : r1 - i].double() * inv[r0 - i : r1 - i]) @ vh
         og, oua, oub = output_stats(x[r0 - i : r1 - i], y[r0 - i : r1 - i], vh, vu, k=src.k)
         out["og"][r0:r1], out["oua"][r0:r1], out["oub"][r0:r1] = og, oua, oub

@@ -101,7 +101,7 @@ def rank_stats(
     lb: torch.Tensor,
     tol_a: torch.Tensor,
     tol_b: torch.Tensor,
-    t_k: int,
+    topk: int,
     out: dict[str, torch.Tensor],
     top1: torch.Tensor,
     sl: tuple,
@@ -115,13 +115,13 @@ def rank_stats(
     peaks ``M max_j P_j`` (:func:`baseline`) once the block's baselines are known, after ``la`` and ``lb``
     may have been overwritten; returned with the index of each map's largest logit per row (``(rows, 1)``).
     """
-    va, ia = _topk_rows(la, t_k)
-    vb, ib = _topk_rows(lb, t_k)
+    va, ia = _topk_rows(la, topk)
+    vb, ib = _topk_rows(lb, topk)
 
     def whole(idx: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         return (la, lb) if idx is None else (la.index_select(0, idx), lb.index_select(0, idx))
 
-    finish = agreement(va, ia, vb, ib, torch.gather(la, -1, ib), torch.gather(lb, -1, ia), tol_a, tol_b, t_k,
+    finish = agreement(va, ia, vb, ib, torch.gather(la, -1, ib), torch.gather(lb, -1, ia), tol_a, tol_b, topk,
                        la.shape[-1], whole, out, top1, sl, defer)
     if rank:
         out["rho"][sl] = spearman_rows(la, lb)
@@ -139,7 +139,7 @@ def spearman_rows(la: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
 
 def agreement(
     va: torch.Tensor, ia: torch.Tensor, vb: torch.Tensor, ib: torch.Tensor, a_at_ib: torch.Tensor, b_at_ia: torch.Tensor,
-    tol_a: torch.Tensor, tol_b: torch.Tensor, t_k: int, m: int, whole: Rows, out: dict[str, torch.Tensor],
+    tol_a: torch.Tensor, tol_b: torch.Tensor, topk: int, m: int, whole: Rows, out: dict[str, torch.Tensor],
     top1: torch.Tensor, sl: tuple, defer: bool,
 ) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
     """Tie-aware top-k agreement and the top sets of one row block, from each map's top k and its logits at the other's.
@@ -157,7 +157,7 @@ def agreement(
     b_in_a = a_at_ib >= va[:, -1:] - ta  # (rows, k)
     a_in_b = b_at_ia >= vb[:, -1:] - tb
     both = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1))
-    out["overlap"][sl] = both.to(va.dtype) / t_k
+    out["overlap"][sl] = both.to(va.dtype) / topk
 
     def swapped(idx: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         xa, xb = whole(idx)

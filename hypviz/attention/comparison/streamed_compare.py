@@ -36,7 +36,7 @@ from hypviz.attention.comparison.row_blocks import (
     tv_uniform,
     weighted_sum,
 )
-from hypviz.attention.maps.checks import check_kind, checked_inputs, flatten_batch
+from hypviz.attention.maps.checks import check_kind, checked_inputs, flatten_batch, resolve_device
 from hypviz.attention.maps.kernels import DenseRows, Operands, SharedLogits, check_logit_range, kernel_for, rows_for, softmax_rows_
 from hypviz.base import kinds
 from hypviz.base.bounds import kl_supremum, tv_supremum
@@ -235,7 +235,7 @@ def _shared_blocks(
     alphas: tuple[float, float],
     n: int,
     rows: int,
-    t_k: int,
+    topk: int,
     rank: bool,
     tol: tuple[torch.Tensor, torch.Tensor],
     out: dict[str, torch.Tensor],
@@ -268,7 +268,7 @@ def _shared_blocks(
             s = torch.mm(sh.A[h, i:j].to(dev), b_t, out=buf_s[:r])
             la, lb = _two_rows(s, c, w, alpha_a, alpha_b, buf_d[:r])
             ta, tb = tol[0][sl], tol[1][sl]
-            finish_top, top_a, top_b = rank_stats(la, lb, ta, tb, t_k, out, top1, sl, rank, defer=True)
+            finish_top, top_a, top_b = rank_stats(la, lb, ta, tb, topk, out, top1, sl, rank, defer=True)
             out["gap"][sl] = c * w_span if abs(sign) == 1.0 else abs(sign) * c * w_span  # spread of log P_a - log P_b
             # the baselines (the other map's logits are consumed here), then P_b in place
             ua, peak_a, _ = baseline(la, ta, tmp[:r], top_a)
@@ -306,7 +306,7 @@ def _fused_blocks(
     alphas: tuple[float, float],
     n: int,
     rows: int,
-    t_k: int,
+    topk: int,
     rank: bool,
     tol: tuple[torch.Tensor, torch.Tensor],
     out: dict[str, torch.Tensor],
@@ -342,14 +342,15 @@ def _fused_blocks(
             gap = abs(sign) * c * w_span  # spread of log P_a - log P_b
             out["gap"][sl] = gap
             ta, tb = tol[0][sl], tol[1][sl]
-            res = shared_rows(s, c, w, alphas, ta, tb, gap, t_k, small, TILT_MAX_GAP, segment, _l2_bytes())
+            res = shared_rows(s, c, w, alphas, ta, tb, gap, topk, small, TILT_MAX_GAP, segment, _l2_bytes())
 
-            def whole(idx: torch.Tensor | None, s: torch.Tensor = s, c: torch.Tensor = c) -> tuple[torch.Tensor, torch.Tensor]:
+            def whole(idx: torch.Tensor | None, s: torch.Tensor = s, c: torch.Tensor = c,
+                      w: torch.Tensor = w) -> tuple[torch.Tensor, torch.Tensor]:
                 x, cx = (s, c) if idx is None else (s.index_select(0, idx), c.index_select(0, idx))
                 return tuple(x.clone() if alpha == 0.0 else torch.addr(x, cx, w, alpha=-alpha) for alpha in alphas)
 
             finish_top = agreement(*(res[x].to(dtype) if x[0] != "i" else res[x] for x in ("va", "ia", "vb", "ib", "a_at_ib", "b_at_ia")),
-                                   ta, tb, t_k, s.shape[-1], whole, out, top1, sl, defer=True)
+                                   ta, tb, topk, s.shape[-1], whole, out, top1, sl, defer=True)
             flags = res["flags"]
             for bit, side in ((2, "a"), (4, "b")):  # near-uniform rows too wide for the kernel: tv_uniform's own route
                 idx = (flags & bit).nonzero().squeeze(-1)
@@ -570,18 +571,20 @@ def _plan(queries: ArrayLike, keys: ArrayLike, a: Any, b: Any, values: ArrayLike
         q = q.index_select(-2, row_index.to(q.device))
     m = keys.shape[-2]
     spearman = m <= _SPEARMAN_MAX_KEYS if opts.spearman is None else opts.spearman
-    route = _route(kind_a, kind_b, q, m, math.prod(batch), spearman, opts)
+    device = resolve_device(opts.device)  # a torch.device already: the options were checked
+    route = _route(kind_a, kind_b, q, m, math.prod(batch), spearman, device, opts)
     route = dataclasses.replace(route, sampled_rows=None if row_index is None else q.shape[-2], options=kernel_values)
     return ComparePlan(
         a=kind_a, b=kind_b, q=flatten_batch(q, batch), keys=flatten_batch(keys, batch), values=values, batch=batch, k=k,
-        temperature=temperature, options=kernel_values, device=opts.device, topk=min(opts.topk, m), spearman=spearman,
+        temperature=temperature, options=kernel_values, device=device, topk=min(opts.topk, m), spearman=spearman,
         half=half, home=q.device, n_total=n_total, row_index=row_index, progress=opts.progress, plan=route)
 
 
-def _route(kind_a: Kind, kind_b: Kind, q: torch.Tensor, m: int, heads: int, spearman: bool, opts: CompareOptions) -> Plan:
+def _route(kind_a: Kind, kind_b: Kind, q: torch.Tensor, m: int, heads: int, spearman: bool, dev: torch.device,
+           opts: CompareOptions) -> Plan:
     """The path of two kinds' comparison and why (the kernels decide: :meth:`Kernel.shares_product`, operands
     declared or not; the fused kernel from :data:`_FUSED_MIN_LOGITS` where it runs), and its row blocks."""
-    n, itemsize, dev = q.shape[-2], q.element_size(), opts.device
+    n, itemsize = q.shape[-2], q.element_size()
     block_rows, block_reason = opts.block_rows, "block_rows given"
     if block_rows is None:
         block_rows = _block_rows_for(m, itemsize, opts.memory_budget, dev)
@@ -664,7 +667,7 @@ def run_compare(plan: ComparePlan) -> Comparison:
     start = time.perf_counter()
     logits = _logits(plan)
     out = _row_statistics(plan, logits)
-    outputs = {} if plan.values is None else _compare_outputs(plan, logits)
+    outputs = {} if plan.values is None else _compare_outputs(plan, logits, plan.values)
     _check_finite(plan, logits, out)
     bounds = _softmax_bound(plan, logits, out) if kinds.bound_applies(plan.a.name, plan.b.name) else {}
     return _result(plan, logits, out, outputs, bounds, start)
@@ -693,12 +696,16 @@ def _logits(plan: ComparePlan) -> _Logits:
         kernel = kernel_for(kind_a)
         sh, alphas = kernel.shared(kind_a, kind_b, q, keys, k=k, temperature=temperature)
         big = float(max(sh.largest(alpha).max() for alpha in alphas)) if q.numel() else 0.0
-        check_logit_range(big, dtype, temperature, lambda t: float(max(
-            kernel.shared(kind_a, kind_b, q.double(), keys.double(), k=k, temperature=t)[0].largest(alpha).max()
-            for alpha in alphas)))
+
+        def shared_at(temperature: float) -> float:  # the bound at another temperature, in float64
+            at = kernel.shared(kind_a, kind_b, q.double(), keys.double(), k=k, temperature=temperature)[0]
+            return float(max(at.largest(alpha).max() for alpha in alphas))
+
+        check_logit_range(big, dtype, temperature, shared_at)
         nk = _key_sqnorms(keys)
         # the rounding the two maps do not share: S's own cancels in log P_a - log P_b
-        rounding = tuple(_difference_rounding(sh, alpha, keys, k, nk).to(dtype) for alpha in alphas)
+        rounding = (_difference_rounding(sh, alphas[0], keys, k, nk).to(dtype),
+                    _difference_rounding(sh, alphas[1], keys, k, nk).to(dtype))
         return _Logits(err=(sh.err(alphas[0]), sh.err(alphas[1])), rounding=rounding, largest=lambda: big,
                        shared=(sh, alphas), key_sqnorms=nk)
     dense = plan.plan.path == "dense_rows"
@@ -715,10 +722,10 @@ def _logits(plan: ComparePlan) -> _Logits:
             return max(ka.largest(), kb.largest())
         return max(kernel_for(kind_a).largest_logit(kind_a, ka, dtype), kernel_for(kind_b).largest_logit(kind_b, kb, dtype))
 
-    def largest_at(t: float) -> float:
-        q64, k64 = q.double(), keys.double()
-        return max((kernel_for(kind).largest_logit(kind, kernel_for(kind).operands(kind, q64, k64, k=k, temperature=t,
-                                                                                   opts=plan.options), dtype)
+    def largest_at(temperature: float) -> float:  # the bound at another temperature, from float64 operands
+        q64, keys64 = q.double(), keys.double()
+        return max((kernel_for(kind).largest_logit(kind, kernel_for(kind).operands(
+            kind, q64, keys64, k=k, temperature=temperature, opts=plan.options), dtype)
                     for kind in (kind_a, kind_b) if not dense), default=0.0)
 
     check_logit_range(largest(), dtype, temperature, largest_at)
@@ -749,9 +756,9 @@ def _row_statistics(plan: ComparePlan, logits: _Logits) -> dict[str, torch.Tenso
     try:
         if logits.shared is not None:
             blocks = _fused_blocks if fused else _shared_blocks
-            blocks(*logits.shared, n, rows, plan.topk, rank, tol, out, top1, bufs, dev, bar)
-        else:
-            _pair_blocks(*logits.pair, n, rows, plan.topk, rank, tol, out, top1, bufs, dev, bar)
+            blocks(logits.shared[0], logits.shared[1], n, rows, plan.topk, rank, tol, out, top1, bufs, dev, bar)
+        elif logits.pair is not None:
+            _pair_blocks(logits.pair[0], logits.pair[1], n, rows, plan.topk, rank, tol, out, top1, bufs, dev, bar)
     finally:
         if bar is not None:
             bar.close()
@@ -806,7 +813,8 @@ def _softmax_bound(plan: ComparePlan, logits: _Logits, out: dict[str, torch.Tens
     n_max, n_min = nk.amax(dim=-1), nk.amin(dim=-1)
     spread = ((n_max - n_min) / ((n_max + k).sqrt() + (n_min + k).sqrt())).unsqueeze(-1)
     q_t = (q[..., 1:].double().square().sum(dim=-1) + k).sqrt()
-    delta = (abs(plan.a.bias - plan.b.bias) * q_t * spread / temperature).to(dtype)
+    bias_a, bias_b = plan.a.bias or 0.0, plan.b.bias or 0.0  # both set: the bound applies
+    delta = (abs(bias_a - bias_b) * q_t * spread / temperature).to(dtype)
     eps = torch.finfo(dtype).eps
     err_a, err_b = logits.err
     allowance = torch.zeros_like(delta) if plan.a.name == plan.b.name else 2.0 * (err_a + err_b) + 4.0 * eps * delta
@@ -833,7 +841,7 @@ def _result(plan: ComparePlan, logits: _Logits, out: dict[str, torch.Tensor], ou
     eps = torch.finfo(dtype).eps
     rounding = (logits.rounding[0] + logits.rounding[1]).to(plan.device)
     tv_tol = 0.5 * rounding + 16.0 * eps * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
-    stats = {**out, "tol": tv_tol, "rho": out["rho"] if plan.spearman else None,
+    stats = {**out, "tol": tv_tol,
              **{short: outputs[name] for short, name in (("og", "output_gap"), ("oua", "output_uniform_a"),
                                                           ("oub", "output_uniform_b")) if name in outputs}}
     name = str(dtype).replace("torch.", "")
@@ -853,13 +861,13 @@ def _result(plan: ComparePlan, logits: _Logits, out: dict[str, torch.Tensor], ou
     )
 
 
-def _compare_outputs(plan: ComparePlan, logits: _Logits) -> dict[str, torch.Tensor]:
+def _compare_outputs(plan: ComparePlan, logits: _Logits, values: torch.Tensor) -> dict[str, torch.Tensor]:
     """The outputs' gap and baselines (:func:`hypviz.attention.comparison.row_blocks.output_stats`), a second pass over the row blocks.
 
     Each block's two maps are recomputed from their logits (the one-product operands, or the two kinds' own) and
     both aggregate the same values by the Lorentzian centroid.
     """
-    values, dev, rows, n = flatten_batch(plan.values, plan.batch), plan.device, plan.plan.block_rows, plan.q.shape[-2]
+    values, dev, rows, n = flatten_batch(values, plan.batch), plan.device, plan.plan.block_rows, plan.q.shape[-2]
     heads = values.shape[0]
     res = {name: torch.empty(heads, n, dtype=values.dtype, device=dev)
            for name in ("output_gap", "output_uniform_a", "output_uniform_b")}
@@ -868,11 +876,11 @@ def _compare_outputs(plan: ComparePlan, logits: _Logits) -> dict[str, torch.Tens
         vu = vh.mean(dim=0)
         for i in range(0, n, rows):
             j = min(i + rows, n)
-            if logits.pair is None:
+            if logits.shared is not None:
                 sh, (alpha_a, alpha_b) = logits.shared
                 idx = torch.arange(i, j)
                 la, lb = sh.rows(h, idx, alpha_a, dev), sh.rows(h, idx, alpha_b, dev)
-            else:
+            elif logits.pair is not None:
                 la, lb = (
                     ops.logits(ops.A[h, i:j].to(dev), ops.B[h].to(dev).transpose(0, 1),
                                torch.empty(j - i, ops.B.shape[-2], dtype=values.dtype, device=dev))
