@@ -19,11 +19,27 @@ already produced.  All three take their settings as one :class:`CompareOptions` 
 
 from hypviz.attention.comparison.given_maps import compare_maps
 from hypviz.attention.comparison.options import CompareOptions
-from hypviz.attention.comparison.result import (CLOSE_RATIO, MAJORITY, RESOLVE, ROW_VERDICTS, TOP1_WEIGHT, TOP_SHARE, UNIFORM_PEAK,
-                                                UNIFORM_TV, VERDICTS, Comparison, Plan, describe_fractions, overall_verdict,
-                                                row_verdicts, verdict, verdict_rule, verdict_text)
+from hypviz.attention.comparison.result import (
+    CLOSE_RATIO,
+    MAJORITY,
+    RESOLVE,
+    ROW_VERDICTS,
+    TOP1_WEIGHT,
+    TOP_SHARE,
+    UNIFORM_PEAK,
+    UNIFORM_TV,
+    VERDICTS,
+    Comparison,
+    Plan,
+    describe_fractions,
+    overall_verdict,
+    row_verdicts,
+    verdict,
+    verdict_rule,
+    verdict_text,
+)
 from hypviz.attention.comparison.streamed_compare import ComparePlan, compare, plan_compare, run_compare
 
-__all__ = ["compare", "plan_compare", "run_compare", "ComparePlan", "CompareOptions", "compare_maps", "Comparison", "Plan", "verdict",
-           "row_verdicts", "overall_verdict", "describe_fractions", "verdict_rule", "verdict_text", "UNIFORM_TV", "UNIFORM_PEAK",
-           "CLOSE_RATIO", "TOP1_WEIGHT", "TOP_SHARE", "RESOLVE", "MAJORITY", "VERDICTS", "ROW_VERDICTS"]
+__all__ = ["compare", "plan_compare", "run_compare", "ComparePlan", "CompareOptions", "compare_maps", "Comparison", "Plan",
+           "verdict", "row_verdicts", "overall_verdict", "describe_fractions", "verdict_rule", "verdict_text", "UNIFORM_TV",
+           "UNIFORM_PEAK", "CLOSE_RATIO", "TOP1_WEIGHT", "TOP_SHARE", "RESOLVE", "MAJORITY", "VERDICTS", "ROW_VERDICTS"]

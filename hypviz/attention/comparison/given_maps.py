@@ -21,7 +21,7 @@ from hypviz.attention.comparison.result import STATISTICS, TOP_SHARE, Comparison
 from hypviz.attention.comparison.row_blocks import output_stats
 from hypviz.base import validate
 from hypviz.lorentz import check_points
-from hypviz.lorentz.points import row_name, as_tensor
+from hypviz.lorentz.points import as_tensor, row_name
 
 __all__ = ["compare_maps"]
 
@@ -116,7 +116,8 @@ def _keep_source(keep: Any, n: int, m: int) -> tuple[str, Any, tuple[int, ...]]:
         try:
             t = torch.as_tensor(np.asarray(keep))
         except (TypeError, ValueError, RuntimeError):
-            raise TypeError(f"keep must be a boolean array or tensor (True where a row may attend a key), got {type(keep).__name__}") from None
+            raise TypeError(f"keep must be a boolean array or tensor (True where a row may attend a key), "
+                            f"got {type(keep).__name__}") from None
     if t.dtype != torch.bool:
         raise TypeError(f"keep must be a boolean array or tensor (True where a row may attend a key) or a sparse adjacency, "
                         f"got dtype {str(t.dtype).replace('torch.', '')}")
@@ -125,7 +126,8 @@ def _keep_source(keep: Any, n: int, m: int) -> tuple[str, Any, tuple[int, ...]]:
     try:
         t = torch.broadcast_to(t, (*t.shape[:-2], n, m))
     except RuntimeError:
-        raise ValueError(f"keep must have shape (..., N, M) broadcastable to the maps' ({n}, {m}), got shape {tuple(t.shape)}") from None
+        raise ValueError(f"keep must have shape (..., N, M) broadcastable to the maps' ({n}, {m}), "
+                         f"got shape {tuple(t.shape)}") from None
     return "dense", t, tuple(t.shape[:-2])
 
 
@@ -140,7 +142,8 @@ def _sparse_rows(crow: torch.Tensor, col: torch.Tensor, q: torch.Tensor, m: int)
 
 
 def _logit_scale(x: torch.Tensor) -> torch.Tensor:
-    r"""Per row, :math:`\max(1, \mathbb{E}_P \log(\max P / P))`: the smallest logit spread that makes the map, weighted by the map."""
+    r"""Per row, :math:`\max(1, \mathbb{E}_P \log(\max P / P))`: the smallest logit spread that makes the map,
+    weighted by the map."""
     top = x.amax(dim=-1, keepdim=True)
     gap = torch.where(x > 0, torch.log(top) - torch.log(x.clamp_min(torch.finfo(x.dtype).tiny)), torch.zeros_like(x))
     return (x * gap).sum(dim=-1).clamp_min(1.0)
@@ -149,7 +152,8 @@ def _logit_scale(x: torch.Tensor) -> torch.Tensor:
 def _favourite(
     x: torch.Tensor, y: torch.Tensor, rel: float, ux: torch.Tensor, inv: Any, keep: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Direction ``x -> y`` of ``top1_weight`` (:func:`hypviz.attention.verdict`) and whether ``y`` has its own top on ``x``'s top set.
+    r"""Direction ``x -> y`` of ``top1_weight`` (:func:`hypviz.attention.verdict`) and whether ``y`` has its own top on
+    ``x``'s top set.
 
     :math:`T_x` = keys within a relative ``rel`` of :math:`\max x` (ties within rounding); the ratio
     :math:`\operatorname{mean}_{j \in T_x} \min(1, y_j / ((1 - \mathrm{rel}) \max y))` as
@@ -345,7 +349,8 @@ def _given(P_a: ArrayLike, P_b: ArrayLike) -> tuple[torch.Tensor, torch.Tensor, 
 class _Sources:
     """Where each row of the heads computed comes from: ``batch`` the broadcast leading axes, ``core`` those along
     which some input varies (the heads computed; their results broadcast back), ``grid`` ``(*core, N)``; ``a``, ``b``,
-    ``k`` the values' curvature (None: Euclidean values); ``keep`` each map's (and a dense keep's) own rows with their strides (:func:`_row_source`), ``sparse`` a sparse
+    ``k`` the values' curvature (None: Euclidean values); ``keep`` each map's (and a dense keep's) own rows with
+    their strides (:func:`_row_source`), ``sparse`` a sparse
     keep's CSR ``(crow, col)``; ``values`` ``(heads, M, c)`` and ``value_head`` each computed head's values."""
 
     batch: torch.Size
@@ -375,13 +380,15 @@ def _sources(pa: torch.Tensor, pb: torch.Tensor, keep: Any, values: Any, k: floa
         try:
             batch = torch.broadcast_shapes(batch, ksrc[2])
         except RuntimeError:
-            raise ValueError(f"the leading axes of the maps {tuple(batch)} and of keep {tuple(ksrc[1].shape)} do not broadcast") from None
+            raise ValueError(f"the leading axes of the maps {tuple(batch)} and of keep {tuple(ksrc[1].shape)} "
+                             "do not broadcast") from None
     v = None if values is None else _values(values, k, m)
     if v is not None:
         try:
             batch = torch.broadcast_shapes(batch, v.shape[:-2])
         except RuntimeError:
-            raise ValueError(f"the leading axes of the maps {tuple(batch)} and of values {tuple(v.shape)} do not broadcast") from None
+            raise ValueError(f"the leading axes of the maps {tuple(batch)} and of values {tuple(v.shape)} "
+                             "do not broadcast") from None
     if math.prod(batch) == 0:
         raise ValueError(f"P_a and P_b must hold at least one map, got leading axes {tuple(batch)} (no rows to compare)")
     kown = None if ksrc is None or ksrc[0] != "dense" else _own(ksrc[1])

@@ -17,7 +17,7 @@ Examples
 >>> gather(opts, {"tempreature": 1.0}, "compare")
 Traceback (most recent call last):
     ...
-TypeError: compare got an unknown option 'tempreature' (its options: k, temperature, topk, ...; the registered kernels' options: power, ...)
+TypeError: compare got an unknown option 'tempreature' (its options: k, temperature, topk, ...)
 """
 
 from __future__ import annotations
@@ -197,12 +197,37 @@ def gather(options: CompareOptions | None, settings: Mapping[str, Any], caller: 
     takes.  Fields of ``options`` that ``caller`` does not read are left as they are (one record may serve several
     calls).
 
+    Parameters
+    ----------
+    options : CompareOptions or None
+        The record the keywords replace fields of (None: the defaults).
+    settings : mapping of str to value
+        The keyword arguments of the call.
+    caller : str
+        The function's name, for the messages.
+    reads : frozenset of str
+        The fields ``caller`` reads (:data:`COMPARE_READS`, :data:`GIVEN_MAPS_READS`).
+
+    Returns
+    -------
+    CompareOptions
+        ``options`` itself when no keyword is given, else a new record.
+
     Raises
     ------
     TypeError
         For ``options`` that are not a :class:`CompareOptions`, or a keyword ``caller`` does not take.
     ValueError
         For a value outside its range (:class:`CompareOptions`).
+
+    Examples
+    --------
+    >>> gather(None, {"topk": 3, "atol": 1e-6}, "compare_maps", GIVEN_MAPS_READS).topk
+    3
+    >>> gather(None, {"rows": 8}, "compare_maps", GIVEN_MAPS_READS)
+    Traceback (most recent call last):
+        ...
+    TypeError: compare_maps takes no option 'rows' (it takes: topk, spearman, atol, tolerance, precision, logit_scale)
     """
     if options is not None and not isinstance(options, CompareOptions):
         raise TypeError(f"options must be a hypviz.attention.CompareOptions (or None), got {type(options).__name__}")

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 import torch
 
-from hypviz.attention.comparison.fused_stats import availability as fused_availability, shared_rows
+from hypviz.attention.comparison.fused_stats import availability as fused_availability
+from hypviz.attention.comparison.fused_stats import shared_rows
 from hypviz.attention.comparison.options import CompareOptions, gather
 from hypviz.attention.comparison.result import Comparison, Plan, assemble
 from hypviz.attention.comparison.row_blocks import (
@@ -37,7 +38,15 @@ from hypviz.attention.comparison.row_blocks import (
     weighted_sum,
 )
 from hypviz.attention.maps.checks import check_kind, checked_inputs, flatten_batch, resolve_device
-from hypviz.attention.maps.kernels import DenseRows, Operands, SharedLogits, check_logit_range, kernel_for, rows_for, softmax_rows_
+from hypviz.attention.maps.kernels import (
+    DenseRows,
+    Operands,
+    SharedLogits,
+    check_logit_range,
+    kernel_for,
+    rows_for,
+    softmax_rows_,
+)
 from hypviz.base import kinds
 from hypviz.base.bounds import kl_supremum, tv_supremum
 from hypviz.base.kinds import Kind
@@ -138,7 +147,8 @@ class ComparePlan:
             ok, why = fused_availability(self.q.dtype, self.device)
             if not ok:
                 raise ValueError(f"path must be one of 'one_product', 'two_products', 'dense_rows' here ({why}), got 'fused'")
-        return dataclasses.replace(self, plan=dataclasses.replace(self.plan, path=path, reason="chosen by the caller (with_path)"))
+        chosen = dataclasses.replace(self.plan, path=path, reason="chosen by the caller (with_path)")
+        return dataclasses.replace(self, plan=chosen)
 
 
 @functools.lru_cache(maxsize=1)
@@ -246,7 +256,8 @@ def _shared_blocks(
 ) -> None:
     """Every statistic of a comparison of two ``"bilinear"`` kinds, one product per row block.
 
-    Per block: ``S`` by one matrix product, each map by a rank-one update ``S - alpha c w^T`` (none for ``alpha = 0``), top-k of both, both
+    Per block: ``S`` by one matrix product, each map by a rank-one update ``S - alpha c w^T`` (none for ``alpha = 0``),
+    top-k of both, both
     maps by in-place softmaxes and their uniform baselines from the weights (rows near uniform
     recomputed without cancellation), then the tilted KL and TV from ``x = log P_a - log P_b`` (up to
     a constant) ``= (alpha_b - alpha_a) c (w - E_{P_b} w)``, another rank-one form.  Three ``rows x M`` buffers;
@@ -349,14 +360,16 @@ def _fused_blocks(
                 x, cx = (s, c) if idx is None else (s.index_select(0, idx), c.index_select(0, idx))
                 return tuple(x.clone() if alpha == 0.0 else torch.addr(x, cx, w, alpha=-alpha) for alpha in alphas)
 
-            finish_top = agreement(*(res[x].to(dtype) if x[0] != "i" else res[x] for x in ("va", "ia", "vb", "ib", "a_at_ib", "b_at_ia")),
+            tops = ("va", "ia", "vb", "ib", "a_at_ib", "b_at_ia")
+            finish_top = agreement(*(res[x].to(dtype) if x[0] != "i" else res[x] for x in tops),
                                    ta, tb, topk, s.shape[-1], whole, out, top1, sl, defer=True)
             flags = res["flags"]
             for bit, side in ((2, "a"), (4, "b")):  # near-uniform rows too wide for the kernel: tv_uniform's own route
                 idx = (flags & bit).nonzero().squeeze(-1)
                 if len(idx):
                     l_rows = whole(idx)[0 if side == "a" else 1]
-                    res["u" + side][idx], res["p" + side][idx] = (t.double() for t in tv_uniform(l_rows, torch.empty_like(l_rows)))
+                    ua, pa = tv_uniform(l_rows, torch.empty_like(l_rows))
+                    res["u" + side][idx], res["p" + side][idx] = ua.double(), pa.double()
             finish_top(res["pa"].to(dtype), res["pb"].to(dtype))
             for name in ("ua", "ub", "pa", "pb", "kl", "tv"):
                 out[name][sl] = res[name]
@@ -609,7 +622,7 @@ def _route(kind_a: Kind, kind_b: Kind, q: torch.Tensor, m: int, heads: int, spea
                 path, reason = "fused", reason + (f"; each block's statistics in one fused kernel ({why}), its rows in "
                                                   f"segments of {_fused_segment(itemsize):,} keys (a "
                                                   f"{_FUSED_SEGMENT_L2_PARTS}nd of the {_l2_bytes() // 1024:,} KiB L2)")
-                if opts.block_rows is None and dev.type == "cpu":  # the kernel keeps each row in cache: the rows serve the product
+                if opts.block_rows is None and dev.type == "cpu":  # the kernel keeps each row in cache: rows for the product
                     budget = _DEFAULT_BUDGET if opts.memory_budget is None else opts.memory_budget
                     rows = min(n, _FUSED_MAX_ROWS, max(1, budget // ((1 + spearman) * m * itemsize)))
                     block_reason = (f"the product's rows for the fused kernel: {1 + spearman} buffer(s) in "
@@ -741,7 +754,8 @@ def _row_statistics(plan: ComparePlan, logits: _Logits) -> dict[str, torch.Tenso
     out = {name: torch.empty(heads, n, dtype=dtype, device=dev) for name in names}
     top1 = torch.empty(heads, n, dtype=torch.bool, device=dev)
     fused = plan.plan.path == "fused"  # one buffer (two for Spearman)
-    bufs = (torch.empty(rows, m, dtype=dtype, device=dev), torch.empty(rows if not fused or rank else 0, m, dtype=dtype, device=dev),
+    bufs = (torch.empty(rows, m, dtype=dtype, device=dev),
+            torch.empty(rows if not fused or rank else 0, m, dtype=dtype, device=dev),
             torch.empty(rows if not fused else 0, m, dtype=dtype, device=dev))
     tol = ((2.0 * logits.err[0]).to(dev), (2.0 * logits.err[1]).to(dev))
     show = plan.progress
@@ -862,7 +876,8 @@ def _result(plan: ComparePlan, logits: _Logits, out: dict[str, torch.Tensor], ou
 
 
 def _compare_outputs(plan: ComparePlan, logits: _Logits, values: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The outputs' gap and baselines (:func:`hypviz.attention.comparison.row_blocks.output_stats`), a second pass over the row blocks.
+    """The outputs' gap and baselines (:func:`hypviz.attention.comparison.row_blocks.output_stats`), a second pass over
+    the row blocks.
 
     Each block's two maps are recomputed from their logits (the one-product operands, or the two kinds' own) and
     both aggregate the same values by the Lorentzian centroid.

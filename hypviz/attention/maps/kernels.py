@@ -159,8 +159,17 @@ def options(kind: Kind, values: Mapping[str, Any] | None = None, names: Mapping[
 
 
 def option_names() -> tuple[str, ...]:
-    """The options the registered kernels declare (:attr:`Kernel.options`), each once, in the order of registration.
+    """The options the registered kernels declare (:attr:`Kernel.options`), each once, in the order of registration:
+    the names :func:`hypviz.attention.attention_map`, :func:`hypviz.attention.compare` and ``hypviz compare --option``
+    take besides their own.
 
+    Returns
+    -------
+    tuple of str
+        The names, read from :data:`KERNELS` now (a kernel registered later is in it).
+
+    Examples
+    --------
     >>> option_names()[:3]
     ('power', 'norm_scale', 'bias')
     """
@@ -168,9 +177,23 @@ def option_names() -> tuple[str, ...]:
 
 
 def unknown_options(names: Iterable[Any]) -> list[Any]:
-    """The names among ``names`` that no registered kernel declares; the plugins' entry points
-    (:func:`hypviz.base.plugins.load_entry_points`) are loaded first when one is missing, as for a kind's name.
+    """The names among ``names`` that no registered kernel declares (:func:`option_names`).
 
+    The plugins' entry points (:func:`hypviz.base.plugins.load_entry_points`) are loaded first when one is missing,
+    as for a kind's name, so that a plugin's kernel is known before its option is refused.
+
+    Parameters
+    ----------
+    names : iterable
+        Option names as given (anything that is not a str is unknown).
+
+    Returns
+    -------
+    list
+        The unknown ones, in their order.
+
+    Examples
+    --------
     >>> unknown_options(["power", "ofset"])
     ['ofset']
     """
@@ -250,7 +273,8 @@ class Kernel:
     A kernel declares everything about its arithmetic, and the rest of hypviz asks it, never a kind's name:
 
     * :attr:`options`: the parameters it reads besides ``k`` and ``temperature``, each with its check and default
-      (:class:`Option`; :func:`options` checks a kind's through them);
+      (:class:`Option`; :func:`options` checks a kind's through them), given by name to
+      :func:`hypviz.attention.attention_map`, :func:`hypviz.attention.compare` and ``hypviz compare --option NAME=VALUE``;
     * :meth:`operands`: ``A``, ``B``, the per-row rounding bound and the finishing of the log-weights
       :math:`\log w_{ij} = f(A_i \cdot B_j)` (:class:`Operands`), for :func:`hypviz.attention.compare`'s row blocks;
     * :meth:`largest_logit`: a bound on :math:`|f(A_i \cdot B_j)|` computed in a dtype (what can overflow it; asked
