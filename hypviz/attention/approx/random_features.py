@@ -471,13 +471,15 @@ def _key_summaries(kappa: torch.Tensor, vals: torch.Tensor, k: float, tau: float
                    control: bool, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Pass 2 over the keys, ``block`` at a time: :math:`B^\top V` and :math:`B^\top \mathbf 1` (the key operands
     of :func:`_key_block` against the stabilisers)."""
-    summary, norm = None, None
+    summary: torch.Tensor | None = None
+    norm: torch.Tensor | None = None
     for i in range(0, kappa.shape[-2], block):
         b, logkey = _centred_keys(kappa[:, i : i + block], k, tau)
         bb = _key_block(b, logkey, omega, stab.shift, stab.c0, control)
         s = bb.transpose(-1, -2) @ vals[:, i : i + block]
         z = bb.sum(dim=-2)
-        summary, norm = (s, z) if summary is None else (summary + s, norm + z)
+        summary, norm = (s, z) if summary is None or norm is None else (summary + s, norm + z)
+    assert summary is not None and norm is not None  # at least one key (checked)
     return summary, norm
 
 

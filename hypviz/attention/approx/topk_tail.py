@@ -525,6 +525,7 @@ def _searched(level: _LevelRows, k: int, big: int, m: int, dt: torch.dtype) -> t
     t_big = v64[:, big - 1] if big < m else torch.full_like(t, -math.inf)
     out_n = m - big
     if out_n:
+        assert lf is not None and le is not None  # keys below rank K: both samples' logits at hand
         in_f = lf < t_big.unsqueeze(-1)  # below rank K: the sampled stratum
         nf = in_f.sum(-1)
         u_f = torch.where(in_f, lf - t.unsqueeze(-1), torch.zeros_like(lf))
@@ -549,6 +550,7 @@ def _searched(level: _LevelRows, k: int, big: int, m: int, dt: torch.dtype) -> t
     pw_top = top_w / zhat.unsqueeze(-1)
     b_hat = 0.5 * ((pw_top - 1.0 / m).abs().sum(-1) + (rho.unsqueeze(-1) * p_str / zhat.unsqueeze(-1) - 1.0 / m).abs().sum(-1))
     if out_n:
+        assert lf is not None and le is not None
         in_e = le < t_big.unsqueeze(-1)
         ne = in_e.sum(-1)
         u_e = le - t.unsqueeze(-1)
@@ -629,7 +631,7 @@ class _Job(NamedTuple):
     sink: Any  # called with the weights of rows computed with every key exact
 
     def row_stats(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per row: ``a`` in float64, the mean logit and :math:`\\sum_j y_j^2` (the centred logits)."""
+        r"""Per row: ``a`` in float64, the mean logit and :math:`\sum_j y_j^2` (the centred logits)."""
         a64 = self.a[rows].double()
         return a64, a64 @ self.stats.bbar, ((a64 @ self.stats.cov) * a64).sum(-1).clamp_min(0.0)
 
@@ -833,7 +835,8 @@ class TopkTailKernel(Kernel):
 
     options = {"seed": Option(lambda v, name: validate.seed(v, name), 0)}
 
-    def _plans(self, q: torch.Tensor, keys: torch.Tensor, k: float, tau: float, opts: dict[str, Any]):
+    def _plans(self, q: torch.Tensor, keys: torch.Tensor, k: float, tau: float, opts: dict[str, Any]
+               ) -> tuple[torch.Size, torch.Tensor, torch.Tensor, list[_Head]]:
         batch = torch.broadcast_shapes(q.shape[:-2], keys.shape[:-2])
         a, b = distance_operands(flatten_batch(q, batch), flatten_batch(keys, batch), k=k, temperature=tau)
         settings = _PlanSettings(seed=opts.get("seed", 0))
@@ -893,7 +896,8 @@ class _Settings(NamedTuple):
 def _check_settings(top: Any, tol: Any, samples: Any, seed: Any, search: Any, recall: Any, aggregation: Any,
                     exact_fallback: Any, certify: Any) -> _Settings:
     """Each option of :func:`distance_topk_attention` checked, in the order of its signature (one-line errors)."""
-    plan = _check_top(top), validate.positive(tol, "tol"), validate.integer(samples, "samples", 1), validate.seed(seed)
+    plan = _PlanSettings(_check_top(top), validate.positive(tol, "tol"), validate.integer(samples, "samples", 1),
+                         validate.seed(seed), exact_fallback, certify)  # the two flags checked below
     fitted = search if isinstance(search, KeyIndex) else None
     how = "index" if fitted is not None else validate.choice(search, "search", SEARCHES)
     asked = validate.positive(recall, "recall")
@@ -904,7 +908,7 @@ def _check_settings(top: Any, tol: Any, samples: Any, seed: Any, search: Any, re
         raise TypeError(f"exact_fallback must be True or False, got {exact_fallback!r:.80}")
     if not isinstance(certify, bool):
         raise TypeError(f"certify must be True or False, got {certify!r:.80}")
-    return _Settings(_PlanSettings(*plan, fallback=exact_fallback, certify=certify), how, fitted, asked, agg)
+    return _Settings(plan, how, fitted, asked, agg)
 
 
 def _searches(settings: _Settings, q: torch.Tensor, keys: torch.Tensor, a: torch.Tensor, b: torch.Tensor, k: float,
@@ -961,6 +965,7 @@ class _Output:
 
     def finish(self, h: int, rows: torch.Tensor, num: torch.Tensor, zhat: torch.Tensor) -> None:
         """``out[h, rows]`` from the weighted sums of the values ``num`` and the normaliser ``zhat`` (float64)."""
+        assert self.out is not None
         o = num / zhat.unsqueeze(-1)
         if self.aggregation == "centroid":
             norm2 = o[..., :1].square() - o[..., 1:].square().sum(dim=-1, keepdim=True)
@@ -974,8 +979,9 @@ class _Output:
         return lambda rows, w, z: self.finish(h, rows, (w @ self.vals[h]).double(), z)  # every key: one product, as the exact map
 
     def top_sums(self, h: int, coef: torch.Tensor, top_keys: torch.Tensor, m: int) -> torch.Tensor:
-        """Per row, :math:`\\sum_j c_j v_j` over its top keys (float64): gathered, or for many top keys dense rows of
+        r"""Per row, :math:`\sum_j c_j v_j` over its top keys (float64): gathered, or for many top keys dense rows of
         coefficients and one product."""
+        assert self.vals is not None
         if 4 * top_keys.shape[-1] >= m and bool((top_keys >= 0).all()):
             if self._values64 is None or self._values64[0] != h:
                 self._values64 = (h, self.vals[h].double())
@@ -1005,28 +1011,28 @@ class _Listing(NamedTuple):
 
 
 class _HeadSums(NamedTuple):
-    """One head's sums for its listed rows: ``a`` in float64, each row's mean logit and :math:`\\sum_j y_j^2`, the
-    number of keys and the value sums of :func:`_value_sums` (``None`` without values)."""
+    r"""One head's sums for its listed rows: ``a`` in float64, each row's mean logit and :math:`\sum_j y_j^2`, the
+    number of keys and the value sums ``s0, s1, s2`` of :func:`_value_sums` (``None`` without values)."""
 
     a64: torch.Tensor
     mean_s: torch.Tensor
     sq: torch.Tensor
     m: int
-    s0: torch.Tensor | None
-    s1: torch.Tensor | None
-    s2: torch.Tensor | None
+    values: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
 
 
 def _head_sums(a: torch.Tensor, b: torch.Tensor, vals: torch.Tensor | None) -> _HeadSums:
     """:class:`_HeadSums` of one head's operands ``a``, ``b`` and values ``vals``."""
     a64 = a.double()
+    values: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     if vals is not None:
         bbar, s0, s1, s2 = _value_sums(b, vals)
+        values = (s0, s1, s2)
     else:
-        bbar, s0, s1, s2 = b.double().mean(0), None, None, None
+        bbar = b.double().mean(0)
     bc = b.double() - bbar
     cov = bc.transpose(0, 1) @ bc
-    return _HeadSums(a64, a64 @ bbar, ((a64 @ cov) * a64).sum(-1).clamp_min(0.0), b.shape[0], s0, s1, s2)
+    return _HeadSums(a64, a64 @ bbar, ((a64 @ cov) * a64).sum(-1).clamp_min(0.0), b.shape[0], values)
 
 
 def _fill_head(listing: _Listing, output: _Output, h: int, plan: _Head, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -1059,14 +1065,15 @@ def _fill_piece(listing: _Listing, output: _Output, h: int, plan: _Head, sums: _
     dt = listing.weights.dtype
     listing.weights[at], listing.indices[at] = (top_w / zhat.unsqueeze(-1)).to(dt), top_keys
     listing.tail_mass[h, rows] = (rho * tail / zhat).to(dt)
-    if output.vals is None:
+    if sums.values is None:  # no values: no output
         return
+    s0, s1, s2 = sums.values
     num = output.top_sums(h, top_w - rho.unsqueeze(-1) * p_top, top_keys, m)  # the top keys exactly, less their tail share
     c0 = 1.0 + delta * (bh + gh * delta)
     c1 = bh + 2.0 * gh * delta
     ar = sums.a64[rows]
-    quad = ((ar.unsqueeze(-1) * ar.unsqueeze(-2)).reshape(len(rows), -1) @ sums.s2)
-    allv = c0.unsqueeze(-1) * sums.s0 + c1.unsqueeze(-1) * (ar @ sums.s1) + gh.unsqueeze(-1) * quad
+    quad = ((ar.unsqueeze(-1) * ar.unsqueeze(-2)).reshape(len(rows), -1) @ s2)
+    allv = c0.unsqueeze(-1) * s0 + c1.unsqueeze(-1) * (ar @ s1) + gh.unsqueeze(-1) * quad
     output.finish(h, rows, num + rho.unsqueeze(-1) * allv, zhat)
 
 
