@@ -77,7 +77,7 @@ def _heads_first(t: torch.Tensor, heads_axis: int | None, name: str) -> torch.Te
     return t.movedim(ax, 0)
 
 
-def _on_hyperboloid(t: torch.Tensor, kf: float, name: str) -> torch.Tensor:
+def _on_hyperboloid(t: torch.Tensor, k: float, name: str) -> torch.Tensor:
     """:func:`check_points`, except that float64 points made in float32 are checked there and re-lifted.
 
     ``x.double()`` of float32 points is off ``<x, x>_L = -k`` by float32 rounding, far above float64's
@@ -85,7 +85,7 @@ def _on_hyperboloid(t: torch.Tensor, kf: float, name: str) -> torch.Tensor:
     were made in float32: their time coordinate is recomputed from the spatial part in float64.
     """
     try:
-        return check_points(t, k=kf, name=name)
+        return check_points(t, k=k, name=name)
     except ValueError:
         if t.dtype != torch.float64 or not bool(torch.isfinite(t).all()):
             raise
@@ -93,10 +93,10 @@ def _on_hyperboloid(t: torch.Tensor, kf: float, name: str) -> torch.Tensor:
         if not torch.equal(as32.to(torch.float64), t):
             raise
         try:
-            check_points(as32, k=kf, name=name)
+            check_points(as32, k=k, name=name)
         except ValueError:
             raise
-        return lift(t[..., 1:], k=kf)
+        return lift(t[..., 1:], k=k)
 
 
 
@@ -110,40 +110,40 @@ def checked_inputs(
     detach: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, float, torch.Size]:
     """Shapes, dtypes, devices, broadcasting and the hyperboloid; returns tensors and the batch shape."""
-    kf = check_k(k)
+    k = check_k(k)
     q = _heads_first(_points(queries, "queries", "N"), heads_axis, "queries")
-    kk = _heads_first(_points(keys, "keys", "M"), heads_axis, "keys")
+    kappa = _heads_first(_points(keys, "keys", "M"), heads_axis, "keys")
     v = None if values is None else _heads_first(_points(values, "values", "M"), heads_axis, "values")
     if detach:
-        q, kk = q.detach(), kk.detach()
+        q, kappa = q.detach(), kappa.detach()
         v = None if v is None else v.detach()
-    if q.shape[-1] != kk.shape[-1]:
+    if q.shape[-1] != kappa.shape[-1]:
         raise ValueError(
             f"queries and keys must have the same number of coordinates d + 1: "
-            f"queries is {tuple(q.shape)}, keys is {tuple(kk.shape)}"
+            f"queries is {tuple(q.shape)}, keys is {tuple(kappa.shape)}"
         )
-    if v is not None and v.shape[-2] != kk.shape[-2]:
+    if v is not None and v.shape[-2] != kappa.shape[-2]:
         raise ValueError(
-            f"values must have one row per key (M = {kk.shape[-2]}): keys is {tuple(kk.shape)}, values is {tuple(v.shape)}"
+            f"values must have one row per key (M = {kappa.shape[-2]}): keys is {tuple(kappa.shape)}, values is {tuple(v.shape)}"
         )
-    for t, name in ((kk, "keys"), (v, "values")):
+    for t, name in ((kappa, "keys"), (v, "values")):
         if t is None:
             continue
         if t.dtype != q.dtype:
             raise TypeError(f"queries are {q.dtype} but {name} are {t.dtype}; convert them to one dtype")
         if t.device != q.device:
             raise ValueError(f"queries are on {q.device} but {name} are on {t.device}; move them to one device")
-    shapes = [q.shape[:-2], kk.shape[:-2]] + ([] if v is None else [v.shape[:-2]])
+    shapes = [q.shape[:-2], kappa.shape[:-2]] + ([] if v is None else [v.shape[:-2]])
     try:
         batch = torch.broadcast_shapes(*shapes)
     except RuntimeError:
         got = ", ".join(str(tuple(s)) for s in shapes)
         raise ValueError(f"the leading (head/batch) axes of queries, keys[, values] do not broadcast: {got}") from None
-    q = _on_hyperboloid(q, kf, "queries")
-    kk = _on_hyperboloid(kk, kf, "keys")
+    q = _on_hyperboloid(q, k, "queries")
+    kappa = _on_hyperboloid(kappa, k, "keys")
     if v is not None:
-        v = _on_hyperboloid(v, kf, "values")
-    return q, kk, v, kf, batch
+        v = _on_hyperboloid(v, k, "values")
+    return q, kappa, v, k, batch
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:

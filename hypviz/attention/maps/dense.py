@@ -81,8 +81,8 @@ def scores(queries: ArrayLike, keys: ArrayLike, kind: str, *, k: float = 1.0) ->
     True
     """
     check_kind(kind, allowed=tuple(SOFTMAX_KINDS))
-    q, kk, _, kf, _ = checked_inputs(queries, keys, k=k)
-    return raw_scores(kind, q, kk, k=kf)
+    q, kappa, _, k, _ = checked_inputs(queries, keys, k=k)
+    return raw_scores(kind, q, kappa, k=k)
 
 
 
@@ -251,9 +251,9 @@ def focused_linear_map(
     >>> A.shape, bool((A >= 0).all()), bool(torch.allclose(A.sum(dim=-1), torch.ones(4, dtype=A.dtype)))
     (torch.Size([4, 6]), True, True)
     """
-    q, kk, _, kf, _ = checked_inputs(queries, keys, k=k)
+    q, kappa, _, k, _ = checked_inputs(queries, keys, k=k)
     opts = dict(power=check_power(power), norm_scale=check_norm_scale(norm_scale))
-    return KERNELS["focused"].dense(kinds.get("focused"), q, kk, k=kf, temperature=0.0, opts=opts, eps=check_eps(eps))
+    return KERNELS["focused"].dense(kinds.get("focused"), q, kappa, k=k, temperature=0.0, opts=opts, eps=check_eps(eps))
 
 
 def focused_linear_attention(
@@ -298,9 +298,9 @@ def focused_linear_attention(
     >>> out.shape, bool(torch.allclose(out, focused_linear_map(queries, keys) @ values[:, 1:]))
     (torch.Size([4, 2]), True)
     """
-    q, kk, v, _, _ = checked_inputs(queries, keys, k=k, values=values)
+    q, kappa, v, _, _ = checked_inputs(queries, keys, k=k, values=values)
     p, s, e = check_power(power), check_norm_scale(norm_scale), check_eps(eps)
-    fq, fk = feature_map(q[..., 1:], p), feature_map(kk[..., 1:], p)
+    fq, fk = feature_map(q[..., 1:], p), feature_map(kappa[..., 1:], p)
     kv = fk.transpose(-1, -2) @ v[..., 1:]  # (..., d, d_v)
     numerator = fq @ kv  # (..., N, d_v)
     normaliser = fq @ fk.sum(dim=-2).unsqueeze(-1)  # (..., N, 1)

@@ -150,15 +150,15 @@ def top_attention(
     >>> [round(w, 3) for w in top["distance"].weights.tolist()]
     [0.276, 0.211, 0.185]
     """
-    kf = L.check_k(k)
-    q = _pointset(queries, kf, "queries")
-    kk = _pointset(keys, kf, "keys")
-    if q.shape[-1] != kk.shape[-1]:
+    k = L.check_k(k)
+    q = _pointset(queries, k, "queries")
+    kappa = _pointset(keys, k, "keys")
+    if q.shape[-1] != kappa.shape[-1]:
         raise ValueError(
-            f"queries and keys have different numbers of coordinates: {tuple(q.shape)} and {tuple(kk.shape)}"
+            f"queries and keys have different numbers of coordinates: {tuple(q.shape)} and {tuple(kappa.shape)}"
         )
     i = _index(query, "query", q.shape[0])
-    m = min(validate.integer(top, "top", minimum=1, hint=" (a number of keys)"), kk.shape[0])
+    m = min(validate.integer(top, "top", minimum=1, hint=" (a number of keys)"), kappa.shape[0])
     rtol = _tolerance(tie_rtol)
     kinds = [kinds] if isinstance(kinds, str) else list(kinds)
     if not kinds:
@@ -167,7 +167,7 @@ def top_attention(
         registry.check(kind, "kinds", registry.comparable())
     out: dict[str, TopKeys] = {}
     for kind in kinds:
-        row = A.attention_map(q[i : i + 1], kk, kind, k=kf, temperature=temperature)[0]
+        row = A.attention_map(q[i : i + 1], kappa, kind, k=k, temperature=temperature)[0]
         tau = check_temperature(temperature, q.shape[-1] - 1) if registry.get(kind).temperature else None
         order = _strongest(row.detach().cpu().to(torch.float64), m, rtol)
         out[kind] = TopKeys(kind, row, order, row[order.to(row.device)], tau)
