@@ -433,12 +433,12 @@ class _Setup:
 
 def _levels(pa: torch.Tensor, pb: torch.Tensor, m: int, opts: CompareOptions) -> list[tuple[float, float]]:
     """Per map: its storage rounding in TV, and (only when stated) the epsilon of its computation."""
-    made = opts.precision if isinstance(opts.precision, torch.dtype) else None  # checked: a dtype or None
-    stated = made is not None or opts.logit_scale is not None
+    comp = opts.precision if isinstance(opts.precision, torch.dtype) else None  # checked: a dtype or None
+    stated = comp is not None or opts.logit_scale is not None
     levels = []
     for t in (pa, pb):
         fs = torch.finfo(t.dtype)
-        ec = (fs.eps if made is None else torch.finfo(made).eps) if stated else 0.0
+        ec = (fs.eps if comp is None else torch.finfo(comp).eps) if stated else 0.0
         levels.append((0.5 * fs.eps + 0.5 * m * fs.eps * fs.tiny, ec))
     return levels
 
@@ -525,9 +525,9 @@ def _block_statistics(out: dict[str, torch.Tensor], sl: slice, x: torch.Tensor, 
     a_in_b = (torch.gather(y, -1, ia) >= tb_ * (1.0 - rel)) & first
     out["overlap"][sl] = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1)).double() / top[:, 0]
     if setup.tolerance is None:
-        tol = torch.full_like(ua, 16.0 * torch.finfo(torch.float64).eps * math.log2(x.shape[-1] + 1))
+        tol, scale = torch.full_like(ua, 16.0 * torch.finfo(torch.float64).eps * math.log2(x.shape[-1] + 1)), setup.scale
         for p, (store, ec) in zip((x, y), setup.levels):
-            tol += store + (0.0 if ec == 0.0 else ec * (_logit_scale(p) if setup.scale is None else setup.scale))
+            tol += store + (0.0 if ec == 0.0 else ec * (_logit_scale(p) if scale is None else scale))
         out["tol"][sl] = tol
     if setup.rank:  # masked keys rank lowest in both maps, in key order (stable): only the kept keys' ranks differ
         st = kb is not None

@@ -851,10 +851,10 @@ def _result(plan: ComparePlan, logits: _Logits, out: dict[str, torch.Tensor], ou
     worst case; on one product, only the rounding the two maps do not share (:func:`_difference_rounding`); plus the
     statistics' own.
     """
-    q, dtype, n, m = plan.q, plan.q.dtype, plan.q.shape[-2], plan.keys.shape[-2]
+    q, dtype, n, m, dev = plan.q, plan.q.dtype, plan.q.shape[-2], plan.keys.shape[-2], plan.device
     eps = torch.finfo(dtype).eps
-    rounding = (logits.rounding[0] + logits.rounding[1]).to(plan.device)
-    tv_tol = 0.5 * rounding + 16.0 * eps * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
+    rnd_a, rnd_b = logits.rounding  # the realistic levels; logits.err, the worst case, does not decide identical
+    tv_tol = 0.5 * (rnd_a + rnd_b).to(dev) + 16.0 * eps * math.log2(m + 1) * torch.maximum(out["ua"], out["ub"])
     stats = {**out, "tol": tv_tol,
              **{short: outputs[name] for short, name in (("og", "output_gap"), ("oua", "output_uniform_a"),
                                                           ("oub", "output_uniform_b")) if name in outputs}}
