@@ -199,7 +199,7 @@ def _restricted(rec: Any, tau: float, verified: bool) -> tuple[attention.Compari
     from hypviz.capture.records import masked_softmax
     from hypviz.capture.verification import layer_map
 
-    q, kk = rec.queries.to(torch.float64), rec.keys.to(torch.float64)
+    q, keys = rec.queries.to(torch.float64), rec.keys.to(torch.float64)
     keep = rec.mask if rec.mask is not None else torch.ones(1, rec.n_queries, rec.n_keys, dtype=torch.bool)
     if rec.adjacency is not None:
         adj = rec.adjacency.to_dense() if rec.adjacency.layout != torch.strided else rec.adjacency
@@ -211,11 +211,12 @@ def _restricted(rec: Any, tau: float, verified: bool) -> tuple[attention.Compari
         return torch.where(total > 0, kept / torch.where(total > 0, total, torch.ones_like(total)),
                            torch.full_like(p, 1.0 / p.shape[-1]))
 
-    taus = rec.head_temperatures or [tau] * rec.n_heads  # per head where the layer learns one
+    temperatures = rec.head_temperatures or [tau] * rec.n_heads  # per head where the layer learns one
 
     def masked(kind: str) -> torch.Tensor:  # the softmax over the kept keys (-inf logits before it): exact at any norm
-        return torch.cat([masked_softmax(attention.scores(q[h:h + 1], kk[h:h + 1], kind, k=rec.k) / t,
-                                         keep[h:h + 1] if keep.shape[0] > 1 else keep) for h, t in enumerate(taus)])
+        return torch.cat([masked_softmax(attention.scores(q[h:h + 1], keys[h:h + 1], kind, k=rec.k) / temperature,
+                                         keep[h:h + 1] if keep.shape[0] > 1 else keep)
+                          for h, temperature in enumerate(temperatures)])
 
     p_ref, p_thr = masked(REFERENCE), masked(THREAD)
     # judged over the keys each row attends: its uniform baseline is the uniform row over those keys
