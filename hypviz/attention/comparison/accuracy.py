@@ -29,13 +29,12 @@ import mpmath
 import numpy as np
 import torch
 
-from hypviz.base import validate
+from hypviz import data, lorentz
 from hypviz.attention.comparison.streamed_compare import compare
+from hypviz.base import validate
 from hypviz.base.messages import short
-from hypviz import data
-from hypviz import lorentz
-from hypviz.lorentz import hyperboloid
 from hypviz.base.oracle import distances_mpmath, kl_supremum_mpmath, sqdist_mpmath
+from hypviz.lorentz import hyperboloid
 
 __all__ = [
     "BoundCheck",

@@ -16,10 +16,10 @@ import torch
 
 from hypviz import data
 from hypviz import lorentz as L
-from hypviz.attention.comparison.result import Comparison
 from hypviz.attention.comparison.given_maps import compare_maps
-from hypviz.attention.maps.kernels import distance_logits, raw_scores
+from hypviz.attention.comparison.result import Comparison
 from hypviz.attention.comparison.streamed_compare import compare
+from hypviz.attention.maps.kernels import distance_logits, raw_scores
 
 __all__ = ["Case", "cases", "CASES"]
 

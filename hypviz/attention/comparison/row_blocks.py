@@ -8,6 +8,7 @@ uniform baselines are computed without cancellation, top-k agreement is tie-awar
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -96,18 +97,22 @@ def baseline(
 Rows = Callable[[torch.Tensor | None], tuple[torch.Tensor, torch.Tensor]]
 
 
-def rank_stats(
-    la: torch.Tensor,
-    lb: torch.Tensor,
-    tol_a: torch.Tensor,
-    tol_b: torch.Tensor,
-    topk: int,
-    out: dict[str, torch.Tensor],
-    top1: torch.Tensor,
-    sl: tuple,
-    rank: bool,
-    defer: bool = False,
-) -> tuple[Callable[[torch.Tensor, torch.Tensor], None], torch.Tensor, torch.Tensor] | None:
+@dataclasses.dataclass
+class Block:
+    """Where the statistics of one row block go: ``out`` (per-row tensors by short name) and ``top1``, at the block's
+    rows ``sl`` (``(head, slice)``); ``topk`` the k of the top-k agreement; ``tol_a``, ``tol_b`` each map's per-row
+    rounding tolerance on the block's rows (ties within it count as shared)."""
+
+    out: dict[str, torch.Tensor]
+    top1: torch.Tensor
+    sl: tuple
+    topk: int
+    tol_a: torch.Tensor
+    tol_b: torch.Tensor
+
+
+def rank_stats(la: torch.Tensor, lb: torch.Tensor, block: Block, rank: bool,
+               defer: bool = False) -> tuple[Callable[[torch.Tensor, torch.Tensor], None], torch.Tensor, torch.Tensor] | None:
     """Tie-aware top-1 / top-k agreement, the top sets (:func:`top_set`) and Spearman of one row block; reads ``la``, ``lb`` only.
 
     The top k of each map (:func:`_topk_rows`) and each map's logits at the other's, then :func:`agreement`.
@@ -115,16 +120,16 @@ def rank_stats(
     peaks ``M max_j P_j`` (:func:`baseline`) once the block's baselines are known, after ``la`` and ``lb``
     may have been overwritten; returned with the index of each map's largest logit per row (``(rows, 1)``).
     """
-    va, ia = _topk_rows(la, topk)
-    vb, ib = _topk_rows(lb, topk)
+    va, ia = _topk_rows(la, block.topk)
+    vb, ib = _topk_rows(lb, block.topk)
 
     def whole(idx: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         return (la, lb) if idx is None else (la.index_select(0, idx), lb.index_select(0, idx))
 
-    finish = agreement(va, ia, vb, ib, torch.gather(la, -1, ib), torch.gather(lb, -1, ia), tol_a, tol_b, topk,
-                       la.shape[-1], whole, out, top1, sl, defer)
+    finish = agreement((va, ia), (vb, ib), (torch.gather(la, -1, ib), torch.gather(lb, -1, ia)), la.shape[-1], whole,
+                       block, defer)
     if rank:
-        out["rho"][sl] = spearman_rows(la, lb)
+        block.out["rho"][block.sl] = spearman_rows(la, lb)
     return None if finish is None else (finish, ia[:, :1], ib[:, :1])
 
 
@@ -138,9 +143,8 @@ def spearman_rows(la: torch.Tensor, lb: torch.Tensor) -> torch.Tensor:
 
 
 def agreement(
-    va: torch.Tensor, ia: torch.Tensor, vb: torch.Tensor, ib: torch.Tensor, a_at_ib: torch.Tensor, b_at_ia: torch.Tensor,
-    tol_a: torch.Tensor, tol_b: torch.Tensor, topk: int, m: int, whole: Rows, out: dict[str, torch.Tensor],
-    top1: torch.Tensor, sl: tuple, defer: bool,
+    top_a: tuple[torch.Tensor, torch.Tensor], top_b: tuple[torch.Tensor, torch.Tensor], at: tuple[torch.Tensor, torch.Tensor],
+    m: int, whole: Rows, block: Block, defer: bool,
 ) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
     """Tie-aware top-k agreement and the top sets of one row block, from each map's top k and its logits at the other's.
 
@@ -148,16 +152,18 @@ def agreement(
     map's k-th largest minus ``tol`` (the rounding bound of the difference of two computed logits);
     the overlap is the larger of the two directions' counts over ``k``.  Keys tied in exact arithmetic
     (symmetric embeddings) are therefore never told apart by rounding noise, and the work is
-    ``O(rows x k)``.  ``va, ia`` (``vb, ib``): map a's (b's) top k, descending; ``a_at_ib``: map a's logits
-    at b's top keys, ``b_at_ia`` the converse; ``whole(idx)``: both maps' logit rows ``idx`` of the block
+    ``O(rows x k)``.  ``top_a = (va, ia)`` (``top_b``): map a's (b's) top k, descending; ``at = (a_at_ib, b_at_ia)``:
+    map a's logits at b's top keys, and the converse; ``whole(idx)``: both maps' logit rows ``idx`` of the block
     (``None``: all), read only for the rare rows whose top set extends past the top k.  With ``defer`` returns
     the function finishing the top sets' excesses from both maps' peaks (:func:`rank_stats`).
     """
-    ta, tb = tol_a.unsqueeze(-1), tol_b.unsqueeze(-1)
+    (va, ia), (vb, ib), (a_at_ib, b_at_ia) = top_a, top_b, at
+    out, top1, sl = block.out, block.top1, block.sl
+    ta, tb = block.tol_a.unsqueeze(-1), block.tol_b.unsqueeze(-1)
     b_in_a = a_at_ib >= va[:, -1:] - ta  # (rows, k)
     a_in_b = b_at_ia >= vb[:, -1:] - tb
     both = torch.maximum(b_in_a.sum(dim=-1), a_in_b.sum(dim=-1))
-    out["overlap"][sl] = both.to(va.dtype) / topk
+    out["overlap"][sl] = both.to(va.dtype) / block.topk
 
     def swapped(idx: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         xa, xb = whole(idx)

@@ -26,6 +26,7 @@ from hypviz.attention.comparison.result import Comparison, Plan, assemble
 from hypviz.attention.comparison.row_blocks import (
     _P_ROUTE_EPS,
     TILT_MAX_GAP,
+    Block,
     agreement,
     baseline,
     block_stats,
@@ -279,7 +280,7 @@ def _shared_blocks(
             s = torch.mm(sh.A[h, i:j].to(dev), b_t, out=buf_s[:r])
             la, lb = _two_rows(s, c, w, alpha_a, alpha_b, buf_d[:r])
             ta, tb = tol[0][sl], tol[1][sl]
-            finish_top, top_a, top_b = rank_stats(la, lb, ta, tb, topk, out, top1, sl, rank, defer=True)
+            finish_top, top_a, top_b = rank_stats(la, lb, Block(out, top1, sl, topk, ta, tb), rank, defer=True)
             out["gap"][sl] = c * w_span if abs(sign) == 1.0 else abs(sign) * c * w_span  # spread of log P_a - log P_b
             # the baselines (the other map's logits are consumed here), then P_b in place
             ua, peak_a, _ = baseline(la, ta, tmp[:r], top_a)
@@ -360,9 +361,9 @@ def _fused_blocks(
                 x, cx = (s, c) if idx is None else (s.index_select(0, idx), c.index_select(0, idx))
                 return tuple(x.clone() if alpha == 0.0 else torch.addr(x, cx, w, alpha=-alpha) for alpha in alphas)
 
-            tops = ("va", "ia", "vb", "ib", "a_at_ib", "b_at_ia")
-            finish_top = agreement(*(res[x].to(dtype) if x[0] != "i" else res[x] for x in tops),
-                                   ta, tb, topk, s.shape[-1], whole, out, top1, sl, defer=True)
+            va, vb, a_at_ib, b_at_ia = (res[x].to(dtype) for x in ("va", "vb", "a_at_ib", "b_at_ia"))
+            finish_top = agreement((va, res["ia"]), (vb, res["ib"]), (a_at_ib, b_at_ia), s.shape[-1], whole,
+                                   Block(out, top1, sl, topk, ta, tb), defer=True)
             flags = res["flags"]
             for bit, side in ((2, "a"), (4, "b")):  # near-uniform rows too wide for the kernel: tv_uniform's own route
                 idx = (flags & bit).nonzero().squeeze(-1)
@@ -795,7 +796,7 @@ def _pair_blocks(ka: Operands, kb: Operands, n: int, rows: int, topk: int, rank:
             la = ka.logits(qa, ba_t, buf_a[: j - i])
             lb = kb.logits(qb, bb_t, buf_b[: j - i])
             sl = (h, slice(i, j))
-            rank_stats(la, lb, tol[0][sl], tol[1][sl], topk, out, top1, sl, rank)
+            rank_stats(la, lb, Block(out, top1, sl, topk, tol[0][sl], tol[1][sl]), rank)
             out["ua"][sl], out["pa"][sl] = tv_uniform(la, buf_c[: j - i])
             out["ub"][sl], out["pb"][sl] = tv_uniform(lb, buf_c[: j - i])
             block_stats(la, lb, out, sl, (ka, qa, ba_t), (kb, qb, bb_t), buf_c[: j - i])
