@@ -683,10 +683,10 @@ def _tail_level(job: _Job, head: _Head, todo: torch.Tensor, last: bool) -> torch
         sure = torch.zeros_like(guess)  # no lower bound on TV(P_hat, U) without top keys: never certified here
         good = sure if certify else guess
         done = good | (last and not job.settings.fallback)
-        none = (torch.zeros(rows.numel(), 0, dtype=dt, device=rows.device),
+        no_keys = (torch.zeros(rows.numel(), 0, dtype=dt, device=rows.device),
                 torch.zeros(rows.numel(), 0, dtype=torch.long, device=rows.device))
         head.record(rows, done, 0, _Level(t, beta, gamma, e_hat, b_hat, bound, torch.zeros_like(bound), t, guess, sure),
-                    none if job.keep else None)
+                    no_keys if job.keep else None)
         left.append(rows[~done])
     return torch.cat(left) if left else todo[:0]
 
