@@ -7,7 +7,8 @@
 1. **Correctness on the device** (float32 and float64): every kind's ``attention_map`` against a
    float64 CPU reference of the same points (tolerance from the logits' size and the dtype's unit
    roundoff), ``compare()`` streamed in small row blocks on the device against the statistics of
-   the dense float64 maps, and ``exact_top_keys``'s top logits against float64 ``torch.topk``.  Any failure stops the script with exit code 1 before anything is measured.
+   the dense float64 maps, and ``exact_top_keys``'s top logits against float64 ``torch.topk``.  Any failure stops the
+   script with exit code 1 before anything is measured.
 2. **Benchmarks** (float32, d = 64): ``torch.mm`` as the baseline (and its throughput in FLOP/s),
    ``lorentz.pairwise_sqdist`` and ``attention_map`` against it; ``compare()`` of two kinds against
    the two dense ``attention_map`` calls it replaces at N = M = 16,384; ``compare()`` at N = M = 65,536
@@ -25,6 +26,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 import time
@@ -32,10 +34,9 @@ from pathlib import Path
 
 import torch
 
+from hypviz import attention, data, lorentz
+
 import report  # benchmarks/report.py: the script's own directory is on sys.path
-from hypviz import attention
-from hypviz import data
-from hypviz import lorentz
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL = {"check_n": 257, "kernel_n": 8192, "maps_n": 16384, "compare_n": 65536, "big_n": 1_000_000, "rows": 4096,
@@ -102,9 +103,9 @@ def check_correctness(dev: torch.device, n: int) -> list[str]:
         lines.append(f"distance_linear_attention {str(dtype)[6:]:<7} on {dev.type}: output error <= {tol:.1e} (checked)")
         # the exact top-key search (issue 30): the logits of the keys found on the device are the float64 top logits
         ref_v = torch.topk(-0.5 * lorentz.pairwise_sqdist(q64, k64), 8, dim=-1).values
-        got = attention.exact_top_keys(q, kk, 8, block_rows=5)
+        found = attention.exact_top_keys(q, kk, 8, block_rows=5)
         tol = 256 * eps * 10 * float(ref_v.abs().max() + 1)
-        err = float((got.logits.double().cpu() - ref_v).abs().max())
+        err = float((found.logits.double().cpu() - ref_v).abs().max())
         if not err <= tol:
             raise AssertionError(f"exact_top_keys {dtype} on {dev}: top logits error {err:.3g} > {tol:.3g}")
         lines.append(f"exact_top_keys {str(dtype)[6:]:<7} on {dev.type}: top-8 logits error <= {tol:.1e} (checked)")
@@ -173,6 +174,12 @@ def _bench_linear_distance(dev: torch.device, n: int, rows: int, reps: int) -> d
             "mean_tv_uniform_b": res.mean_tv_uniform_b, "ratio": res.mean_tv / res.mean_tv_uniform_b}
 
 
+def _streamed_map(a: torch.Tensor, b: torch.Tensor, v: torch.Tensor, block: int) -> None:
+    """The exact distance attention in blocks of ``block`` rows: product, softmax, values."""
+    for i in range(0, a.shape[0], block):
+        torch.softmax(a[i : i + block] @ b.T, dim=-1) @ v
+
+
 def _bench_topk_tail(dev: torch.device, n: int, reps: int, rows: int) -> dict:
     """Issue 30 on the device at N = M = n (tau = 8, r^2/tau = 1.25 and 125): the exact top-16 search, the kind
     ``distance_topk_attention`` and the exact streamed distance attention (blocks of rows: product, softmax, values)."""
@@ -182,17 +189,14 @@ def _bench_topk_tail(dev: torch.device, n: int, reps: int, rows: int) -> dict:
         q, kb, v = (data.lifted_gaussian(n, D, r, seed=s, dtype=torch.float32).to(dev) for s in (15, 16, 17))
         a, b = lorentz.distance_operands(q, kb, k=1.0, temperature=8.0)
         block = max(1, 2**31 // (4 * n))
-
-        def exact_map() -> None:
-            for i in range(0, n, block):
-                torch.softmax(a[i : i + block] @ b.T, dim=-1) @ v
-
-        t_search = best_of(lambda: attention.exact_top_keys(q, kb, 16), reps, dev)
-        t_exact = best_of(exact_map, reps, dev)
-        t_kind = best_of(lambda: attention.distance_topk_attention(q, kb, v, temperature=8.0), 1, dev)
+        t_search = best_of(functools.partial(attention.exact_top_keys, q, kb, 16), reps, dev)
+        t_exact = best_of(functools.partial(_streamed_map, a, b, v, block), reps, dev)
+        t_kind = best_of(functools.partial(attention.distance_topk_attention, q, kb, v, temperature=8.0), 1, dev)
         res = attention.distance_topk_attention(q, kb, v, temperature=8.0)
+        assert res.output is not None  # values were given
         out.append({"n": n, "sharpness": sharp, "search_s": t_search, "exact_map_s": t_exact, "kind_s": t_kind,
-                    "search": res.search, "recall": res.recall, "rows_met": float(res.met.double().mean()), "rows_estimated": float(res.estimated.double().mean()),
+                    "search": res.search, "recall": res.recall, "rows_met": float(res.met.double().mean()),
+                    "rows_estimated": float(res.estimated.double().mean()),
                     "finite": bool(torch.isfinite(res.output).all())})
     return {"rows": out}
 
@@ -216,8 +220,10 @@ def device_name(dev: torch.device) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU; write to --md (a temporary file by default)")
-    parser.add_argument("--md", type=Path, default=None, help="Markdown file whose GPU section is rewritten (default BENCHMARKS.md)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="tiny sizes on the CPU; write to --md (a temporary file by default)")
+    parser.add_argument("--md", type=Path, default=None,
+                        help="Markdown file whose GPU section is rewritten (default BENCHMARKS.md)")
     args = parser.parse_args(argv)
     if args.dry_run:
         dev, sizes = torch.device("cpu"), DRY

@@ -210,7 +210,8 @@ def section_vs_maps(results: dict[str, Any]) -> Section:
     names = c["names"]
     body = [
         *_measured_on(c),
-        f"N = M = {c['n']:,}, d = {c['d']}, float32, {c['threads']} threads. `compare(q, κ, \"spatial\", \"distance\")` (one matrix",
+        f"N = M = {c['n']:,}, d = {c['d']}, float32, {c['threads']} threads. `compare(q, κ, \"spatial\", "
+        "\"distance\")` (one matrix",
         "product per row block; the distance map is a rank-one update of the spatial one, statistics fused) against",
         "`attention_map(q, κ, \"spatial\")` and `attention_map(q, κ, \"distance\")` (the two dense maps a comparison",
         "would otherwise build, both held), and one `torch.mm` of (N x d) @ (d x M) into a preallocated output",
@@ -283,7 +284,8 @@ def _ratio_rows(c: dict[str, Any], ratio: float | None, ok: bool | None) -> list
     if c.get("floor_ratio_mm") is None:
         return []
     value = "not measured" if ratio is None else f"{ratio:.2f}x: {word(ok)}"
-    return [f"| ratio: time of `compare()` / time of the same-shape `torch.mm` (floor at most {c['floor_ratio_mm']:g}x) | {value} |"]
+    return ["| ratio: time of `compare()` / time of the same-shape `torch.mm` (floor at most "
+            f"{c['floor_ratio_mm']:g}x) | {value} |"]
 
 
 def _throughput(c: dict[str, Any]) -> str:
@@ -293,7 +295,8 @@ def _throughput(c: dict[str, Any]) -> str:
 
 
 def _mm_ratio(c: dict[str, Any]) -> tuple[float | None, bool | None, str, str]:
-    """``compare()``'s time over the same-shape matmul's, its verdict, the result's leading words and the floor's (empty without a floor)."""
+    """``compare()``'s time over the same-shape matmul's, its verdict, the result's leading words and the floor's (empty
+    without a floor)."""
     cap = c.get("floor_ratio_mm")
     if cap is None:
         return None, None, "", ""
@@ -431,7 +434,8 @@ def section_linear(results: dict[str, Any]) -> Section:
 # 8. linear-time distance attention
 # --------------------------------------------------------------------------- #
 LINEAR_DISTANCE_NUMBER = 8
-LINEAR_DISTANCE_FLOOR = "mean row TV to the exact distance map at most 0.25x the exact map's TV from uniform (sampled rows), at every N"
+LINEAR_DISTANCE_FLOOR = ("mean row TV to the exact distance map at most 0.25x the exact map's TV from uniform (sampled rows), "
+                         "at every N")
 
 
 def section_linear_distance(results: dict[str, Any]) -> Section:
@@ -439,13 +443,15 @@ def section_linear_distance(results: dict[str, Any]) -> Section:
     short = "linear distance attention"
     ld = results.get("linear_distance")
     if not ld:
-        return _missing(LINEAR_DISTANCE_NUMBER, title, short, LINEAR_DISTANCE_FLOOR, "no results (run `benchmarks/run.py --only linear_distance`)")
+        return _missing(LINEAR_DISTANCE_NUMBER, title, short, LINEAR_DISTANCE_FLOOR,
+                        "no results (run `benchmarks/run.py --only linear_distance`)")
     rows = ld["rows"]
     ok = all(r["ratio"] <= ld["floor_ratio"] for r in rows)
     big = rows[-1]
     result = (
         f"at N = M = {big['n']:,}: {fmt_s(big['time_s'])}, peak extra memory {fmt_b(_peak(big))}, "
-        f"TV / baseline {big['ratio']:.3g} on {big['rows']} sampled rows; worst TV / baseline over N {max(r['ratio'] for r in rows):.3g}"
+        f"TV / baseline {big['ratio']:.3g} on {big['rows']} sampled rows; worst TV / baseline over N "
+        f"{max(r['ratio'] for r in rows):.3g}"
     )
     body = [
         f"`attention.distance_linear_attention(q, k, v, temperature={ld['temperature']:g}, features={ld['features']})`: "
@@ -458,7 +464,8 @@ def section_linear_distance(results: dict[str, Any]) -> Section:
         f"Error: `compare(q, k, \"distance_rf\", \"distance\", rows={ld['rows_sampled']}, seed=0)`, the same features "
         "against the exact distance map on sampled query rows, all keys, after the timed call.",
         "",
-        "| N = M | time | peak extra memory | the dense N x N float32 map would take | mean row TV (sampled rows) | TV(exact, U) | TV / baseline | top-1 agreement | error measured in |",
+        "| N = M | time | peak extra memory | the dense N x N float32 map would take | mean row TV (sampled rows) | TV(exact, U) "
+        "| TV / baseline | top-1 agreement | error measured in |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -595,11 +602,13 @@ def section_topk_index(results: dict[str, Any]) -> Section:
     short = "top keys + tail, index"
     ti = results.get("topk_index")
     if not ti:
-        return _missing(TOPK_INDEX_NUMBER, title, short, TOPK_INDEX_FLOOR, "no results (run `benchmarks/run.py --only topk_index`)")
+        return _missing(TOPK_INDEX_NUMBER, title, short, TOPK_INDEX_FLOOR,
+                        "no results (run `benchmarks/run.py --only topk_index`)")
     rows = ti["rows"]
     ok = all(_index_ok(r, ti) for r in rows)
     worst = max(rows, key=lambda r: r["error"]["ratio"])
-    result = (f"at N = M = {ti['n']:,}, {len(rows)} key sets: worst TV / baseline {worst['error']['ratio']:.3g} ({worst['how']}), "
+    result = (f"at N = M = {ti['n']:,}, {len(rows)} key sets: worst TV / baseline {worst['error']['ratio']:.3g} "
+              f"({worst['how']}), "
               f"lowest top-1 agreement {min(r['error']['top1_agreement'] for r in rows):.3g}")
     body = [
         f"`attention.distance_topk_attention(q, k, v, temperature={ti['temperature']:g}, search=\"index\", "
@@ -676,7 +685,8 @@ def _index_large_lines(large: list[dict[str, Any]]) -> list[str]:
 # --------------------------------------------------------------------------- #
 # the GPU section (run.py on a CUDA machine, or benchmarks/gpu.py)
 # --------------------------------------------------------------------------- #
-GPU_FLOOR = "sections 1, 3 and 5's floors on the device: kernels at most 2x `torch.mm`, `compare()` at most 1.0x the two maps, sampled under 60 s"
+GPU_FLOOR = ("sections 1, 3 and 5's floors on the device: kernels at most 2x `torch.mm`, `compare()` at most 1.0x the two maps, "
+             "sampled under 60 s")
 
 
 def gpu_section(gpu: dict[str, Any] | None) -> Section:
@@ -712,7 +722,8 @@ def gpu_section(gpu: dict[str, Any] | None) -> Section:
     ok_s = samp["time_s"] < 60.0
     result = (
         f"`compare()` {vm['ratio']:.2f}x the two maps at N = {vm['n']:,} ({word(ok_v)}); largest kernel ratio "
-        f"{r['kernels'][worst]:.2f}x `torch.mm` ({word(ok_k)}); sampled at N = {samp['n']:,} in {fmt_s(samp['time_s'])} ({word(ok_s)})"
+        f"{r['kernels'][worst]:.2f}x `torch.mm` ({word(ok_k)}); sampled at N = {samp['n']:,} in "
+        f"{fmt_s(samp['time_s'])} ({word(ok_s)})"
     )
     body = []
     if dry:
@@ -732,10 +743,12 @@ def gpu_section(gpu: dict[str, Any] | None) -> Section:
     body += [
         "",
         f"`compare()` spatial vs distance against `attention_map` spatial + distance at N = M = {vm['n']:,}: "
-        f"{fmt_s(vm['compare_s'])} against {fmt_s(vm['maps_s'])} (minima of repeats), ratio {vm['ratio']:.2f}x ({word(ok_v)}, floor at most 1.0x); "
+        f"{fmt_s(vm['compare_s'])} against {fmt_s(vm['maps_s'])} (minima of repeats), ratio {vm['ratio']:.2f}x ({word(ok_v)}, "
+        "floor at most 1.0x); "
         f"one `torch.mm` of that shape {fmt_s(vm['mm_s'])}.",
         "",
-        "| `compare()` spatial vs distance | N = M | rows | time | fraction of `torch.mm` throughput (one product) | counting two products |",
+        "| `compare()` spatial vs distance | N = M | rows | time | fraction of `torch.mm` throughput (one product) | "
+        "counting two products |",
         "|---|---|---|---|---|---|",
     ]
     for label, what in (("compare", "every row"), ("compare_big", "every row"), ("compare_sampled", "sampled (rows=)")):
@@ -764,7 +777,8 @@ def gpu_section(gpu: dict[str, Any] | None) -> Section:
             "Issue 30 (tau = 8): the exact top-16 key search `exact_top_keys`, the kind `distance_topk_attention` and "
             "the exact streamed distance attention (blocks of rows: product, softmax, values).",
             "",
-            "| N = M | r^2/tau | exact top-16 search | `distance_topk_attention` | its search (recall) | rows met | exact streamed map |",
+            "| N = M | r^2/tau | exact top-16 search | `distance_topk_attention` | its search (recall) | rows met | "
+            "exact streamed map |",
             "|---|---|---|---|---|---|---|",
             *(f"| {t['n']:,} | {t['sharpness']:g} | {fmt_s(t['search_s'])} | {fmt_s(t['kind_s'])} | {t['search']} "
               f"({t['recall']:.3g}) | {_met_cell(t)} | {fmt_s(t['exact_map_s'])} |" for t in tt["rows"]),
@@ -846,7 +860,8 @@ def render(results: dict[str, Any]) -> str:
         "",
         "| | |",
         "|---|---|",
-        f"| CPU | {m['cpu']}, {m['logical_cpus']} logical CPUs ({m.get('cpu_capability')}), torch uses {m.get('torch_threads')} threads |",
+        f"| CPU | {m['cpu']}, {m['logical_cpus']} logical CPUs ({m.get('cpu_capability')}), torch uses "
+        f"{m.get('torch_threads')} threads |",
         f"| memory | {m.get('memory_total_gib')} GiB |",
         f"| GPU | {m.get('gpu') or 'none available in this session'} |",
         f"| software | Python {m.get('python')}, torch {m.get('torch')}, geoopt {m.get('geoopt')} |",

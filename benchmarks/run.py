@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import gc
 import json
 import math
@@ -60,15 +61,17 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-import report  # benchmarks/report.py: the script's own directory is on sys.path
 from hypviz import attention as att
 from hypviz import data
 from hypviz import lorentz as L
+
+import report  # benchmarks/report.py: the script's own directory is on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,10 +133,10 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def interleaved(funcs: dict[str, Callable[[], Any]], repeats: int, device: str = "cpu") -> dict[str, dict[str, float]]:
+def interleaved(funcs: Mapping[str, Callable[[], Any]], repeats: int, device: str = "cpu") -> dict[str, dict[str, float]]:
     """Run every contender once per round (after one warm-up round); median, min and quartiles in seconds."""
     times: dict[str, list[float]] = {name: [] for name in funcs}
-    for name, f in funcs.items():  # warm-up
+    for f in funcs.values():  # warm-up
         f()
         sync(device)
     for _ in range(repeats):
@@ -236,7 +239,7 @@ def bench_compare_vs_maps(n: int, d: int, repeats: int) -> dict[str, Any]:
     """compare() of two softmax kinds, the two dense maps, and the one matmul compare needs, interleaved."""
     q, kk = points(n, d, 10), points(n, d, 11)
     qs, ks = q[:, 1:].contiguous(), kk[:, 1:].contiguous()
-    out = torch.empty(n, n)  # the matmul writes into a preallocated output: its page faults are not timed
+    out: torch.Tensor | None = torch.empty(n, n)  # the matmul writes into a preallocated output: its page faults are not timed
 
     def run_compare() -> Any:
         return att.compare(q, kk, "spatial", "distance", device="cpu", spearman=False, progress=False)
@@ -343,7 +346,8 @@ def child_compare(n: int, d: int, device: str, rows: int | None) -> dict[str, An
     """Runs inside the subprocess: inputs, baseline RSS, reset the high-water mark, compare(), read it; then the mm."""
     q, k = points(n, d, 5), points(n, d, 6)
     att.compare(q[:256], k[:4096], progress=False, device=device)  # warm-up: thread pools, code paths
-    att.compare(q[:4096], k[:4096], spearman=False, progress=False, device=device)  # 2^24 logits: the fused kernel compiled (first use) and loaded
+    # 2^24 logits: the fused kernel compiled (first use) and loaded
+    att.compare(q[:4096], k[:4096], spearman=False, progress=False, device=device)
     if rows is not None:
         att.compare(q[:4096], k[:4096], rows=64, seed=0, progress=False, device=device)
 
@@ -422,21 +426,24 @@ def run_compare_sections(results: dict[str, Any], quick: bool) -> None:
 # --------------------------------------------------------------------------- #
 # 6. linear against quadratic focused attention
 # --------------------------------------------------------------------------- #
+def _focused_quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Focused attention through its N x M map: the map, then the values' spatial parts."""
+    return att.focused_linear_map(q, k) @ v[:, 1:]
+
+
 def bench_linear(ns: list[int], d: int, repeats: int, quadratic_max_bytes: int, device: str = "cpu") -> dict[str, Any]:
     rows = []
     for n in ns:
         q, k, v = points(n, d, 7, device=device), points(n, d, 8, device=device), points(n, d, 9, device=device)
         run_quad = 4 * n * n <= quadratic_max_bytes
-        funcs = {"linear": lambda: att.focused_linear_attention(q, k, v)}
+        funcs = {"linear": functools.partial(att.focused_linear_attention, q, k, v)}
         if run_quad:
-            funcs["quadratic"] = lambda: att.focused_linear_map(q, k) @ v[:, 1:]
+            funcs["quadratic"] = functools.partial(_focused_quadratic, q, k, v)
         t = interleaved(funcs, repeats, device)
         row: dict[str, Any] = {"n": n, "linear_time_s": t["linear"]["median_s"]}
         lin, row["linear_peak_tensor_bytes"] = att.peak_tensor_memory(att.focused_linear_attention, q, k, v)
         if run_quad:
-            quad, row["quadratic_peak_tensor_bytes"] = att.peak_tensor_memory(
-                lambda: att.focused_linear_map(q, k) @ v[:, 1:]
-            )
+            quad, row["quadratic_peak_tensor_bytes"] = att.peak_tensor_memory(_focused_quadratic, q, k, v)
             row["quadratic_time_s"] = t["quadratic"]["median_s"]
             row["max_relative_difference"] = float(((lin - quad).norm(dim=-1) / quad.norm(dim=-1)).max())
             del quad
@@ -446,7 +453,7 @@ def bench_linear(ns: list[int], d: int, repeats: int, quadratic_max_bytes: int, 
             row["quadratic_skipped"] = f"the N x N float32 map alone would take {4 * n * n / GiB:.3g} GiB"
         rows.append(row)
         log(f"linear vs quadratic N={n}: {row['linear_time_s']:.4f} s vs {row['quadratic_time_s']}")
-        q = k = v = lin = None  # free them before the next size
+        del q, k, v, lin  # free them before the next size
         gc.collect()
     return {"d": d, "dtype": "float32", "device": device, "quadratic_max_bytes": quadratic_max_bytes, "rows": rows}
 
@@ -454,7 +461,7 @@ def bench_linear(ns: list[int], d: int, repeats: int, quadratic_max_bytes: int, 
 # --------------------------------------------------------------------------- #
 # 8. linear-time distance attention at large N, memory in a fresh process, error on sampled rows
 # --------------------------------------------------------------------------- #
-LINEAR_DISTANCE = {"d": 64, "temperature": 8.0, "mean_norm": 1.0, "features": 64}
+LINEAR_DISTANCE: dict[str, Any] = {"d": 64, "temperature": 8.0, "mean_norm": 1.0, "features": 64}
 
 
 def child_linear_distance(n: int, rows: int) -> dict[str, Any]:
@@ -499,8 +506,8 @@ def bench_linear_distance(ns: list[int], rows: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- #
 # 9. top keys plus a fitted tail (issue 30): the search, the kind, the exact streamed map, in one process
 # --------------------------------------------------------------------------- #
-TOPK_TAIL = {"d": 64, "temperature": 8.0, "sharpness": (1.25, 12.5, 125.0), "top": 16, "recall": 0.9, "sample": 256,
-             "exact_rows": 2048, "kind_rows_sharp": 512, "search_alone_max_n": 100_000}
+TOPK_TAIL: dict[str, Any] = {"d": 64, "temperature": 8.0, "sharpness": (1.25, 12.5, 125.0), "top": 16, "recall": 0.9,
+                             "sample": 256, "exact_rows": 2048, "kind_rows_sharp": 512, "search_alone_max_n": 100_000}
 
 
 def exact_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tau: float, rows: int) -> torch.Tensor:
@@ -611,10 +618,12 @@ def child_topk_tail(n: int, rows: int, sharpness: float) -> dict[str, Any]:
     est = res.row_error[picked].double()
     out["error"] = {"mean_tv": float(tv.mean()), "mean_tv_uniform": float(tv_u.mean()),
                     "ratio": float(tv.mean() / tv_u.mean()), "top1_agreement": float(top1.mean()),
-                    "rows_met": float(res.met[picked].double().mean()), "rows_estimated": float(res.estimated[picked].double().mean()), "weights_gap": gap,
+                    "rows_met": float(res.met[picked].double().mean()),
+                    "rows_estimated": float(res.estimated[picked].double().mean()), "weights_gap": gap,
                     "estimate_covers": float((tv <= 2 * est + 1e-12).double().mean()),
                     "estimate_over_true_median": float((est / tv.clamp_min(1e-300)).median()),
-                    "log_corr": float(torch.corrcoef(torch.stack([tv.clamp_min(1e-300).log(), est.clamp_min(1e-300).log()]))[0, 1])}
+                    "log_corr": float(torch.corrcoef(torch.stack([tv.clamp_min(1e-300).log(),
+                                                                  est.clamp_min(1e-300).log()]))[0, 1])}
     over = tv > 0.25 * tv_u  # rows off the suite's bar: each should say so (met false)
     out["error"]["rows_over_bar"] = int(over.sum())
     out["error"]["rows_over_bar_flagged"] = int((over & ~res.met[picked].cpu()).sum())
@@ -645,9 +654,10 @@ def bench_topk_tail(ns: list[int], rows: int, sharpness: tuple[float, ...]) -> d
 # --------------------------------------------------------------------------- #
 # 10. the kind with the index search (issue 30) at N = M = 16,384: Gaussian, clustered and tree keys
 # --------------------------------------------------------------------------- #
-TOPK_INDEX = {"n": 16_384, "d": 64, "temperature": 8.0, "recall": 0.9, "rows": 512, "clusters": 32, "cluster_spread": 0.3,
-              "sets": [("gaussian", s) for s in (0.00125, 0.0125, 0.125, 1.25, 12.5, 125.0)]
-              + [("clusters", s) for s in (1.25, 12.5, 125.0)] + [("tree", e) for e in (0.4, 1.0)]}
+TOPK_INDEX: dict[str, Any] = {"n": 16_384, "d": 64, "temperature": 8.0, "recall": 0.9, "rows": 512, "clusters": 32,
+                              "cluster_spread": 0.3,
+                              "sets": [("gaussian", s) for s in (0.00125, 0.0125, 0.125, 1.25, 12.5, 125.0)]
+                              + [("clusters", s) for s in (1.25, 12.5, 125.0)] + [("tree", e) for e in (0.4, 1.0)]}
 
 
 def _cluster_points(n: int, d: int, r: float, seed: int, clusters: int, spread: float) -> torch.Tensor:
@@ -709,7 +719,8 @@ def child_topk_index(name: str, scale: float, n: int, rows: int) -> dict[str, An
     out["kind"] = {"search": res.search, "recall": res.recall, "time_s": t_k, "peak_extra_rss_bytes_sampled": peak[0] - base,
                    "output_finite": bool(torch.isfinite(res.output).all()),
                    "min_weight": float(res.weights.min()) if res.weights.numel() else None,
-                   "rows_met": float(res.met.double().mean()), "rows_estimated": float(res.estimated.double().mean()), "mean_top_count": float(res.top_counts.double().mean()),
+                   "rows_met": float(res.met.double().mean()), "rows_estimated": float(res.estimated.double().mean()),
+                   "mean_top_count": float(res.top_counts.double().mean()),
                    "tail_only_rows": float((res.top_counts == 0).double().mean()),
                    "exact_rows": float((res.top_counts >= n).double().mean())}
     _, t_e, base, hwm, peak, reset = _measured(lambda: exact_streamed(q, k, v, tau, nq))
@@ -739,20 +750,23 @@ def child_topk_index(name: str, scale: float, n: int, rows: int) -> dict[str, An
         total += kt
     out["error"] = {"mean_tv": float(tv.mean()), "mean_tv_uniform": float(tv_u.mean()),
                     "ratio": float(tv.mean() / tv_u.mean()), "top1_agreement": float(top1.mean()),
-                    "rows_met": float(res.met[picked].double().mean()), "rows_estimated": float(res.estimated[picked].double().mean()), "weights_gap": gap,
+                    "rows_met": float(res.met[picked].double().mean()),
+                    "rows_estimated": float(res.estimated[picked].double().mean()), "weights_gap": gap,
                     "recall_rows": hits / total if total else None, "rows_with_top_keys": int((listed[picked] > 0).sum())}
     return out
 
 
-TOPK_INDEX_LARGE = {"sharpness": 125.0, "rows": 1024, "fit_keys": 16_384, "fit_queries": 256, "top": 256, "exact_rows": 1024}  # rows: timed as rows/4 and rows
+# rows: timed as rows/4 and rows
+TOPK_INDEX_LARGE: dict[str, Any] = {"sharpness": 125.0, "rows": 1024, "fit_keys": 16_384, "fit_queries": 256, "top": 256,
+                                    "exact_rows": 1024}
 
 
 def child_topk_index_large(n: int) -> dict[str, Any]:
     """Runs inside the subprocess: Gaussian keys at r^2/tau = 125, N = M = n. The index's configuration fitted on a key
     subsample (``fit_keys`` keys, ``fit_queries`` queries, at the kind's first read, top 256), the index built once over
     every key with it (its recall measured on sampled queries), the kind with that index on ``rows`` sampled query rows
-    (at N: its fixed part plus its per-row time, from the call on a quarter of the rows against all, times N), the exact streamed map
-    on ``exact_rows`` rows (scaled), the error and the recall on the kind's rows."""
+    (at N: its fixed part plus its per-row time, from the call on a quarter of the rows against all, times N), the exact
+    streamed map on ``exact_rows`` rows (scaled), the error and the recall on the kind's rows."""
     cfg, tau, d = TOPK_INDEX_LARGE, TOPK_INDEX["temperature"], TOPK_INDEX["d"]
     r = math.sqrt(cfg["sharpness"] * tau)
     q, k, v = (points(n, d, seed, r=r) for seed in (31, 32, 33))
@@ -775,15 +789,16 @@ def child_topk_index_large(n: int) -> dict[str, Any]:
     rows = min(cfg["rows"], max(64, 2**27 // n))  # the checked rows' float64 (rows x M) arrays: at most 1 GiB each
     picked = torch.randperm(n, generator=g)[:rows].sort().values
     qk = q[picked]
-    att.distance_topk_attention(qk, k, v, temperature=tau, search=index)  # warm-up, untimed
+    # warm-up, untimed
+    att.distance_topk_attention(qk, k, v, temperature=tau, search=index)  # type: ignore[arg-type]  # search= takes a KeyIndex; its annotation in hypviz.attention says str
     few = rows // 4  # the call on rows/4 and on all rows, twice each (the smaller time kept): the per-row cost from
     few_s = rows_s = (math.inf, math.inf)  # the difference, the fixed part (the key sums, O(M c^2 d_v)) from the rest
     for _ in range(2):
         c0 = clock()
-        att.distance_topk_attention(qk[:few], k, v, temperature=tau, search=index)
+        att.distance_topk_attention(qk[:few], k, v, temperature=tau, search=index)  # type: ignore[arg-type]  # search= takes a KeyIndex; its annotation in hypviz.attention says str
         few_s = min(few_s, spent(c0))
         c0 = clock()
-        res = att.distance_topk_attention(qk, k, v, temperature=tau, search=index)
+        res = att.distance_topk_attention(qk, k, v, temperature=tau, search=index)  # type: ignore[arg-type]  # search= takes a KeyIndex; its annotation in hypviz.attention says str
         rows_s = min(rows_s, spent(c0))
     er = min(n, cfg["exact_rows"])
     c0 = clock()
@@ -815,7 +830,8 @@ def child_topk_index_large(n: int) -> dict[str, Any]:
             "row_s": row_s, "kind_s": kind_s, "exact_s": exact_s, "exact_rows": er, "search": res.search,
             "recall_sampled": index.recall, "recall_rows": hits / total if total else float("nan"),
             "ratio": float(tv.mean() / tv_u.mean()), "top1": float((best >= exact_p.amax(-1) * (1 - 1e-9)).double().mean()),
-            "rows_met": float(res.met.double().mean()), "rows_estimated": float(res.estimated.double().mean()), "exact_rows_share": float((res.top_counts >= n).double().mean()),
+            "rows_met": float(res.met.double().mean()), "rows_estimated": float(res.estimated.double().mean()),
+            "exact_rows_share": float((res.top_counts >= n).double().mean()),
             "mean_top_count": float(res.top_counts.double().mean()), "load": os.getloadavg()[0]}
 
 
@@ -854,7 +870,8 @@ def bench_gpu(quick: bool) -> dict[str, Any]:
 # --------------------------------------------------------------------------- #
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test); default output in a temporary directory")
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes (a smoke test); default output in a temporary directory")
     parser.add_argument("--json", default=None, help="results file (default benchmarks/results.json)")
     parser.add_argument("--md", default=None, help="Markdown file (default BENCHMARKS.md)")
     parser.add_argument("--repeats", type=int, default=None)
@@ -906,8 +923,10 @@ def main(argv: list[str] | None = None) -> int:
     n10, rows10, sets10 = ((1_024, 32, [("gaussian", 1.25), ("clusters", 125.0), ("tree", 1.0)]) if quick else
                            (TOPK_INDEX["n"], TOPK_INDEX["rows"], TOPK_INDEX["sets"]))
     if args.only == "compare":
-        results = json.loads(json_path.read_text(encoding="utf-8")) if json_path.exists() else {"machine": machine(), "quick": quick}
-        log(f"3, 4, 5. compare(), merged into {json_path}; machine: {machine()['cpu']}, load {machine().get('load_average_at_start')}")
+        results: dict[str, Any] = (json.loads(json_path.read_text(encoding="utf-8")) if json_path.exists()
+                                   else {"machine": machine(), "quick": quick})
+        log(f"3, 4, 5. compare(), merged into {json_path}; machine: {machine()['cpu']}, load "
+            f"{machine().get('load_average_at_start')}")
         run_compare_sections(results, quick)
         for key in ("compare_vs_maps", "compare_large", "compare_sampled"):
             results[key]["machine"] = machine()
@@ -932,11 +951,13 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError(f"topk index child failed:\n{proc.stderr[-3000:]}")
                 large.append(json.loads(proc.stdout.strip().splitlines()[-1]))
                 o = large[-1]
-                log(f"   N = {n:,}: fit {o['fit_s'][0]:.1f} s, build {o['build_s'][0]:.1f} s, {o['row_s'][0] * 1e3:.3g} ms a row, "
+                log(f"   N = {n:,}: fit {o['fit_s'][0]:.1f} s, build {o['build_s'][0]:.1f} s, "
+                    f"{o['row_s'][0] * 1e3:.3g} ms a row, "
                     f"kind {o['kind_s'][0]:.1f} s, exact {o['exact_s'][0]:.1f} s (wall); TV / baseline {o['ratio']:.3g}")
             results["topk_index"]["large"] = [r for r in results["topk_index"].get("large", []) if r["n"] not in sizes] + large
         elif args.only == "topk_index":
-            log(f"10. top keys plus a fitted tail with the index, N = M = {TOPK_INDEX['n']:,} (subprocesses), merged into {json_path}")
+            log(f"10. top keys plus a fitted tail with the index, N = M = {TOPK_INDEX['n']:,} (subprocesses), merged "
+                f"into {json_path}")
             results["topk_index"] = bench_topk_index(n10, rows10, sets10)
             results["topk_index"]["machine"] = machine()
         else:
@@ -949,7 +970,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     reps = args.repeats or (3 if quick else 15)
-    results: dict[str, Any] = {"machine": machine(), "quick": quick}
+    results = {"machine": machine(), "quick": quick}
     log(f"machine: {results['machine']['cpu']}, torch {torch.__version__}, {torch.get_num_threads()} threads")
 
     n1 = 512 if quick else 4096

@@ -54,7 +54,9 @@ gettext_auto_build = True
 root_doc = "index"
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "_readme.md", "**.ipynb_checkpoints", "notebooks/sanitize.cfg", "locale"]
-templates_path = ["_templates"]  # hypviz-lang-switch.html: the language switch in every page's header; author.html, copyright.html: the footer's author and copyright lines in the page's language
+# hypviz-lang-switch.html: the language switch in every page's header; author.html, copyright.html: the footer's
+# author and copyright lines in the page's language
+templates_path = ["_templates"]
 smartquotes = False  # keep "--k", quotes and dashes as written (option names, code-like prose)
 
 # ----------------------------------------------------------------------------- MyST / MyST-NB

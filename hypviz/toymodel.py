@@ -219,7 +219,8 @@ class ToyHypformer(nn.Module):
         self.drop = nn.Dropout(float(dropout))
         with torch.random.fork_rng(devices=[]):  # construction draws are replaced by reset_parameters(seed)
             self.embed = nn.Linear(features, d)
-            self.blocks = nn.ModuleList(HypAttention(d, d, heads, k=k, attention_type=attention_type, power_k=power_k) for _ in range(layers))
+            self.blocks = nn.ModuleList(HypAttention(d, d, heads, k=k, attention_type=attention_type, power_k=power_k)
+                                        for _ in range(layers))
             self.readout = nn.Linear(d, classes)
         self.reset_parameters(seed)
 

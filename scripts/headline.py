@@ -28,6 +28,10 @@ import argparse
 import io
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "headline.png"
@@ -36,8 +40,9 @@ SHOWN_PX = 737  # the landing page's text column at a 1280 px window (CSS px)
 WIDTH_IN = 7.0  # the figure's width, inches
 HEIGHT_IN = 6.2
 MIN_SHOWN_PX = 12.0  # the smallest tick label or legend text, shown
-FONTS_PT = {"font.size": 10.0, "xtick.labelsize": 10.0, "ytick.labelsize": 10.0, "axes.labelsize": 10.0,
-            "axes.titlesize": 11.0, "figure.titlesize": 11.0, "legend.fontsize": 9.0}
+FONTS_PT: dict[RcKeyType, float] = {"font.size": 10.0, "xtick.labelsize": 10.0, "ytick.labelsize": 10.0,
+                                    "axes.labelsize": 10.0, "axes.titlesize": 11.0, "figure.titlesize": 11.0,
+                                    "legend.fontsize": 9.0}
 LEGEND_PT = 9.0  # comparison_sweep_mpl's legends are drawn at 8 pt; set to this here
 
 RADII = [10 ** (e / 2) for e in range(-4, 3)]  # 0.01, 0.0316, ..., 10
@@ -80,8 +85,9 @@ def figure(results: dict[float, list] | None = None):
         # the legends at LEGEND_PT, where no data is: the ratio's above its curves (room made on top),
         # the rank measures' between the Spearman and the top-5 curves
         axes[1].set_ylim(0.0, 1.3)
-        for ax, where in zip(axes, ({"loc": "upper left"}, {"loc": "upper center", "ncol": 2},
-                                    {"loc": "center right", "bbox_to_anchor": (1.0, 0.59)})):
+        places: tuple[dict[str, Any], ...] = ({"loc": "upper left"}, {"loc": "upper center", "ncol": 2},
+                                              {"loc": "center right", "bbox_to_anchor": (1.0, 0.59)})
+        for ax, where in zip(axes, places):
             legend = ax.get_legend()
             ax.legend(legend.legend_handles, [t.get_text() for t in legend.get_texts()], fontsize=LEGEND_PT, **where)
         # the bottom panels are half as wide: their long y labels on two lines

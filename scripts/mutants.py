@@ -41,7 +41,8 @@ SEARCH = ["tests/test_key_search.py", "tests/test_key_search_faults.py", "tests/
 
 @dataclasses.dataclass(frozen=True)
 class Mutant:
-    """``name``: an identifier; ``path``: the module; ``old`` -> ``new``: the replacement (``old`` occurs once); ``tests``: pytest arguments."""
+    """``name``: an identifier; ``path``: the module; ``old`` -> ``new``: the replacement (``old`` occurs once);
+    ``tests``: pytest arguments."""
 
     name: str
     path: str
@@ -59,10 +60,14 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- the verdict rule (attention/comparison/result.py)
     _m("close_baseline_max", "attention/comparison/result.py", "cut = CLOSE_RATIO * torch.minimum(ua, ub)",
        "cut = CLOSE_RATIO * torch.maximum(ua, ub)", "the close baseline taken as max instead of min", VERDICT),
-    _m("uniform_tv_0.5", "attention/comparison/result.py", "UNIFORM_TV = 0.05", "UNIFORM_TV = 0.5", "UNIFORM_TV 0.05 -> 0.5", VERDICT),
-    _m("uniform_peak_4", "attention/comparison/result.py", "UNIFORM_PEAK = 2.0", "UNIFORM_PEAK = 4.0", "UNIFORM_PEAK 2 -> 4", VERDICT),
-    _m("top1_weight_0.5", "attention/comparison/result.py", "TOP1_WEIGHT = 0.9", "TOP1_WEIGHT = 0.5", "TOP1_WEIGHT 0.9 -> 0.5", VERDICT),
-    _m("resolve_5", "attention/comparison/result.py", "RESOLVE = 0.5", "RESOLVE = 5.0", "RESOLVE 0.5 -> 5: identical at any rounding", VERDICT),
+    _m("uniform_tv_0.5", "attention/comparison/result.py", "UNIFORM_TV = 0.05", "UNIFORM_TV = 0.5", "UNIFORM_TV 0.05 -> 0.5",
+       VERDICT),
+    _m("uniform_peak_4", "attention/comparison/result.py", "UNIFORM_PEAK = 2.0", "UNIFORM_PEAK = 4.0", "UNIFORM_PEAK 2 -> 4",
+       VERDICT),
+    _m("top1_weight_0.5", "attention/comparison/result.py", "TOP1_WEIGHT = 0.9", "TOP1_WEIGHT = 0.5", "TOP1_WEIGHT 0.9 -> 0.5",
+       VERDICT),
+    _m("resolve_5", "attention/comparison/result.py", "RESOLVE = 0.5", "RESOLVE = 5.0",
+       "RESOLVE 0.5 -> 5: identical at any rounding", VERDICT),
     _m("no_unresolved", "attention/comparison/result.py", "code = torch.where(~resolved & (tv <= cut + tol), 4, code)",
        "code = code", "the unresolved verdict removed", VERDICT),
     _m("identical_without_resolution", "attention/comparison/result.py",
@@ -78,16 +83,20 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- compare_maps (attention/comparison/given_maps.py)
     _m("maps_identical_x100", "attention/comparison/given_maps.py",
        "tol += store + (0.0 if ec == 0.0 else ec * (_logit_scale(p) if scale is None else scale))",
-       "tol += 100.0 * (store + (0.0 if ec == 0.0 else ec * (_logit_scale(p) if scale is None else scale)))", "the identical threshold x100 (given maps)", VERDICT),
+       "tol += 100.0 * (store + (0.0 if ec == 0.0 else ec * (_logit_scale(p) if scale is None else scale)))",
+       "the identical threshold x100 (given maps)", VERDICT),
     _m("maps_tie_by_index", "attention/comparison/given_maps.py", "top = x >= mx * (1.0 - rel)",
-       "top = torch.nn.functional.one_hot(x.argmax(dim=-1), m).bool()", "tie handling removed: the top set is one index", VERDICT),
+       "top = torch.nn.functional.one_hot(x.argmax(dim=-1), m).bool()", "tie handling removed: the top set is one index",
+       VERDICT),
     _m("maps_no_top_share", "attention/comparison/given_maps.py", "counted = (excess >= TOP_SHARE * ux) & (ux > 0)",
        "counted = ux > 0", "every top set counted, whatever mass it carries (M-dependence)", VERDICT),
     _m("maps_storage_fp64", "attention/comparison/given_maps.py", "fs = torch.finfo(t.dtype)", "fs = torch.finfo(torch.float64)",
        "the tolerance of float64 whatever the storage dtype", VERDICT),
-    _m("maps_tolerance_float64_only", "attention/comparison/given_maps.py", "ec = (fs.eps if comp is None else torch.finfo(comp).eps) if stated else 0.0",
+    _m("maps_tolerance_float64_only", "attention/comparison/given_maps.py",
+       "ec = (fs.eps if comp is None else torch.finfo(comp).eps) if stated else 0.0",
        "ec = 0.0", "the logits' rounding left out of the given maps' tolerance", VERDICT),
-    _m("maps_one_direction", "attention/comparison/given_maps.py", "out[\"fav\"][sl] = torch.minimum(wa, wb)", "out[\"fav\"][sl] = wa",
+    _m("maps_one_direction", "attention/comparison/given_maps.py", "out[\"fav\"][sl] = torch.minimum(wa, wb)",
+       "out[\"fav\"][sl] = wa",
        "top1_weight from one direction only (asymmetric)", VERDICT),
     # -- compare (streamed_compare.py, row_blocks.py, kernels.py)
     _m("compare_identical_x100", "attention/comparison/streamed_compare.py", "tv_tol = 0.5 * (rnd_a + rnd_b).to(dev)",
@@ -96,18 +105,22 @@ MUTANTS: tuple[Mutant, ...] = (
        "tv_tol = 0.5 * (logits.err[0] + logits.err[1]).to(dev)", "identical from the worst-case bound (the old rule)", COMPARE),
     _m("compare_tie_by_index", "attention/comparison/row_blocks.py", "    cut = va[:, :1] - ta\n", "    cut = va[:, :1]\n",
        "tie handling removed in compare's top sets", COMPARE),
-    _m("compare_no_top_share", "attention/comparison/row_blocks.py", "fa = torch.where((excess_a >= TOP_SHARE * ua) & (ua > 0), ratio_a, one)",
+    _m("compare_no_top_share", "attention/comparison/row_blocks.py",
+       "fa = torch.where((excess_a >= TOP_SHARE * ua) & (ua > 0), ratio_a, one)",
        "fa = ratio_a", "compare counts every top set of map a", COMPARE),
     _m("rounding_factor_x10", "attention/maps/kernels.py", "(math.sqrt(c + 3) + 2.0) * torch.finfo(a.dtype).eps * size",
        "10.0 * (math.sqrt(c + 3) + 2.0) * torch.finfo(a.dtype).eps * size", "the realistic rounding level x10", COMPARE),
-    _m("score_constant", "attention/maps/kernels.py", "return s.sub_(kind.constant * k)", "return s.sub_(kind.constant * k * 2.0)",
+    _m("score_constant", "attention/maps/kernels.py", "return s.sub_(kind.constant * k)",
+       "return s.sub_(kind.constant * k * 2.0)",
        "a score constant changed", ["tests/test_kinds.py", "-k", "registered_at_run_time or score"]),
-    _m("feature_eps", "attention/maps/kernels.py", "FEATURE_EPS = 1e-6", "FEATURE_EPS = 1e-3", "Hypformer's feature offset changed",
+    _m("feature_eps", "attention/maps/kernels.py", "FEATURE_EPS = 1e-6", "FEATURE_EPS = 1e-3",
+       "Hypformer's feature offset changed",
        ["tests/test_attention.py", "-k", "focused"]),
     # -- the random features (attention/approx/random_features.py)
     _m("j_dropped", "attention/approx/random_features.py", "return torch.cat([-w, kappa[..., 1:]], dim=-1) / math.sqrt(tau)",
        "return torch.cat([w, kappa[..., 1:]], dim=-1) / math.sqrt(tau)", "J dropped from the key features", RF),
-    _m("j_dropped_textbook", "attention/approx/random_features.py", "x = torch.cat([-q[..., :1], q[..., 1:]], dim=-1) / math.sqrt(tau)",
+    _m("j_dropped_textbook", "attention/approx/random_features.py",
+       "x = torch.cat([-q[..., :1], q[..., 1:]], dim=-1) / math.sqrt(tau)",
        "x = q / math.sqrt(tau)", "J dropped from performer_weights", RF),
     _m("qr_sign_fix_dropped", "attention/approx/random_features.py",
        "qm = torch.from_numpy(qm * np.sign(np.diagonal(rm, axis1=-2, axis2=-1))[..., None, :])", "qm = torch.from_numpy(qm)",
@@ -124,13 +137,17 @@ MUTANTS: tuple[Mutant, ...] = (
     # -- the calibration table and the studies
     _m("calibration_f64_itself", "attention/comparison/calibration.py",
        "p32 = attention_map(q.float(), keys.float(), \"distance\", temperature=8.0)",
-       "p32 = attention_map(q, keys, \"distance\", temperature=8.0)", "the float32 vs float64 case compares float64 with itself", VERDICT),
+       "p32 = attention_map(q, keys, \"distance\", temperature=8.0)", "the float32 vs float64 case compares float64 with itself",
+       VERDICT),
     _m("calibration_half_is_float32", "attention/comparison/calibration.py", "lambda: _half_precision(torch.float16)),",
        "lambda: _half_precision(torch.float32)),", "the float16 case stored in float32", VERDICT),
-    _m("prediction_wrong_norm", "attention/comparison/accuracy.py", "predicted_gap_ratio(qn / kn, qn, k=k)", "predicted_gap_ratio(qn / kn, kn, k=k)",
+    _m("prediction_wrong_norm", "attention/comparison/accuracy.py", "predicted_gap_ratio(qn / kn, qn, k=k)",
+       "predicted_gap_ratio(qn / kn, kn, k=k)",
        "the gap study's prediction from the key norm", STUDIES),
-    _m("prediction_small_norms", "attention/comparison/accuracy.py", "out = 1.0 / np.sqrt(1.0 + 2.0 * (r**2 * k + qn**2) / (k + qn**2))",
-       "out = 1.0 / np.sqrt(1.0 + 2.0 * r**2 * k / (k + qn**2))", "the first-order ratio for small keys only (the old formula)", STUDIES),
+    _m("prediction_small_norms", "attention/comparison/accuracy.py",
+       "out = 1.0 / np.sqrt(1.0 + 2.0 * (r**2 * k + qn**2) / (k + qn**2))",
+       "out = 1.0 / np.sqrt(1.0 + 2.0 * r**2 * k / (k + qn**2))", "the first-order ratio for small keys only (the old formula)",
+       STUDIES),
     # -- the capture verification (capture/verification.py: run only, owned elsewhere)
     _m("verify_tolerance_x1e6", "capture/verification.py", "{name: math.sqrt(torch.finfo(getattr(torch, name)).eps)",
        "{name: 1e6 * math.sqrt(torch.finfo(getattr(torch, name)).eps)", "the verification tolerance x1e6", CAPTURE),
@@ -141,7 +158,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("verify_negative_scale_sign", "capture/records.py",
        "return distance_logits(queries, keys, k=self.k, temperature=-1.0) / tau",
        "return distance_logits(queries, keys, k=self.k, temperature=1.0) / tau", "a negative scale's sign ignored", CAPTURE),
-    _m("verify_centroid_dropped", "capture/verification.py", "return lorentz_centroid(lorentz_centroid(w @ v, k=k).mean(dim=0), k=k)",
+    _m("verify_centroid_dropped", "capture/verification.py",
+       "return lorentz_centroid(lorentz_centroid(w @ v, k=k).mean(dim=0), k=k)",
        "return lorentz_centroid((w @ v).mean(dim=0), k=k)", "the per-head centroid dropped before the head mean", CAPTURE),
     _m("verify_gyro_half", "capture/verification.py", "rk * torch.tanh(0.5 * torch.atanh(", "rk * torch.tanh(1.0 * torch.atanh(",
        "the gyromidpoint's 1/2 dropped", CAPTURE),
@@ -173,7 +191,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "top k: one chunk fewer than k searched", FUSED),
     _m("fused_topk_ties_last", "attention/comparison/fused_stats.cpp", "if (*cnt == k && !(x > v[k - 1])) return;",
        "if (*cnt == k && !(x >= v[k - 1])) return;", "top k: a later tied key replaces the k-th (not the first index)", FUSED),
-    _m("fused_narrow_x10", "attention/comparison/fused_stats.cpp", "constexpr double NARROW_X = 0.3;", "constexpr double NARROW_X = 3.0;",
+    _m("fused_narrow_x10", "attention/comparison/fused_stats.cpp", "constexpr double NARROW_X = 0.3;",
+       "constexpr double NARROW_X = 3.0;",
        "the narrow-row gap 0.3 -> 3 (expm1 without range reduction on wide rows)", FUSED),
     _m("fused_tilt_sign", "attention/comparison/fused_stats.cpp", "const T sgn = (T)(jb->alpha_b - jb->alpha_a);",
        "const T sgn = (T)(jb->alpha_a - jb->alpha_b);", "the tilt's sign flipped", FUSED),
@@ -181,7 +200,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "jb->tv[i] = 1.0 * (dev / zb) / (1.0 + m1);", "the tilted TV's factor 1/2 dropped", FUSED),
     _m("fused_low_segment_2x", "attention/comparison/fused_stats.cpp", "const bool low_b = 1024.0 * f <= mean_b;",
        "const bool low_b = 0.5 * f <= mean_b;", "a segment taken as below the mean where its weights reach 2 x the mean", FUSED),
-    _m("fused_peak_count", "attention/comparison/fused_stats.cpp", "jb->peak_b[i] = (double)m / zb;", "jb->peak_b[i] = (double)(m - 1) / zb;",
+    _m("fused_peak_count", "attention/comparison/fused_stats.cpp", "jb->peak_b[i] = (double)m / zb;",
+       "jb->peak_b[i] = (double)(m - 1) / zb;",
        "map b's peak from M - 1 keys", FUSED),
     _m("fused_uniform_tv_2x", "attention/comparison/fused_stats.cpp", "*tv_out = 0.5 * (sa / (double)m) / (1.0 + me);",
        "*tv_out = (sa / (double)m) / (1.0 + me);", "a near-uniform row's baseline twice its size", FUSED),
@@ -190,7 +210,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "the cut at the (k-1)-th logit, one key above the k-th", TOPK),
     _m("topk_exp_floor_8.7", "attention/approx/topk_tail.py", "return 0.5 * math.log(torch.finfo(dtype).tiny)",
        "return 0.1 * math.log(torch.finfo(dtype).tiny)", "exact rows' weights floored at e^-8.7, not e^-43.7", TOPK),
-    _m("topk_range_curvature_div10", "attention/approx/topk_tail.py", "out = top + 0.125 * h * h *", "out = top + 0.0125 * h * h *",
+    _m("topk_range_curvature_div10", "attention/approx/topk_tail.py", "out = top + 0.125 * h * h *",
+       "out = top + 0.0125 * h * h *",
        "_range_error's curvature term /10", TOPK),
     _m("topk_chord_twice", "attention/approx/topk_tail.py", "chord = out_n * e_k - (e_k - e_l) *",
        "chord = out_n * e_k - 2.0 * (e_k - e_l) *", "the chord of e^u subtracted twice (below sum e^u)", TOPK),
@@ -224,12 +245,15 @@ MUTANTS: tuple[Mutant, ...] = (
        "candidates per query capped at M, not M / 4", SEARCH),
     _m("search_cap_budget", "attention/approx/key_search.py", "if per_query > min(m // 4, fits):", "if per_query > m // 4:",
        "candidates per query not capped by the memory budget", SEARCH),
-    _m("search_labels_whole_budget", "attention/approx/key_search.py", "rows = max(1, _BLOCK_BYTES // 2 // (per_query * _LABEL_BYTES))",
+    _m("search_labels_whole_budget", "attention/approx/key_search.py",
+       "rows = max(1, _BLOCK_BYTES // 2 // (per_query * _LABEL_BYTES))",
        "rows = max(1, 4 * _BLOCK_BYTES // (per_query * _LABEL_BYTES))", "a block's labels take 4 x the budget", SEARCH),
     _m("search_fingerprint_skipped", "attention/approx/key_search.py", "        if theirs != mine:\n", "        if False:\n",
        "the fingerprint check skipped", SEARCH),
-    _m("search_fingerprint_values", "attention/approx/key_search.py", "return tuple(keys.shape), str(keys.dtype).removeprefix(\"torch.\"), float(k), digest",
-       "return tuple(keys.shape), str(keys.dtype).removeprefix(\"torch.\"), float(k), \"\"", "the fingerprint without the keys' values", SEARCH),
+    _m("search_fingerprint_values", "attention/approx/key_search.py",
+       "return tuple(keys.shape), str(keys.dtype).removeprefix(\"torch.\"), float(k), digest",
+       "return tuple(keys.shape), str(keys.dtype).removeprefix(\"torch.\"), float(k), \"\"",
+       "the fingerprint without the keys' values", SEARCH),
     _m("search_min_keys_per_top_4", "attention/approx/key_search.py", "_MIN_KEYS_PER_TOP = 16", "_MIN_KEYS_PER_TOP = 4",
        "an index below 16 keys per top", SEARCH),
 )
@@ -253,7 +277,8 @@ def run(mutant: Mutant, python: str, timeout: float) -> tuple[str, float, str]:
         probe = subprocess.run([python, "-c", "import hypviz; print(hypviz.__file__)"], cwd=copy, env=env,
                                capture_output=True, text=True)
         if not probe.stdout.strip().startswith(str(copy)):
-            raise SystemExit(f"mutants: the copy's hypviz is not the one imported ({probe.stdout.strip() or probe.stderr.strip()})")
+            raise SystemExit("mutants: the copy's hypviz is not the one imported "
+                             f"({probe.stdout.strip() or probe.stderr.strip()})")
         start = time.perf_counter()
         try:
             res = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not portability",
@@ -296,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         outcome[m.name] = result
         print(f"{result:9s} {m.name:32s} {took:6.1f}s  {m.what}" + ("" if result == "killed" else f"  [{last}]"), flush=True)
     survived = [n for n, r in outcome.items() if r != "killed"]
-    print(f"{len(outcome) - len(survived)} of {len(outcome)} mutants killed" + (f"; not killed: {', '.join(survived)}" if survived else ""))
+    print(f"{len(outcome) - len(survived)} of {len(outcome)} mutants killed"
+          + (f"; not killed: {', '.join(survived)}" if survived else ""))
     if any(r == "stale" for r in outcome.values()):
         return 2
     return 1 if survived else 0

@@ -51,7 +51,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import nbformat
 
@@ -130,7 +130,7 @@ class _NbvalLikeClient:
     here stores exactly the outputs that nbval will compare against.
     """
 
-    def __new__(cls, nb, **kwargs):
+    def __new__(cls, nb: Any, **kwargs: Any) -> Any:  # a NotebookClient (of a subclass made here), not an instance of cls
         from nbclient import NotebookClient
 
         class Client(NotebookClient):
@@ -398,6 +398,7 @@ def _load_script(name: str):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(f"hypviz_{name}_script", Path(__file__).resolve().parent / f"{name}.py")
+    assert spec is not None and spec.loader is not None  # a .py path: a spec with a loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

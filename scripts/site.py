@@ -135,7 +135,10 @@ def input_stamp(
 ) -> str:
     """The SHA-256 (hex) of everything the site is built from.
 
-    .. math:: \\mathrm{stamp} = \\mathrm{SHA256}\\big(\\Vert_{f} \\; (\\mathrm{role}(f),\\ \\mathrm{path}(f),\\ \\mathrm{bytes}(f))\\big)
+    .. math::
+
+        \\mathrm{stamp} = \\mathrm{SHA256}\\big(\\Vert_{f} \\;
+        (\\mathrm{role}(f),\\ \\mathrm{path}(f),\\ \\mathrm{bytes}(f))\\big)
 
     over the files ``f`` of ``docs/`` (but ``_build``, ``__pycache__``, checkpoints), the
     ``NN_*.ipynb`` notebooks of ``notebooks_dir``, ``readme``, the ``.py`` files of ``package``
@@ -404,7 +407,8 @@ def _build(out: Path, *, warnings_as_errors: bool, jobs: str, docs: Path, notebo
         with _renaming():
             _replace_dir(html, out)
             _Running.replaced = True
-        log(f"site: {len(notebooks)} notebooks, API and CLI pages, in English and {SECOND_LANGUAGE} -> {_show(out / 'index.html')} "
+        log(f"site: {len(notebooks)} notebooks, API and CLI pages, in English and {SECOND_LANGUAGE} -> "
+            f"{_show(out / 'index.html')} "
             f"in {time.perf_counter() - start:.1f} s")
         return out / "index.html"
     finally:
@@ -424,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder, replaced as a whole (default build/html)")
     parser.add_argument("--allow-warnings", action="store_true", help="do not treat Sphinx warnings as errors")
     parser.add_argument("--jobs", "-j", default="1", help="Sphinx's parallel jobs (default 1; 'auto' = one per core)")
-    parser.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS, help=f"where the {NOTEBOOK_GLOB} are (default notebooks/)")
+    parser.add_argument("--notebooks-dir", type=Path, default=NOTEBOOKS,
+                        help=f"where the {NOTEBOOK_GLOB} are (default notebooks/)")
     parser.add_argument("--verbose", action="store_true", help="show Sphinx's progress, not only its warnings")
     parser.add_argument("--force", action="store_true", help="rebuild even when the inputs match the existing site's stamp")
     args = parser.parse_args(argv)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 # scripts/site.py, loaded by path (``import site`` would find the standard library's module)
 _spec = importlib.util.spec_from_file_location("hypviz_site_script", Path(__file__).resolve().parent / "site.py")
+assert _spec is not None and _spec.loader is not None  # a .py path: a spec with a loader
 site = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(site)
 ROOT = site.ROOT
@@ -189,7 +190,8 @@ def first_words(text: str, n: int = 8) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pot", type=Path, default=None, help="keep the extracted .pot files in this folder")
-    parser.add_argument("--update", action="store_true", help="bring the .po files up to the pages (new messages, changed ones kept as fuzzy)")
+    parser.add_argument("--update", action="store_true",
+                        help="bring the .po files up to the pages (new messages, changed ones kept as fuzzy)")
     args = parser.parse_args(argv)
     keep = args.pot is not None
     pot_dir = args.pot if keep else Path(tempfile.mkdtemp(prefix="hypviz-pot-"))

@@ -14,9 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hypviz import data
-
-from hypviz import lorentz
+from hypviz import data, lorentz
 
 
 def lifted_points(n: int, d: int, r: float, *, k: float = 1.0, seed: int = 0, lead: tuple[int, ...] = (), dtype=torch.float64):

@@ -33,6 +33,7 @@ def ref_scores(q: torch.Tensor, kk: torch.Tensor, kind: str, k: float = 1.0) -> 
         pytest.fail(f"no reference scores for kind {kind!r} (kernel {entry.kernel!r}): ref_scores in tests/test_attention.py "
                     f"reads them from the registry entry ('bias', 'constant') of 'bilinear' kinds only; add kernel "
                     f"{entry.kernel!r}'s scores there, from the entry's formula {entry.formula!r}")
+    assert entry.bias is not None  # a 'bilinear' kind always states its key-norm bias (the registry refuses None)
     qq, ks = q.double().unsqueeze(-2), kk.double().unsqueeze(-3)
     diff = qq - ks  # <q-k, q-k>_L directly
     sqdist = -(diff[..., 0] ** 2) + (diff[..., 1:] ** 2).sum(-1)
@@ -182,7 +183,8 @@ def ref_distance_rf(q, kk, omega, tau, k=1.0, control=True):
         wk = (kk[:, 0] - rk)[:, None]
         a = torch.cat([u, q[:, 1:]], -1) / math.sqrt(tau)
         b = torch.cat([-wk, kk[:, 1:]], -1) / math.sqrt(tau)
-        ca, cb = torch.exp(a @ om.T - 0.5 * (a * a).sum(-1, keepdim=True)), torch.exp(b @ om.T - 0.5 * (b * b).sum(-1, keepdim=True))
+        ca, cb = (torch.exp(a @ om.T - 0.5 * (a * a).sum(-1, keepdim=True)),
+                  torch.exp(b @ om.T - 0.5 * (b * b).sum(-1, keepdim=True)))
         # the rows where every weight is provably positive and the row sum's sample variance drops
         an, reach = a.norm(dim=-1), b.norm(dim=-1).max()
         spread = torch.linalg.eigvalsh(om.T @ om / om.shape[0] - torch.eye(om.shape[1], dtype=torch.float64)).abs().max()

@@ -65,7 +65,8 @@ def test_float32_input_is_measured_in_float64():
 
 @pytest.mark.parametrize(
     "qn, kn, d, tau, k",
-    [(2.0, 2.0, 2, 1.0, 1.0), (3.0, 1.0, 4, 2.0, 0.5), (5.0, 1.0, 8, 8.0, 2.0), (8.0, 6.0, 3, 1.5, 1.0), (1.2, 1.1, 2, 0.25, 1.0)],
+    [(2.0, 2.0, 2, 1.0, 1.0), (3.0, 1.0, 4, 2.0, 0.5), (5.0, 1.0, 8, 8.0, 2.0), (8.0, 6.0, 3, 1.5, 1.0),
+     (1.2, 1.1, 2, 0.25, 1.0)],
 )
 def test_two_point_rows_attain_the_tv_bound(qn, kn, d, tau, k):
     q, keys = acc.worst_case_row(qn, kn, d=d, temperature=tau, k=k)

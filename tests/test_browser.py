@@ -93,7 +93,8 @@ SITE_PROBE = r"""
   const visible = el => !!el && el.getClientRects().length > 0 && getComputedStyle(el).visibility !== 'hidden';
   const skip = 'pre, code, kbd, samp, script, style, textarea, noscript, template, mjx-container, '
              + '.js-plotly-plot, .hypviz-plotly, .highlight, .MathJax, svg';
-  const tex = /\$\$|\\\(|\\\[|\\(?:frac|tfrac|dfrac|sqrt|kappa|langle|rangle|mathrm|mathbb|left|right|begin|end|cdot|tau|Delta|sum|le|ge)\b|\$[^$\s][^$]{0,120}?\\[A-Za-z]/;
+  const tex =
+    /\$\$|\\\(|\\\[|\\(?:frac|tfrac|dfrac|sqrt|kappa|langle|rangle|mathrm|mathbb|left|right|begin|end|cdot|tau|Delta|sum|le|ge)\b|\$[^$\s][^$]{0,120}?\\[A-Za-z]/;
   const raw = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
@@ -181,18 +182,22 @@ CLIP_PROBE = r"""
       const svg = el.querySelector('svg');
       const box = (el.closest('div.math, div.output, dd, li, td') || el.parentElement).getBoundingClientRect();
       if (svg && svg.getBoundingClientRect().right > Math.min(box.right, col.right) + 1)
-        problems.push(`${name(el)}: equation ${Math.round(svg.getBoundingClientRect().right - Math.min(box.right, col.right))} px beyond its box`);
+        problems.push(`${name(el)}: equation ${Math.round(svg.getBoundingClientRect().right
+                                                          - Math.min(box.right, col.right))} px beyond its box`);
       if (el.style.fontSize) { scaled += 1; minScale = Math.min(minScale, parseFloat(el.style.fontSize) / 100); }
     }
   }
   // any other box of the article that hides content sideways (outside code input and MathJax's internals)
   for (const el of article.querySelectorAll('*')) {
-    if (seen.has(el) || !visible(el) || el.closest('div.cell_input, div.highlight, mjx-container, .hypviz-plotly-box, .js-plotly-plot')) continue;
+    if (seen.has(el) || !visible(el)
+        || el.closest('div.cell_input, div.highlight, mjx-container, .hypviz-plotly-box, .js-plotly-plot')) continue;
     const ox = getComputedStyle(el).overflowX;
-    if (ox !== 'visible' && el.scrollWidth > el.clientWidth + 1) problems.push(`${name(el)}: ${el.scrollWidth - el.clientWidth} px clipped (overflow-x ${ox})`);
+    if (ox !== 'visible' && el.scrollWidth > el.clientWidth + 1)
+      problems.push(`${name(el)}: ${el.scrollWidth - el.clientWidth} px clipped (overflow-x ${ox})`);
   }
   const root = document.documentElement;
-  if (root.scrollWidth > root.clientWidth + 1) problems.push(`the page scrolls sideways (${root.scrollWidth} > ${root.clientWidth} px)`);
+  if (root.scrollWidth > root.clientWidth + 1)
+    problems.push(`the page scrolls sideways (${root.scrollWidth} > ${root.clientWidth} px)`);
   return JSON.stringify({checked, scaled, minScale, problems: problems.slice(0, 12), count: problems.length,
                          fitted: document.documentElement.getAttribute('data-hypviz-fitted')});
 })()
@@ -223,7 +228,8 @@ class Tab:
             self.call(f"{domain}.enable")
         # every request to a host is stopped here, recorded, and refused: the site must make none
         self.call("Fetch.enable", {"patterns": [{"urlPattern": "http://*"}, {"urlPattern": "https://*"}]})
-        self.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        self.call("Emulation.setDeviceMetricsOverride",
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
         self.call("Page.navigate", {"url": url})
         end = time.monotonic() + timeout
         while not self._loaded and time.monotonic() < end:
@@ -342,6 +348,7 @@ class Chromium:
     """One headless Chromium; a tab per :meth:`tab` / :meth:`open`."""
 
     def __init__(self) -> None:
+        assert CHROMIUM is not None  # this module is skipped where no Chromium is found
         self.loop = asyncio.new_event_loop()
         self.profile = tempfile.mkdtemp(prefix="hypviz-chromium-")
         self.proc = subprocess.Popen(
@@ -354,25 +361,29 @@ class Chromium:
         lines: queue.Queue[str] = queue.Queue()
         self.log: list[str] = []
 
+        stderr = self.proc.stderr
+        assert stderr is not None  # stderr=subprocess.PIPE
+
         def pump() -> None:
-            for line in self.proc.stderr:
+            for line in stderr:
                 self.log.append(line.rstrip())
                 lines.put(line)
 
         threading.Thread(target=pump, daemon=True).start()
         deadline = time.monotonic() + 60
-        self.ws_url = None
-        while time.monotonic() < deadline and self.ws_url is None:
+        url: str | None = None
+        while time.monotonic() < deadline and url is None:
             try:
                 line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
                 break
             m = re.search(r"DevTools listening on (ws://\S+)", line)
             if m:
-                self.ws_url = m.group(1)
-        if self.ws_url is None:
+                url = m.group(1)
+        if url is None:
             self.close()
             raise RuntimeError("Chromium did not start its DevTools endpoint:\n" + "\n".join(self.log[-20:]))
+        self.ws_url = url
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -411,7 +422,8 @@ def _errors(events: list[dict]) -> list[str]:
             d = p.get("exceptionDetails", {})
             out.append("exception: " + (d.get("exception", {}).get("description") or d.get("text", ""))[:300])
         elif e["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-            out.append("console.error: " + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))[:300])
+            values = (str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
+            out.append("console.error: " + " ".join(values)[:300])
         elif e["method"] == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
             out.append("log: " + p["entry"].get("text", "")[:300] + " " + p["entry"].get("url", "")[:120])
     return out
@@ -501,7 +513,8 @@ def _check_page(result: dict, what: str) -> None:
     assert result["math_errors"] == 0, f"{what}: MathJax could not typeset {result['math_errors']} equations"
     assert result["drawn"] == result["figures"], f"{what}: {result['figures']} figures, {result['drawn']} drawn"
     assert result["images_ok"] == result["images"], f"{what}: an image did not decode"
-    assert result["code_cells"] == 0 or result["copy_buttons"] >= result["code_cells"], f"{what}: code cells without a copy button"
+    assert result["code_cells"] == 0 or result["copy_buttons"] >= result["code_cells"], (
+        f"{what}: code cells without a copy button")
 
 
 _IDS: dict[Path, set[str]] = {}
@@ -556,7 +569,8 @@ def _slider_moves(tab: Tab, div_id: str) -> str | None:
     moved = tab.wait_for(
         "(() => { const gd = document.getElementById(%s);"
         " const sig = JSON.stringify(gd.data) + JSON.stringify(Object.assign({}, gd.layout, {sliders: null}));"
-        " return gd._fullLayout.sliders[0].active !== %d && sig !== window.__hypviz_sig; })()" % (json.dumps(div_id), state["active"]),
+        " return gd._fullLayout.sliders[0].active !== %d && sig !== window.__hypviz_sig; })()"
+        % (json.dumps(div_id), state["active"]),
         timeout=15,
     )
     return None if moved else f"{div_id}: the slider did not move the plot (clicked at {state['x']:.0f}, {state['y']:.0f})"
@@ -662,12 +676,16 @@ def test_navigation_is_in_story_order_with_previous_and_next(browser, real_site)
             stems = [h.split("/")[1].removesuffix(".html") for h in nav if h.startswith("notebooks/")]
             assert stems == notebooks, f"{what}: the left navigation lists {stems}"
     chain = ["index"] + [f"notebooks/{n}" for n in notebooks]
+
+    def rel(name, page):
+        """The link from ``page`` to ``name`` as the site writes it (relative)."""
+        return os.path.relpath(real_site / f"{name}.html", (real_site / page).parent)
+
     for before, page, after in zip(chain, chain[1:], chain[2:] + [None]):
         result = results[f"{page}.html"]
-        rel = lambda name: os.path.relpath(real_site / f"{name}.html", (real_site / page).parent)  # noqa: E731
-        assert result["prev"] == [rel(before)], (page, result["prev"])
+        assert result["prev"] == [rel(before, page)], (page, result["prev"])
         if after:
-            assert result["next"] == [rel(after)], (page, result["next"])
+            assert result["next"] == [rel(after, page)], (page, result["next"])
 
 
 @pytest.mark.parametrize(
@@ -844,10 +862,12 @@ def test_figures_fit_the_column_and_images_are_sharp(browser, real_site, width):
         for im in r["images"]:
             (nat_w, nat_h), (shown_w, shown_h) = im["natural"], im["exact"]  # the layout's own (fractional) size
             if nat_w + 0.01 < 2 * shown_w or nat_h + 0.01 < 2 * shown_h:
-                issues.append(f"image {im['src']} ({im['alt'][:40]!r}) shown at {im['shown']} px: its {im['natural']} px are not 2x")
+                issues.append(f"image {im['src']} ({im['alt'][:40]!r}) shown at {im['shown']} px: its "
+                              f"{im['natural']} px are not 2x")
             declared = im["declared"] or nat_w / 2
             if shown_w < MIN_SHOWN_FRACTION * declared:
-                issues.append(f"image {im['src']} ({im['alt'][:40]!r}) shrunk to {shown_w:.0f} px of its {declared:g} px: fonts too small")
+                issues.append(f"image {im['src']} ({im['alt'][:40]!r}) shrunk to {shown_w:.0f} px of its {declared:g} px: "
+                              "fonts too small")
             if shown_w:
                 ratios.append(nat_w / shown_w)
                 fractions.append(shown_w / declared)
@@ -922,8 +942,10 @@ def test_a_click_enlarges_a_figure_at_full_resolution(browser, real_site):
         tab.click(box["x"], box["y"])
         assert tab.wait_for("!!document.querySelector('div.hypviz-lightbox img')", timeout=10), "no enlarged figure"
         big = json.loads(tab.eval("(() => { const i = document.querySelector('div.hypviz-lightbox img');"
-                                  " return JSON.stringify({natural: i.naturalWidth, shown: i.getBoundingClientRect().width}); })()"))
-        assert big["natural"] == box["natural"] and big["shown"] > box["shown"] - 1 and big["shown"] <= big["natural"] + 0.5, (box, big)
+                                  " return JSON.stringify({natural: i.naturalWidth, shown: "
+                                  "i.getBoundingClientRect().width}); })()"))
+        assert big["natural"] == box["natural"], (box, big)
+        assert box["shown"] - 1 < big["shown"] <= big["natural"] + 0.5, (box, big)
         tab.call("Input.dispatchKeyEvent", {"type": "keyDown", "key": "Escape", "code": "Escape", "windowsVirtualKeyCode": 27})
         assert tab.wait_for("!document.querySelector('div.hypviz-lightbox')", timeout=10), "Escape did not close it"
         assert tab.errors == []
@@ -934,11 +956,7 @@ def test_a_click_enlarges_a_figure_at_full_resolution(browser, real_site):
 def test_reports_do_not_scroll_sideways_at_800_px(browser, tmp_path, capsys):
     import torch
 
-    from hypviz import capture
-
-    from hypviz import cli
-
-    from hypviz import toymodel
+    from hypviz import capture, cli, toymodel
 
     assert cli.main(["demo", "--out", str(tmp_path / "demo"), "--no-progress"]) == 0
     model = toymodel.ToyHypformer(8, 4, 2, heads=2, k=1.0, attention_type="linear_focused", seed=0)
@@ -952,7 +970,8 @@ def test_reports_do_not_scroll_sideways_at_800_px(browser, tmp_path, capsys):
         tab = browser.tab(report.as_uri(), width=800)
         try:
             tab.pump(1.0)
-            r = json.loads(tab.eval("JSON.stringify({page: document.documentElement.scrollWidth, window: document.documentElement.clientWidth})"))
+            r = json.loads(tab.eval("JSON.stringify({page: document.documentElement.scrollWidth, window: "
+                                    "document.documentElement.clientWidth})"))
         finally:
             tab.close()
         MEASURED[f"report {report.parent.name}@800"] = r

@@ -13,10 +13,11 @@ import pytest
 import torch
 from torch import nn
 
-from _standin import Encoder, StandInAttention, lifted_input
 from hypviz import attention as att
 from hypviz import capture
 from hypviz import lorentz as L
+
+from _standin import Encoder, StandInAttention, lifted_input
 
 
 def n_hooks(model: nn.Module) -> int:

@@ -15,10 +15,11 @@ import threading
 import pytest
 import torch
 
-from _standin import Encoder, StandInAttention, lifted_input
 from hypviz import capture
 from hypviz.capture import records
 from hypviz.lorentz import lift
+
+from _standin import Encoder, StandInAttention, lifted_input
 
 F64 = torch.float64
 

@@ -26,8 +26,16 @@ from hypviz import capture
 from hypviz.capture import READERS, Reader, register, verification
 from hypviz.capture.records import masked_softmax
 
-from test_family_interfaces import (Block, HyboNetLorentz, Lorentz, LorentzMLA, LorentzMultiHeadedAttention,
-                                    LorentzMultiheadAttention, _trained, rope)
+from test_family_interfaces import (
+    Block,
+    HyboNetLorentz,
+    Lorentz,
+    LorentzMLA,
+    LorentzMultiheadAttention,
+    LorentzMultiHeadedAttention,
+    _trained,
+    rope,
+)
 
 F64 = torch.float64
 

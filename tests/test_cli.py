@@ -28,16 +28,10 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import attention
-
+from hypviz import attention, data, lorentz
 from hypviz import cli as hypviz_cli
 from hypviz.reports import input_files, publishing
 from hypviz.reports import inputs as report_inputs
-
-from hypviz import data
-
-from hypviz import lorentz
-
 from hypviz.reports import point_report as report
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,19 +30,11 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import attention
-
-from hypviz import cli
-from hypviz.cli import command
-from hypviz.reports import input_files
+from hypviz import attention, cli, data, lorentz
 from hypviz.base import messages
+from hypviz.cli import command
+from hypviz.reports import input_files, point_report, publishing
 from hypviz.reports import inputs as report_inputs
-
-from hypviz import data
-
-from hypviz import lorentz
-
-from hypviz.reports import point_report, publishing
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("HYPVIZ_DEBUG", publishing.PAUSE_ENV, input_files.MAX_INPUT_ENV)}
 ENV.update(MPLBACKEND="Agg", PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
@@ -225,7 +217,8 @@ def test_float16_and_bfloat16_points_are_checked_at_their_precision(work, capsys
     with np.errstate(over="ignore"):
         assert np.isinf(big**2).any()
     arr, _, made = input_files.read_input(_save(work / "big16.npy", big), "QUERIES", None, "--queries-key")
-    inputs = report_inputs.prepare(arr, arr, k=1.0, spatial=False, heads_axis=None, dtype="auto", described={}, made_in=(made, made))
+    inputs = report_inputs.prepare(arr, arr, k=1.0, spatial=False, heads_axis=None, dtype="auto", described={},
+                                   made_in=(made, made))
     assert inputs.queries.dtype == torch.float32 and made == "float16"
     # API: a float16 numpy array passed to prepare is checked as float16 too; --dtype float64 re-lifts there
     inputs = report_inputs.prepare(q16.numpy(), q16.numpy(), k=1.0, spatial=False, heads_axis=None, dtype="float64", described={})

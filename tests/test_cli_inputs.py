@@ -13,14 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import attention
-
-from hypviz import cli
+from hypviz import attention, cli, data, lorentz
 from hypviz.reports import input_files
-
-from hypviz import data
-
-from hypviz import lorentz
 
 
 def run(capsys, *args) -> tuple[int, str, str]:

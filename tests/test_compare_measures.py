@@ -165,5 +165,6 @@ def test_attention_map_focused_is_the_focused_linear_map(points):
     q, kk = points(9, 5, 2.0, seed=11), points(7, 5, 2.0, seed=12)
     got = att.attention_map(q, kk, "focused", power=3.0, norm_scale=2.0)
     assert torch.allclose(got, att.focused_linear_map(q, kk, power=3.0, norm_scale=2.0), rtol=1e-14)
-    with pytest.raises(ValueError, match="kind must be one of " + re.escape(", ".join(map(repr, att.SOFTMAX_KINDS))) + ", got 'focused'"):
+    with pytest.raises(ValueError,
+                       match="kind must be one of " + re.escape(", ".join(map(repr, att.SOFTMAX_KINDS))) + ", got 'focused'"):
         att.scores(q, kk, "focused")

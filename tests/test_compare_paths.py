@@ -8,7 +8,6 @@ path through the plan on the same inputs must reproduce every field.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
@@ -117,7 +116,8 @@ def test_the_one_product_path_is_refused_where_the_kernel_shares_none(points):
     plan = att.plan_compare(q, q, "distance", "lorentz")
     with pytest.raises(ValueError, match=r"^path must be 'two_products' or 'dense_rows' for 'distance' and 'lorentz'"):
         plan.with_path("one_product")
-    with pytest.raises(ValueError, match=r"^path must be one of 'fused', 'one_product', 'two_products', 'dense_rows', got 'dense'$"):
+    with pytest.raises(ValueError,
+                       match=r"^path must be one of 'fused', 'one_product', 'two_products', 'dense_rows', got 'dense'$"):
         plan.with_path("dense")
     with pytest.raises(TypeError, match=r"^plan must be a ComparePlan \(from plan_compare\), got dict$"):
         att.run_compare({})

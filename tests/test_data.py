@@ -329,7 +329,7 @@ def test_random_htc_qk_on_tree_points():
     [
         (lambda: data.balanced_tree(0, 3), ValueError, "branching"),
         (lambda: data.balanced_tree(3, 0), ValueError, "depth"),
-        (lambda: data.balanced_tree(2.5, 3), ValueError, "branching"),
+        (lambda: data.balanced_tree(2.5, 3), ValueError, "branching"),  # type: ignore[arg-type]  # a float on purpose
         (lambda: data.balanced_tree(True, 3), ValueError, "branching"),
         (lambda: data.balanced_tree(10, 5), ValueError, "at most"),
         (lambda: data.balanced_tree(3, 2, k=0), ValueError, "k must be"),

@@ -14,6 +14,7 @@ import importlib
 import inspect
 import re
 import sys
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ def examples_section(doc: str) -> str | None:
     return None
 
 
-def public_objects(package: str) -> list[tuple[str, object]]:
+def public_objects(package: str) -> list[tuple[str, Any]]:
     module = importlib.import_module(package)
     return [(name, getattr(module, name)) for name in module.__all__
             if inspect.isfunction(getattr(module, name)) or inspect.isclass(getattr(module, name))]

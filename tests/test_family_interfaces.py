@@ -386,7 +386,8 @@ class MTLorentzLinear(nn.Module):
 class LorentzMultiHeadedAttention(nn.Module):
     def __init__(self, head_count, model_dim, manifold, dropout=0.1, max_relative_positions=0):
         super().__init__()
-        self.dim_per_head, self.model_dim, self.manifold, self.head_count = model_dim // head_count, model_dim, manifold, head_count
+        self.dim_per_head, self.model_dim = model_dim // head_count, model_dim
+        self.manifold, self.head_count = manifold, head_count
         mk = lambda: MTLorentzLinear(model_dim, head_count * self.dim_per_head, dropout=dropout, manifold=manifold,  # noqa: E731
                                      head_num=head_count)
         self.linear_keys, self.linear_values, self.linear_query = mk(), mk(), mk()
@@ -438,7 +439,7 @@ def test_hybonet_mt_decoder_self_attention_with_layer_cache():
     att = LorentzMultiHeadedAttention(2, 8, HyboNetLorentz()).eval()
     cache = {"self_keys": None, "self_values": None}
     recs = []
-    for step in range(3):  # step-by-step decoding: the keys and values grow in the cache
+    for _ in range(3):  # step-by-step decoding: the keys and values grow in the cache
         x = torch.randn(1, 1, 8)
         recs += _capture(att, x, x, x, mask=None, layer_cache=cache, attn_type="self")
     _all_verified(recs)
@@ -461,7 +462,8 @@ class PointLinear(nn.Module):
 class LorentzAgg(nn.Module):
     def __init__(self, manifold, in_features, dropout, use_att, local_agg, hypercore=False):
         super().__init__()
-        self.manifold, self.in_features, self.dropout, self.local_agg, self.use_att = manifold, in_features, dropout, local_agg, use_att
+        self.manifold, self.in_features, self.dropout = manifold, in_features, dropout
+        self.local_agg, self.use_att = local_agg, use_att
         k = float(manifold.k)
         if hypercore:
             self.c = manifold.c

@@ -45,7 +45,8 @@ def built(tmp_path_factory):
     folder = tmp_path_factory.mktemp("built") / "cache"
     env = {**os.environ, "HYPVIZ_CACHE_DIR": str(folder)}
     env.pop("HYPVIZ_FUSED", None)
-    code = "import torch; from hypviz.attention.comparison import fused_stats as f; print(f.availability(torch.float32, torch.device('cpu'))[0])"
+    code = ("import torch; from hypviz.attention.comparison import fused_stats as f; "
+            "print(f.availability(torch.float32, torch.device('cpu'))[0])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == "True", out.stderr
     (lib,) = folder.glob("fused_stats-*.so")
@@ -176,7 +177,8 @@ def test_a_fifo_under_the_librarys_name_does_not_hang(built, tmp_path):
     os.mkfifo(lib)
     env = {**os.environ, "HYPVIZ_CACHE_DIR": str(folder)}
     env.pop("HYPVIZ_FUSED", None)
-    code = "import torch; from hypviz.attention.comparison import fused_stats as f; print(f.availability(torch.float32, torch.device('cpu')))"
+    code = ("import torch; from hypviz.attention.comparison import fused_stats as f; "
+            "print(f.availability(torch.float32, torch.device('cpu')))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "True" in out.stdout, out.stderr
     assert stat.S_ISREG(lib.stat().st_mode)
@@ -185,7 +187,8 @@ def test_a_fifo_under_the_librarys_name_does_not_hang(built, tmp_path):
 def test_a_hanging_compiler_is_stopped_remembered_and_leaves_nothing(tmp_path, monkeypatch):
     pid_file = tmp_path / "pid"
     cxx = tmp_path / "slow-c++"
-    cxx.write_text(f'#!/bin/sh\ncase "$1" in --version) echo "slow c++ 1.0"; exit 0;; esac\necho $$ > {pid_file}\nexec sleep 600\n')
+    cxx.write_text('#!/bin/sh\ncase "$1" in --version) echo "slow c++ 1.0"; exit 0;; esac\n'
+                   f'echo $$ > {pid_file}\nexec sleep 600\n')
     cxx.chmod(0o755)
     folder = tmp_path / "cache"
     monkeypatch.setenv("CXX", str(cxx))

@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,8 +33,9 @@ from hypviz.base import kinds
 from hypviz.capture import records
 from hypviz.reports import input_files
 
-FUZZ = dict(deadline=None, database=None, derandomize=True,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+FUZZ: dict[str, Any] = dict(deadline=None, database=None, derandomize=True,
+                            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                   HealthCheck.function_scoped_fixture])
 POINTS = data.lifted_gaussian((7,), 3, 1.0, seed=3)
 KEYS = data.lifted_gaussian((5,), 3, 1.0, seed=4)
 

@@ -12,6 +12,7 @@ finite, consistent :class:`~hypviz.attention.comparison.result.Comparison` -- TV
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -20,8 +21,8 @@ from hypothesis import strategies as st
 from hypviz import attention as att
 from hypviz.attention.comparison.result import VERDICTS
 
-FUZZ = dict(deadline=None, database=None, derandomize=True, max_examples=120,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ: dict[str, Any] = dict(deadline=None, database=None, derandomize=True, max_examples=120,
+                            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 SYMMETRIC = ("tv", "tv_uniform_a", "tv_uniform_b", "peak_a", "peak_b", "top1_weight", "topk_overlap", "tv_tolerance")
 SWAPPED = {"tv_uniform_a": "tv_uniform_b", "tv_uniform_b": "tv_uniform_a", "peak_a": "peak_b", "peak_b": "peak_a"}

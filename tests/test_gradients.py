@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hypviz import attention
-
-from hypviz import lorentz
+from hypviz import attention, lorentz
 
 
 def spatial(n: int, d: int, seed: int) -> torch.Tensor:
@@ -25,7 +23,8 @@ def test_attention_map_passes_gradcheck(kind):
 
 def test_focused_map_and_attention_pass_gradcheck():
     qs, ks, vs = spatial(3, 4, 3), spatial(5, 4, 4), spatial(5, 3, 5)
-    assert torch.autograd.gradcheck(lambda a, b: attention.focused_linear_map(lorentz.lift(a), lorentz.lift(b), power=3.0), (qs, ks))
+    assert torch.autograd.gradcheck(lambda a, b: attention.focused_linear_map(lorentz.lift(a), lorentz.lift(b), power=3.0),
+                                    (qs, ks))
     assert torch.autograd.gradcheck(
         lambda a, b, c: attention.focused_linear_attention(lorentz.lift(a), lorentz.lift(b), lorentz.lift(c)), (qs, ks, vs)
     )

@@ -14,6 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("hypviz_headline_script", ROOT / "scripts" / "headline.py")
+assert _spec is not None and _spec.loader is not None  # a .py path: a spec with a loader
 headline = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(headline)
 

@@ -12,9 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import attention
-
-from hypviz import data
+from hypviz import attention, data
 
 
 def _bad(kind: str, x: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ import re
 import struct
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -58,7 +59,7 @@ def capture_dict(tmp_path: Path) -> dict:
 
 
 def fan_out(width: int = 100, depth: int = 8) -> list:
-    x: object = torch.zeros(2)
+    x: Any = torch.zeros(2)
     for _ in range(depth):
         x = [x] * width
     return x  # width**depth paths to one tensor, depth + 1 distinct objects

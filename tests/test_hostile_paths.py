@@ -26,15 +26,10 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import cli
-from hypviz.reports import input_files
+from hypviz import cli, data
 from hypviz.base import messages
-
-from hypviz import data
-
-from hypviz.reports import publishing
-
 from hypviz.capture import records
+from hypviz.reports import input_files, publishing
 
 ENV = {k: v for k, v in os.environ.items() if k not in ("HYPVIZ_DEBUG", publishing.PAUSE_ENV, input_files.MAX_INPUT_ENV)}
 ENV.update(MPLBACKEND="Agg", PYTHONHASHSEED="0", OMP_NUM_THREADS="1")
@@ -187,7 +182,8 @@ def test_stale_temporary_folders_are_removed_or_reported(tmp_path, pts, capsys):
     lines = err.strip().splitlines()
     assert len(lines) == 3, err
     assert not stale.exists() and f"removed 1 temporary folder(s) that interrupted runs left beside {out}: .r.tmp-abcd1234" in err
-    assert fresh.exists() and "1 temporary folder(s) of another run, in progress or interrupted" in err and ".r.tmp-fresh123" in err
+    assert fresh.exists() and ".r.tmp-fresh123" in err
+    assert "1 temporary folder(s) of another run, in progress or interrupted" in err
     assert live.exists() and ".r.tmp-live1234" not in err
     assert (aside / "r" / "metrics.json").exists() and f"left the previous report in {aside}" in err
     assert other.exists()

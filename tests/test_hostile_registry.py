@@ -114,7 +114,8 @@ def test_register_kernel_refuses_what_is_not_a_kernel(name, kernel, exc, message
     ("focused", "features", ("power",), r"options must include 'norm_scale'"),
     ("random_features", "features", ("seed",), r"options must include 'features'"),
     ("gate", "gate", (), r"options must include 'bias'"),
-    ("gate", "features", ("bias",), r"family must be 'gate' \(the family of the kernel 'gate', as of the built-in kind 'sigmoid'\), got 'features'"),
+    ("gate", "features", ("bias",),
+     r"family must be 'gate' \(the family of the kernel 'gate', as of the built-in kind 'sigmoid'\), got 'features'"),
     ("focused", "softmax", ("power", "norm_scale"), r"family must be 'features'"),
     ("geodesic", "features", (), r"family must be 'softmax'"),
 ])

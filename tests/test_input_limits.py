@@ -25,20 +25,11 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import cli
-from hypviz.reports import input_files
+from hypviz import cli, data, lorentz
 from hypviz.base import messages
-from hypviz.reports import publishing
-
-from hypviz import data
-
-from hypviz.reports import inputs
-
-from hypviz import lorentz
-
-from hypviz.lorentz import points
-
 from hypviz.capture import records
+from hypviz.lorentz import points
+from hypviz.reports import input_files, inputs, publishing
 
 FAST = ("--kinds", "spatial", "--sample-rows", "4", "--device", "cpu")
 LIMIT_ENVS = (input_files.MAX_INPUT_ENV, input_files.MAX_LAYERS_ENV, input_files.MAX_NAME_ENV)
@@ -109,7 +100,8 @@ def test_a_compressed_pt_is_measured_by_what_it_decompresses_to(work, capsys, mo
     assert size < 100_000 and torch.load(work / "deflated.pt", weights_only=True).shape == (1, 100_000, 9)
     monkeypatch.setenv(input_files.MAX_INPUT_ENV, "1000000")
     refused(*run(capsys, "compare", work / "deflated.pt", work / "k.npy", "--spatial", *FAST, "--out", work / "r"),
-            "QUERIES: what the file", "decompresses to is 3.43 MiB", "above the input limit of 977 KiB", input_files.MAX_INPUT_ENV)
+            "QUERIES: what the file", "decompresses to is 3.43 MiB", "above the input limit of 977 KiB",
+            input_files.MAX_INPUT_ENV)
 
 
 def test_a_capture_is_measured_by_what_its_tensors_expand_to(work, capsys, monkeypatch):

@@ -34,6 +34,7 @@ from hypviz.capture import records
 ROOT = Path(__file__).resolve().parent.parent
 SITE = ROOT / "scripts" / "site.py"
 _spec = importlib.util.spec_from_file_location("hypviz_site_script_interrupts", SITE)
+assert _spec is not None and _spec.loader is not None  # a .py path: a spec with a loader
 site = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(site)
 

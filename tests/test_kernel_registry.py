@@ -13,10 +13,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import test_kinds as harness
 from hypviz import attention as att
 from hypviz.attention.maps import kernels
 from hypviz.base import kinds, validate
+
+import test_kinds as harness
 
 CAP = 30.0  # the kernel's default cap (Gemma 2 caps its attention logits at 50)
 

@@ -102,7 +102,8 @@ def _radial(n, d, rmax, g):
 
 def _mixture(n, d, clusters, g):
     centres = 1.5 * torch.randn(clusters, d, generator=g, dtype=torch.float64)
-    return lift(centres[torch.randint(0, clusters, (n,), generator=g)] + 0.3 * torch.randn(n, d, generator=g, dtype=torch.float64))
+    return lift(centres[torch.randint(0, clusters, (n,), generator=g)]
+                + 0.3 * torch.randn(n, d, generator=g, dtype=torch.float64))
 
 
 def _full_recall(found, exact):
@@ -191,7 +192,8 @@ def test_a_fitted_index_answers_later_queries_at_any_top_without_rebuilding():
     from hypviz.attention import fit_key_index
 
     g = torch.Generator().manual_seed(15)
-    keys, queries = lift(torch.randn(2000, 8, generator=g, dtype=torch.float64)), lift(torch.randn(300, 8, generator=g, dtype=torch.float64))
+    keys, queries = (lift(torch.randn(2000, 8, generator=g, dtype=torch.float64)),
+                     lift(torch.randn(300, 8, generator=g, dtype=torch.float64)))
     index = fit_key_index(queries, keys, 8, recall=0.9, sample=64)
     assert index.reason is None and index.recall >= 0.9 and index.top == 8 and index.method.startswith("hnsw")
     later = queries[:50].reshape(5, 10, 9)  # any leading axes

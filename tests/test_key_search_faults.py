@@ -139,7 +139,8 @@ def test_exact_search_with_repeated_keys_is_the_same_under_any_permutation(seed,
 def test_one_index_searched_from_many_threads_at_different_tops():
     pytest.importorskip("faiss")
     g = torch.Generator().manual_seed(21)
-    keys, q = lift(torch.randn(3000, 8, generator=g, dtype=torch.float64)), lift(torch.randn(400, 8, generator=g, dtype=torch.float64))
+    keys, q = (lift(torch.randn(3000, 8, generator=g, dtype=torch.float64)),
+               lift(torch.randn(400, 8, generator=g, dtype=torch.float64)))
     index = ks.fit_key_index(q, keys, 4, recall=0.5, sample=64, tries=((1, 16),))
     assert index.method.startswith("hnsw")
     tops = (1, 4, 100, 180)  # ef = max(16, top): each call its own ef
@@ -168,7 +169,8 @@ def test_one_index_searched_from_many_threads_at_different_tops():
 def test_the_index_search_keeps_its_candidates_within_the_budget(monkeypatch):
     pytest.importorskip("faiss")
     g = torch.Generator().manual_seed(22)
-    keys, q = lift(torch.randn(4096, 8, generator=g, dtype=torch.float64)), lift(torch.randn(400, 8, generator=g, dtype=torch.float64))
+    keys, q = (lift(torch.randn(4096, 8, generator=g, dtype=torch.float64)),
+               lift(torch.randn(400, 8, generator=g, dtype=torch.float64)))
     budget = 2**19
     monkeypatch.setattr(ks, "_BLOCK_BYTES", budget)
     index = ks.fit_key_index(q, keys, 8, recall=0.5, sample=64, tries=((16, 16),))  # 16 shells x top 8 per query
@@ -186,7 +188,8 @@ def test_the_index_search_keeps_its_candidates_within_the_budget(monkeypatch):
 def test_too_many_candidates_per_query_use_exact_search_and_say_so(monkeypatch):
     pytest.importorskip("faiss")
     g = torch.Generator().manual_seed(23)
-    keys, q = lift(torch.randn(2048, 8, generator=g, dtype=torch.float64)), lift(torch.randn(100, 8, generator=g, dtype=torch.float64))
+    keys, q = (lift(torch.randn(2048, 8, generator=g, dtype=torch.float64)),
+               lift(torch.randn(100, 8, generator=g, dtype=torch.float64)))
     index = ks.fit_key_index(q, keys, 4, recall=0.5, sample=64, tries=((16, 16),))
     assert index.method.startswith("hnsw(buckets=16")
     big = index.search(q, 128)  # 16 shells x 128 = 2048 candidates per query > M / 4 = 512
@@ -227,7 +230,8 @@ def test_the_largest_tries_are_accepted_and_numpy_integers_too():
 def fitted():
     pytest.importorskip("faiss")
     g = torch.Generator().manual_seed(24)
-    keys, q = lift(torch.randn(2048, 8, generator=g, dtype=torch.float64)), lift(torch.randn(64, 8, generator=g, dtype=torch.float64))
+    keys, q = (lift(torch.randn(2048, 8, generator=g, dtype=torch.float64)),
+               lift(torch.randn(64, 8, generator=g, dtype=torch.float64)))
     return keys, q, att.fit_key_index(q, keys, 16, tries=((1, 32),), recall=0.5)
 
 

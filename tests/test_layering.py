@@ -1,4 +1,5 @@
-"""The house's layering, checked: data flows one way (base -> lorentz -> data -> symbolic -> attention -> capture -> plots -> reports -> cli).
+"""The house's layering, checked: data flows one way (base -> lorentz -> data -> symbolic -> attention -> capture -> plots
+-> reports -> cli).
 
 Every module of ``hypviz`` belongs to the layer of its folder (:data:`LAYERS`, lowest first; CONTRIBUTING.md
 shows the same table).  EVERY import counts: at module level, inside functions, under ``TYPE_CHECKING``, and
@@ -18,6 +19,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -93,7 +95,7 @@ def edges() -> dict[str, dict[str, list[int]]]:
                     found = {arg.value[len("hypviz."):]}
             for d in found:
                 if d != m:
-                    deps.setdefault(d, []).append(node.lineno)
+                    deps.setdefault(d, []).append(cast("ast.stmt | ast.expr", node).lineno)  # an import or a call
         out[m] = deps
     return out
 
@@ -224,7 +226,7 @@ def _sources() -> list[tuple[str, str]]:
 
 def public_imports() -> list[tuple[str, str, str | None]]:
     """``(where, module, name)`` for each hypviz import statement (``name`` None for ``import hypviz.x``)."""
-    found = []
+    found: list[tuple[str, str, str | None]] = []
     for where_, code in _sources():
         for node in ast.walk(_parse(code)):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "hypviz":

@@ -41,10 +41,12 @@ CHROME_PROBE = r"""
                                                   + '.bd-header-article .search-button'));
   const link = document.querySelector('nav.hypviz-lang-switch a');
   let onTop = null;
-  if (link) { const r = link.getBoundingClientRect(); const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+  if (link) { const r = link.getBoundingClientRect();
+              const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
               onTop = !!hit && (hit === link || link.contains(hit)); }
   const searches = Array.from(document.querySelectorAll('.search-button-field, form.bd-search input')).filter(e => box(e)).length;
-  return JSON.stringify({header: box(header), items: items.map(e => [e.tagName + '.' + String(e.className).split(' ').slice(-1)[0], box(e)]),
+  return JSON.stringify({header: box(header),
+                         items: items.map(e => [e.tagName + '.' + String(e.className).split(' ').slice(-1)[0], box(e)]),
                          link_on_top: onTop, search_fields: searches});
 })()
 """
@@ -100,10 +102,12 @@ def test_the_chrome_stays_in_the_article_header(browser, site, page, width):
             where = f"{page} at {width} px, scrolled {scroll} px"
             assert r["header"] is not None, f"{where}: no article header"
             top, bottom = r["header"][0], r["header"][1]
-            assert r["items"] and all(b is not None for _, b in r["items"][:2]), f"{where}: the switch or the theme button is not shown: {r}"
+            assert r["items"] and all(b is not None for _, b in r["items"][:2]), (
+                f"{where}: the switch or the theme button is not shown: {r}")
             for item, b in r["items"]:
                 if b is not None:
-                    assert top - 1 <= b[0] and b[1] <= bottom + 1, f"{where}: {item} at {b[0]:.0f}-{b[1]:.0f} px, the header at {top:.0f}-{bottom:.0f} px"
+                    assert top - 1 <= b[0] and b[1] <= bottom + 1, (
+                        f"{where}: {item} at {b[0]:.0f}-{b[1]:.0f} px, the header at {top:.0f}-{bottom:.0f} px")
             assert r["link_on_top"], f"{where}: something covers the language switch"
             if scroll == 0:
                 expected = 1 if width >= 992 else 0  # narrow: the header's magnifier is the one search (a button, no field)
@@ -126,7 +130,8 @@ def test_the_headline_figure_enlarges_on_click(browser, site, page):
             " enlarge: i.getAttribute('data-hypviz-enlarge')}); })()"))
         assert shown["enlarge"] == "yes", f"{page}: the headline figure is not set up to enlarge"
         tab.click(shown["x"], shown["y"])
-        assert tab.wait_for("!!document.querySelector('div.hypviz-lightbox img')", timeout=10), f"{page}: no overlay after a click"
+        assert tab.wait_for("!!document.querySelector('div.hypviz-lightbox img')", timeout=10), (
+            f"{page}: no overlay after a click")
         big = tab.eval("document.querySelector('div.hypviz-lightbox img').getBoundingClientRect().width")
         assert big > shown["w"] + 50 and big <= shown["natural"] + 1, (page, big, shown)
     finally:

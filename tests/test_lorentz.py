@@ -494,7 +494,8 @@ def test_geodesic_bad_input():
     x = points((3,), 2, k, seed=1)
     y = points((3,), 2, k, seed=2)
     for bad_n in (1, 0, 2.5, True, "8"):
-        raises_one_line(ValueError, r"^n must be an integer >= 2 \(samples along a geodesic\), got ", L.geodesic, x, y, bad_n, k=k)
+        raises_one_line(ValueError, r"^n must be an integer >= 2 \(samples along a geodesic\), got ", L.geodesic, x, y, bad_n,
+                        k=k)
     raises_one_line(ValueError, r"^y: points are off the hyperboloid", L.geodesic, x, y * 2, 5, k=k)
     raises_one_line(ValueError, r"different numbers of coordinates", L.geodesic, x, points((3,), 3, k), 5, k=k)
     raises_one_line(TypeError, r"float64 but y is torch.float32", L.geodesic, x, y.astype(np.float32), 5, k=k)

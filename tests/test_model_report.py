@@ -12,11 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz import attention
-
-from hypviz import capture
-
-from hypviz import cli
+from hypviz import attention, capture, cli
 from hypviz.reports import input_files
 
 from _standin import Encoder, StandInAttention, lifted_input

@@ -8,14 +8,19 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("hypviz_notebooks_script", ROOT / "scripts" / "notebooks.py")
+assert _spec is not None and _spec.loader is not None  # a .py path: a spec with a loader
 nbscript = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(nbscript)
 
@@ -26,7 +31,7 @@ PLOTLY_FIGURE = {
 }
 
 
-def tiny_notebook(title: str, drop_ids: bool = False) -> nbformat.NotebookNode:
+def tiny_notebook(title: str, drop_ids: bool = False) -> NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_markdown_cell(f"Intro line before the heading.\n\n# {title}\n\nSome math: $x^2$."),

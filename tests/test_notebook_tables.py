@@ -14,6 +14,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("hypviz_notebooks_script", ROOT / "scripts" / "notebooks.py")
+assert _spec is not None and _spec.loader is not None  # a .py path: a spec with a loader
 notebooks = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(notebooks)
 

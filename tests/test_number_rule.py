@@ -10,6 +10,8 @@ command); ``HYPVIZ_*_BYTES`` take ``64MiB``-style sizes; a kind's options are ch
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,7 +34,7 @@ P = torch.softmax(torch.randn(6, 7, generator=torch.Generator().manual_seed(4), 
 
 #: Every public function of hypviz.lorentz and hypviz.attention that takes a number: a call with the other arguments
 #: fixed, and a value for each numeric argument (a Python int where an integer is meant, else a float).
-CALLS = {
+CALLS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "lorentz.check_k": (lambda **kw: L.check_k(**kw), {"k": 1.5}),
     "lorentz.check_points": (lambda **kw: L.check_points(Q, **kw), {"k": 1.0, "atol": 1e-9, "rtol": 1e-9}),
     "lorentz.lift": (lambda **kw: L.lift(XS, **kw), {"k": 1.5}),
@@ -130,7 +132,7 @@ def test_every_public_function_that_takes_a_number_is_here():
 
 
 def test_each_call_works_with_its_python_numbers():
-    for name, (fn, base) in CALLS.items():
+    for fn, base in CALLS.values():
         fn(**base)  # the base values are valid: a refusal below is the value's, not the call's
 
 
@@ -331,7 +333,7 @@ def test_compare_reads_its_block_bytes_with_units(monkeypatch):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=12))
+@given(st.text(st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]), max_size=12))
 def test_anything_else_is_one_line_naming_the_variable_and_the_form(text):
     import os
 

@@ -8,9 +8,7 @@ import math
 import pytest
 import torch
 
-from hypviz import attention
-
-from hypviz import lorentz
+from hypviz import attention, lorentz
 
 
 def pts(n: int, d: int, k: float, dtype, seed: int) -> torch.Tensor:
@@ -18,7 +16,8 @@ def pts(n: int, d: int, k: float, dtype, seed: int) -> torch.Tensor:
     return lorentz.lift(torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype), k=k)
 
 
-@pytest.mark.parametrize("dtype,tau", [(torch.float32, 1e-39), (torch.float64, 3e-308)])  # 3e-308: the smallest normal float64 is 2.2e-308
+# 3e-308: the smallest normal float64 is 2.2e-308
+@pytest.mark.parametrize("dtype,tau", [(torch.float32, 1e-39), (torch.float64, 3e-308)])
 def test_a_temperature_that_overflows_the_logits_is_refused_with_the_limit(dtype, tau):
     q, kk = pts(10, 8, 1.0, dtype, 1), pts(12, 8, 1.0, dtype, 2)
     with pytest.raises(ValueError, match=r"overflow .*the smallest usable is about") as err:
@@ -43,7 +42,8 @@ def test_lorentz_and_distance_maps_are_equal_at_any_k(dtype):
     for k in (1.0, 1e8, 1e16):
         q, kk = pts(12, 6, k, dtype, 5), pts(14, 6, k, dtype, 6)
         res = attention.compare(q, kk, "lorentz", "distance", k=k)
-        assert res.max_tv == 0.0 and res.verdict == "identical"  # the same stable operands: a definition, not a check of identity 5
+        # the same stable operands: a definition, not a check of identity 5
+        assert res.max_tv == 0.0 and res.verdict == "identical"
 
 
 @pytest.mark.parametrize("norm_scale", [1e-30, 1e30, 1e200, -1e250])

@@ -157,7 +157,8 @@ def test_comparison_sweep_draws_the_gap_next_to_its_baseline(points):
     assert rank[r"$\tau = 8$: top-5"].get_linestyle() == "--"
     # the two series have different colours; the legends name styles (outer panels) and series (middle)
     assert ratio[r"$\tau = 2$"].get_color() != ratio[r"$\tau = 8$"].get_color()
-    assert {t.get_text() for t in ax_tv.get_legend().get_texts()} == {r"gap $\mathrm{TV}(P_a, P_b)$", r"baseline $\mathrm{TV}(P_b, U)$"}
+    legend = {t.get_text() for t in ax_tv.get_legend().get_texts()}
+    assert legend == {r"gap $\mathrm{TV}(P_a, P_b)$", r"baseline $\mathrm{TV}(P_b, U)$"}
     assert [t.get_text() for t in ax_rank.get_legend().get_texts()] == ["top-1", "top-5", "Spearman"]
     assert_not_blank(fig)
     with pytest.raises(ValueError, match="nothing to draw"):
@@ -367,8 +368,11 @@ def test_single_panel_figures_compose_into_one_figure(maps):
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: pa.heatmaps_mpl([np.eye(3)], ["a"], vmin="0"), "vmin must be a finite number, got the string '0'"),
-    (lambda: pa.difference_map_mpl(np.eye(3), np.eye(3), limit=b"1"), "limit must be a finite number, got the bytes b'1'"),
+    # the wrong types on purpose (type: ignore): the plots' own checks are under test
+    (lambda: pa.heatmaps_mpl([np.eye(3)], ["a"], vmin="0"),  # type: ignore[arg-type]
+     "vmin must be a finite number, got the string '0'"),
+    (lambda: pa.difference_map_mpl(np.eye(3), np.eye(3), limit=b"1"),  # type: ignore[arg-type]
+     "limit must be a finite number, got the bytes b'1'"),
 ])
 def test_numbers_spelt_as_text_are_refused_by_the_plots(call, message):
     with pytest.raises((TypeError, ValueError), match=re.escape(message)):

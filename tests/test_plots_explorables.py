@@ -111,7 +111,7 @@ def check_sliders(fig, expected_steps: list[int]) -> None:
             assert len(set(idx)) == len(idx)
             for attr, values in update.items():
                 assert isinstance(values, (list, tuple)) and len(values) == len(idx), f"{attr}: one value per trace"
-                for i, v in zip(idx, values):  # the attribute exists on that trace
+                for i in idx:  # the attribute exists on that trace
                     obj = fig.data[i]
                     for part in attr.split(".")[:-1]:
                         obj = obj[part]
@@ -157,7 +157,7 @@ def test_norm_temperature_sliders_and_layout(norm_fig):
     r_slider, tau_slider = norm_fig.layout.sliders
     assert [s.label for s in r_slider.steps] == ["0.1", "1", "10"] and r_slider.active == 2 and tau_slider.active == 0
     # the tau slider shows exactly one temperature's copy of each per-temperature trace
-    for t, st in enumerate(tau_slider.steps):
+    for st in tau_slider.steps:
         vis = st.args[0]["visible"]
         assert sum(vis) == len(vis) // len(TAUS)
     assert norm_fig.layout.xaxis.type == "log" and norm_fig.layout.yaxis.type == "log"

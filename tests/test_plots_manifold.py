@@ -4,16 +4,17 @@ figure structure, images, JSON; and that the plots compute no geometry themselve
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
 import math
+import re
 
 import numpy as np
 import pytest
 import torch
 
-from hypviz import lorentz as L
 from hypviz import attention as A
+from hypviz import lorentz as L
 from hypviz.base import kinds
 from hypviz.lorentz import projections as D
 from hypviz.plots import manifold_mpl as Mm
@@ -40,7 +41,8 @@ def circle_through(p: np.ndarray, q: np.ndarray, r: np.ndarray) -> tuple[np.ndar
 
 def split_polylines(xs, ys) -> list[np.ndarray]:
     """Undo the None separators of a single plotly line trace."""
-    lines, cur = [], []
+    lines: list[np.ndarray] = []
+    cur: list[tuple[float, float]] = []
     for x, y in zip(xs, ys):
         if x is None or y is None or (isinstance(x, float) and math.isnan(x)):
             if cur:
@@ -537,7 +539,8 @@ def test_the_plots_compute_no_geometry():
                 imported |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom):
                 imported |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-        assert not {m for m in imported if m.startswith(("torch", "hypviz.lorentz", "hypviz.lorentz.projections", "hypviz.attention"))}, name
+        heavy = ("torch", "hypviz.lorentz", "hypviz.lorentz.projections", "hypviz.attention")
+        assert not {m for m in imported if m.startswith(heavy)}, name
     # no module of hypviz.plots is a re-export layer: each defines what it exports
     assert not (root / "manifold.py").exists()
     for path in sorted(root.glob("*.py")):
@@ -574,7 +577,7 @@ def test_both_renderers_draw_the_same_disk_scene(model):
     edges = [(0, 1), (2, 3), (4, 5), (6, 9)]
     scene = S.disk_scene(x, k=k, model=model, values=np.arange(14.0), edges=edges, n_geodesic=30)
     assert scene.edges.shape == (4, 30, 2) and scene.points.shape == (14, 2) and scene.grid.shape[0] >= 4
-    with pytest.raises(Exception):  # a scene is a description, not a workspace
+    with pytest.raises(dataclasses.FrozenInstanceError):  # a scene is a description, not a workspace
         scene.k = 2.0
     mpl_fig = manifold_mpl.draw_disk_mpl(scene)
     plotly_fig = manifold_plotly.draw_disk_plotly(scene)

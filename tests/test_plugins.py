@@ -22,8 +22,7 @@ import pytest
 import torch
 
 from hypviz.base import kinds, plugins
-from hypviz.capture import READERS, LayerRecord, Reader, attended_keys, register
-from hypviz.capture import hooks
+from hypviz.capture import READERS, LayerRecord, Reader, attended_keys, hooks, register
 from hypviz.capture.family_readers import PoincareReader, reader_for
 from hypviz.lorentz import lift
 
@@ -347,11 +346,13 @@ def test_a_record_of_an_unknown_mode_or_kind_says_which_module_to_load():
         "registered in this process: load the plugin module that provides it, hypviz --plugin my_pkg.readers (in "
         "Python: import my_pkg.readers), or install the distribution whose entry point (group hypviz.readers or "
         "hypviz.kinds) names it")
-    with pytest.raises(ValueError, match=r"kind 'hypviz_test_never_a_kind' .* --plugin a.b --plugin c \(in Python: import a.b, c\)"):
+    with pytest.raises(ValueError,
+                       match=r"kind 'hypviz_test_never_a_kind' .* --plugin a.b --plugin c \(in Python: import a.b, c\)"):
         record(kind="hypviz_test_never_a_kind", plugins=["a.b", "c"])
     with pytest.raises(ValueError, match=r"registered by a script \(__main__\), which another process cannot load"):
         record(mode="hypviz_test_never_registered", reader="__main__.R", plugins=["__main__"])
-    with pytest.raises(ValueError, match=r"mode must be one of .*, got 'hypviz_test_never_registered' \(a mode registered at run time"):
+    with pytest.raises(ValueError,
+                       match=r"mode must be one of .*, got 'hypviz_test_never_registered' \(a mode registered at run time"):
         record(mode="hypviz_test_never_registered")
     with pytest.raises(ValueError, match=r"plugins must be a list of 1 to 16 module names .*, got \['a/b'\]"):
         record(plugins=["a/b"])

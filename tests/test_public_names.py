@@ -24,7 +24,7 @@ import inspect
 import pkgutil
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -174,7 +174,8 @@ def key_offences(module: str, source: str) -> list[str]:
             keys = [node.slice.value]
         for key in keys:
             if isinstance(key, str) and key in FORBIDDEN_KEYS and (module, key) not in KEYS_ALLOWED:
-                found.append(f"{module}, line {node.lineno}: the key {key!r}: {FORBIDDEN_KEYS[key]}")
+                line = cast("ast.expr", node).lineno  # a dict display, a dict() call or a subscript
+                found.append(f"{module}, line {line}: the key {key!r}: {FORBIDDEN_KEYS[key]}")
     return found
 
 

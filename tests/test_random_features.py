@@ -52,7 +52,8 @@ def test_the_estimator_is_unbiased_over_seeds(points):
         ests.append(w)
     est = torch.stack(ests)  # (seeds, M)
     # exp(a.b - sqrt(k) w / tau) = exp(<q, kappa>_L / tau) times a factor of the query alone
-    truth = torch.exp(L.pairwise_inner(q, kk)[0] / tau) * math.exp(float(q[0, 0]) / tau)  # (k + sqrt(k) u) / tau = q_t / tau at k = 1
+    # (k + sqrt(k) u) / tau = q_t / tau at k = 1
+    truth = torch.exp(L.pairwise_inner(q, kk)[0] / tau) * math.exp(float(q[0, 0]) / tau)
     mean, se = est.mean(0), est.std(0) / math.sqrt(seeds)
     assert bool(((mean - truth).abs() < 4 * se).all())
     assert bool((se < 0.2 * truth).all())  # the test has power: the intervals are narrow
@@ -92,12 +93,13 @@ def test_the_linear_output_is_the_map_applied_to_the_values(points, aggregation,
     torch.testing.assert_close(L.inner(out, out), -torch.ones(2, 40, dtype=torch.float64), rtol=0, atol=1e-12)
     # streamed in blocks of a few rows: the same numbers
     monkeypatch.setattr(rf, "_BLOCK_BYTES", 2048)
-    torch.testing.assert_close(rf.distance_linear_attention(q, kk, v, temperature=3.0, features=64, seed=2, aggregation=aggregation), out,
-                               rtol=1e-12, atol=1e-13)
+    streamed = rf.distance_linear_attention(q, kk, v, temperature=3.0, features=64, seed=2, aggregation=aggregation)
+    torch.testing.assert_close(streamed, out, rtol=1e-12, atol=1e-13)
 
 
 def test_float32_is_stable_where_the_weights_span_hundreds_of_e_folds(points):
-    q, kk, v = points(30, 8, 12.0, seed=8, dtype=torch.float32), points(40, 8, 12.0, seed=9, dtype=torch.float32), points(40, 8, 1.0, seed=10, dtype=torch.float32)
+    q, kk, v = (points(30, 8, 12.0, seed=8, dtype=torch.float32), points(40, 8, 12.0, seed=9, dtype=torch.float32),
+                points(40, 8, 1.0, seed=10, dtype=torch.float32))
     p = rf.distance_rf_map(q, kk, temperature=0.5, features=128)
     assert p.dtype == torch.float32 and bool(torch.isfinite(p).all()) and bool((p >= 0).all())
     ref = rf.distance_rf_map(q.double(), kk.double(), temperature=0.5, features=128)
@@ -181,7 +183,8 @@ def test_the_control_variate_is_used_only_where_its_estimated_variance_is_lower(
     a_op, _ = rf.feature_operands(q[None], kk[None], k=1.0, temperature=tau, omega=om)
     used = (a_op[0, :, 64:].abs().sum(-1) > 0) if a_op.shape[-1] > 64 else torch.zeros(40, dtype=torch.bool)
     a, b, lk = rf._centred(q, kk, 1.0, tau)
-    fa, fb = torch.exp(a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)), torch.exp(b @ om.T - 0.5 * b.square().sum(-1, keepdim=True))
+    fa, fb = (torch.exp(a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)),
+              torch.exp(b @ om.T - 0.5 * b.square().sum(-1, keepdim=True)))
     x = fa * (fb * lk.exp()[:, None]).sum(0)
     y = x - (1 + a @ om.T) * ((1 + b @ om.T) * lk.exp()[:, None]).sum(0)
     assert bool((y.var(-1)[used] < x.var(-1)[used]).all())
@@ -235,7 +238,8 @@ def test_rows_where_the_control_variate_would_raise_the_variance_use_the_plain_f
     q, kk = data.lifted_gaussian(400, 6, 0.6, seed=1), data.lifted_gaussian(3, 6, 0.6, seed=2)
     tau, om = 2.0, rf.random_directions(8, 7, seed=3)
     a, b, lk = rf._centred(q, kk, 1.0, tau)
-    fa, fb = torch.exp(a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)), torch.exp(b @ om.T - 0.5 * b.square().sum(-1, keepdim=True))
+    fa, fb = (torch.exp(a @ om.T - 0.5 * a.square().sum(-1, keepdim=True)),
+              torch.exp(b @ om.T - 0.5 * b.square().sum(-1, keepdim=True)))
     x = fa * (fb * lk.exp()[:, None]).sum(0)
     y = x - (1 + a @ om.T) * ((1 + b @ om.T) * lk.exp()[:, None]).sum(0)
     ok = rf._positive_rows(a.norm(dim=-1), b.norm(dim=-1).max(), rf._spread(om))

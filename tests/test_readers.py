@@ -17,9 +17,8 @@ import torch
 from torch import nn
 
 from hypviz import capture
-
-from hypviz.capture import verification
 from hypviz.attention import attention_map
+from hypviz.capture import verification
 from hypviz.lorentz import from_poincare
 
 F64 = torch.float64

@@ -76,7 +76,8 @@ def test_a_gap_far_above_its_baseline_is_explained_and_a_modest_one_is_not():
 def _result(temperature, kinds=("spatial",)):
     q = torch.stack([data.lifted_gaussian(24, 4, r, seed=2 * i, dtype=torch.float64) for i, r in enumerate((0.5, 2.0))])
     k = torch.stack([data.lifted_gaussian(24, 4, r, seed=2 * i + 1, dtype=torch.float64) for i, r in enumerate((0.5, 2.0))])
-    described = {role: {"path": f"{role}.npy", "shape": list(t.shape), "dtype": "float64"} for role, t in (("queries", q), ("keys", k))}
+    described = {role: {"path": f"{role}.npy", "shape": list(t.shape), "dtype": "float64"}
+                 for role, t in (("queries", q), ("keys", k))}
     inputs = report_inputs.prepare(q.numpy(), k.numpy(), k=1.0, spatial=False, heads_axis=None, dtype="auto",
                                    described=described)
     settings = report_inputs.Settings(kinds=list(kinds), reference="distance", temperature=temperature, device="cpu",

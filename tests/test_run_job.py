@@ -26,6 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("hypviz_site_script_stamp", ROOT / "scripts" / "site.py")
+assert _spec is not None and _spec.loader is not None  # a .py path: a spec with a loader
 site = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(site)
 
@@ -265,7 +266,8 @@ def test_a_signal_stops_the_main_job_and_its_step_at_once(job, sig):
         while not any(line.startswith("site step") for line in log.read_text().splitlines()):
             assert proc.poll() is None and time.monotonic() < end, proc.communicate()
             time.sleep(0.05)
-        step, sleeper = (int(x) for x in next(l for l in log.read_text().splitlines() if l.startswith("site step")).split()[2:])
+        started = next(line for line in log.read_text().splitlines() if line.startswith("site step"))
+        step, sleeper = (int(x) for x in started.split()[2:])
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=60)
     finally:

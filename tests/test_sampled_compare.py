@@ -7,9 +7,7 @@ import math
 import pytest
 import torch
 
-from hypviz import attention
-
-from hypviz import data
+from hypviz import attention, data
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 nbformat = pytest.importorskip("nbformat")
 
 _spec = importlib.util.spec_from_file_location("hypviz_site_script", ROOT / "scripts" / "site.py")
+assert _spec is not None and _spec.loader is not None  # a .py path: a spec with a loader
 site = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(site)
 
@@ -198,7 +199,8 @@ def first_heading(path: Path) -> str:
 
 def plotly_outputs(path: Path) -> list[dict]:
     nb = nbformat.read(path, as_version=4)
-    return [o["data"] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if PLOTLY_MIME in o.get("data", {})]
+    return [o["data"] for c in nb.cells if c.cell_type == "code"
+            for o in c.get("outputs", []) if PLOTLY_MIME in o.get("data", {})]
 
 
 def _text(path: Path) -> str:
@@ -214,7 +216,8 @@ def _title(html: str) -> str:
 
 
 def _figure_payloads(html: str) -> list[dict]:
-    return [json.loads(m) for m in re.findall(r'<script type="application/json" class="hypviz-plotly-data"[^>]*>(.*?)</script>', html, re.S)]
+    found = re.findall(r'<script type="application/json" class="hypviz-plotly-data"[^>]*>(.*?)</script>', html, re.S)
+    return [json.loads(m) for m in found]
 
 
 # --------------------------------------------------------------------------- #
@@ -476,6 +479,7 @@ def test_the_main_job_builds_the_site_with_this_script():
 # folded code cells (scripts/fold_cells.py)
 # --------------------------------------------------------------------------- #
 _fold_spec = importlib.util.spec_from_file_location("hypviz_fold_cells", ROOT / "scripts" / "fold_cells.py")
+assert _fold_spec is not None and _fold_spec.loader is not None  # a .py path: a spec with a loader
 fold_cells = importlib.util.module_from_spec(_fold_spec)
 _fold_spec.loader.exec_module(fold_cells)
 
@@ -584,7 +588,8 @@ def house_preamble() -> str:
 def test_every_notebook_opens_with_the_house_preamble(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
-    assert "".join(first["source"]).strip() == house_preamble().strip(), f"{path.name}: the first code cell is not the house preamble"
+    assert "".join(first["source"]).strip() == house_preamble().strip(), (
+        f"{path.name}: the first code cell is not the house preamble")
 
 
 def _png_size(b64: str) -> tuple[int, int]:
@@ -624,7 +629,8 @@ def test_alt_text_from_titles_or_prose():
 
     assert hypviz_site.alt_text('ax.set_title(f"maps, N = {n}, $\\tau = {tau:g}$")') == "Figure: maps, N = …, τ = …"
     assert hypviz_site.alt_text('fig.suptitle("edge length s = %.3g" % s)') == "Figure: edge length s = …"
-    assert hypviz_site.alt_text("plt.plot(x)", "The bias made visible. More.", "5. Bias") == "Figure (5. Bias): The bias made visible"
+    alt = hypviz_site.alt_text("plt.plot(x)", "The bias made visible. More.", "5. Bias")
+    assert alt == "Figure (5. Bias): The bias made visible"
     assert hypviz_site.alt_text("plt.plot(x)") == "Figure"
 
 
@@ -731,7 +737,8 @@ def test_second_language_has_every_page_and_a_switch_both_ways(real):
 def test_landing_page_is_translated(real):
     """Lists the landing page's English paragraphs that have no (or a stale) translation."""
     missing = untranslated(_text(real / "index.html"), _text(real / site.SECOND_LANGUAGE / "index.html"))
-    assert not missing, "untranslated on the Chinese landing page (docs/locale/zh_CN/LC_MESSAGES/index.po):\n" + "\n".join(missing)
+    assert not missing, (
+        "untranslated on the Chinese landing page (docs/locale/zh_CN/LC_MESSAGES/index.po):\n" + "\n".join(missing))
     zh = _text(real / site.SECOND_LANGUAGE / "index.html")
     assert "简短的回答" in zh and "原帖的问题" in zh and THREAD_TITLE in zh
 

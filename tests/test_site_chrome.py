@@ -17,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("hypviz_site_ext_chrome", ROOT / "docs" / "_ext" / "hypviz_site.py")
+assert _spec is not None and _spec.loader is not None  # a .py path: a spec with a loader
 hypviz_site = importlib.util.module_from_spec(_spec)
 try:
     _spec.loader.exec_module(hypviz_site)
@@ -58,7 +59,8 @@ def test_the_built_chinese_pages_say_it_in_chinese(zh):
     assert alts and all(a.startswith("图") for a in alts), alts[:3]
     assert f'placeholder="{hypviz_site.ZH_SEARCH_TEXT}"' in (zh / "index.html").read_text(encoding="utf-8")
     english = (zh.parent / "notebooks" / "05_attention_maps.html").read_text(encoding="utf-8")
-    assert "Show code cell source" in english and all(a.startswith("Figure") for a in re.findall(r'<img\b[^>]*\balt="([^"]*)"', english))
+    alts = re.findall(r'<img\b[^>]*\balt="([^"]*)"', english)
+    assert "Show code cell source" in english and all(a.startswith("Figure") for a in alts)
 
 
 def test_a_caption_is_a_paragraph_opening_with_figure_in_bold():

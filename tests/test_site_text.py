@@ -173,9 +173,9 @@ def test_nbval_marker_lines_are_dropped_and_nothing_else():
 def test_the_transform_hides_markers_in_notebook_code_cells_only():
     ext = _site_extension()
     from docutils import nodes
-    from docutils.utils import new_document
     from docutils.frontend import get_default_settings
     from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
 
     doc = new_document("page", get_default_settings(Parser))
     cell = nodes.container(nb_element="cell_code")

@@ -1,4 +1,5 @@
-"""The numerical studies over independent draws (hypviz.attention.comparison.accuracy): seed intervals, the gap study, its prediction.
+"""The numerical studies over independent draws (hypviz.attention.comparison.accuracy): seed intervals, the gap study, its
+prediction.
 
 Each study is checked against a computation that does not go through it: the interval against its
 textbook formula, the gap study's per-seed ratio against dense float64 maps built here from the
@@ -13,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from hypviz.attention.comparison import accuracy as acc
 from hypviz import data
 from hypviz import symbolic as hs
+from hypviz.attention.comparison import accuracy as acc
 
 
 # --------------------------------------------------------------------------- #

@@ -7,21 +7,17 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
 import math
 import subprocess
 import sys
 
+import mpmath
 import numpy as np
 import pytest
 import sympy as sp
 import torch
 
-import mpmath
-
-from hypviz import attention
-
-from hypviz import lorentz
+from hypviz import attention, lorentz
 from hypviz import symbolic as hs
 from hypviz.attention.comparison import accuracy as acc
 from hypviz.symbolic.geometry import _Pair
@@ -44,7 +40,8 @@ def reports(built):
 _IMPORT_PROBE = """
 import sys
 import hypviz.symbolic as hs
-heavy = sorted(m for m in sys.modules if m == "torch" or (m.startswith("hypviz.") and not m.startswith(("hypviz.symbolic", "hypviz.base"))))
+heavy = sorted(m for m in sys.modules
+               if m == "torch" or (m.startswith("hypviz.") and not m.startswith(("hypviz.symbolic", "hypviz.base"))))
 listed = all(hasattr(hs, name) for name in hs.__all__)
 from hypviz.base.oracle import kl_supremum_mpmath, sqdist_mpmath  # the mpmath references need no torch either
 print(repr((heavy, listed, "torch" in sys.modules)))
@@ -72,7 +69,8 @@ def test_the_framework_and_the_derivations_live_in_their_own_modules():
 
     assert hs.Derivation is steps.Derivation and hs.Step is steps.Step
     assert hs.squared_distance is geometry.squared_distance and hs.tv_bound is softmax_identities.tv_bound
-    assert not hasattr(hs, "sqdist_accuracy") and not hasattr(hs, "softmax_gap_bounds")  # numerics: hypviz.attention.comparison.accuracy
+    # the numerics live in hypviz.attention.comparison.accuracy
+    assert not hasattr(hs, "sqdist_accuracy") and not hasattr(hs, "softmax_gap_bounds")
 
 
 # --------------------------------------------------------------------------- #
@@ -240,7 +238,8 @@ def _three(broken: hs.Step) -> hs.Derivation:
         hs.Step(sp.sin(x) / x, 0, "wrong limit", kind="limit", var=x, point=0),
         hs.Step(x * y, (x**2 + y**2) / 2, "AM-GM with a wrong certificate", kind="bound", certificate=(x + y) ** 2 / 2),
         hs.Step(x - y, 0, "certificate of unknown sign", kind="bound", certificate=y - x),
-        hs.Step(sp.exp(x + y), sp.exp(x) * sp.exp(y), "claims a difference that is not there", kind="nonzero", witness={x: 1, y: 2}),
+        hs.Step(sp.exp(x + y), sp.exp(x) * sp.exp(y), "claims a difference that is not there", kind="nonzero",
+                witness={x: 1, y: 2}),
         hs.Step(x, y, "a failing custom check", kind="check", check=lambda: (False, "nope")),
         hs.Step(x, y, "a check that raises", kind="check", check=lambda: 1 / 0),
     ],
@@ -532,7 +531,8 @@ def test_two_point_rows_attain_the_kl_supremum(qn, kn, d, tau, k):
 
 def test_random_rows_stay_below_the_kl_supremum():
     q, keys = _points(64, 8, 3.0, 1.0, 14), _points(32, 8, 3.0, 1.0, 15)
-    keys = lorentz.lift(keys[:, 1:] * torch.exp(torch.randn(32, 1, generator=torch.Generator().manual_seed(16), dtype=torch.float64)))
+    factors = torch.exp(torch.randn(32, 1, generator=torch.Generator().manual_seed(16), dtype=torch.float64))
+    keys = lorentz.lift(keys[:, 1:] * factors)
     res = acc.softmax_gap_bounds(q, keys, temperature=2.0)
     sup = attention.kl_supremum(res.delta)
     assert bool((res.kl <= sup * (1 + 1e-12)).all())
@@ -583,14 +583,14 @@ def test_every_derivation_function_is_registered():
     import inspect
 
     from hypviz.symbolic import geometry as symbolic_geometry
-
     from hypviz.symbolic import softmax_identities as symbolic_softmax
 
     registered = set(hs.derivations())
     missing = []
     for module in (symbolic_geometry, symbolic_softmax):
         for name, fn in inspect.getmembers(module, inspect.isfunction):
-            if fn.__module__ == module.__name__ and not name.startswith("_") and "Derivation" in str(inspect.signature(fn).return_annotation):
+            returns = str(inspect.signature(fn).return_annotation)
+            if fn.__module__ == module.__name__ and not name.startswith("_") and "Derivation" in returns:
                 if not any(key == name or key.startswith(name + "_") for key in registered):
                     missing.append(f"{module.__name__}.{name}")
     assert not missing, f"register these in hypviz.symbolic.derivations(): {missing}"

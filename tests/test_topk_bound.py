@@ -212,8 +212,8 @@ def test_the_rounding_allowance_covers_logits_moved_by_their_rounding():
 def test_the_floor_of_the_logits_holds_where_cauchy_schwarz_is_tight():
     """Keys antiparallel to the query at the largest centred norm: their computed float32 logits reach the
     Cauchy-Schwarz floor to within rounding, on either side; ``_logit_floor``'s slack keeps every one above it."""
-    from hypviz.attention.maps.kernels import logit_error
     from hypviz.attention.approx.topk_tail import _logit_floor
+    from hypviz.attention.maps.kernels import logit_error
 
     g = torch.Generator().manual_seed(11)
     below_exact = 0

@@ -245,7 +245,8 @@ def _index_map(res, s):
     t, beta, gamma = (c.double().unsqueeze(-1) for c in res.cut.unbind(-1))
     m = torch.maximum(s.amax(-1, keepdim=True), t)
     u = s - t
-    w = torch.where(res.top_counts.unsqueeze(-1) >= s.shape[-1], torch.exp(s - m), torch.exp(t - m) * (1 + beta * u + gamma * u * u))
+    w = torch.where(res.top_counts.unsqueeze(-1) >= s.shape[-1], torch.exp(s - m),
+                    torch.exp(t - m) * (1 + beta * u + gamma * u * u))
     listed = torch.diff(res.offsets, append=torch.tensor([res.weights.numel()]))
     for i in range(s.shape[0]):
         idx = res.indices[int(res.offsets[i]) : int(res.offsets[i] + listed[i])]

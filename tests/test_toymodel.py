@@ -7,13 +7,7 @@ import math
 import pytest
 import torch
 
-from hypviz import attention
-
-from hypviz import capture
-
-from hypviz import lorentz
-
-from hypviz import toymodel
+from hypviz import attention, capture, lorentz, toymodel
 
 
 def _points(n: int, d: int, k: float, seed: int) -> torch.Tensor:

@@ -17,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("hypviz_translations_script", ROOT / "scripts" / "translations.py")
+assert _spec is not None and _spec.loader is not None  # a .py path: a spec with a loader
 translations = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(translations)
 
@@ -137,7 +138,8 @@ def test_update_keeps_the_translation_of_a_changed_paragraph_as_fuzzy(tmp_path, 
     pot = tmp_path / "page.pot"
     pot.write_text(_po_header() + f'msgid "Kept as it is."\nmsgstr ""\n\nmsgid "{changed}"\nmsgstr ""\n\n'
                    f'msgid "{unlike}"\nmsgstr ""\n', encoding="utf-8")
-    assert translations.similarity(old, changed) >= translations.SIMILAR > translations.similarity("Gone and unlike the rest.", unlike)
+    unlike_score = translations.similarity("Gone and unlike the rest.", unlike)
+    assert translations.similarity(old, changed) >= translations.SIMILAR > unlike_score
     assert translations.update("page", pot) == [(old, changed)]
     for _ in range(2):  # a second update keeps the fuzzy entry and its previous msgid as they are
         text = (tmp_path / "page.po").read_text(encoding="utf-8")
@@ -318,7 +320,8 @@ def figure_captions(nb: dict) -> list[tuple[int, str | None]]:
     cells = nb["cells"]
     found = []
     for i, cell in enumerate(cells):
-        if cell["cell_type"] != "code" or not any(m in out.get("data", {}) for out in cell.get("outputs", []) for m in FIGURE_MIMES):
+        outputs = cell.get("outputs", [])
+        if cell["cell_type"] != "code" or not any(m in out.get("data", {}) for out in outputs for m in FIGURE_MIMES):
             continue
         below = cells[i + 1] if i + 1 < len(cells) else None
         text = "".join(below["source"]).strip() if below is not None and below["cell_type"] == "markdown" else ""
@@ -343,7 +346,8 @@ def test_every_figure_has_a_caption_in_both_languages(path):
 
     captions = figure_captions(json.loads(path.read_text(encoding="utf-8")))
     missing = [i for i, text in captions if text is None]
-    assert not missing, f"{path.name}: figures without a caption (a markdown cell opening with {CAPTION_EN!r}) under cells {missing}"
+    assert not missing, (
+        f"{path.name}: figures without a caption (a markdown cell opening with {CAPTION_EN!r}) under cells {missing}")
     catalogue = _catalogue(f"notebooks/{path.stem}")
     untranslated = []
     for i, text in captions:
@@ -353,5 +357,6 @@ def test_every_figure_has_a_caption_in_both_languages(path):
         if not (chinese.startswith(CAPTION_ZH) and len(re.findall(r"[\u4e00-\u9fff]", chinese)) >= 10
                 and all(f in chinese for f in formulas)):
             untranslated.append(f"cell {i}: {chinese[:80]!r}")
-    assert not untranslated, f"{path.name}: captions not translated in docs/locale/zh_CN/LC_MESSAGES/notebooks/{path.stem}.po:\n" + \
-        "\n".join(untranslated)
+    assert not untranslated, (
+        f"{path.name}: captions not translated in docs/locale/zh_CN/LC_MESSAGES/notebooks/{path.stem}.po:\n"
+        + "\n".join(untranslated))

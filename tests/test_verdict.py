@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from hypviz import attention as att
-from hypviz.attention.comparison import calibration
 from hypviz import lorentz as L
+from hypviz.attention.comparison import calibration
 from hypviz.attention.comparison.result import ROW_VERDICTS, describe_fractions, overall_verdict, row_verdicts
 
 
@@ -39,7 +39,8 @@ def test_the_calibration_table_covers_every_verdict(built):
 def test_a_row_verdict_does_not_depend_on_which_map_is_the_reference(built):
     # swapping a and b swaps the per-map fields; every row keeps its verdict
     for case, res in built:
-        swapped = row_verdicts(res.tv, res.tv_uniform_b, res.tv_uniform_a, res.peak_b, res.peak_a, res.top1_weight, res.tv_tolerance)
+        swapped = row_verdicts(res.tv, res.tv_uniform_b, res.tv_uniform_a, res.peak_b, res.peak_a, res.top1_weight,
+                               res.tv_tolerance)
         assert torch.equal(swapped, res.row_verdict_codes), case.name
 
 
@@ -88,7 +89,8 @@ def test_compare_maps_reproduces_compare(points):
     q, kk = points(25, 6, 2.0, seed=5, lead=(3,)), points(40, 6, 2.0, seed=6, lead=(3,))
     for a, b in [("spatial", "distance"), ("focused", "distance")]:
         res = att.compare(q, kk, a, b, temperature=2.0)
-        got = att.compare_maps(att.attention_map(q, kk, a, temperature=2.0), att.attention_map(q, kk, b, temperature=2.0), a=a, b=b)
+        got = att.compare_maps(att.attention_map(q, kk, a, temperature=2.0), att.attention_map(q, kk, b, temperature=2.0),
+                               a=a, b=b)
         for field in ("tv", "kl", "tv_uniform_a", "tv_uniform_b", "peak_a", "peak_b", "topk_overlap", "spearman", "top1_weight"):
             assert torch.allclose(getattr(got, field), getattr(res, field), atol=1e-9), (a, b, field)
         assert torch.equal(got.top1, res.top1)
@@ -102,7 +104,8 @@ def test_compare_maps_reproduces_compare(points):
     [
         ((torch.tensor([[0.5, 0.5], [0.7, 0.4]]), torch.full((2, 2), 0.5)), r"P_a's rows must each sum to 1 .* in row 1"),
         ((torch.tensor([[1.2, -0.2]]), torch.full((1, 2), 0.5)), r"P_a must hold non-negative weights, got -0.2 in row 0"),
-        ((torch.full((1, 2), 0.5), torch.tensor([[float("nan"), 1.0]])), r"P_b must hold finite weights, got NaN or inf in row 0"),
+        ((torch.full((1, 2), 0.5), torch.tensor([[float("nan"), 1.0]])),
+         r"P_b must hold finite weights, got NaN or inf in row 0"),
         ((torch.full((2, 3), 1 / 3), torch.full((2, 4), 0.25)), r"P_a and P_b must have the same \(N queries, M keys\)"),
         ((torch.full((3,), 1 / 3), torch.full((3,), 1 / 3)), r"P_a must be a map of shape \(\.\.\., N, M\)"),
     ],
@@ -158,7 +161,9 @@ def test_compare_maps_outputs_euclidean_and_on_the_hyperboloid(points):
 def test_every_row_verdict_is_reachable_from_compare(points):
     seen = set()
     for r in (0.01, 5.0):
-        seen |= {ROW_VERDICTS[int(c)] for c in att.compare(points(64, 16, r, seed=1), points(64, 16, r, seed=2)).row_verdict_codes}
-    seen |= {ROW_VERDICTS[int(c)] for c in att.compare(points(8, 16, 1.0, seed=1), points(8, 16, 1.0, seed=2), "lorentz").row_verdict_codes}
+        codes = att.compare(points(64, 16, r, seed=1), points(64, 16, r, seed=2)).row_verdict_codes
+        seen |= {ROW_VERDICTS[int(c)] for c in codes}
+    codes = att.compare(points(8, 16, 1.0, seed=1), points(8, 16, 1.0, seed=2), "lorentz").row_verdict_codes
+    seen |= {ROW_VERDICTS[int(c)] for c in codes}
     assert {"identical", "uninformative", "different"} <= seen
     assert math.isfinite(att.compare(points(8, 4, 1.0, seed=3), points(8, 4, 1.0, seed=4)).gap_ratio)

@@ -102,7 +102,8 @@ def test_no_verdict_flips_between_float32_and_float64_far_above_rounding(points)
         q, kk = points(64, 16, r, seed=6), points(80, 16, r, seed=7)
         hi = att.compare(q, kk, "spatial", "distance", temperature=tau)
         lo = att.compare(q.float(), kk.float(), "spatial", "distance", temperature=tau)
-        far = (hi.tv > 100 * lo.tv_tolerance.double()) & ((hi.tv - CLOSE_RATIO * torch.minimum(hi.tv_uniform_a, hi.tv_uniform_b)).abs() > 0.01)
+        baseline = torch.minimum(hi.tv_uniform_a, hi.tv_uniform_b)
+        far = (hi.tv > 100 * lo.tv_tolerance.double()) & ((hi.tv - CLOSE_RATIO * baseline).abs() > 0.01)
         far &= (hi.top1_weight - 0.9).abs() > 0.01
         assert bool(far.any())
         assert torch.equal(hi.row_verdict_codes[far], lo.row_verdict_codes[far]), (r, tau)
@@ -212,7 +213,8 @@ def test_compare_reads_a_rounding_level_tie_as_a_set():
     va, ia = torch.topk(la, 3, dim=-1)
     vb, _ = torch.topk(lb, 3, dim=-1)
     lbt = torch.gather(lb, -1, ia)
-    ratio, excess, shared = top_set(va, ia, vb, lbt, ta, tb, la.shape[-1], lambda idx: (la, lb) if idx is None else (la[idx], lb[idx]))
+    ratio, excess, shared = top_set(va, ia, vb, lbt, ta, tb, la.shape[-1],
+                                    lambda idx: (la, lb) if idx is None else (la[idx], lb[idx]))
     want = 0.5 * (1.0 + math.exp(-0.7))  # the mean over the tied set, whichever of the two rounding put first
     torch.testing.assert_close(ratio, torch.full((2,), want, dtype=torch.float64))
     assert bool(shared.all()) and bool((excess > 0).all())

@@ -13,7 +13,8 @@ The families:
 ``"softmax"``
     a row softmax of logits over a temperature :math:`\tau`, :math:`A_{ij} = \operatorname{softmax}_j(s_{ij}/\tau)`;
 ``"features"``
-    a normalised product of positive features, :math:`A_{ij} = \phi(q_i)\cdot\psi(\kappa_j) / \sum_l \phi(q_i)\cdot\psi(\kappa_l)`;
+    a normalised product of positive features,
+    :math:`A_{ij} = \phi(q_i)\cdot\psi(\kappa_j) / \sum_l \phi(q_i)\cdot\psi(\kappa_l)`;
 ``"gate"``
     an element-wise gate whose rows are not normalised (not compared row by row).
 
@@ -43,6 +44,7 @@ import numbers
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from hypviz.base import plugins
 from hypviz.base.messages import short
@@ -258,7 +260,11 @@ class Names(Sequence[str]):
     def _now(self) -> tuple[str, ...]:
         return tuple(n for n, kd in _REGISTRY.items() if self._keep(kd))
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[str, ...]: ...
+    def __getitem__(self, i: int | slice) -> str | tuple[str, ...]:
         return self._now()[i]
 
     def __len__(self) -> int:
@@ -351,7 +357,8 @@ register(Kind(
 register(Kind(
     name="distance_rf", family="features", kernel="random_features", options=("features", "seed"),
     formula=r"\hat w_{ij} / \sum_l \hat w_{il}, \quad \hat w \approx e^{\langle q, \kappa_j\rangle_L / \tau}",
-    title=r"distance, random features (linear): $\hat w_{ij}/\sum_l \hat w_{il}$, $\hat w \approx e^{\langle q,\kappa_j\rangle_L/\tau}$",
+    title=(r"distance, random features (linear): $\hat w_{ij}/\sum_l \hat w_{il}$, "
+           r"$\hat w \approx e^{\langle q,\kappa_j\rangle_L/\tau}$"),
     plain="distance, random features (linear): ŵ_ij / Σ_l ŵ_il, ŵ ≈ exp(⟨q, κ_j⟩_L / τ)",
     html="distance, random features ŵ<sub>ij</sub> / Σ<sub>l</sub> ŵ<sub>il</sub>, ŵ ≈ exp(⟨q, κ<sub>j</sub>⟩<sub>L</sub> / τ)",
     description="the distance map estimated in linear time by positive random features",
@@ -360,10 +367,13 @@ register(Kind(
 ))
 register(Kind(
     name="distance_topk", family="features", kernel="topk_tail", options=("seed",),
-    formula=r"\hat w_{ij} / \sum_l \hat w_{il}, \quad \hat w_{ij} = e^{s_{ij}} \ (j \in T_i), \ e^{t_i} p_i(s_{ij} - t_i) \ (j \notin T_i)",
-    title=r"distance, top keys + tail: $\hat w_{ij}/\sum_l \hat w_{il}$, exact $e^{s_{ij}}$ on the top keys $\kappa_j$, $e^{t_i}p_i(s_{ij}-t_i)$ below",
+    formula=(r"\hat w_{ij} / \sum_l \hat w_{il}, \quad "
+             r"\hat w_{ij} = e^{s_{ij}} \ (j \in T_i), \ e^{t_i} p_i(s_{ij} - t_i) \ (j \notin T_i)"),
+    title=(r"distance, top keys + tail: $\hat w_{ij}/\sum_l \hat w_{il}$, exact $e^{s_{ij}}$ on the top keys $\kappa_j$, "
+           r"$e^{t_i}p_i(s_{ij}-t_i)$ below"),
     plain="distance, top keys + tail: ŵ_ij / Σ_l ŵ_il, exact on each row's top keys κ_j, a positive quadratic in the logit below",
-    html="distance, top keys + tail ŵ<sub>ij</sub> / Σ<sub>l</sub> ŵ<sub>il</sub>, exact on the top keys, e<sup>t</sup> p(s − t) below",
+    html=("distance, top keys + tail ŵ<sub>ij</sub> / Σ<sub>l</sub> ŵ<sub>il</sub>, exact on the top keys, "
+          "e<sup>t</sup> p(s − t) below"),
     description="the distance map from each query's exact top keys and a fitted positive quadratic tail (sub-quadratic)",
     rounding="gamma_c sum_c |A_ic| max_j |B_jc| on the logits, times 1 + sup |p'/p| of the row's tail polynomial, "
              "plus the rounding of s - t and of the log",

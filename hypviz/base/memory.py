@@ -42,7 +42,8 @@ def peak_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tup
         return {t.untyped_storage().data_ptr() for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)}
 
     class _Meter(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
             kwargs = kwargs or {}
             inputs = storage_ptrs((args, kwargs))
             out = func(*args, **kwargs)
@@ -59,6 +60,6 @@ def peak_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tup
                 weakref.finalize(st, release, ptr, nbytes)
             return out
 
-    with _Meter():
+    with _Meter():  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode.__init__ has no annotations
         result = fn(*args, **kwargs)
     return result, state["peak"]

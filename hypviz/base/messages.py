@@ -52,7 +52,7 @@ def show(text: Any) -> str:
     except UnicodeError:
         s = s.encode("utf-8", "backslashreplace").decode("utf-8")  # lone surrogates that are no bytes: \udNNN
 
-    def escape(m: re.Match) -> str:
+    def escape(m: re.Match[str]) -> str:
         o = ord(m.group())
         return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
 

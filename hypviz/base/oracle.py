@@ -56,7 +56,7 @@ def kl_supremum_mpmath(delta: Any, dps: int = 50) -> Any:
         return +value
 
 
-def _spatial_pairs(xs: Any, ys: Any, formula: str) -> tuple[list, list]:
+def _spatial_pairs(xs: Any, ys: Any, formula: str) -> tuple[list[list[float]], list[list[float]]]:
     """``xs``, ``ys`` as two lists of rows of Python floats (exact), after checking shapes and ``formula``."""
     if formula not in FORMULAS:
         raise ValueError(f"formula must be one of {FORMULAS}, got {formula!r}")
@@ -67,7 +67,7 @@ def _spatial_pairs(xs: Any, ys: Any, formula: str) -> tuple[list, list]:
     return xs.tolist(), ys.tolist()
 
 
-def _pair_sqdist(a: list, b: list, kk: Any, formula: str) -> tuple[Any, Any]:
+def _pair_sqdist(a: list[Any], b: list[Any], kk: Any, formula: str) -> tuple[Any, Any]:
     """``(|x - y|^2_L, <x, y>_L)`` of the lifts of ``a``, ``b`` (lists of mpf) at the working precision."""
     na = mpmath.fsum(v * v for v in a)
     nb = mpmath.fsum(v * v for v in b)
@@ -80,7 +80,7 @@ def _pair_sqdist(a: list, b: list, kk: Any, formula: str) -> tuple[Any, Any]:
     return es - dt * dt, None
 
 
-def sqdist_mpmath(xs: np.ndarray, ys: np.ndarray, *, k: float = 1.0, dps: int = 50, formula: str = "stable") -> list:
+def sqdist_mpmath(xs: np.ndarray, ys: np.ndarray, *, k: float = 1.0, dps: int = 50, formula: str = "stable") -> list[Any]:
     r"""Reference :math:`\|x - y\|_L^2` at ``dps`` digits from the exact float values of the spatial parts.
 
     ``xs``, ``ys`` are ``(N, d)`` arrays of spatial parts; the time coordinates are recomputed at
@@ -115,7 +115,7 @@ def sqdist_mpmath(xs: np.ndarray, ys: np.ndarray, *, k: float = 1.0, dps: int = 
 
 def distances_mpmath(
     xs: np.ndarray, ys: np.ndarray, *, k: float = 1.0, dps: int = 50, formula: str = "stable"
-) -> tuple[list, list]:
+) -> tuple[list[Any], list[Any]]:
     r"""Reference squared distances and geodesic distances at ``dps`` digits, in one pass over the pairs.
 
     Inputs and ``formula`` as in :func:`sqdist_mpmath`, whose squared distances are the first list.

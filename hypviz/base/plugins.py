@@ -31,7 +31,8 @@ Examples
 >>> plugins.load_module("no_such_module_for_hypviz")
 Traceback (most recent call last):
     ...
-hypviz.base.plugins.PluginError: plugin 'no_such_module_for_hypviz' (--plugin) failed to load: ModuleNotFoundError: No module named 'no_such_module_for_hypviz'
+hypviz.base.plugins.PluginError: plugin 'no_such_module_for_hypviz' (--plugin) failed to load:
+    ModuleNotFoundError: No module named 'no_such_module_for_hypviz'
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from __future__ import annotations
 import os
 import threading
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 __all__ = ["GROUPS", "PluginError", "load_entry_points", "load_module", "loading", "loaded", "is_module_name"]
 
@@ -60,7 +61,7 @@ _LOADED: dict[str, str] = {}  # module -> where it was named ("--plugin", "entry
 _NOW: list[str] = []  # the plugin modules being imported now (innermost last)
 
 
-def is_module_name(name: object) -> bool:
+def is_module_name(name: object) -> TypeGuard[str]:
     """Whether ``name`` is a dotted Python module name (``my_pkg.readers``), at most 256 characters.
 
     >>> is_module_name("my_pkg.readers"), is_module_name("my_pkg/readers.py"), is_module_name("")
@@ -121,7 +122,7 @@ def load_module(name: str, source: str = "--plugin") -> ModuleType:
         if not is_module_name(name):
             raise PluginError(f"plugin {_shown(name)} ({source}) is not a module name: expected a dotted Python module "
                               "name such as my_pkg.readers (importable: installed, or on PYTHONPATH)")
-        return _import(name, source)
+        return cast(ModuleType, _import(name, source))  # a module name without ":object" loads the module
 
 
 def _shown(name: object) -> str:
@@ -150,8 +151,8 @@ def load_entry_points() -> tuple[str, ...]:
                     dist = getattr(ep, "dist", None)
                     of = f" of {dist.name} {dist.version}" if dist is not None else ""
                     source = f"entry point {ep.name!r} in group {group}{of}"
-                    module, _, target = ep.value.partition(":")
-                    module, target = module.strip(), target.strip() or None
+                    module, _, attribute = ep.value.partition(":")
+                    module, target = module.strip(), attribute.strip() or None
                     try:
                         if not is_module_name(module) or (target is not None and not is_module_name(target)):
                             raise PluginError(f"plugin {ep.value!r} ({source}) is not a module or module:object name")

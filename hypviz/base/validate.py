@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import numbers
 import sys
-from typing import Any
+from typing import Any, Literal, overload
 
 __all__ = ["SEED_MAX", "FEATURES_MAX", "TEMPERATURE_MIN", "positive", "number", "temperature", "integer", "seed", "features",
            "choice", "float_dtype"]
@@ -132,7 +132,8 @@ def temperature(value: Any, name: str = "temperature", hint: str = "") -> float:
     >>> validate.temperature(1e-320)
     Traceback (most recent call last):
         ...
-    ValueError: temperature 1e-320 makes the logits overflow float64 (1/temperature is beyond its range); the smallest usable is 2.23e-308 (the smallest normal float64), the largest 1.8e+308
+    ValueError: temperature 1e-320 makes the logits overflow float64 (1/temperature is beyond its range);
+        the smallest usable is 2.23e-308 (the smallest normal float64), the largest 1.8e+308
     """
     v = positive(value, name, hint)
     if v < TEMPERATURE_MIN:
@@ -141,6 +142,15 @@ def temperature(value: Any, name: str = "temperature", hint: str = "") -> float:
     return v
 
 
+@overload
+def integer(
+    value: Any, name: str, minimum: int | None = None, hint: str = "", allow_none: Literal[False] = False,
+    maximum: int | None = None,
+) -> int: ...
+@overload
+def integer(
+    value: Any, name: str, minimum: int | None = None, hint: str = "", allow_none: bool = False, maximum: int | None = None
+) -> int | None: ...
 def integer(
     value: Any, name: str, minimum: int | None = None, hint: str = "", allow_none: bool = False, maximum: int | None = None
 ) -> int | None:

@@ -41,8 +41,8 @@ Two ways a layer is found:
 * **The field's other families, by structure** (:mod:`hypviz.capture.family_readers`, which names the file and
   commit each reader was written from): HyperCore's ``LorentzMultiheadAttention`` and HELM's copy of it
   (:math:`\tau = \mathrm{scale}/2`, masks, RoPE, heads concatenated by ``final_linear``), HELM's HMLA
-  ``LorentzMLA`` (latent keys, latent queries when ``q_lora_rank > 0``, RoPE on part of the dimensions), HyboNet's machine-translation
-  ``LorentzMultiHeadedAttention`` (:math:`\tau = \mathrm{scale}/2`, ``mid_point`` per head, padding mask,
+  ``LorentzMLA`` (latent keys, latent queries when ``q_lora_rank > 0``, RoPE on part of the dimensions), HyboNet's
+  machine-translation ``LorentzMultiHeadedAttention`` (:math:`\tau = \mathrm{scale}/2`, ``mid_point`` per head, padding mask,
   ``layer_cache``), the Lorentz GCN gate as HyboNet and HyperCore ship it (kind ``"sigmoid"``, rows not
   normalised, times the adjacency) and HNN++-style Poincare-ball attention (kind ``"poincare"``,
   :math:`\mathrm{softmax}(-d/\tau)`, gyromidpoint).  A mask the layer applies is recorded
@@ -71,7 +71,8 @@ re-check detects accidental and partial edits of a file, not a record rewritten 
 recomputed (they are not a signature).  A masked map is the softmax over the kept keys, exact at any norm.  Where
 the layer's attributes give :math:`\tau` it is verified at that :math:`\tau` only (a layer not reproduced there is
 *not verified*, with a warning naming the :math:`\tau` that does); one :math:`\tau` per call is measured only
-where no attribute gives it, and refused when the outputs fix it no better than the dtype's rounding.  The records also hold the model's dtype (float16/bfloat16 points are stored in float32
+where no attribute gives it, and refused when the outputs fix it no better than the dtype's rounding.  The records
+also hold the model's dtype (float16/bfloat16 points are stored in float32
 with the time coordinate recomputed), train/eval (a warning when dropout was active), the sign of a
 negative ``scale`` (recorded and reported, not refused) and where :math:`\tau` came from.  A
 ``torch.compile`` d model is run eagerly for the duration of the ``with`` block

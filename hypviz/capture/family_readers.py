@@ -41,7 +41,8 @@ families' code, read at these commits (no code copied):
   softmax, ``mid_point`` per head (``midpoint_heads``); with a ``layer_cache`` the keys and values are the
   cache's (read after the call).
 * **Lorentz GCN gate** ``LorentzAgg`` with ``use_att`` and ``local_agg``: HyboNet's
-  ``gcn/layers/hyp_layers.py`` (``7ba8e1a``), :math:`G = \sigma((2 + 2\langle q, \kappa\rangle_L)/\mathrm{scale} + \mathrm{bias})`,
+  ``gcn/layers/hyp_layers.py`` (``7ba8e1a``),
+  :math:`G = \sigma((2 + 2\langle q, \kappa\rangle_L)/\mathrm{scale} + \mathrm{bias})`,
   :math:`s = (\mathrm{adj}\odot G)X`, :math:`s/\sqrt{\max(|\langle s, s\rangle_L|, 10^{-8})}` (``gate_midpoint``);
   HyperCore's copy, ``hypercore/nn/graph_conv/hyobnet_conv.py`` (``e87a4f8``, it has ``c``): the same gate,
   output :math:`\sqrt{c}\,s/\sqrt{\max(|\langle s, s\rangle_L|, 10^{-6})}` (``gate_centroid``).  Kind
@@ -74,13 +75,21 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, cast
 
 import torch
 from torch import nn
 
-from hypviz.capture.readers import (PerThread, Recorder, copy_tensor, dropout_active, dtype_name, read_points, verified,
-                                    verified_call)
+from hypviz.capture.readers import (
+    PerThread,
+    Recorder,
+    copy_tensor,
+    dropout_active,
+    dtype_name,
+    read_points,
+    verified,
+    verified_call,
+)
 from hypviz.capture.records import LayerRecord, add_mode, made_by
 from hypviz.lorentz import from_poincare, lift
 
@@ -277,6 +286,8 @@ class Reader:
     mask_argument: ClassVar[str | None] = None
     mask_true_masks: ClassVar[bool] = True
     checked: ClassVar[str] = "the layer's output"
+    #: the family's module: its attributes (``num_heads``, ``manifold``, ...) are its own, unknown to torch's types
+    layer: Any
 
     def __init__(self, cap: Recorder, name: str, layer: nn.Module):
         self.cap, self.name, self.layer = cap, name, layer
@@ -596,7 +607,7 @@ class HMLAReader(Reader):
         return None
 
     def temperature(self, layer: nn.Module) -> float | torch.Tensor | None:
-        s = layer.softmax_scale
+        s: Any = layer.softmax_scale  # the family's attribute: a number or a tensor
         return s.detach() / 2.0 if isinstance(s, torch.Tensor) else float(s) / 2.0
 
     def record(self, cur: dict[str, Any], args: tuple, kwargs: dict, output: Any) -> None:
@@ -608,7 +619,8 @@ class HMLAReader(Reader):
         q, kk, v = (copy_tensor(t).permute(0, 2, 1, 3) for t in got)  # (B, S, H, D) -> (B, H, S, D)
         mask = cur.get("mask")
         if isinstance(mask, torch.Tensor):
-            mask = self.layer.shape_mask(mask, q.shape[0], h, q.shape[2]) if callable(getattr(self.layer, "shape_mask", None)) else mask
+            if callable(getattr(self.layer, "shape_mask", None)):
+                mask = self.layer.shape_mask(mask, q.shape[0], h, q.shape[2])
         seen = heads_first(copy_tensor(cur["concat_in"]), h).double()
         rope = _num(getattr(self.layer, "qk_rope_head_dim", None))
         self.emit(q, kk, v, seen, dtype=dtype_name(got[0]), masked=mask,
@@ -678,7 +690,7 @@ class LorentzGateReader(Reader):
             raise ValueError("query_linear and key_linear did not both run in its forward")
         layer = self.layer
         hypercore = hasattr(layer, "c")  # HyperCore's copy keeps c and scales the output by sqrt(c)
-        k = _num(layer.c) if hypercore else _manifold_k(layer, "k", "c")
+        k = cast(float, _num(layer.c)) if hypercore else _manifold_k(layer, "k", "c")  # HyperCore's c: a number, its k
         tau, sign = _scale(layer, self.name)
         scale = sign * tau
         bias = _num(layer.bias)

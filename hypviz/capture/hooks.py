@@ -5,19 +5,27 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Literal, Mapping, Sequence, cast
 
 import torch
 from torch import nn
 
 from hypviz.base import kinds as registry
 from hypviz.base import plugins
-from hypviz.lorentz import check_k, check_points, from_poincare
 from hypviz.capture.family_readers import READERS, reader_for, unrecognised
-from hypviz.capture.readers import (STRUCTURE, GenericReader, HypformerReader, Recorder, closest, dropout_active,
-                                    is_hypformer_layer, read_points)
+from hypviz.capture.readers import (
+    STRUCTURE,
+    GenericReader,
+    HypformerReader,
+    Recorder,
+    closest,
+    dropout_active,
+    is_hypformer_layer,
+    read_points,
+)
 from hypviz.capture.records import MODELS, LayerRecord, made_by, opt_float, recorded_options, save
 from hypviz.capture.verification import seal
+from hypviz.lorentz import check_k, check_points, from_poincare
 
 __all__ = ["Capture", "attention"]
 
@@ -174,7 +182,7 @@ class Capture(Recorder):
                     if r == "hypformer":
                         self._hyp.append(HypformerReader(self, _display(n), m, k=self.k))
                     else:
-                        self._hyp.append(r(self, _display(n), m))  # type: ignore[operator]
+                        self._hyp.append(r(self, _display(n), m))
                 for h in self._hyp:
                     self._handles.extend(h.register())
             if any(hasattr(m, "_orig_mod") for m in self.module.modules()):  # torch.compile'd: run it eagerly
@@ -207,7 +215,7 @@ class Capture(Recorder):
             stance, self._stance = self._stance, None
             stance.__exit__(None, None, None)
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         self._remove()
         if exc_type is not None:
             return False  # the body's exception propagates unchanged
@@ -256,6 +264,7 @@ class Capture(Recorder):
         if isinstance(raw, LayerRecord):  # read by structure: its verified check digested
             return seal(raw.check())
         g, call, outs = raw
+        k = cast(float, self.k)  # named modules (layers=): k was required
         where = f"layer {g.name!r} (call {call})"
         pts = {role: self._heads_first(outs[role], f"{where} {role} (module {m!r})")
                for role, m in zip(g.roles, g.modules)}
@@ -267,8 +276,8 @@ class Capture(Recorder):
             v = v.expand(kk.shape[0], *v.shape[1:]).clone()
         dtype = g.dtypes.pop(0) if g.dtypes else None
         if dtype in ("float16", "bfloat16") and self.model == "lorentz":  # time recomputed from the rounded spatial part
-            q, kk = read_points(q, k=self.k, half=True), read_points(kk, k=self.k, half=True)
-            v = None if v is None else read_points(v, k=self.k, half=True)
+            q, kk = read_points(q, k=k, half=True), read_points(kk, k=k, half=True)
+            v = None if v is None else read_points(v, k=k, half=True)
         extra: dict[str, Any] = {}
         kd = registry.get(self.kind)
         if not kd.temperature:
@@ -277,7 +286,7 @@ class Capture(Recorder):
             extra = {"temperature": self.temperature if self.temperature is not None else math.sqrt(q.shape[-1] - 1),
                      "temperature_source": "given" if self.temperature is not None else "default"}
         try:
-            rec = LayerRecord(name=g.name, queries=q, keys=kk, values=v, k=self.k, mode="generic", kind=self.kind,
+            rec = LayerRecord(name=g.name, queries=q, keys=kk, values=v, k=k, mode="generic", kind=self.kind,
                               call=call, dtype=dtype,
                               verify_note="not verified: layers= names the projections only, so the layer's output "
                                           "and aggregation are unknown to hypviz", **extra, **made_by(type(g), self.kind))
@@ -298,7 +307,7 @@ class Capture(Recorder):
         """
         if self.model == "poincare":
             try:
-                t = from_poincare(t, k=self.k)
+                t = from_poincare(t, k=cast(float, self.k))  # named modules (layers=): k was required
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc} (model='poincare', k={self.k:g})") from None
         if t.dim() < 2 or t.shape[-1] < 2:

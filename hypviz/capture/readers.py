@@ -14,7 +14,7 @@ import inspect
 import math
 import threading
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import torch
 from torch import nn
@@ -196,7 +196,8 @@ def _fitted(parts: Sequence[tuple[LayerRecord, Any, Any]], out: list[LayerRecord
             f"layer {first.name!r}: its attributes give tau = {first.temperature:.4g}, which does not reproduce its "
             f"output, but tau = {m.temperature:.4g} ({pm}) does: recorded not verified, at the attributes' tau",
             stacklevel=4)
-        return [r if r.verify_note.startswith("verified") else dataclasses.replace(
+        # every record here is judged: its verify_note is set
+        return [r if cast(str, r.verify_note).startswith("verified") else dataclasses.replace(
             r, verify_note=f"{r.verify_note}; its output is reproduced at tau = {m.temperature:.4g} ({pm}, measured), "
                            f"not at tau = {first.temperature:.4g} ({first.temperature_source})") for r in out]
     if m.error > tol:
@@ -210,7 +211,7 @@ def _fitted(parts: Sequence[tuple[LayerRecord, Any, Any]], out: list[LayerRecord
         r = dataclasses.replace(r, temperature=m.temperature, temperature_source="measured")
         err, note = verify(r, s, a)
         r = _judged(r, err, note, tol)
-        if r.verify_note.startswith("verified"):
+        if cast(str, r.verify_note).startswith("verified"):  # judged: set
             r = dataclasses.replace(r, verify_note=f"verified at the measured tau = {m.temperature:.4g} ({pm}, one for "
                                                    f"the call; no attribute gives it): {note}")
         done.append(r)
@@ -273,17 +274,20 @@ class HypformerReader:
     ``final_linear``, whose input is what is checked.
     """
 
+    #: the family's module: its attributes (``Wq``, ``attention_type``, ...) are its own, unknown to torch's types
+    layer: Any
+
     def __init__(self, cap: Recorder, name: str, layer: nn.Module, *, k: float | None):
         self.cap, self.name, self.layer = cap, name, layer
-        self.h = len(layer.Wq)
-        if len(layer.Wk) != self.h:
+        self.h = len(self.layer.Wq)
+        if len(self.layer.Wk) != self.h:
             raise ValueError(
-                f"layer {name!r}: Wq has {self.h} heads but Wk has {len(layer.Wk)}; "
+                f"layer {name!r}: Wq has {self.h} heads but Wk has {len(self.layer.Wk)}; "
                 "expected one map per head in each"
             )
-        if layer.attention_type not in HYPFORMER_KIND:
+        if self.layer.attention_type not in HYPFORMER_KIND:
             raise ValueError(
-                f"layer {name!r} has Hypformer's structure but attention_type {layer.attention_type!r}; capture knows "
+                f"layer {name!r} has Hypformer's structure but attention_type {self.layer.attention_type!r}; capture knows "
                 "'linear_focused' and 'full' (name its projection modules with layers= to capture it generically)"
             )
         mk = _module_k(layer)
@@ -298,7 +302,7 @@ class HypformerReader:
                 "drop k= or make them agree"
             )
         self.k_given = k
-        wv = getattr(layer, "Wv", None)
+        wv: Any = getattr(layer, "Wv", None)
         self.use_wv = isinstance(wv, nn.ModuleList) and bool(getattr(layer, "use_weight", True))
         if self.use_wv and len(wv) != self.h:
             raise ValueError(f"layer {name!r}: Wq has {self.h} heads but Wv has {len(wv)}; expected one map per head")
@@ -438,14 +442,15 @@ class HypformerReader:
         mode = layer.attention_type
         q = self._stack(cur["queries"], "queries", call)
         kk = self._stack(cur["keys"], "keys", call)
+        v: torch.Tensor | None
         if self.use_wv:
             v = self._stack(cur["values"], "values", call)
         else:
             src = cur["source"]
             ok = src is not None and src.dim() == 2 and src.shape[0] == kk.shape[1] and src.shape[-1] >= 2
             v = src.unsqueeze(0).expand(self.h, *src.shape).clone() if ok else None
-        kf = _module_k(layer)
-        kf = self.k_given if kf is None else kf
+        k_layer = _module_k(layer)
+        kf = cast(float, self.k_given if k_layer is None else k_layer)  # __init__ refuses a layer with neither
         half = cur.get("dtype") in ("float16", "bfloat16")
         if half and kf is not None:
             q, kk = read_points(q, k=kf, half=True), read_points(kk, k=kf, half=True)

@@ -21,16 +21,16 @@ import uuid
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import IO, Any, Literal, Mapping, Sequence, cast, overload
 
 import torch
 
-from hypviz.base import plugins as plugin_loader
-from hypviz.base.messages import short, torch_load_reason
 from hypviz.attention import attention_map
 from hypviz.attention.maps import kernels
 from hypviz.attention.maps.kernels import distance_logits, kernel_for
 from hypviz.base import kinds as registry
+from hypviz.base import plugins as plugin_loader
+from hypviz.base.messages import short, torch_load_reason
 from hypviz.lorentz import as_tensor, check_k, check_points
 
 __all__ = ["FORMAT", "VERSION", "MODES", "MODELS", "LayerRecord", "save", "load", "parse", "modes", "add_mode", "masked_softmax",
@@ -100,12 +100,18 @@ EXTENSIONS: tuple[str, ...] = (".pt", ".pth")
 
 def recorded_options(kind: str) -> dict[str, bool]:
     """The options of ``kind`` a record holds as fields, and whether a record of it must give each: as its kernel
-    declares them (:class:`hypviz.attention.maps.kernels.Option`'s ``recorded``; an optional one that is None reads as its default)."""
+    declares them (:class:`hypviz.attention.maps.kernels.Option`'s ``recorded``; an optional one that is None reads as its
+    default)."""
     kd = registry.get(kind)
     declared = kernel_for(kd).options
-    return {o: declared[o].recorded for o in kd.options if o in declared and declared[o].recorded is not None}
+    recorded = {o: declared[o].recorded for o in kd.options if o in declared}
+    return {o: r for o, r in recorded.items() if r is not None}
 
 
+@overload
+def opt_float(value: Any, name: str, *, positive: bool = False, none_ok: Literal[False]) -> float: ...
+@overload
+def opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool = True) -> float | None: ...
 def opt_float(value: Any, name: str, *, positive: bool = False, none_ok: bool = True) -> float | None:
     """``value`` as a float: a real number (a Python or numpy int or float; never a bool, a string or a tensor),
     finite (and > 0 with ``positive``), or None with ``none_ok``; else a one-line ``ValueError`` (wrong value) or
@@ -138,7 +144,8 @@ def masked_softmax(logits: torch.Tensor, keep: torch.Tensor | None) -> torch.Ten
 
     .. math::
 
-        A_{ij} = \frac{\exp s_{ij}}{\sum_{l:\,\mathrm{keep}_{il}} \exp s_{il}} \ \text{where kept}, \qquad A_{ij} = 0 \ \text{elsewhere}:
+        A_{ij} = \frac{\exp s_{ij}}{\sum_{l:\,\mathrm{keep}_{il}} \exp s_{il}} \ \text{where kept}, \qquad
+        A_{ij} = 0 \ \text{elsewhere}:
 
     the masked logits are set to :math:`-\infty` *before* the softmax, as the families do (``masked_fill(mask, -1e18)``),
     never the softmax of all keys renormalised after it (at large norms every kept weight of that softmax underflows
@@ -322,7 +329,8 @@ class LayerRecord:
         self.verify_tolerance = opt_float(self.verify_tolerance, f"LayerRecord {short(self.name)}: verify_tolerance")
         for field in ("aggregation", "verify_note", "dtype", "temperature_source", "detail", "checked"):
             if getattr(self, field) is not None and not isinstance(getattr(self, field), str):
-                raise ValueError(f"LayerRecord {short(self.name)}: {field} must be a string or None, got {short(getattr(self, field))}")
+                raise ValueError(f"LayerRecord {short(self.name)}: {field} must be a string or None, "
+                                 f"got {short(getattr(self, field))}")
         if self.training is not None and not isinstance(self.training, bool):
             raise ValueError(f"LayerRecord {short(self.name)}: training must be True, False or None, got {short(self.training)}")
         if registry.get(self.kind).temperature and self.temperature is None:
@@ -702,7 +710,7 @@ def save(records: Sequence[LayerRecord], path: str | os.PathLike) -> Path:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
         with os.fdopen(fd, "wb") as f:
             writer = _Writer(f)
-            torch.save(payload, writer)
+            torch.save(payload, cast(IO[bytes], writer))  # torch.save writes and flushes: all a _Writer needs to do
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -728,7 +736,8 @@ class _Writer:
     ``RuntimeError`` of its own (``[enforce fail at inline_container.cc:...] unexpected pos ...``), without the errno."""
 
     def __init__(self, f: Any):
-        self.f, self.error = f, None
+        self.f = f
+        self.error: OSError | None = None
 
     def write(self, data: Any) -> int:
         try:
@@ -848,7 +857,8 @@ def unreadable(path: str | os.PathLike, exc: BaseException) -> str:
     ...         torch.load(p, weights_only=True)
     ...     except Exception as exc:
     ...         print(unreadable(p, exc))
-    the file is truncated: it starts as a torch.save file (a zip archive) but the zip directory that ends such a file is missing (300 bytes on disk)
+    the file is truncated: it starts as a torch.save file (a zip archive) but the zip directory that ends such a file
+    is missing (300 bytes on disk)
     """
     p = Path(os.fspath(path))
     try:
@@ -864,8 +874,8 @@ def unreadable(path: str | os.PathLike, exc: BaseException) -> str:
             with zipfile.ZipFile(p) as zf:
                 members = zf.infolist()
         except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-            return (f"the file is truncated: it starts as a torch.save file (a zip archive) but the zip directory that ends such a "
-                    f"file is missing ({size} bytes on disk)")
+            return ("the file is truncated: it starts as a torch.save file (a zip archive) but the zip directory that ends "
+                    f"such a file is missing ({size} bytes on disk)")
         past = [m.filename for m in members if m.header_offset + m.compress_size > size]
         if past:
             return f"the file is truncated: its member {short(past[0])} reaches past the end of the file ({size} bytes on disk)"

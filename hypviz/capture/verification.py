@@ -122,12 +122,14 @@ def _inner(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def lorentz_centroid(a: torch.Tensor, *, k: float) -> torch.Tensor:
-    r"""``a (..., d + 1)`` rescaled onto :math:`\langle x, x\rangle_L = -k`: :math:`\sqrt{k}\,a/\sqrt{|\langle a, a\rangle_L|}`."""
+    r"""``a (..., d + 1)`` rescaled onto :math:`\langle x, x\rangle_L = -k`:
+    :math:`\sqrt{k}\,a/\sqrt{|\langle a, a\rangle_L|}`."""
     return math.sqrt(k) * a / _inner(a, a).abs().sqrt()
 
 
 def gyromidpoint(values_ball: torch.Tensor, weights: torch.Tensor, *, k: float) -> torch.Tensor:
-    r"""Weighted Möbius gyromidpoint ``(..., N, d)`` of ball points ``(..., M, d)`` (radius :math:`\sqrt{k}`), weights ``(..., N, M)``.
+    r"""Weighted Möbius gyromidpoint ``(..., N, d)`` of ball points ``(..., M, d)`` (radius :math:`\sqrt{k}`), weights
+    ``(..., N, M)``.
 
     .. math::
 
@@ -265,16 +267,16 @@ def fit_temperature(parts: Sequence[tuple[Any, torch.Tensor, dict[str, Any] | No
 
     The error of a :math:`\tau` is the largest :func:`relative_error` over the call's first 256 query rows (record
     after record).  A grid of 41 values of :math:`\log\tau` over :math:`[\tau_0/100, 100\,\tau_0]` (:math:`\tau_0` = the first
-    record's ``temperature``), 40 golden-section steps around the best one (to :math:`10^{-9}`), then bisection outwards for ``low`` and
-    ``high``, where the error reaches ``tol`` (to :math:`4 \cdot 10^{-6}` in :math:`\log\tau`; the grid's ends when it
+    record's ``temperature``), 40 golden-section steps around the best one (to :math:`10^{-9}`), then bisection outwards for
+    ``low`` and ``high``, where the error reaches ``tol`` (to :math:`4 \cdot 10^{-6}` in :math:`\log\tau`; the grid's ends when it
     never does); ``error`` is then taken on all rows.
     A :math:`\tau` is *measured* only when ``error <= tol`` and ``spread <= MEASURED_SPREAD``: otherwise the outputs do
     not fix it above the rounding of the dtype, and no fitted value may stand for the layer's.
     """
     fit, rows = [], 0
-    for r, s, a in parts:  # the first 256 query rows of the call, record after record
+    for r, s, aux in parts:  # the first 256 query rows of the call, record after record
         j = min(r.n_queries, _FIT_ROWS - rows)
-        fit.append((_rows(r, 0, j), _rows_aux(a or {}, 0, j), _seen_rows(r, s, j)) if j < r.n_queries else (r, a, s))
+        fit.append((_rows(r, 0, j), _rows_aux(aux or {}, 0, j), _seen_rows(r, s, j)) if j < r.n_queries else (r, aux, s))
         rows += j
         if rows >= _FIT_ROWS:
             break

@@ -19,9 +19,33 @@ The package holds the checks (:mod:`hypviz.lorentz.points`), the geometry
 every public name is importable from here.
 """
 
+from hypviz.lorentz.hyperboloid import (
+    dist,
+    distance_operands,
+    expmap0,
+    from_klein,
+    from_poincare,
+    geodesic,
+    inner,
+    lift,
+    logmap0,
+    origin,
+    pairwise_inner,
+    pairwise_sqdist,
+    sqdist,
+    to_klein,
+    to_poincare,
+)
 from hypviz.lorentz.points import as_tensor, check_k, check_points
-from hypviz.lorentz.hyperboloid import lift, inner, sqdist, dist, pairwise_inner, pairwise_sqdist, distance_operands, expmap0, logmap0, to_poincare, from_poincare, to_klein, from_klein, origin, geodesic
-from hypviz.lorentz.projections import DisplayProjection, project_for_display, GRID_MAX_REACH, geodesic_grid, polar_sheet, poincare_polar_grid, disk_boundary
+from hypviz.lorentz.projections import (
+    GRID_MAX_REACH,
+    DisplayProjection,
+    disk_boundary,
+    geodesic_grid,
+    poincare_polar_grid,
+    polar_sheet,
+    project_for_display,
+)
 
 __all__ = [
     "as_tensor",

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from hypviz.base import validate
-from hypviz.lorentz.points import check_last_dim, check_pair, as_tensor, check_k, check_points
+from hypviz.lorentz.points import as_tensor, check_k, check_last_dim, check_pair, check_points
 
 __all__ = [
     "lift",

@@ -60,7 +60,8 @@ def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
             raise TypeError(f"{name}: expected a numeric array, got an array of Python objects")
         problem = _NUMPY_KINDS.get(arr.dtype.kind)
         if problem:
-            raise TypeError(f"{name}: expected a floating-point array (float32 or float64), got dtype {str(arr.dtype)[:80]} ({problem})")
+            raise TypeError(f"{name}: expected a floating-point array (float32 or float64), "
+                            f"got dtype {str(arr.dtype)[:80]} ({problem})")
         if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:
             raise TypeError(
                 f"{name}: expected a floating-point array (float32 or float64), got dtype {arr.dtype} (long double, "
@@ -158,8 +159,7 @@ def _default_rtol(dtype: torch.dtype) -> float:
 def row_name(flat_index: int, batch_shape: torch.Size) -> str:
     if len(batch_shape) == 0:
         return "the point"
-    idx = np.unravel_index(flat_index, tuple(batch_shape))
-    idx = tuple(int(i) for i in idx)
+    idx = tuple(int(i) for i in np.unravel_index(flat_index, tuple(batch_shape)))
     return f"row {idx[0]}" if len(idx) == 1 else f"row {idx}"
 
 

@@ -25,6 +25,7 @@ import torch
 
 from hypviz.base import validate
 from hypviz.lorentz import hyperboloid as L
+from hypviz.lorentz.points import check_k, check_points
 
 __all__ = [
     "DisplayProjection",
@@ -115,8 +116,8 @@ def project_for_display(points: ArrayLike, *, k: float = 1.0) -> DisplayProjecti
     >>> proj.note
     'display projection: d=3 -> 2 by PCA of logmap0(x) at the origin, 100.0% of tangent variance kept, expmap0 back'
     """
-    kf = L.check_k(k)
-    x = L.check_points(points, k=kf, name="points")
+    kf = check_k(k)
+    x = check_points(points, k=kf, name="points")
     x = x.reshape(-1, x.shape[-1])
     d = x.shape[-1] - 1
     if d < 2:
@@ -187,7 +188,7 @@ def geodesic_grid(
     >>> grid.shape
     torch.Size([6, 8, 3])
     """
-    kf = L.check_k(k)
+    kf = check_k(k)
     root_k = math.sqrt(kf)
     radius, spacing = validate.positive(radius, "radius"), validate.positive(spacing, "spacing")
     n = validate.integer(n, "n", 2, " (samples along each line)")
@@ -233,7 +234,7 @@ def polar_sheet(
     >>> bool(inner(sheet, sheet).add(1.0).abs().max() < 1e-12)
     True
     """
-    kf = L.check_k(k)
+    kf = check_k(k)
     radius = validate.positive(radius, "radius")
     r = torch.linspace(0.0, radius, validate.integer(n_radial, "n_radial", 1), dtype=dtype)
     phi = torch.linspace(0.0, 2.0 * math.pi, validate.integer(n_angle, "n_angle", 1), dtype=dtype)
@@ -272,7 +273,7 @@ def poincare_polar_grid(
     >>> round(float((px**2 + py**2).sqrt().max()), 6)    # edge * sqrt(k)
     0.9
     """
-    kf = L.check_k(k)
+    kf = check_k(k)
     fraction = validate.number(edge, "edge", hint=" (a fraction of the disk radius in (0, 1))")
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"edge must be a fraction of the disk radius in (0, 1), got {edge!r}")
@@ -303,6 +304,6 @@ def disk_boundary(*, k: float, n: int = 121) -> np.ndarray:
     >>> ring.shape, bool(np.allclose(np.hypot(ring[:, 0], ring[:, 1]), 2.0))
     ((5, 2), True)
     """
-    root_k = math.sqrt(L.check_k(k))
+    root_k = math.sqrt(check_k(k))
     angle = np.linspace(0.0, 2.0 * np.pi, validate.integer(n, "n", 2, " (points of the closed circle)"))
     return np.stack([root_k * np.cos(angle), root_k * np.sin(angle)], axis=-1)

@@ -9,15 +9,18 @@ through ``Figure.subfigures``) and returns the root ``Figure``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import torch
 
 import hypviz.plots.style as style
 
+if TYPE_CHECKING:  # matplotlib is imported lazily, inside the functions
+    from matplotlib.axes import Axes
 
-def _axes_class() -> type:
+
+def _axes_class() -> type[Axes]:
     from matplotlib.axes import Axes
 
     return Axes

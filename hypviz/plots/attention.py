@@ -21,13 +21,13 @@ The curves of comparison results (:func:`~hypviz.plots.sweeps.bound_sweep_mpl`,
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
 
 import hypviz.plots._common as common
-from hypviz.base import validate
 import hypviz.plots.style as style
+from hypviz.base import validate
 from hypviz.plots._common import as_1d as _as_1d
 from hypviz.plots._common import as_2d as _as_2d
 
@@ -274,7 +274,8 @@ def disk_level_sets_mpl(
     if q.dim() == 2 and q.shape[0] == 1:
         q = q[0]
     if q.shape != (3,):
-        raise ValueError(f"disk_level_sets_mpl: query must be one point of the hyperbolic plane, shape (3,); got {tuple(q.shape)}")
+        raise ValueError("disk_level_sets_mpl: query must be one point of the hyperbolic plane, shape (3,); "
+                         f"got {tuple(q.shape)}")
     if kk.dim() != 2 or kk.shape[-1] != 3 or kk.shape[0] < 1:
         raise ValueError(f"disk_level_sets_mpl: keys must be points of the hyperbolic plane, shape (M, 3); got {tuple(kk.shape)}")
     if kk.dtype != q.dtype:
@@ -283,14 +284,14 @@ def disk_level_sets_mpl(
     L.check_points(kk, k=kf, name="keys")
     if not (isinstance(grid, (tuple, list)) and len(grid) == 2):
         raise ValueError(f"disk_level_sets_mpl: grid must be (radii, angles), each >= 4; got {grid!r}")
-    grid = tuple(validate.integer(g, "grid", 4) for g in grid)
+    n_radial, n_angle = (validate.integer(g, "grid", 4) for g in grid)
     edge = validate.number(edge, "edge")
     if not 0.0 < edge < 1.0:
         raise ValueError(f"disk_level_sets_mpl: edge must lie in (0, 1), got {edge!r}")
     root_k = math.sqrt(kf)
 
     # a polar grid of the disk, evenly spaced in geodesic distance from the origin (fine where the fields steepen)
-    px, py, points = poincare_polar_grid(k=kf, n_radial=int(grid[0]), n_angle=int(grid[1]), edge=float(edge), dtype=q.dtype)
+    px, py, points = poincare_polar_grid(k=kf, n_radial=n_radial, n_angle=n_angle, edge=float(edge), dtype=q.dtype)
     qq = q[None, :]
     fields = (
         att.scores(qq, points, "spatial", k=kf)[0],  # q_s . x_s
@@ -305,15 +306,17 @@ def disk_level_sets_mpl(
     if isinstance(levels, (int, np.integer)) and not isinstance(levels, bool):
         level_sets = [_level_values(s.detach().cpu().double().numpy(), levels) for s in key_scores]
     else:
-        if len(levels) != 2:
+        pair = cast(Sequence[Any], levels)  # not an integer: a pair, or refused here
+        if len(pair) != 2:
             raise ValueError("disk_level_sets_mpl: levels must be an int or a pair (spatial levels, |q - kappa|^2_L levels)")
-        level_sets = [np.sort(_as_1d(lv, "levels")) for lv in levels]
+        level_sets = [np.sort(_as_1d(lv, "levels")) for lv in pair]
 
     fig, panels = common.panels(axes, 2, (8.8, 4.4))
     norm = Normalize(vmin=0.0, vmax=max(float(w.max()) for w in w_np))
     titles = (
         r"spatial: level sets of $q_s \cdot \kappa_s$" "\n" r"weights $\mathrm{softmax}_j(q_s \cdot \kappa_{s,j} / \tau)$",
-        r"distance: level sets of $\|q - \kappa\|_L^2$" "\n" r"weights $\mathrm{softmax}_j(-\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau)$",
+        r"distance: level sets of $\|q - \kappa\|_L^2$" "\n"
+        r"weights $\mathrm{softmax}_j(-\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau)$",
     )
     circle = np.linspace(0.0, 2.0 * math.pi, 361)
     dots = None

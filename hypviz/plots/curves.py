@@ -102,7 +102,7 @@ def error_curves_mpl(
         else:
             med = ys
         ax.plot(xs, np.maximum(med, floor), line, color=color, marker=style.marker(i), label=label)
-    for j, (label, value) in enumerate((reference_lines or {}).items()):
+    for label, value in (reference_lines or {}).items():
         ax.axhline(value, color="0.45", linestyle=":", linewidth=1.0)
         ax.annotate(label, (0.01, value), xycoords=("axes fraction", "data"), xytext=(0, 3),
                     textcoords="offset points", fontsize=8, color="0.3")
@@ -166,7 +166,8 @@ def bound_scatter_mpl(
         if c.shape != b.shape:
             raise ValueError(f"color must have one value per point ({b.size}), got {c.size}")
         norm = LogNorm(c[keep].min(), c[keep].max()) if log_color and np.all(c[keep] > 0) else Normalize()
-        sc = ax.scatter(b[keep], m[keep], c=c[keep], cmap=style.SEQUENTIAL, norm=norm, s=4, alpha=0.6, linewidths=0, rasterized=True, label=label)
+        sc = ax.scatter(b[keep], m[keep], c=c[keep], cmap=style.SEQUENTIAL, norm=norm, s=4, alpha=0.6, linewidths=0,
+                        rasterized=True, label=label)
         fig.colorbar(sc, ax=ax, label=color_label)
     else:
         ax.scatter(b[keep], m[keep], color=OKABE_ITO[5], s=4, alpha=0.6, linewidths=0, rasterized=True, label=label)
@@ -224,7 +225,7 @@ def interval_curves_mpl(
         checked.append((label, x, y, band))
     fig, ax = common.single(ax, figsize)
     for i, (label, x, y, band) in enumerate(checked):
-        style_kw = dict(color=style.colour(i), marker=style.marker(i), markersize=5, linewidth=1.4, label=label)
+        style_kw: dict[str, Any] = dict(color=style.colour(i), marker=style.marker(i), markersize=5, linewidth=1.4, label=label)
         if band:
             ax.errorbar(x, y, yerr=np.stack([y - band[0], band[1] - y]), capsize=3, elinewidth=1.2, **style_kw)
         else:

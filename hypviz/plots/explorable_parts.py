@@ -15,9 +15,8 @@ import numpy as np
 import torch
 
 import hypviz.plots.style as style
-from hypviz.base import kinds, validate
-from hypviz import attention as att
 from hypviz import lorentz as L
+from hypviz.base import kinds, validate
 from hypviz.plots.manifold_plotly import rounded
 
 ArrayLike = Any
@@ -47,8 +46,10 @@ def _sig_text(v: float, digits: int) -> str:
     return f"{v:.{digits + 4}g}"
 
 
-def sig(values: ArrayLike, digits: int) -> list:
-    """Each value to ``digits`` significant digits (for log axes; see :func:`_sig_text`); NaN becomes ``None``."""
+def sig(values: ArrayLike, digits: int) -> Any:
+    """Each value to ``digits`` significant digits (for log axes; see :func:`_sig_text`); NaN becomes ``None``.
+
+    Nested lists of the array's shape; a single value (0-d) as a float or ``None``."""
     arr = np.asarray(values, dtype=np.float64)
     flat = [float(_sig_text(v, digits)) + 0.0 if math.isfinite(v) else None for v in arr.ravel().tolist()]
     if arr.ndim == 0:
@@ -99,7 +100,8 @@ def checked_points(x: ArrayLike, name: str, *, k: float, d: int | None = None) -
     """``(N, d + 1)`` points on ``<x, x>_L = -k`` as float64 (points made in float32 are checked there and re-lifted)."""
     t = L.as_tensor(x, name)
     if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 2:
-        raise ValueError(f"{name}: expected points of shape (N, d + 1) with N >= 1, d >= 1 (time first), got shape {tuple(t.shape)}")
+        raise ValueError(f"{name}: expected points of shape (N, d + 1) with N >= 1, d >= 1 (time first), "
+                         f"got shape {tuple(t.shape)}")
     if d is not None and t.shape[1] != d + 1:
         raise ValueError(f"{name}: expected {d + 1} coordinates per point (d = {d}), got shape {tuple(t.shape)}")
     if not t.is_floating_point():

@@ -37,7 +37,8 @@ lists; the heatmaps (no slider) are stored as plotly typed arrays of those round
 (float32, the form plotly itself uses for numpy arrays), which keeps a 48 x 48 figure small in a
 notebook.  Text in the plotly figures is Unicode and HTML (``κ``, ``τ``, ``r²``, ``<sub>``), which
 every plotly renderer draws: plotly typesets LaTeX only where the page hands it MathJax, which in
-JupyterLab often fails (plotly.py issues 1740 and 4336: raw or missing titles).  The still is drawn from the same text (sub- and superscripts as mathtext).
+JupyterLab often fails (plotly.py issues 1740 and 4336: raw or missing titles).  The still is drawn from the same
+text (sub- and superscripts as mathtext).
 Colours are colour-blind safe: Okabe-Ito (``hypviz.plots.style``) for curves, ``viridis`` for
 weights and norms, ``RdBu_r`` centred on zero for differences.
 """
@@ -50,30 +51,30 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from hypviz import attention as att
-from hypviz.base import kinds, validate
-from hypviz import lorentz as L
 import hypviz.plots.style as style
+from hypviz import attention as att
+from hypviz import lorentz as L
+from hypviz.base import kinds, validate
 from hypviz.plots.explorable_parts import (  # noqa: F401  (the explorers' shared pieces)
     COLOURS,
     QUERY,
     REFERENCE,
     TEMPLATE,
     check_digits,
+    checked_grid,
+    checked_index,
+    checked_kind,
+    checked_points,
+    checked_positive,
     decades,
     decimals_for,
     diagonal,
     fixed,
     frame,
-    checked_grid,
-    checked_index,
-    checked_kind,
+    grid_position,
     label,
     legend_line,
     log_range,
-    checked_points,
-    grid_position,
-    checked_positive,
     sig,
     slider_menu,
     three_panels,
@@ -81,7 +82,7 @@ from hypviz.plots.explorable_parts import (  # noqa: F401  (the explorers' share
     uniform_point,
     weights_scatter,
 )
-from hypviz.plots.stills import PLOTLY_MIME, trace_array, bundle, show, still_png  # noqa: F401  (part of this module's surface)
+from hypviz.plots.stills import PLOTLY_MIME, bundle, show, still_png, trace_array  # noqa: F401  (part of this module's surface)
 
 if TYPE_CHECKING:  # plotly and matplotlib are imported lazily, inside the functions
     import plotly.graph_objects as go
@@ -315,7 +316,8 @@ def key_spread_explorer(
     d = q.shape[1] - 1
     u = L.as_tensor(directions, "directions")
     if u.dim() != 2 or u.shape[1] != d or u.shape[0] < 2:
-        raise ValueError(f"directions: expected shape (M, {d}) with M >= 2 (the queries have d = {d}), got shape {tuple(u.shape)}")
+        raise ValueError(f"directions: expected shape (M, {d}) with M >= 2 (the queries have d = {d}), "
+                         f"got shape {tuple(u.shape)}")
     u = u.detach().cpu().to(torch.float64)
     lengths = u.norm(dim=-1)
     if not bool(torch.isfinite(u).all()) or not bool((lengths > 0).all()):
@@ -476,7 +478,7 @@ def disk_query_explorer(
     path_x, path_y = fixed(disk_q[:, 0], 4), fixed(disk_q[:, 1], 4)
     hover = ("key κ<sub>%{pointNumber}</sub>, %{text}<br>d(q, κ) = %{customdata[0]:.3g}"
              "<br>spatial weight %{customdata[1]:.4g}<br>distance weight %{customdata[2]:.4g}<extra></extra>")
-    for col, kind in ((1, "spatial"), (2, "distance")):
+    for col in (1, 2):
         legend = col == 1
         fig.add_trace(go.Scatter(x=fixed(root_k * np.cos(angle), 4), y=fixed(root_k * np.sin(angle), 4), mode="lines",
                                  line=dict(color=style.BLACK, width=1.2), name="boundary |p| = √k (ideal points)",
@@ -490,7 +492,8 @@ def disk_query_explorer(
     for col, kind in ((1, "spatial"), (2, "distance")):
         colour, size, cd = keys_state(p0, kind)
         fig.add_trace(go.Scatter(x=fixed(disk_k[:, 0], 4), y=fixed(disk_k[:, 1], 4), mode="markers",
-                                 marker=dict(color=colour, size=size, coloraxis="coloraxis", line=dict(width=0.6, color="#222222")),
+                                 marker=dict(color=colour, size=size, coloraxis="coloraxis",
+                                             line=dict(width=0.6, color="#222222")),
                                  customdata=cd, text=norm_text, hovertemplate=hover, name="keys (colour and size: weight)",
                                  showlegend=(col == 1)), row=1, col=col)
     for col in (1, 2):
@@ -591,8 +594,8 @@ def attention_heatmap_explorer(
               f"<br>difference %{{customdata[1]:.{dec}f}}<extra></extra>"),
         "b": (f"query i = %{{y}}, key j = %{{x}}<br>{names['a']} %{{customdata[0]:.{dec}f}}<br>{names['b']} %{{z:.{dec}f}}"
               f"<br>difference %{{customdata[1]:.{dec}f}}<extra></extra>"),
-        "d": (f"query i = %{{y}}, key j = %{{x}}<br>{names['a']} %{{customdata[0]:.{dec}f}}<br>{names['b']} %{{customdata[1]:.{dec}f}}"
-              f"<br>difference %{{z:.{dec}f}}<extra></extra>"),
+        "d": (f"query i = %{{y}}, key j = %{{x}}<br>{names['a']} %{{customdata[0]:.{dec}f}}"
+              f"<br>{names['b']} %{{customdata[1]:.{dec}f}}<br>difference %{{z:.{dec}f}}<extra></extra>"),
     }
     from plotly.subplots import make_subplots
 
@@ -615,7 +618,8 @@ def attention_heatmap_explorer(
             + (f", τ = {label(tau)}" if kinds.get(a).temperature or kinds.get(b).temperature else "")
             + f"; weights to {dec} decimals")
     fig.update_layout(template=TEMPLATE, **frame(height, 0, sliders=False),
-                      title=title_dict(f"Attention maps {na} and {nb}: hover any cell for both weights and their difference", note))
+                      title=title_dict(f"Attention maps {na} and {nb}: hover any cell for both weights and their difference",
+                                       note))
     return fig
 
 

@@ -11,12 +11,11 @@ is drawn there, its colourbar, legend and overall title go on those Axes' ``Figu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
-
+import hypviz.plots._common as common
 import hypviz.plots.style as style
 from hypviz.base import kinds
-import hypviz.plots._common as common
 from hypviz.plots.scenes import (
     MODEL_TEXT,
     AttentionScene,
@@ -32,6 +31,7 @@ from hypviz.plots.scenes import (
 if TYPE_CHECKING:  # matplotlib is imported lazily, inside the functions
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from mpl_toolkits.mplot3d import Axes3D
 
 __all__ = [
     "draw_hyperboloid_mpl",
@@ -64,7 +64,7 @@ def _title(base: str, note: str) -> str:
 # --------------------------------------------------------------------------- #
 # drawing one scene into one Axes
 # --------------------------------------------------------------------------- #
-def _hyperboloid_into(ax: Axes, scene: HyperboloidScene, cmap: str) -> Any:
+def _hyperboloid_into(ax: Axes3D, scene: HyperboloidScene, cmap: str) -> Any:
     from matplotlib.ticker import MaxNLocator
     from mpl_toolkits.mplot3d.art3d import Line3DCollection
 
@@ -79,7 +79,7 @@ def _hyperboloid_into(ax: Axes, scene: HyperboloidScene, cmap: str) -> Any:
     x = scene.points
     mappable = None
     if scene.values is not None:
-        vmin, vmax = scene.value_range
+        vmin, vmax = cast(tuple[float, float], scene.value_range)  # set with the values
         mappable = ax.scatter(x[:, 0], x[:, 1], x[:, 2], c=scene.values, cmap=cmap, vmin=vmin, vmax=vmax,
                               s=22, edgecolors="k", linewidths=0.3, depthshade=False, label="points")
     else:
@@ -112,7 +112,7 @@ def _disk_into(ax: Axes, scene: DiskScene, cmap: str) -> Any:
     p = scene.points
     mappable = None
     if scene.values is not None:
-        vmin, vmax = scene.value_range
+        vmin, vmax = cast(tuple[float, float], scene.value_range)  # set with the values
         mappable = ax.scatter(p[:, 0], p[:, 1], c=scene.values, cmap=cmap, vmin=vmin, vmax=vmax, s=22,
                               edgecolors="k", linewidths=0.3, zorder=3, label="points")
     else:
@@ -145,7 +145,8 @@ def draw_hyperboloid_mpl(
     figsize: tuple[float, float] = (6.0, 5.0),
     ax: Axes | None = None,
 ) -> Figure:
-    """Draw a :class:`~hypviz.plots.scenes.HyperboloidScene` in 3-D: :math:`x_1`, :math:`x_2` (spatial), :math:`x_t` (time, vertical).
+    """Draw a :class:`~hypviz.plots.scenes.HyperboloidScene` in 3-D: :math:`x_1`, :math:`x_2` (spatial), :math:`x_t`
+    (time, vertical).
 
     ``ax``: a 3-D Axes (``projection="3d"``) to draw into; the colourbar (when the scene has values,
     labelled ``value_label``) goes beside it.

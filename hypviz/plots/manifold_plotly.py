@@ -314,9 +314,9 @@ def draw_attention_plotly(
     diameter the square root of the scene's area), the query as a star and the ring of a strong key
     at the query's own position.
     """
+    import plotly.graph_objects as go
     from plotly.colors import sample_colorscale
     from plotly.subplots import make_subplots
-    import plotly.graph_objects as go
 
     disk = scene.disk
     n = len(scene.panels)
@@ -332,8 +332,8 @@ def draw_attention_plotly(
             fig.add_trace(_lines2d(disk.grid, decimals, line=dict(color=GRID_COLOUR, width=0.6), name="geodesic grid",
                                    legendgroup="grid", showlegend=first), row=1, col=col)
         rel = rounded(panel.edge_weights / scene.w_max, decimals)
-        for e, (line, r, w, lw, a) in enumerate(zip(panel.edges, rel, panel.edge_weights.tolist(),
-                                                    panel.edge_widths.tolist(), panel.edge_alphas.tolist())):
+        for line, r, w, lw, a in zip(panel.edges, rel, panel.edge_weights.tolist(), panel.edge_widths.tolist(),
+                                     panel.edge_alphas.tolist()):
             fig.add_trace(_lines2d(line[None], decimals, line=dict(color=sample_colorscale(scale, [r])[0],
                                                                    width=round(lw, 3)),
                                    opacity=round(a, 3), name=f"edge, A = {w:.3g}", legendgroup="edges",

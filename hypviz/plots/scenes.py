@@ -29,10 +29,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from hypviz.lorentz import projections as D
 from hypviz import lorentz as L
 from hypviz.attention.maps.top_keys import top_attention
 from hypviz.base import validate
+from hypviz.lorentz import projections as D
 
 __all__ = [
     "MODELS",

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hypviz.base import validate
 import hypviz.plots.style as style
+from hypviz.base import validate
 
 if TYPE_CHECKING:  # plotly and matplotlib are imported lazily, inside the functions
     import plotly.graph_objects as go
@@ -142,7 +142,8 @@ def still_png(fig: go.Figure, *, dpi: int = 72, width_px: int = 1150) -> bytes:
         if "lines" in mode:
             (h,) = ax.plot(x, y, color=line.get("color", style.CYCLE[0]), lw=0.75 * float(line.get("width", 2)),
                            ls=_DASHES.get(line.get("dash"), "-"),
-                           marker="o" if "markers" in mode else None, ms=0.75 * float(marker.get("size", 6)) if "markers" in mode else 0)
+                           marker="o" if "markers" in mode else None,
+                           ms=0.75 * float(marker.get("size", 6)) if "markers" in mode else 0)
             if label:
                 h.set_label(label)
                 handles.append(h)
@@ -151,8 +152,8 @@ def still_png(fig: go.Figure, *, dpi: int = 72, width_px: int = 1150) -> bytes:
         size = marker.get("size", 6)
         symbol = _SYMBOLS.get(marker.get("symbol"), "o")
         edge = marker.get("line", {})
-        kwargs: dict[str, Any] = dict(marker=symbol, s=(0.75 * np.asarray(trace_array(size) if isinstance(size, list) else size)) ** 2,
-                                      linewidths=0.75 * float(edge.get("width", 0.5)), zorder=3)
+        diameter = 0.75 * np.asarray(trace_array(size) if isinstance(size, list) else size)
+        kwargs: dict[str, Any] = dict(marker=symbol, s=diameter**2, linewidths=0.75 * float(edge.get("width", 0.5)), zorder=3)
         if isinstance(colour, list):
             cax = coloraxis if marker.get("coloraxis") else marker
             kwargs.update(c=trace_array(colour), cmap=_colormap(cax.get("colorscale", [[0, "#440154"], [1, "#fde725"]])),

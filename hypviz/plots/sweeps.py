@@ -87,7 +87,8 @@ def bound_sweep_mpl(
     fig, (ax_tv, ax_kl) = common.panels(axes, 2, (8.8, 3.8))
     panels = (
         (ax_tv, "tv", "tv_bound", r"$\mathrm{TV}(P_a, P_b)$", r"$\tanh(\Delta/4)$", "total variation (probability)"),
-        (ax_kl, "kl", "kl_bound", r"$\mathrm{KL}(P_b \,\|\, P_a)$", r"$\sup \mathrm{KL}(\Delta)$ (exact)", "KL divergence (nats)"),
+        (ax_kl, "kl", "kl_bound", r"$\mathrm{KL}(P_b \,\|\, P_a)$", r"$\sup \mathrm{KL}(\Delta)$ (exact)",
+         "KL divergence (nats)"),
     )
     for ax, field, bound, name, bname, ylabel in panels:
         ax.plot(xs, _positive(stat(field, "max")), color=style.colour(1), marker=style.marker(1), ls="-", label=f"max {name}")
@@ -332,7 +333,7 @@ def row_distribution_mpl(
     fig, ax = common.single(ax, (5.5, 3.6))
     styles = ("-", "--", "-.", ":")
     for i, (label, v) in enumerate(arrays.items()):
-        ax.hist(v, bins=edges, histtype="step", lw=1.8, color=style.colour(i), ls=styles[i % 4], label=label)
+        ax.hist(v, bins=edges.tolist(), histtype="step", lw=1.8, color=style.colour(i), ls=styles[i % 4], label=label)
     if log:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)

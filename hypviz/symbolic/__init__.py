@@ -35,17 +35,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypviz.symbolic.steps import (
-    STEP_KINDS,
-    ROLES,
-    Definition,
-    Derivation,
-    DerivationError,
-    Report,
-    Reports,
-    Step,
-    StepResult,
-)
 from hypviz.symbolic.geometry import (
     approximation_error,
     decomposition,
@@ -67,6 +56,17 @@ from hypviz.symbolic.softmax_identities import (
     softmax,
     softmax_shift,
     tv_bound,
+)
+from hypviz.symbolic.steps import (
+    ROLES,
+    STEP_KINDS,
+    Definition,
+    Derivation,
+    DerivationError,
+    Report,
+    Reports,
+    Step,
+    StepResult,
 )
 
 __all__ = [

@@ -202,9 +202,11 @@ def squared_distance(*, k: Any = None, d: int = 3) -> Derivation:
         Step(P.sq, P.aa - 2 * P.inner + P.bb,
              "bilinearity and symmetry of $\\langle \\cdot, \\cdot \\rangle_L$ (expand the product of $x - y$ with itself)",
              name="bilinearity"),
-        Step(P.aa, -k, "$x$ lies on the hyperboloid (the lift), and so does $y$: $\\langle y, y\\rangle_L = -k$", name="on_hyperboloid"),
+        Step(P.aa, -k, "$x$ lies on the hyperboloid (the lift), and so does $y$: $\\langle y, y\\rangle_L = -k$",
+             name="on_hyperboloid"),
         Step(P.sq, -2 * k - 2 * P.inner, "**identity 1**", name="identity_1"),
-        Step(P.inner, -P.sq / 2 - k, "rearranged (for $k = 1$ the thread's $\\langle i, j\\rangle_L = -\\frac{1}{2}\\|i - j\\|_L^2 - 1$)",
+        Step(P.inner, -P.sq / 2 - k,
+             "rearranged (for $k = 1$ the thread's $\\langle i, j\\rangle_L = -\\frac{1}{2}\\|i - j\\|_L^2 - 1$)",
              name="inner_from_distance"),
         Step(P.sq, 0, "the squared distance of a point to itself is 0", given={P.rb: P.ra, P.c: P.ra**2}, name="self_distance"),
     ]
@@ -252,7 +254,8 @@ def geodesic_distance(*, k: Any = None, d: int = 3) -> Derivation:
              "$-\\langle x, y\\rangle_L \\ge k$, so the arcosh is defined: square both sides of "
              "$k + \\|x_s\\|\\|y_s\\| \\le x_t y_t$ (then Cauchy–Schwarz, $x_s \\cdot y_s \\le \\|x_s\\|\\|y_s\\|$)",
              kind="bound", certificate=k * (P.ra - P.rb) ** 2, name="arcosh_defined"),
-        Step(-P.inner, k * sp.cosh(dist / rk), "invert the definition of $d$ ($\\cosh$ undoes $\\operatorname{arcosh}$ on $[1, \\infty)$)",
+        Step(-P.inner, k * sp.cosh(dist / rk),
+             "invert the definition of $d$ ($\\cosh$ undoes $\\operatorname{arcosh}$ on $[1, \\infty)$)",
              name="cosh_of_distance"),
         Step(P.sq, -2 * k + 2 * k * sp.cosh(dist / rk), "identity 1 with the line above", name="sqdist_cosh"),
         Step(-2 * k + 2 * k * sp.cosh(dist / rk), 4 * k * sp.sinh(half) ** 2,
@@ -263,7 +266,8 @@ def geodesic_distance(*, k: Any = None, d: int = 3) -> Derivation:
              "square root of identity 2 ($d \\ge 0$, so $\\sinh \\ge 0$)", expand=False,
              given={s: 4 * k * sp.sinh(half) ** 2}, name="square_root"),
         Step(dist, 2 * rk * sp.asinh(sp.sqrt(s) / (2 * rk)),
-             "solved for $d$ ($\\sinh$ is increasing, $\\operatorname{arsinh}$ its inverse): the accurate way to compute the distance of nearby points",
+             "solved for $d$ ($\\sinh$ is increasing, $\\operatorname{arsinh}$ its inverse): the accurate way to compute the "
+             "distance of nearby points",
              kind="check", check=arsinh_inverse, name="arsinh_form"),
         Step(dist, 0, "a point is at distance 0 from itself", given={P.rb: P.ra, P.c: P.ra**2}, name="self_distance"),
     ]
@@ -301,14 +305,17 @@ def decomposition(*, k: Any = None, d: int = 3) -> Derivation:
     P = _Pair("x", "y", k)
     stable = P.es - (P.dd / (P.at + P.bt)) ** 2
     steps = [
-        Step(P.sq, P.es - (P.at - P.bt) ** 2, "write out $\\langle x - y, x - y\\rangle_L$: time part with a minus sign, spatial part with a plus",
+        Step(P.sq, P.es - (P.at - P.bt) ** 2,
+             "write out $\\langle x - y, x - y\\rangle_L$: time part with a minus sign, spatial part with a plus",
              name="written_out", role="definition"),
         Step(P.es - (P.at - P.bt) ** 2, -2 * k - 2 * P.inner, "agrees with identity 1", name="agrees_with_identity_1"),
-        Step(P.at - P.bt, (P.at**2 - P.bt**2) / (P.at + P.bt), "difference of squares", expand=False, name="difference_of_squares"),
+        Step(P.at - P.bt, (P.at**2 - P.bt**2) / (P.at + P.bt), "difference of squares", expand=False,
+             name="difference_of_squares"),
         Step(P.at - P.bt, (P.ra**2 - P.rb**2) / (P.at + P.bt), "$x_t^2 - y_t^2 = \\|x_s\\|^2 - \\|y_s\\|^2$: the $k$ cancels",
              name="time_difference"),
         Step(P.ra**2 - P.rb**2, P.dd, "bilinearity of the dot product", name="norm_difference"),
-        Step(P.sq, stable, "**identity 3**, the stable formula: no subtraction of two large, nearly equal numbers", name="identity_3"),
+        Step(P.sq, stable, "**identity 3**, the stable formula: no subtraction of two large, nearly equal numbers",
+             name="identity_3"),
         Step(P.sq, P.es, "Euclidean spatial distance over-states the Lorentzian one by exactly $(x_t - y_t)^2$",
              kind="bound", certificate=(P.at - P.bt) ** 2, name="euclidean_overstates", role="consequence"),
         Step(P.at - P.bt, 0, "on a sphere $\\|y_s\\| = \\|x_s\\|$ the time coordinates agree", given={P.rb: P.ra},
@@ -348,7 +355,8 @@ def time_taylor(*, k: Any = None, order: int = 6) -> Derivation:
     t = sp.sqrt(r**2 + k)
     rk = sp.sqrt(k)
     cn, nn = sp.Symbol("c_n"), sp.Symbol("n", integer=True, nonnegative=True)
-    series_terms = sum(sp.binomial(sp.Rational(1, 2), n) * k ** (sp.Rational(1, 2) - n) * r ** (2 * n) for n in range(order // 2 + 1))
+    series_terms = sum(sp.binomial(sp.Rational(1, 2), n) * k ** (sp.Rational(1, 2) - n) * r ** (2 * n)
+                       for n in range(order // 2 + 1))
 
     def coefficients() -> tuple[bool, str]:
         s = sp.series(t, r, 0, 2 * (order // 2) + 2).removeO()
@@ -359,13 +367,16 @@ def time_taylor(*, k: Any = None, order: int = 6) -> Derivation:
         return True, f"coefficients of r^0 .. r^{2 * (order // 2)} are binomial(1/2, n) k^(1/2 - n)"
 
     steps = [
-        Step(t, rk + r**2 / (2 * rk) - r**4 / (8 * k ** sp.Rational(3, 2)), "Taylor series in $r$ (the binomial series; coefficients in step 3)",
+        Step(t, rk + r**2 / (2 * rk) - r**4 / (8 * k ** sp.Rational(3, 2)),
+             "Taylor series in $r$ (the binomial series; coefficients in step 3)",
              kind="series", var=r, order=6, name="series_order_4"),
         Step(t, series_terms, f"to order {order}", kind="series", var=r, order=2 * (order // 2) + 2, name="series_full"),
         Step(cn, sp.binomial(sp.Rational(1, 2), nn) * k ** (sp.Rational(1, 2) - nn),
              f"the coefficient $c_n$ of $r^{{2n}}$ ($n = 0, \\dots, {order // 2}$): binomial series "
-             "$(1 + u)^{1/2} = \\sum_n \\binom{1/2}{n} u^n$ with $u = r^2 / k$", kind="check", check=coefficients, name="coefficients"),
-        Step(r**2 + k, (rk + r**2 / (2 * rk)) ** 2, "the first-order truncation over-estimates the time coordinate (compare squares)",
+             "$(1 + u)^{1/2} = \\sum_n \\binom{1/2}{n} u^n$ with $u = r^2 / k$", kind="check", check=coefficients,
+             name="coefficients"),
+        Step(r**2 + k, (rk + r**2 / (2 * rk)) ** 2,
+             "the first-order truncation over-estimates the time coordinate (compare squares)",
              kind="bound", certificate=r**4 / (4 * k), name="truncation_over_estimates"),
     ]
     return Derivation(
@@ -408,13 +419,16 @@ def thread_approximation(*, k: Any = None, d: int = 3) -> Derivation:
         Step(P.sq, -2 * k - 2 * P.inner, "squared Lorentzian distance (identity 1)", name="identity_1"),
         Step(P.inner, -P.sq / 2 - k, "rearranged", name="inner_from_distance"),
         Step(P.inner, -sp.sqrt(P.ra**2 + k) * sp.sqrt(P.rb**2 + k) + P.c,
-             f"substitute the lift $q_t = \\sqrt{{\\|q_s\\|^2 + {sp.latex(k)}}}$, $\\kappa_t = \\sqrt{{\\|\\kappa_s\\|^2 + {sp.latex(k)}}}$",
+             f"substitute the lift $q_t = \\sqrt{{\\|q_s\\|^2 + {sp.latex(k)}}}$, "
+             f"$\\kappa_t = \\sqrt{{\\|\\kappa_s\\|^2 + {sp.latex(k)}}}$",
              name="lift_substituted", role="definition"),
         Step(sp.sqrt(P.ra**2 + k), rk + P.ra**2 / (2 * rk), "Taylor: nearby points, $\\|q_s\\|, \\|\\kappa_s\\| \\ll 1$",
              kind="series", var=_EPS, order=4, shrink=_EPS, order_label=o4, name="taylor_lift"),
         Step(P.inner, -(k + (P.ra**2 + P.rb**2) / 2) + P.c, "product of the two expansions (the cross term is fourth order)",
              kind="series", var=_EPS, order=4, shrink=_EPS, order_label=o4, name="taylor_inner"),
-        Step(P.sq, P.es, "substitute into $-2k - 2\\langle q, \\kappa\\rangle_L$: to second order the Lorentzian distance is the Euclidean one",
+        Step(P.sq, P.es,
+             "substitute into $-2k - 2\\langle q, \\kappa\\rangle_L$: to second order the Lorentzian distance is "
+             "the Euclidean one",
              kind="series", var=_EPS, order=4, shrink=_EPS, order_label=o4, name="taylor_distance"),
         Step(P.c, (P.ra**2 + P.rb**2 - P.es) / 2, "polarisation identity (exact)", name="polarisation"),
         Step(P.c, -P.sq / 2 + (P.ra**2 + P.rb**2) / 2,
@@ -426,7 +440,8 @@ def thread_approximation(*, k: Any = None, d: int = 3) -> Derivation:
     return _pair_derivation(
         P, "The thread's approximation, step by step" + (" ($k = 1$)" if k == 1 else ""), steps,
         "Query $q$ and key $\\kappa$ (the thread's $i$ and $j$) are points of the hyperboloid; $r$ stands for the size "
-        "of their spatial parts ($O(r^4)$: shrinking both spatial parts by $\\varepsilon$ shrinks the error like $\\varepsilon^4$).", d=d,
+        "of their spatial parts ($O(r^4)$: shrinking both spatial parts by $\\varepsilon$ shrinks the error like "
+        "$\\varepsilon^4$).", d=d,
     )
 
 
@@ -466,17 +481,19 @@ def approximation_error(*, k: Any = None, d: int = 3) -> Derivation:
              "identity 3, $q_t - \\kappa_t = (\\|q_s\\|^2 - \\|\\kappa_s\\|^2)/(q_t + \\kappa_t)$", name="stable_error"),
         Step(err, lead, "series: the error is fourth order in the size of the points", kind="series",
              var=eps, order=6, shrink=eps, order_label="O(r^{6})", name="fourth_order"),
-        Step(scaled, lead, "and exactly fourth order (the limit is not 0 unless the norms are equal)", kind="limit", var=eps, point=0,
-             name="exactly_fourth_order"),
+        Step(scaled, lead, "and exactly fourth order (the limit is not 0 unless the norms are equal)", kind="limit", var=eps,
+             point=0, name="exactly_fourth_order"),
         Step(err, lead, "for all points, not only small ones: $(q_t + \\kappa_t)^2 \\ge 4k$", kind="bound",
-             certificate=(P.ra**2 - P.rb**2) ** 2 * gap * (P.at + P.bt + 2 * rk) / (4 * k * (P.at + P.bt) ** 2), name="global_bound"),
+             certificate=(P.ra**2 - P.rb**2) ** 2 * gap * (P.at + P.bt + 2 * rk) / (4 * k * (P.at + P.bt) ** 2),
+             name="global_bound"),
         Step(err, 0, "equal norms $\\|\\kappa_s\\| = \\|q_s\\|$: the approximation is exact", given={P.rb: P.ra},
              name="equal_norms_exact", role="consequence"),
     ]
     names = {eps: r"\varepsilon"}
     return _pair_derivation(
         P, "The exact error of the approximation", steps,
-        "The thread's $\\|q - \\kappa\\|_L^2 \\approx \\|q_s - \\kappa_s\\|^2$ has an error that identity 3 gives in closed form.",
+        "The thread's $\\|q - \\kappa\\|_L^2 \\approx \\|q_s - \\kappa_s\\|^2$ has an error that identity 3 gives in "
+        "closed form.",
         names=names, d=d,
     )
 
@@ -506,11 +523,13 @@ def query_constant(*, k: Any = None, d: int = 3) -> Derivation:
     P = _query_key(k)
     eps = _EPS
     steps = [
-        Step(P.c, P.inner + P.at * P.bt, "definition of $\\langle q, \\kappa\\rangle_L$", name="inner_product", role="definition"),
+        Step(P.c, P.inner + P.at * P.bt, "definition of $\\langle q, \\kappa\\rangle_L$", name="inner_product",
+             role="definition"),
         Step(P.inner, -P.sq / 2 - k, "identity 1", name="identity_1"),
         Step(P.c, -P.sq / 2 + (P.at * P.bt - k), "**identity 4**: the spatial dot product is distance plus $q_t \\kappa_t - k$",
              name="identity_4"),
-        Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2, "near the origin the 'constant' is the thread's $(\\|q_s\\|^2 + \\|\\kappa_s\\|^2)/2$",
+        Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2,
+             "near the origin the 'constant' is the thread's $(\\|q_s\\|^2 + \\|\\kappa_s\\|^2)/2$",
              kind="series", var=eps, order=4, shrink=eps, order_label="O(r^{4})", name="near_origin"),
         Step(sp.Derivative(P.at * P.bt, P.rb), P.at * P.rb / P.bt, "the 'constant' grows with the key's norm", coordinates=False,
              name="grows_with_key_norm"),
@@ -551,10 +570,13 @@ def euclidean_limit(d: int = 3) -> Derivation:
     rho2 = sp.Symbol("v2_norm", nonnegative=True)  # the norm of a second key kappa_2
     kt2 = sp.Symbol("v2_t", positive=True)
     steps = [
-        Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2, "the 'constant' of identity 4 tends to the thread's $(\\|q_s\\|^2 + \\|\\kappa_s\\|^2)/2$",
+        Step(P.at * P.bt - k, (P.ra**2 + P.rb**2) / 2,
+             "the 'constant' of identity 4 tends to the thread's $(\\|q_s\\|^2 + \\|\\kappa_s\\|^2)/2$",
              kind="limit", var=k, point=sp.oo, name="constant_limit"),
         Step(k * (P.at * P.bt - k - (P.ra**2 + P.rb**2) / 2), -((P.ra**2 - P.rb**2) ** 2) / 8,
-             "it gets there like $1/k$: $q_t\\kappa_t - k = \\frac{1}{2}(\\|q_s\\|^2 + \\|\\kappa_s\\|^2) - (\\|q_s\\|^2 - \\|\\kappa_s\\|^2)^2/(8k) + O(k^{-2})$",
+             "it gets there like $1/k$: "
+             "$q_t\\kappa_t - k = \\frac{1}{2}(\\|q_s\\|^2 + \\|\\kappa_s\\|^2) - (\\|q_s\\|^2 - "
+             "\\|\\kappa_s\\|^2)^2/(8k) + O(k^{-2})$",
              kind="limit", var=k, point=sp.oo, name="constant_rate"),
         Step(-P.sq / 2, -P.es / 2, "the distance logit tends to the Euclidean one ($q_t - \\kappa_t \\to 0$)",
              kind="limit", var=k, point=sp.oo, name="distance_limit"),

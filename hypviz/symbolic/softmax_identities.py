@@ -19,8 +19,8 @@ from typing import Any, Sequence
 import mpmath
 import sympy as sp
 
-from hypviz.symbolic.steps import Definition, Derivation, Step, is_zero
 from hypviz.symbolic.geometry import curvature, dot_symbol
+from hypviz.symbolic.steps import Definition, Derivation, Step, is_zero
 
 __all__ = [
     "softmax",
@@ -62,7 +62,8 @@ def softmax(z: Sequence[Any]) -> sp.Matrix:
     return sp.Matrix([e / total for e in exps])
 
 
-def _family(name: str, tex: str, exprs: Sequence[Any], shown: str | None, fmt: str | None = None) -> tuple[list[sp.Symbol], list[Definition], dict]:
+def _family(name: str, tex: str, exprs: Sequence[Any], shown: str | None,
+            fmt: str | None = None) -> tuple[list[sp.Symbol], list[Definition], dict]:
     """Symbols ``name_1 .. name_n`` standing for ``exprs``; displayed once as ``shown``.
 
     ``fmt`` (with ``{j}``) is the LaTeX of member ``j``; default ``tex_{j}``.
@@ -112,9 +113,9 @@ def softmax_shift(n: int = 3) -> Derivation:
     beta = sp.symbols(f"beta1:{n + 1}", real=True)
     c = sp.Symbol("c", real=True)
     zi = sp.IndexedBase("z")
-    j, l, m = sp.symbols("j l n", integer=True, positive=True)
-    sum_shift = sp.Sum(sp.exp(zi[l] + c), (l, 1, m))
-    sum_plain = sp.Sum(sp.exp(zi[l]), (l, 1, m))
+    j, ell, m = sp.symbols("j l n", integer=True, positive=True)
+    sum_shift = sp.Sum(sp.exp(zi[ell] + c), (ell, 1, m))
+    sum_plain = sp.Sum(sp.exp(zi[ell]), (ell, 1, m))
     plain, d1, n1 = _softmax_symbol("sm", r"\mathrm{softmax}(z)", z, r"\mathrm{softmax}(z)_j = e^{z_j} / \sum_{l=1}^{n} e^{z_l}")
     shifted, d2, n2 = _softmax_symbol("smc", r"\mathrm{softmax}(z + c)", [v + c for v in z])
     perkey, d3, n3 = _softmax_symbol("smb", r"\mathrm{softmax}(z + \beta)", [v + b for v, b in zip(z, beta)])
@@ -177,7 +178,8 @@ def bias_in_softmax(n: int = 3, *, k: Any = None) -> Derivation:
     k = curvature(k)
     rq, rho, dots, tau, qt, kt, sq, inner, names = _keys(n, k)
     s_, ds, ns = _family("s", "s", [c / tau for c in dots], r"s_j = q_s \cdot \kappa_{s,j} / \tau \text{ (spatial logits)}")
-    a_, da, na = _family("a", "a", [-x / 2 / tau for x in sq], r"a_j = -\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau \text{ (distance logits)}")
+    a_, da, na = _family("a", "a", [-x / 2 / tau for x in sq],
+                         r"a_j = -\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau \text{ (distance logits)}")
     b_, db, nb = _family("b", "b", [qt * t / tau for t in kt], r"b_j = q_t \kappa_{t,j} / \tau \text{ (bias)}")
     t_, dt, nt = _family("kt", r"\kappa_t", kt, r"\kappa_{t,j} = \sqrt{\|\kappa_{s,j}\|^2 + k}", fmt=r"\kappa_{{t,{j}}}")
     sm_s, dss, nss = _softmax_symbol("sm_s", r"\mathrm{softmax}(s)", s_, r"\mathrm{softmax}(v)_j = e^{v_j} / \sum_l e^{v_l}")
@@ -188,7 +190,8 @@ def bias_in_softmax(n: int = 3, *, k: Any = None) -> Derivation:
     if isinstance(k, sp.Symbol):
         witness[k] = 1
     steps = [
-        Step(_vec(s_), _vec([x + y - k / tau for x, y in zip(a_, b_)]), "identity 4 for every key, divided by the temperature $\\tau$",
+        Step(_vec(s_), _vec([x + y - k / tau for x, y in zip(a_, b_)]),
+             "identity 4 for every key, divided by the temperature $\\tau$",
              name="logits"),
         Step(sm_s, sm_ab, "the $-k/\\tau$ is common to all keys and cancels", name="softmax_with_bias"),
         Step(sm_s, sm_a, "but the bias changes with the key: the two attentions differ",
@@ -198,7 +201,8 @@ def bias_in_softmax(n: int = 3, *, k: Any = None) -> Derivation:
     ]
     defs = [Definition(qts, qt)] + dt + ds + da + db + [dss, dsab, dsa]
     return Derivation(
-        f"Identity 4 inside the softmax ({n} keys)", steps, defs, {**names, **ns, **na, **nb, **nt, **nss, **nsab, **nsa, qts: "q_t"},
+        f"Identity 4 inside the softmax ({n} keys)", steps, defs,
+        {**names, **ns, **na, **nb, **nt, **nss, **nsab, **nsa, qts: "q_t"},
         intro="Keys $\\kappa_1, \\dots, \\kappa_n$ of any dimension (only norms and dot products enter).",
     )
 
@@ -230,13 +234,16 @@ def lorentz_attention(n: int = 3, *, k: Any = None, d: int = 3) -> Derivation:
     """
     k = curvature(k)
     rq, rho, dots, tau, qt, kt, sq, inner, names = _keys(n, k)
-    l_, dl, nl = _family("l", r"\ell", [v / tau for v in inner], r"\ell_j = \langle q, \kappa_j \rangle_L / \tau \text{ (Lorentzian logits)}")
-    a_, da, na = _family("a", "a", [-x / 2 / tau for x in sq], r"a_j = -\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau \text{ (distance logits)}")
+    l_, dl, nl = _family("l", r"\ell", [v / tau for v in inner],
+                         r"\ell_j = \langle q, \kappa_j \rangle_L / \tau \text{ (Lorentzian logits)}")
+    a_, da, na = _family("a", "a", [-x / 2 / tau for x in sq],
+                         r"a_j = -\frac{1}{2}\|q - \kappa_j\|_L^2 / \tau \text{ (distance logits)}")
     m_, dm, nm = _family("m", "m", inner, "", fmt=r"\langle q, \kappa_{{{j}}} \rangle_L")
     w_, dw, nw = _family("w", "w", [v / sum(inner) for v in inner],
                          r"w_j = \langle q, \kappa_j \rangle_L / \sum_l \langle q, \kappa_l \rangle_L \text{ (no softmax)}")
     W_, dW, nW = _family("W", "W", [(k + x / 2) / sum(k + y / 2 for y in sq) for x in sq],
-                         r"W_j = \big(k + \frac{1}{2}\|q - \kappa_j\|_L^2\big) / \sum_l \big(k + \frac{1}{2}\|q - \kappa_l\|_L^2\big)")
+                         r"W_j = \big(k + \frac{1}{2}\|q - \kappa_j\|_L^2\big) "
+                         r"/ \sum_l \big(k + \frac{1}{2}\|q - \kappa_l\|_L^2\big)")
     J = sp.diag(-1, *([1] * d))
     qv = sp.Matrix(sp.symbols(f"q0:{d + 1}", real=True))
     kv = sp.Matrix(sp.symbols(f"kappa0:{d + 1}", real=True))
@@ -254,18 +261,23 @@ def lorentz_attention(n: int = 3, *, k: Any = None, d: int = 3) -> Derivation:
     steps = [
         Step(_vec(l_), _vec([x - k / tau for x in a_]), "identity 1 for every key", name="logits"),
         Step(sm_l, sm_a,
-             "**identity 5**: the $-k/\\tau$ is common to all keys, so Lorentzian-inner-product attention *is* distance attention",
+             "**identity 5**: the $-k/\\tau$ is common to all keys, so Lorentzian-inner-product attention *is* "
+             "distance attention",
              name="identity_5"),
-        Step(li, qjk, f"bilinear, written with a matrix ($d = {d}$): so $(Q J K^\\top) V = Q J (K^\\top V)$, but only with **no** "
+        Step(li, qjk,
+             f"bilinear, written with a matrix ($d = {d}$): so $(Q J K^\\top) V = Q J (K^\\top V)$, but only with **no** "
              "softmax between the two products", name="bilinear"),
         Step(_vec(w_), _vec(W_),
              f"without the softmax, the row-normalised weights ($n = {n}$ keys, identity 1 for each)", name="normalised_weights"),
-        Step(m_[0], -k, "every $\\langle q, \\kappa_j\\rangle_L \\le -k < 0$ (identity 2: $-\\langle q, \\kappa_j\\rangle_L = k\\cosh(d_j/\\sqrt{k})$, "
+        Step(m_[0], -k,
+             "every $\\langle q, \\kappa_j\\rangle_L \\le -k < 0$ (identity 2: "
+             "$-\\langle q, \\kappa_j\\rangle_L = k\\cosh(d_j/\\sqrt{k})$, "
              "$d_j$ the geodesic distance), so no weight changes sign", kind="bound",
              certificate=2 * k * sp.sinh(dist1 / (2 * sp.sqrt(k))) ** 2,
              given={dots[0]: qt * kt[0] - k * sp.cosh(dist1 / sp.sqrt(k))}, name="inner_at_most_minus_k"),
         Step((k + Dn[0] / 2) / T - (k + Dn[1] / 2) / T, (Dn[0] - Dn[1]) / (2 * T),
-             "so the weights **grow with distance**: with $D_j = \\|q - \\kappa_j\\|_L^2 \\ge 0$, the farther key gets the larger weight",
+             "so the weights **grow with distance**: with $D_j = \\|q - \\kappa_j\\|_L^2 \\ge 0$, the farther key gets "
+             "the larger weight",
              expand=False, name="weights_grow_with_distance", role="consequence"),
     ]
     names = {**names, **nl, **na, **nm, **nw, **nW, **nsl, **nsa, li: r"\langle q, \kappa\rangle_L", qjk: r"q^\top J \kappa",
@@ -331,20 +343,25 @@ def kl_identity(n: int = 3) -> Derivation:
     bi = sp.IndexedBase("b")
     j, m = sp.symbols("j n", integer=True, positive=True)
     steps = [
-        Step(_vec(S), _vec([P[i] * sp.exp(b[i]) / M for i in range(n)]), f"$S$ reweights $P$ by $e^{{b_j}}$ and renormalises ($n = {n}$)",
+        Step(_vec(S), _vec([P[i] * sp.exp(b[i]) / M for i in range(n)]),
+             f"$S$ reweights $P$ by $e^{{b_j}}$ and renormalises ($n = {n}$)",
              name="reweighting"),
         Step(KL, sp.log(M) - Eb, f"**KL identity** ($n = {n}$)", name="kl_identity"),
-        Step(sp.log(Pj / (Pj * sp.exp(bj) / M)), sp.log(M) - bj, "general $n$, one term: $\\log(P_j / S_j) = \\log E_P[e^b] - b_j$",
+        Step(sp.log(Pj / (Pj * sp.exp(bj) / M)), sp.log(M) - bj,
+             "general $n$, one term: $\\log(P_j / S_j) = \\log E_P[e^b] - b_j$",
              expand=False, name="general_term"),
-        Step(sp.Sum(Pi[j] * (sp.log(M) - bi[j]), (j, 1, m)), sp.log(M) * sp.Sum(Pi[j], (j, 1, m)) - sp.Sum(Pi[j] * bi[j], (j, 1, m)),
-             "general $n$: weight by $P_j$ and sum; with $\\sum_j P_j = 1$ this is the identity", expand=False, name="general_sum"),
+        Step(sp.Sum(Pi[j] * (sp.log(M) - bi[j]), (j, 1, m)),
+             sp.log(M) * sp.Sum(Pi[j], (j, 1, m)) - sp.Sum(Pi[j] * bi[j], (j, 1, m)),
+             "general $n$: weight by $P_j$ and sum; with $\\sum_j P_j = 1$ this is the identity", expand=False,
+             name="general_sum"),
         Step(sp.log(M) - Eb, sp.log(Mc) - Ebc, "adding a constant $c$ to every $b_j$ changes nothing", name="shift_invariance"),
     ]
     names = {**names, M: r"E_P[e^b]", Eb: r"E_P[b]", KL: r"\mathrm{KL}(P\|S)", Mc: r"E_P[e^{b + c}]", Ebc: r"E_P[b + c]",
              Pj: "P_j", bj: "b_j"}
     return Derivation(
         f"KL divergence between distance attention $P$ and spatial attention $S$ (n = {n} and general n)", steps, defs, names,
-        intro="$P = \\mathrm{softmax}(a)$ (distance logits $a$), $S = \\mathrm{softmax}(a + b)$ (spatial logits = distance logits + bias $b$).",
+        intro="$P = \\mathrm{softmax}(a)$ (distance logits $a$), $S = \\mathrm{softmax}(a + b)$ (spatial logits = distance "
+              "logits + bias $b$).",
     )
 
 
@@ -396,20 +413,24 @@ def hoeffding_bound(n: int = 3) -> Derivation:
     def taylor_remainder() -> tuple[bool, str]:
         worst = 0.0
         with mpmath.workdps(30):
-            for tv, dv in ((sp.Rational(1, 10), sp.Rational(1, 2)), (sp.Rational(1, 2), sp.Integer(2)), (sp.Rational(9, 10), sp.Integer(7))):
+            for tv, dv in ((sp.Rational(1, 10), sp.Rational(1, 2)), (sp.Rational(1, 2), sp.Integer(2)),
+                           (sp.Rational(9, 10), sp.Integer(7))):
                 Lf = sp.lambdify(u, Lexpr.subs(th, tv), "mpmath")
                 g = sp.lambdify(u, sp.diff(Lexpr, u, 2).subs(th, tv), "mpmath")
                 dm = mpmath.mpf(int(dv.p)) / int(dv.q)
-                integral = mpmath.quad(lambda s: (dm - s) * g(s), [0, dm])
+                integral = mpmath.quad(lambda s: (dm - s) * g(s), [0, dm])  # noqa: B023  (quad calls it before the loop moves on)
                 worst = max(worst, float(abs(integral - Lf(dm))))
         return worst < 1e-20, f"quadrature at 3 (theta, Delta) pairs, 30 digits: max difference {worst:.1e}"
 
     steps = [
-        Step(chord, sp.exp(x), "convexity: $e^x$ lies below its chord on $[0, \\Delta]$ (shift $b$ so that $\\min_j b_j = 0$, $\\max_j b_j = \\Delta$)",
+        Step(chord, sp.exp(x),
+             "convexity: $e^x$ lies below its chord on $[0, \\Delta]$ (shift $b$ so that $\\min_j b_j = 0$, "
+             "$\\max_j b_j = \\Delta$)",
              kind="check", check=concave_chord, relation=r"\ge", name="chord"),
         Step(sum(P[i] * chord.subs(x, bb[i]) for i in range(n)), 1 - Eb / D + Eb / D * sp.exp(D),
              f"average the chord over $P$ ($n = {n}$): $E_P[e^b] \\le 1 - \\theta + \\theta e^\\Delta$", name="averaged_chord"),
-        Step(sp.log(M) - th * D, L.subs(u, D), "$\\log$ is increasing: $\\mathrm{KL}(P\\|S) = \\log E_P[e^b] - \\theta\\Delta \\le L(\\Delta)$",
+        Step(sp.log(M) - th * D, L.subs(u, D),
+             "$\\log$ is increasing: $\\mathrm{KL}(P\\|S) = \\log E_P[e^b] - \\theta\\Delta \\le L(\\Delta)$",
              kind="check", check=log_increasing, relation=r"\le", name="kl_below_L", role="consequence"),
         Step(sp.Subs(L, u, 0), 0, "$L(0) = 0$", name="L_at_0"),
         Step(sp.Subs(sp.Derivative(L, u), u, 0), 0, "$L'(0) = 0$", name="L_prime_at_0"),
@@ -419,7 +440,8 @@ def hoeffding_bound(n: int = 3) -> Derivation:
         Step(L.subs(u, D), sp.Integral((D - u) * sp.Derivative(L, (u, 2)), (u, 0, D)),
              "Taylor's theorem with integral remainder, using $L(0) = L'(0) = 0$", kind="check", check=taylor_remainder,
              name="taylor_remainder"),
-        Step(sp.Integral((D - u) / 4, (u, 0, D)), D**2 / 8, "bound $L''$ by $1/4$ and integrate: **Hoeffding's lemma**, $\\mathrm{KL}(P\\|S) \\le \\Delta^2/8$",
+        Step(sp.Integral((D - u) / 4, (u, 0, D)), D**2 / 8,
+             "bound $L''$ by $1/4$ and integrate: **Hoeffding's lemma**, $\\mathrm{KL}(P\\|S) \\le \\Delta^2/8$",
              name="hoeffding"),
     ]
     names = {**names, D: r"\Delta", th: r"\theta", rho: r"\rho", M: r"E_P[e^b]", Eb: r"E_P[b]"}
@@ -497,28 +519,37 @@ def kl_supremum(n: int = 3) -> Derivation:
             for dv in ("0.001", "0.1", "1", "2.5", "8", "20", "100"):
                 x = mpmath.mpf(dv)
                 below.append(kl_supremum_mpmath(x, dps=40) < x * x / 8)
-        return all(below), "integrate the previous step from 0, where Delta^2/8 - K vanishes (step series); spot check: below Delta^2/8 at 7 values of Delta (40 digits)"
+        return all(below), ("integrate the previous step from 0, where Delta^2/8 - K vanishes (step series); "
+                            "spot check: below Delta^2/8 at 7 values of Delta (40 digits)")
 
     steps = [
         Step(kl2, F, "a two-point row with $P = (1 - \\theta, \\theta)$ and bias $(0, \\Delta)$ reaches Hoeffding's "
-             "$F(\\theta)$ (Hoeffding, steps 1-3: every row with $E_P[b] = \\min b + \\theta\\Delta$ has $\\mathrm{KL} \\le F(\\theta)$), "
+             "$F(\\theta)$ (Hoeffding, steps 1-3: every row with $E_P[b] = \\min b + \\theta\\Delta$ has "
+             "$\\mathrm{KL} \\le F(\\theta)$), "
              "so the supremum over rows is $\\max_{\\theta \\in [0, 1]} F(\\theta)$", name="two_point_row"),
         Step(sp.Derivative(F, th), (E - 1) / Z - D, "the derivative in $\\theta$", name="derivative"),
         Step(sp.Derivative(F, (th, 2)), 0, "$F$ is concave: a stationary point in $[0, 1]$ is the maximum", kind="bound",
              certificate=(E - 1) ** 2 / Z**2, name="concave"),
-        Step(sp.Subs(sp.Derivative(F, th), th, ts), 0, "the derivative condition $F'(\\theta) = 0$ holds at $\\theta^*$", name="stationary"),
+        Step(sp.Subs(sp.Derivative(F, th), th, ts), 0, "the derivative condition $F'(\\theta) = 0$ holds at $\\theta^*$",
+             name="stationary"),
         Step(0, ts, "$\\theta^* > 0$", kind="check", check=positive_theta, relation="<", name="theta_star_positive"),
         Step(ts, sp.Rational(1, 2), "$\\theta^* \\le 1/2$: the worst row puts less than half of its mass on the high-bias key",
              kind="check", check=below_half, relation=r"\le", name="theta_star_below_half"),
-        Step(F.subs(th, ts), K, "**the exact supremum** $K(\\Delta) = \\max_\\theta F(\\theta)$, attained by the two-point row at $\\theta^*$",
+        Step(F.subs(th, ts), K,
+             "**the exact supremum** $K(\\Delta) = \\max_\\theta F(\\theta)$, attained by the two-point row at $\\theta^*$",
              name="closed_form"),
-        Step(K, D**2 / 8 - D**4 / 576 + D**6 / 25920 - D**8 / 1075200, "series at small $\\Delta$: Hoeffding's $\\Delta^2/8$ is its leading term",
+        Step(K, D**2 / 8 - D**4 / 576 + D**6 / 25920 - D**8 / 1075200,
+             "series at small $\\Delta$: Hoeffding's $\\Delta^2/8$ is its leading term",
              kind="series", var=D, order=10, name="series"),
-        Step(sp.Derivative(K, D), D * ts * (1 - ts), "its slope (envelope theorem: $\\partial F / \\partial \\Delta$ at $\\theta^*$)",
+        Step(sp.Derivative(K, D), D * ts * (1 - ts),
+             "its slope (envelope theorem: $\\partial F / \\partial \\Delta$ at $\\theta^*$)",
              name="slope"),
-        Step(0, sp.Derivative(D**2 / 8 - K, D), "$\\Delta^2/8 - K(\\Delta)$ never decreases: its slope is $\\Delta(\\theta^* - \\frac{1}{2})^2$",
+        Step(0, sp.Derivative(D**2 / 8 - K, D),
+             "$\\Delta^2/8 - K(\\Delta)$ never decreases: its slope is $\\Delta(\\theta^* - \\frac{1}{2})^2$",
              kind="bound", certificate=D * (1 / D - sp.coth(D / 2) / 2) ** 2, name="gap_increasing"),
-        Step(K, D**2 / 8, "so, as $\\Delta^2/8 - K(\\Delta) \\to 0$ for $\\Delta \\to 0$ (series), $K(\\Delta) \\le \\Delta^2/8$ for every $\\Delta$: "
+        Step(K, D**2 / 8,
+             "so, as $\\Delta^2/8 - K(\\Delta) \\to 0$ for $\\Delta \\to 0$ (series), $K(\\Delta) \\le \\Delta^2/8$ for "
+             "every $\\Delta$: "
              "Hoeffding's bound is the simple, looser one",
              kind="check", check=below_hoeffding, relation=r"\le", name="below_hoeffding", role="consequence"),
         Step(R, 0, "for large $\\Delta$: $K(\\Delta) \\sim \\Delta - 1 - \\log\\Delta$, linear, not quadratic",
@@ -526,7 +557,9 @@ def kl_supremum(n: int = 3) -> Derivation:
     ]
     names = {D: r"\Delta", th: r"\theta", ts: r"\theta^*", kl2: r"\mathrm{KL}^{(2)}(\theta)", nn: "n"}
     return Derivation(
-        "The exact KL supremum: $\\sup \\mathrm{KL}(P\\|S) = \\log\\frac{e^\\Delta - 1}{\\Delta} - 1 + \\frac{\\Delta}{e^\\Delta - 1} \\le \\frac{\\Delta^2}{8}$",
+        "The exact KL supremum: "
+        "$\\sup \\mathrm{KL}(P\\|S) = \\log\\frac{e^\\Delta - 1}{\\Delta} - 1 + \\frac{\\Delta}{e^\\Delta - 1} \\le "
+        "\\frac{\\Delta^2}{8}$",
         steps, defs, names,
         intro="Rows $P$, $S = $ softmax of the same logits plus a bias $b$ of spread $\\Delta = \\max_j b_j - \\min_j b_j$. "
         "$F(\\theta)$ is Hoeffding's $L(\\Delta)$ written as a function of $\\theta$.",
@@ -572,7 +605,8 @@ def tv_bound(n: int = 3) -> Derivation:
         Definition(f, fexpr),
         Definition(pstar, pstar_expr),
         Definition(P2, softmax([sp.log(pstar), sp.log(1 - pstar)])[0], tex=r"P^{(2)} = (p^*, 1 - p^*)"),
-        Definition(S2, softmax([sp.log(pstar) + D, sp.log(1 - pstar)])[0], tex=r"S^{(2)} = \mathrm{softmax}(\log p^* + \Delta, \log(1 - p^*))"),
+        Definition(S2, softmax([sp.log(pstar) + D, sp.log(1 - pstar)])[0],
+                   tex=r"S^{(2)} = \mathrm{softmax}(\log p^* + \Delta, \log(1 - p^*))"),
     ]
 
     def tanh_vs_linear() -> tuple[bool, str]:
@@ -599,8 +633,10 @@ def tv_bound(n: int = 3) -> Derivation:
         Step(f, sp.tanh(D / 4), "and that is the maximum over all $p \\in [0, 1]$ (with $e^{\\Delta/2} = 1 + \\sigma$): "
              "**$\\mathrm{TV}(P, S) \\le \\tanh(\\Delta/4)$**", kind="bound", certificate=cert, given={D: 2 * sp.log(1 + sig)},
              name="tv_bound"),
-        Step(S2 - P2, sp.tanh(D / 4), "the two-point row $P^{(2)}$ with bias $b = (\\Delta, 0)$ attains the bound exactly", name="attained"),
-        Step(sp.tanh(D / 4), D / 4, "sharper than Pinsker + Hoeffding, $\\sqrt{\\mathrm{KL}/2} \\le \\sqrt{\\Delta^2/16} = \\Delta/4$",
+        Step(S2 - P2, sp.tanh(D / 4), "the two-point row $P^{(2)}$ with bias $b = (\\Delta, 0)$ attains the bound exactly",
+             name="attained"),
+        Step(sp.tanh(D / 4), D / 4,
+             "sharper than Pinsker + Hoeffding, $\\sqrt{\\mathrm{KL}/2} \\le \\sqrt{\\Delta^2/16} = \\Delta/4$",
              kind="check", check=tanh_vs_linear, relation=r"\le", name="below_linear"),
     ]
     names = {**names, D: r"\Delta", sig: r"\sigma", al: r"\alpha", be: r"\beta", pstar: "p^*", P2: r"P^{(2)}_1", S2: r"S^{(2)}_1"}
@@ -630,7 +666,8 @@ def _gaussian_expectation(expr: Any, zs: Sequence[sp.Symbol], sigma: sp.Expr) ->
 
 
 def first_order_gap_ratio(n: int = 3, *, k: Any = None, d: int = 3) -> Derivation:
-    r"""The first-order ratio :math:`\mathrm{TV}(S, P)/\mathrm{TV}(P, U) \approx (1 + 2\rho^2\kappa_t^2/q_t^2)^{-1/2}` for Gaussian points.
+    r"""The first-order ratio :math:`\mathrm{TV}(S, P)/\mathrm{TV}(P, U) \approx (1 + 2\rho^2\kappa_t^2/q_t^2)^{-1/2}`
+    for Gaussian points.
 
     Queries and keys with independent isotropic Gaussian spatial parts, keys
     :math:`\kappa_s = \sigma z`, :math:`z \sim \mathcal{N}(0, I_d)`, one query row :math:`q`,
@@ -683,7 +720,8 @@ def first_order_gap_ratio(n: int = 3, *, k: Any = None, d: int = 3) -> Derivatio
     sqn = sum(z * z for z in zs)
     qn2 = sum(a * a for a in qc)
     var = lambda e: _gaussian_expectation(e**2, zs, sigma) - _gaussian_expectation(e, zs, sigma) ** 2  # noqa: E731
-    cov = _gaussian_expectation(dot * sqn, zs, sigma) - _gaussian_expectation(dot, zs, sigma) * _gaussian_expectation(sqn, zs, sigma)
+    cov = (_gaussian_expectation(dot * sqn, zs, sigma)
+           - _gaussian_expectation(dot, zs, sigma) * _gaussian_expectation(sqn, zs, sigma))
     x = sp.Symbol("x", real=True)
     s_ = sp.Symbol("s", positive=True)
     dd = sp.Symbol("d", positive=True, integer=True)
@@ -721,7 +759,8 @@ def first_order_gap_ratio(n: int = 3, *, k: Any = None, d: int = 3) -> Derivatio
         Step(var(sqn), 2 * d * sigma**4, f"$\\mathrm{{Var}}\\,\\|\\kappa_s\\|^2 = 2d\\sigma^4$ ($d = {d}$)", name="var_norm"),
         Step(cov, 0, "the two are uncorrelated (odd moments vanish)", name="uncorrelated"),
         Step(var(dot - c * sqn), qn2 * sigma**2 + c**2 * 2 * d * sigma**4,
-             "so $\\tau^2\\mathrm{Var}(f) = \\|q_s\\|^2\\sigma^2 + 2dc^2\\sigma^4$ and $\\tau^2\\mathrm{Var}(b) = 2dc^2\\sigma^4$",
+             "so $\\tau^2\\mathrm{Var}(f) = \\|q_s\\|^2\\sigma^2 + 2dc^2\\sigma^4$ and "
+             "$\\tau^2\\mathrm{Var}(b) = 2dc^2\\sigma^4$",
              name="var_logits"),
         Step(sp.Symbol("E|X|"), s_ * sp.sqrt(2 / sp.pi), "a Gaussian deviation has mean absolute value "
              "$\\sqrt{2/\\pi}\\,\\mathrm{sd}$; with many keys and large $d$ (both deviations Gaussian) the ratio of the "

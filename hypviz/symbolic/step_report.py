@@ -12,9 +12,8 @@ No sympy, no torch: plain Python.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, cast
 
 __all__ = ["ROLES", "StepResult", "Report", "Reports", "DerivationError"]
 
@@ -25,7 +24,8 @@ _ROLE_PLURAL = {"definition": "definitions", "consequence": "consequences", "reg
 
 @dataclass(frozen=True)
 class StepResult:
-    """The outcome of checking one step (``index`` counts from 1; ``name`` and ``role`` as in :class:`~hypviz.symbolic.steps.Step`).
+    """The outcome of checking one step (``index`` counts from 1; ``name`` and ``role`` as in
+    :class:`~hypviz.symbolic.steps.Step`).
 
     ``ok`` says whether it verified, ``how`` by which transformation (or why not), ``components``
     the outcome of the explicit-coordinate re-check (``""`` when there was none).
@@ -114,7 +114,8 @@ def plain_text(text: str) -> str:
     def convert(m: re.Match) -> str:
         t = re.sub(r"\\mathrm\{([^{}]*)\}", r"\1", m.group(1)).replace("\\|", "‖")
         t = re.sub(r"\\(langle)\s*", "⟨", t)
-        t = re.sub(r"\\([A-Za-z]+)", lambda s: s.group(0) if s.group(1) == "frac" else _TEX_SYMBOLS.get(s.group(1), s.group(1)), t)
+        t = re.sub(r"\\([A-Za-z]+)",
+                   lambda s: s.group(0) if s.group(1) == "frac" else _TEX_SYMBOLS.get(s.group(1), s.group(1)), t)
         t = t.replace("^2", "²")
         t = re.sub(r"log\\frac\{([^{}]*)\}\{([^{}]*)\}", lambda f: f"log({_fraction(f.group(1), f.group(2))})", t)
         t = re.sub(r"\\frac\{([^{}]*)\}\{([^{}]*)\}", lambda f: _fraction(f.group(1), f.group(2)), t)
@@ -135,7 +136,8 @@ class Report:
     >>> import sympy as sp
     >>> from hypviz.symbolic import Derivation, Step
     >>> x = sp.Symbol("x")
-    >>> report = Derivation("A slip", [Step(x + x, 2 * x, "sum", name="sum"), Step(x * x, 2 * x, "wrong", name="square")]).verify()
+    >>> steps = [Step(x + x, 2 * x, "sum", name="sum"), Step(x * x, 2 * x, "wrong", name="square")]
+    >>> report = Derivation("A slip", steps).verify()
     >>> report.ok, report.first_failure.label, report.result("sum").ok
     (False, 'step 2 (square)', True)
     """
@@ -189,7 +191,7 @@ class Report:
         if self.ok:
             where = f"; re-checked with d = {self.d} explicit coordinates" if self.d else ""
             return f"{title}: all {n} steps verified: {_genuine_text(self.results)}{where}"
-        first = self.first_failure
+        first = cast(StepResult, self.first_failure)  # not ok: a step failed
         what = f"{first.name}: {first.how}" if first.name else first.how
         return f"{title}: FAILED at step {first.index} of {n} ({what}); {len(self.failures)} failing"
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import sympy as sp
 from sympy.core.function import AppliedUndef
@@ -437,7 +437,7 @@ class Derivation:
             ok, how = is_zero(lhs - rhs)
             return ok, f"lhs - rhs = 0 by {how}" if ok else how
         if kind == "series":
-            head = _series_head(lhs - rhs, step.var, step.point, step.order)
+            head = _series_head(lhs - rhs, step.var, step.point, cast(int, step.order))  # a series step has its order
             ok, how = is_zero(head)
             if ok:
                 return True, f"lhs - rhs = O({step.var}^{step.order}): its series below that order is 0"
@@ -455,7 +455,8 @@ class Derivation:
                 return False, "the certificate is not visibly non-negative"
             return True, f"rhs - lhs = certificate ({how}), non-negative by its form"
         if kind == "nonzero":
-            witness = {sp.sympify(a): sp.sympify(b) for a, b in step.witness.items()}
+            # a nonzero step has its witness
+            witness = {sp.sympify(a): sp.sympify(b) for a, b in cast(Mapping, step.witness).items()}
             value = self._expand(lhs - rhs, witness)
             if isinstance(value, sp.MatrixBase):
                 values = [sp.simplify(v) for v in value]
@@ -466,7 +467,7 @@ class Derivation:
                 return True, f"lhs - rhs = {sp.sstr(nonzero[0])} != 0 at the witness"
             return False, "lhs - rhs vanishes (or is not a number) at the witness"
         # check
-        out = step.check()
+        out = cast(Callable[[], Any], step.check)()  # a check step has its check
         if isinstance(out, tuple):
             return bool(out[0]), str(out[1])
         return bool(out), "custom check " + ("passed" if out else "failed")
@@ -516,7 +517,7 @@ class Derivation:
         step = self.step(index) if isinstance(index, str) else self.steps[index - 1]
         subs = self._substitutions(step, d)
         vals = {sp.sympify(a): sp.sympify(b) for a, b in values.items()}
-        out = []
+        out: list[Any] = []
         for side in (step.lhs, step.rhs):
             e = self._expand(sp.sympify(side), subs).doit()
             e = e.xreplace(vals)
@@ -566,7 +567,7 @@ class Derivation:
             if step.kind == "bound":
                 note += rf" (rhs $-$ lhs $= {self.latex(step.certificate)} \ge 0$)"
             if step.kind == "nonzero":
-                w = ", ".join(f"${self.latex(a)} = {self.latex(b)}$" for a, b in step.witness.items())
+                w = ", ".join(f"${self.latex(a)} = {self.latex(b)}$" for a, b in cast(Mapping, step.witness).items())
                 note += f" (at {w})"
             tag = step.kind if step.role == "proof" else step.role
             lines.append(rf"{i}. $\displaystyle {self.step_latex(step)}$ — {note} *[{tag}]*")
