@@ -113,7 +113,8 @@ def test_every_folder_of_the_package_is_measured():
 def test_no_function_over_the_limit(folder):
     found = over_limit(folder)
     listing = "\n".join(f"  {n:4d} {where}" for n, where in found)
-    assert not found, f"hypviz/{folder}: {len(found)} function(s) over {LIMIT} code lines (split them into named steps):\n{listing}"
+    assert not found, (f"hypviz/{folder}: {len(found)} function(s) over {LIMIT} code lines "
+                       f"(split them into named steps):\n{listing}")
 
 
 @pytest.mark.parametrize("folder", NAMED)
