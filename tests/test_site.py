@@ -359,6 +359,20 @@ def test_real_site_search_index_finds_the_pages(real):
         assert page in docs, f"the search index does not lead '{word}' to {page}: {sorted(docs)}"
 
 
+
+def test_real_site_chinese_search_index_finds_chinese_words(real):
+    """The Chinese pages' index holds Chinese words (Sphinx segments Chinese with jieba, from the docs extra), so a
+    search for 双曲面, 泰勒 or 判定 finds the pages that contain them."""
+    text = _text(real / "zh_CN" / "searchindex.js")
+    index = json.loads(text[text.index("(") + 1 : text.rindex(")")])
+    docnames = index["docnames"]
+    for word, page in (("双曲面", "notebooks/07_hyperboloid_gallery"), ("泰勒", "notebooks/04_small_norm_taylor"),
+                       ("判定", "notebooks/05_attention_maps")):
+        hits = [index[part].get(word) for part in ("terms", "titleterms")]  # a title's words are kept apart
+        docs = {docnames[i] for hit in hits if hit is not None for i in (hit if isinstance(hit, list) else [hit])}
+        assert page in docs, f"the Chinese search index does not lead {word!r} to {page}: {sorted(docs)}"
+        assert len(docs) >= 5, f"the Chinese search index leads {word!r} to {len(docs)} pages only: {sorted(docs)}"
+
 def test_notebooks_are_not_duplicated_under_docs():
     assert not list((ROOT / "docs").rglob("*.ipynb")), "docs/ must not hold copies of the notebooks"
     if shutil.which("git") and (ROOT / ".git").exists():
