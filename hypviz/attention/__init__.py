@@ -57,15 +57,59 @@ derivations' numerical companions) and :mod:`hypviz.attention.approx` (distance 
 Every public name is importable from here.
 """
 
-from hypviz.attention.approx import (KeyIndex, KeySearch, TopKeyLogits, TopkTail, distance_linear_attention, distance_topk_attention,
-                                     exact_top_keys, fit_key_index, search_top_keys)
-from hypviz.attention.comparison import (CLOSE_RATIO, MAJORITY, RESOLVE, ROW_VERDICTS, TOP1_WEIGHT, TOP_SHARE, UNIFORM_PEAK,
-                                         UNIFORM_TV, VERDICTS, CompareOptions, ComparePlan, Comparison, Plan, compare, compare_maps,
-                                         describe_fractions, overall_verdict, plan_compare, row_verdicts, run_compare, verdict,
-                                         verdict_rule, verdict_text)
-from hypviz.attention.maps import (KINDS, MODEL_KINDS, SOFTMAX_KINDS, Kernel, Operands, Option, TopKeys, attention_map,
-                                   focused_linear_attention, focused_linear_map, register_kernel, resolve_device, scores,
-                                   top_attention, unregister_kernel)
+from hypviz.attention.approx import (
+    KeyIndex,
+    KeySearch,
+    TopKeyLogits,
+    TopkTail,
+    distance_linear_attention,
+    distance_topk_attention,
+    exact_top_keys,
+    fit_key_index,
+    search_top_keys,
+)
+from hypviz.attention.comparison import (
+    CLOSE_RATIO,
+    MAJORITY,
+    RESOLVE,
+    ROW_VERDICTS,
+    TOP1_WEIGHT,
+    TOP_SHARE,
+    UNIFORM_PEAK,
+    UNIFORM_TV,
+    VERDICTS,
+    CompareOptions,
+    ComparePlan,
+    Comparison,
+    Plan,
+    compare,
+    compare_maps,
+    describe_fractions,
+    overall_verdict,
+    plan_compare,
+    row_verdicts,
+    run_compare,
+    verdict,
+    verdict_rule,
+    verdict_text,
+)
+from hypviz.attention.maps import (
+    KINDS,
+    MODEL_KINDS,
+    SOFTMAX_KINDS,
+    Kernel,
+    Operands,
+    Option,
+    TopKeys,
+    attention_map,
+    focused_linear_attention,
+    focused_linear_map,
+    register_kernel,
+    resolve_device,
+    scores,
+    top_attention,
+    unregister_kernel,
+)
 from hypviz.base import kinds
 from hypviz.base.bounds import kl_supremum, tv_supremum
 from hypviz.base.memory import peak_tensor_memory

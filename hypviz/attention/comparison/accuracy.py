@@ -137,12 +137,15 @@ def softmax_gap_bounds(queries: Any, keys: Any, temperature: float, *, k: float 
     if q.shape[-1] != keys.shape[-1]:
         raise ValueError(f"queries are {tuple(q.shape)} but keys are {tuple(keys.shape)}: the last dimensions (d + 1) differ")
     res = compare(q, keys, "spatial", "distance", k=k, temperature=temperature, topk=1, spearman=False, device=q.device)
+    # two softmax kinds: the bound applies, so compare filled its fields
+    assert res.delta is not None and res.kl_bound_hoeffding is not None and res.tv_bound is not None
     return BoundCheck(res.kl, res.tv, res.delta, res.kl_bound_hoeffding, res.tv_bound, res.tv_uniform_b)
 
 
 def worst_case_row(
-    query_norm: float = 2.0, key_norm: float = 2.0, d: int = 2, temperature: float = 1.0, *, k: float = 1.0, p1: float | None = None
-):
+    query_norm: float = 2.0, key_norm: float = 2.0, d: int = 2, temperature: float = 1.0, *, k: float = 1.0,
+    p1: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Real points attaining :math:`\mathrm{TV}(P, S) = \tanh(\Delta/4)` (or the KL supremum): one query, two keys.
 
     Key 2 sits at the origin and key 1 at norm ``key_norm``, so
@@ -229,14 +232,14 @@ class SqdistAccuracy:
     norm: float
     d: int
     k: float
-    errors: dict
-    actual: dict
+    errors: dict[tuple[str, str], np.ndarray]
+    actual: dict[str, np.ndarray]
 
-    def medians(self) -> dict:
+    def medians(self) -> dict[tuple[str, str], np.ndarray]:
         """Median relative error over the pairs of each separation, per ``(method, dtype)``."""
         return {key: np.nanmedian(v, axis=1) for key, v in self.errors.items()}
 
-    def worst(self) -> dict:
+    def worst(self) -> dict[tuple[str, str], np.ndarray]:
         """Largest relative error over the pairs of each separation, per ``(method, dtype)``."""
         return {key: np.nanmax(v, axis=1) for key, v in self.errors.items()}
 
@@ -277,8 +280,8 @@ def sqdist_accuracy(
     u = rng.standard_normal((len(seps), n_pairs, d))
     u /= np.linalg.norm(u, axis=-1, keepdims=True)
     y = x + seps[:, None, None] * u
-    errors: dict = {}
-    actual: dict = {}
+    errors: dict[tuple[str, str], np.ndarray] = {}
+    actual: dict[str, np.ndarray] = {}
     for name in dtypes:
         npd = np.dtype(name)
         xd = x.astype(npd).reshape(-1, d)
@@ -294,7 +297,8 @@ def sqdist_accuracy(
             sep = np.array([float(mpmath.sqrt(mpmath.fsum((mpmath.mpf(a) - mpmath.mpf(b)) ** 2 for a, b in zip(r1, r2))))
                             for r1, r2 in zip(xd.tolist(), yd.tolist())])
             for method, values in computed.items():
-                err = np.array([float(abs(mpmath.mpf(float(c)) - r) / r) if r > 0 else np.nan for c, r in zip(values.tolist(), ref)])
+                err = np.array([float(abs(mpmath.mpf(float(c)) - r) / r) if r > 0 else np.nan
+                                for c, r in zip(values.tolist(), ref)])
                 errors[(method, name)] = err.reshape(len(seps), n_pairs)
         actual[name] = sep.reshape(len(seps), n_pairs)
     return SqdistAccuracy(seps, float(norm), int(d), k, errors, actual)
@@ -306,7 +310,7 @@ def sqdist_accuracy(
 @functools.lru_cache(maxsize=None)
 def _t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile of Student's t with ``df`` degrees of freedom (mpmath, regularised incomplete beta)."""
-    def cdf(t):
+    def cdf(t: Any) -> Any:  # t and the result: mpmath numbers (findroot's)
         x = df / (df + t * t)
         tail = mpmath.betainc(df / 2.0, 0.5, 0, x, regularized=True) / 2
         return 1 - tail if t > 0 else tail
@@ -343,7 +347,9 @@ class SeedInterval(NamedTuple):
 
     def text(self, digits: int = 3) -> str:
         """``mean (95% CI lo-hi; seeds lo-hi, n = 20)``, each to ``digits`` significant digits (see :meth:`short`)."""
-        g = lambda v: _digits(v, digits)  # noqa: E731
+        def g(v: float) -> str:
+            return _digits(v, digits)
+
         return (f"{g(self.mean)} ({round(100 * self.confidence)}% CI {g(self.ci_low)}-{g(self.ci_high)}; "
                 f"seeds {g(self.low)}-{g(self.high)}, n = {self.n})")
 
@@ -445,7 +451,7 @@ class GapStudy(NamedTuple):
     top1: SeedInterval
     tv: SeedInterval
     tv_uniform: SeedInterval
-    setup: dict
+    setup: dict[str, float]
     prediction: float
 
     def setup_text(self) -> str:

@@ -26,7 +26,8 @@ __all__ = ["Case", "cases", "CASES"]
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """One calibration case: ``name``, its ``setup``, the ``expected`` verdict, ``why`` (one sentence), and ``build`` (makes the :class:`Comparison`)."""
+    """One calibration case: ``name``, its ``setup``, the ``expected`` verdict, ``why`` (one sentence), and ``build``
+    (makes the :class:`Comparison`)."""
 
     name: str
     setup: str
@@ -193,11 +194,13 @@ def _close_and_uniform() -> Comparison:
 
 #: The cases, in the order notebook 05 shows them.
 CASES: tuple[Case, ...] = (
-    Case("identity 5, float64", "softmax of <q,kappa>_L computed directly vs the distance map, Gaussian r = 0.1, d = 64, N = M = 256, tau = 8, float64",
+    Case("identity 5, float64",
+         "softmax of <q,kappa>_L computed directly vs the distance map, Gaussian r = 0.1, d = 64, N = M = 256, tau = 8, float64",
          "identical", "equal maps in exact arithmetic (identity 5); both are near uniform, but identical is what they are",
          lambda: _lorentz_vs_distance(torch.float64)),
     Case("identity 5, float32", "the same in float32", "identical",
-         "the TV is at float32's rounding level (compare_maps' tolerance: float32 storage)", lambda: _lorentz_vs_distance(torch.float32)),
+         "the TV is at float32's rounding level (compare_maps' tolerance: float32 storage)",
+         lambda: _lorentz_vs_distance(torch.float32)),
     Case("keys of equal norm", "spatial vs distance, keys on the sphere |kappa_s| = 2, queries Gaussian r = 2, d = 64, tau = 8",
          "identical", "the bias q_t kappa_t / tau is the same for every key, so it cancels in the softmax (identity 4)",
          _equal_norm_keys),
@@ -205,7 +208,8 @@ CASES: tuple[Case, ...] = (
          "both maps are within TV 0.05 of uniform and no key gets twice its uniform weight: a small TV says nothing",
          lambda: compare(_gaussian(0.05, seed=10), _gaussian(0.05, seed=11), "spatial", "distance", temperature=8.0)),
     Case("equal-scale Gaussians, r = 1", "spatial vs distance, Gaussian r = 1, d = 64, N = M = 256, tau = 8 (r^2 / tau = 1/8)",
-         "uninformative", "both maps are within TV 0.01 of uniform: the gap/baseline ratio of about 0.6 is there, but the maps carry no structure",
+         "uninformative",
+         "both maps are within TV 0.01 of uniform: the gap/baseline ratio of about 0.6 is there, but the maps carry no structure",
          lambda: compare(_gaussian(1.0, seed=12), _gaussian(1.0, seed=13), "spatial", "distance", temperature=8.0)),
     Case("equal-scale Gaussians, r = 5", "spatial vs distance, Gaussian r = 5, d = 64, N = M = 256, tau = 8", "different",
          "the gap is more than half of either map's distance from uniform and top-1 agreement is low",
@@ -213,14 +217,16 @@ CASES: tuple[Case, ...] = (
     Case("4 % on another key, M = 100,000", "two rows, each map 4 % on one key (4,000x the uniform weight), the keys differ",
          "different", "TV(., U) = 0.04 but the peak is 4,000 uniform weights: not near uniform, and the favourites differ",
          _one_key_each),
-    Case("two nearby keys swap", "spatial vs distance in H^2, 12 queries, two keys each 0.03 rad apart, one 0.002 farther out, tau = 0.005",
+    Case("two nearby keys swap",
+         "spatial vs distance in H^2, 12 queries, two keys each 0.03 rad apart, one 0.002 farther out, tau = 0.005",
          "different", "TV is 0.16 of the baseline, but the spatial map puts 65 % on the key the distance map ranks second",
          _two_nearby_keys),
     Case("a minority of rows", "one-hot maps, 200 rows: 85 % identical, 15 % on another key", "mixed",
          "no verdict holds on 90 % of the rows: the fractions are reported instead of a mean", _minority),
     Case("near-tie at the top", "one row, M = 256: the two top keys (0.2005 / 0.1995) swapped", "close",
          "TV 0.001 against a baseline of 0.39, and each favourite gets > 0.9 of the other map's top weight", _near_tie),
-    Case("logit noise 0.02", "distance map, Gaussian r = 3, d = 64, N = M = 256, tau = 1, against itself with N(0, 0.02^2) noise on the logits",
+    Case("logit noise 0.02",
+         "distance map, Gaussian r = 3, d = 64, N = M = 256, tau = 1, against itself with N(0, 0.02^2) noise on the logits",
          "close", "TV about 0.01 against a baseline of 0.48, the same favourite keys", _logit_noise),
     Case("float32 vs float64", "distance maps of one point set (Gaussian r = 1, d = 64, tau = 8) in float32 and float64",
          "identical", "the TV is at float32's rounding level", _float32_vs_float64),
@@ -234,7 +240,8 @@ CASES: tuple[Case, ...] = (
     Case("bfloat16 logits of size 100", "the 'logit noise 0.02' maps, stated to be computed in bfloat16 from logits of size 100",
          "unresolved", "that rounding (1.6 in TV) is above the TV (0.12) separating close from different: nothing can be told",
          _bfloat16_logits),
-    Case("float32 logits 1e4, two orders", "one float32 sum of 64 terms of size 1e4/64 taken in two orders, 32 x 512, logit_scale = 1e4",
+    Case("float32 logits 1e4, two orders",
+         "one float32 sum of 64 terms of size 1e4/64 taken in two orders, 32 x 512, logit_scale = 1e4",
          "identical", "equal in exact arithmetic; the stated logit size makes float32's rounding of the logits the tolerance",
          lambda: _summed_in_two_orders(1e4)),
     Case("exact tie, P_b prefers key 0", "P_a: 0.4 on keys 0 and 1 (a tie), P_b: 0.42 / 0.38, M = 64", "close",
@@ -243,7 +250,8 @@ CASES: tuple[Case, ...] = (
     Case("exact tie, P_b prefers key 1", "the same with P_b preferring the other tied key", "close",
          "the verdict does not depend on which tied key P_b prefers", lambda: _tie(1)),
     Case("lognormal, noise 0.1, M = 256", "64 rows of N(0, 1) logits against the same with N(0, 0.1^2) noise, M = 256", "close",
-         "TV is about 0.1 of the baseline; the top keys carry a few % of the mass, so the TV decides", lambda: _noisy_lognormal(256)),
+         "TV is about 0.1 of the baseline; the top keys carry a few % of the mass, so the TV decides",
+         lambda: _noisy_lognormal(256)),
     Case("lognormal, noise 0.1, M = 100,000", "the same perturbation with M = 100,000 keys", "close",
          "the same perturbation gets the same verdict at every M: near-tied top keys of 0.05 % each do not decide it",
          lambda: _noisy_lognormal(100_000, n=4)),

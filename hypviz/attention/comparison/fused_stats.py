@@ -41,7 +41,8 @@ _SOURCE = Path(__file__).with_name("fused_stats.cpp")
 #: pass computes a logit by the same expression, so alike; 12 % less time per logit here).
 #: AVX-512 vectors where x86 has them (``-mprefer-vector-width`` is an x86 option).
 FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math",
-                          *(("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()), "-fPIC", "-shared")
+                          *(("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()),
+                          "-fPIC", "-shared")
 _COMPILE_TIMEOUT_S = 60
 #: The largest library the loader reads (the kernel is about 100 KB; anything far larger is not it).
 _MAX_LIBRARY_BYTES = 64 * 2**20
@@ -214,17 +215,18 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     failed = _read_own(failed_path)
     if failed is not None:
         os.close(failed[0])
-        return None, f"the fused kernel failed to build before ({failed[1].decode(errors='replace').strip()}; delete {failed_path} to retry)"
+        before = failed[1].decode(errors="replace").strip()
+        return None, f"the fused kernel failed to build before ({before}; delete {failed_path} to retry)"
     fd = _verified(lib_path, digest_path)
     if fd is None:
         try:
-            why = _compile(cc, folder, lib_path, digest_path)
+            failure = _compile(cc, folder, lib_path, digest_path)
         except OSError as exc:
             return None, f"the fused kernel could not be built in {folder} ({exc.strerror or exc})"
-        if why is not None:
+        if failure is not None:
             with contextlib.suppress(OSError):
-                _write_private(failed_path, why + "\n")
-            return None, f"the fused kernel is not available: {why}"
+                _write_private(failed_path, failure + "\n")
+            return None, f"the fused kernel is not available: {failure}"
         fd = _verified(lib_path, digest_path)
         if fd is None:
             return None, f"the fused kernel built in {folder} does not match the digest recorded at its build"
@@ -308,10 +310,9 @@ def shared_rows(
     if not (s.is_contiguous() and dt in (torch.float32, torch.float64) and s.device.type == "cpu"):
         raise ValueError(f"s must be a contiguous float32 or float64 CPU tensor, got {dt} on {s.device}")
     c, w, tol_a, tol_b, gap = (t.to(dt).contiguous() for t in (c, w, tol_a, tol_b, gap))
-    f64 = dict(dtype=torch.float64)
-    res = {name: torch.empty(rows, top, **f64) for name in ("va", "vb", "a_at_ib", "b_at_ia")}
+    res = {name: torch.empty(rows, top, dtype=torch.float64) for name in ("va", "vb", "a_at_ib", "b_at_ia")}
     res.update({name: torch.empty(rows, top, dtype=torch.int64) for name in ("ia", "ib")})
-    res.update({name: torch.empty(rows, **f64) for name in ("ua", "ub", "pa", "pb", "kl", "tv")})
+    res.update({name: torch.empty(rows, dtype=torch.float64) for name in ("ua", "ub", "pa", "pb", "kl", "tv")})
     res["flags"] = torch.zeros(rows, dtype=torch.int32)
     chunk = max(64, int(m**0.5))
     job = _Job(

@@ -103,7 +103,8 @@ def _keep_source(keep: Any, n: int, m: int) -> tuple[str, Any, tuple[int, ...]]:
     if isinstance(keep, torch.Tensor) and keep.layout != torch.strided:
         if keep.dim() != 2 or tuple(keep.shape) != (n, m):
             raise ValueError(f"keep must be an (N, M) = ({n}, {m}) adjacency when sparse, got shape {tuple(keep.shape)}")
-        coo = keep.detach().to_sparse_coo().coalesce().cpu()
+        # torch's Tensor.to_sparse_coo has no annotations (a stub gap)
+        coo = keep.detach().to_sparse_coo().coalesce().cpu()  # type: ignore[no-untyped-call]
         r, c = coo.indices()
         nz = coo.values() != 0
         r, c = r[nz], c[nz]

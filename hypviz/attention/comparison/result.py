@@ -1,4 +1,5 @@
-"""The result of :func:`hypviz.attention.compare` (and :func:`hypviz.attention.compare_maps`) and how to read it: baselines and verdicts.
+"""The result of :func:`hypviz.attention.compare` (and :func:`hypviz.attention.compare_maps`) and how to read it:
+baselines and verdicts.
 
 :class:`Comparison` holds the per-row statistics of two attention maps (``b`` the reference) and
 their summaries; :func:`verdict` reads one row against the uniform row and the rounding level:
@@ -40,19 +41,27 @@ __all__ = [
 ]
 
 UNIFORM_TV = 0.05
-r"""A map is *near uniform* on a row when :math:`\mathrm{TV}(P, U) <` this and no key gets :data:`UNIFORM_PEAK` times its uniform weight (:func:`verdict`)."""
+r"""A map is *near uniform* on a row when :math:`\mathrm{TV}(P, U) <` this and no key gets :data:`UNIFORM_PEAK` times
+its uniform weight (:func:`verdict`)."""
 UNIFORM_PEAK = 2.0
-r"""A map is *near uniform* on a row only when :math:`M \max_j P_j <` this: no key gets twice the uniform weight :math:`1/M` (:func:`verdict`)."""
+r"""A map is *near uniform* on a row only when :math:`M \max_j P_j <` this: no key gets twice the uniform weight
+:math:`1/M` (:func:`verdict`)."""
 CLOSE_RATIO = 0.25
-r"""Two maps are *close* on a row when :math:`\mathrm{TV}(P_a, P_b) \le 0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))` (and they agree on the favourite key, :data:`TOP1_WEIGHT`)."""
+r"""Two maps are *close* on a row when :math:`\mathrm{TV}(P_a, P_b) \le 0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))`
+(and they agree on the favourite key, :data:`TOP1_WEIGHT`)."""
 TOP1_WEIGHT = 0.9
 r"""*Close* also needs each map to give the other's top set at least this fraction of its own largest weight (:func:`verdict`)."""
 TOP_SHARE = 0.25
-r"""A map's top set (its largest weight and every weight tied with it within rounding) is its *favourite* only when it carries at least this fraction of the map's excess over uniform, :math:`\sum_{j \in T} (P_j - 1/M)_+ \ge 0.25\, \mathrm{TV}(P, U)`; else the TV alone decides."""
+r"""A map's top set (its largest weight and every weight tied with it within rounding) is its *favourite* only when it
+carries at least this fraction of the map's excess over uniform, :math:`\sum_{j \in T} (P_j - 1/M)_+ \ge 0.25\,
+\mathrm{TV}(P, U)`; else the TV alone decides."""
 RESOLVE = 0.5
-r"""A row's rounding tolerance *resolves* it when it is at most this fraction of the TV that separates close from different, :math:`0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))`; else a row within the tolerance of that TV is *unresolved*."""
+r"""A row's rounding tolerance *resolves* it when it is at most this fraction of the TV that separates close from
+different, :math:`0.25 \min(\mathrm{TV}(P_a, U), \mathrm{TV}(P_b, U))`; else a row within the tolerance of that TV is
+*unresolved*."""
 MAJORITY = 0.9
-"""The verdict of a whole comparison is the row verdict of at least this fraction of its rows, else ``"mixed"`` (:func:`overall_verdict`)."""
+"""The verdict of a whole comparison is the row verdict of at least this fraction of its rows, else ``"mixed"``
+(:func:`overall_verdict`)."""
 #: The row verdicts of :func:`verdict`, in the order of their codes.
 #: The largest ``topk`` of a comparison (:func:`hypviz.attention.compare`, :func:`hypviz.attention.compare_maps`):
 #: a k beyond the number of keys is capped at it, so this bound refuses only the absurd (an int of 2**70).
@@ -245,7 +254,8 @@ def describe_fractions(fractions: dict[str, float]) -> str:
 
 
 def verdict_rule() -> dict[str, str]:
-    """The rule of :func:`verdict` and :func:`overall_verdict` in words, with the thresholds (for ``metrics.json`` and the reports).
+    """The rule of :func:`verdict` and :func:`overall_verdict` in words, with the thresholds (for ``metrics.json`` and
+    the reports).
 
     Examples
     --------
@@ -260,13 +270,14 @@ def verdict_rule() -> dict[str, str]:
         "identical": f"TV(P_a, P_b) = 0, or TV(P_a, P_b) <= the rounding level of the computation (tv_tolerance) on a row it "
                      f"resolves: tv_tolerance <= {RESOLVE} x {CLOSE_RATIO} x min(TV(P_a, uniform), TV(P_b, uniform))",
         "uninformative": f"both maps near uniform: TV(P, uniform) < {UNIFORM_TV} and M max_j P_j < {UNIFORM_PEAK:g}",
-        "unresolved": f"the rounding level does not resolve the row (tv_tolerance > {RESOLVE} x {CLOSE_RATIO} x min(TV(P, uniform))) "
-                      f"and TV(P_a, P_b) <= {CLOSE_RATIO} x min(TV(P, uniform)) + tv_tolerance: rounding could make it identical, "
-                      "close or different; compute in a finer dtype",
+        "unresolved": f"the rounding level does not resolve the row "
+                      f"(tv_tolerance > {RESOLVE} x {CLOSE_RATIO} x min(TV(P, uniform))) "
+                      f"and TV(P_a, P_b) <= {CLOSE_RATIO} x min(TV(P, uniform)) + tv_tolerance: "
+                      "rounding could make it identical, close or different; compute in a finer dtype",
         "close": f"TV(P_a, P_b) <= {CLOSE_RATIO} x min(TV(P_a, uniform), TV(P_b, uniform)) and each map gives the other's "
                  f"top set (its largest weight and the weights tied with it) >= {TOP1_WEIGHT} of its own largest weight, "
-                 f"counted where that set carries >= {TOP_SHARE} of its map's excess over uniform; a comparison whose other rows are "
-                 "uninformative is close too ('close (x% near uniform)')",
+                 f"counted where that set carries >= {TOP_SHARE} of its map's excess over uniform; "
+                 "a comparison whose other rows are uninformative is close too ('close (x% near uniform)')",
         "different": "otherwise",
         "mixed": f"a comparison (or head) whose rows differ in substance: no row verdict holds on {MAJORITY:.0%} of its rows "
                  "(identical counts as close; close with uninformative rows is close; those with unresolved rows unresolved); "
@@ -286,7 +297,8 @@ class Plan:
     read, checked, by name (:meth:`hypviz.attention.CompareOptions.kernel_values`; empty for given maps).
 
     ``"fused"`` is ``"one_product"`` with each block's statistics in one compiled kernel
-    (:mod:`hypviz.attention.comparison.fused_stats`); ``"dense_rows"`` compares the logs of the dense maps, row block by row block.
+    (:mod:`hypviz.attention.comparison.fused_stats`); ``"dense_rows"`` compares the logs of the dense maps, row block by
+    row block.
 
     Examples
     --------
@@ -373,8 +385,8 @@ class Comparison:
     :math:`M`), ``device`` (where it ran), ``dtype``, ``batch_shape``, ``n_queries`` (rows computed),
     ``n_keys``, ``dim`` (:math:`d`), ``block_rows``, ``n_blocks``, ``power`` and ``norm_scale``
     (``None`` without a focused map), ``n_queries_total`` and ``row_index`` (the sampled rows, or
-    ``None`` when every row was computed), ``elapsed_s``, and ``plan`` (:class:`Plan`: the path taken and why).  The bound being met is a fact about the
-    theory; whether the maps agree is :attr:`verdict`.
+    ``None`` when every row was computed), ``elapsed_s``, and ``plan`` (:class:`Plan`: the path taken and why).  The
+    bound being met is a fact about the theory; whether the maps agree is :attr:`verdict`.
 
     Examples
     --------
@@ -473,30 +485,37 @@ class Comparison:
 
     @property
     def gap_ratio(self) -> float | None:
-        r"""The gap next to the reference's baseline, :math:`\overline{\mathrm{TV}(P_a, P_b)} / \overline{\mathrm{TV}(P_b, U)}` (means over rows; ``None`` if the baseline is 0)."""
+        r"""The gap next to the reference's baseline, :math:`\overline{\mathrm{TV}(P_a, P_b)} / \overline{\mathrm{TV}(P_b, U)}`
+        (means over rows; ``None`` if the baseline is 0)."""
         base = self.mean_tv_uniform_b
         return None if base == 0.0 else self.mean_tv / base
 
     @property
     def row_verdict_codes(self) -> torch.Tensor:
         """Each row's :func:`verdict`, as codes into :data:`ROW_VERDICTS` (``int8``, the rows' shape)."""
+        # every row-block loop fills these (assemble: "fav", "pa", "pb", "tol"); only the defaults leave them None
+        assert self.peak_a is not None and self.peak_b is not None
+        assert self.top1_weight is not None and self.tv_tolerance is not None
         return row_verdicts(
             self.tv, self.tv_uniform_a, self.tv_uniform_b, self.peak_a, self.peak_b, self.top1_weight, self.tv_tolerance
         )
 
     @property
     def row_verdicts(self) -> dict[str, float]:
-        """Fraction of the rows with each row verdict, ``{"identical": ..., "close": ..., "different": ..., "uninformative": ...}``."""
+        """Fraction of the rows with each row verdict,
+        ``{"identical": ..., "close": ..., "different": ..., "uninformative": ...}``."""
         return _fractions(self.row_verdict_codes)
 
     @property
     def verdict(self) -> str:
-        """The comparison's verdict, :func:`overall_verdict` of :attr:`row_verdicts` (a row verdict held by at least 90 % of the rows, else ``"mixed"``)."""
+        """The comparison's verdict, :func:`overall_verdict` of :attr:`row_verdicts` (a row verdict held by at least 90 %
+        of the rows, else ``"mixed"``)."""
         return overall_verdict(self.row_verdicts)
 
     @property
     def verdict_text(self) -> str:
-        """:attr:`verdict` in words (:func:`verdict_text`): ``"close (40% near uniform)"`` when near-uniform rows count towards it."""
+        """:attr:`verdict` in words (:func:`verdict_text`): ``"close (40% near uniform)"`` when near-uniform rows count
+        towards it."""
         return verdict_text(self.row_verdicts)
 
     def head_verdicts(self) -> list[tuple[str, dict[str, float]]]:
@@ -516,11 +535,13 @@ class Comparison:
 
     @property
     def output_ratio(self) -> float | None:
-        r"""The output gap next to its baseline, :math:`\overline{\mathrm{gap}} / \overline{d(o_b, o_U)}` (means over rows; ``None`` without values or when the baseline is 0)."""
+        r"""The output gap next to its baseline, :math:`\overline{\mathrm{gap}} / \overline{d(o_b, o_U)}` (means over rows;
+        ``None`` without values or when the baseline is 0)."""
         if self.output_gap is None:
             return None
+        assert self.output_uniform_b is not None  # computed with output_gap (values=)
         base = float(self.output_uniform_b.double().mean())
-        return None if base == 0.0 else self.mean_output_gap / base
+        return None if base == 0.0 else float(self.output_gap.double().mean()) / base
 
     @property
     def max_delta(self) -> float | None:
@@ -598,6 +619,7 @@ class Comparison:
         if not self.sampled:
             return mean, mean, mean
         heads, r = x.shape
+        assert self.n_queries_total is not None  # set with row_index (rows=)
         total = int(self.n_queries_total)
         fpc = (total - r) / (total - 1)
         se = math.sqrt(float(x.var(dim=1, unbiased=True).sum()) / r * fpc) / heads
@@ -697,7 +719,8 @@ class Comparison:
                 f"baseline d(o_b, o_uniform) mean {_fmt(_mean(self.output_uniform_b))}  ratio {_fmt(self.output_ratio)}"
             )
         if self.bound_met is None:
-            lines.append("  softmax bound: not applicable (it holds between two softmax maps whose logits differ by the key-norm bias)")
+            lines.append("  softmax bound: not applicable "
+                         "(it holds between two softmax maps whose logits differ by the key-norm bias)")
         else:
             met = int(self.bound_met.sum())
             lines.append(
@@ -729,6 +752,7 @@ def assemble(stats: dict[str, torch.Tensor], shape: tuple[int, ...], home: Any, 
     """
     import time
 
-    fields = {STATISTICS[name]: t.to(home).reshape(shape) for name, t in stats.items() if name in STATISTICS and t is not None}
+    fields: dict[str, Any] = {STATISTICS[name]: t.to(home).reshape(shape)
+                              for name, t in stats.items() if name in STATISTICS and t is not None}
     fields["top1"] = fields["top1"].bool()
     return Comparison(**setup, **fields, elapsed_s=time.perf_counter() - start)

@@ -58,8 +58,11 @@ def weighted_sum(p: torch.Tensor, x: torch.Tensor, tmp: torch.Tensor) -> torch.T
     return torch.mul(p, x, out=tmp).sum(dim=-1)
 
 
-def _tv_uniform_p(p: torch.Tensor, tmp: torch.Tensor, top: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``TV(P, U) = 1/2 sum_j |p_j - mean p| / sum_j p_j``, the peak ``M max_j p_j / sum_j p_j`` and ``sum_j p_j`` per row, from computed softmax weights.
+def _tv_uniform_p(
+    p: torch.Tensor, tmp: torch.Tensor, top: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``TV(P, U) = 1/2 sum_j |p_j - mean p| / sum_j p_j``, the peak ``M max_j p_j / sum_j p_j`` and ``sum_j p_j`` per
+    row, from computed softmax weights.
 
     Normalising by the computed sum cancels the rounding of the softmax's own normaliser (a factor
     common to the row); what is left is each weight's own rounding, at most ``~2 eps`` on ``TV``
@@ -74,21 +77,22 @@ def _tv_uniform_p(p: torch.Tensor, tmp: torch.Tensor, top: torch.Tensor | None =
 
 
 def baseline(
-    l: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor, top: torch.Tensor | None = None
+    logits: torch.Tensor, tol: torch.Tensor, tmp: torch.Tensor, top: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``TV(softmax(l), U)`` and the peak ``M max_j P_j`` per row, and, when ``l`` now holds the softmax (computed in place), its row sums (else None).
+    """``TV(softmax(logits), U)`` and the peak ``M max_j P_j`` per row, and, when ``logits`` now holds the softmax
+    (computed in place), its row sums (else None).
 
     From the weights (:func:`_tv_uniform_p`), whose rounding moves ``TV`` by up to ``~2 eps``, on
     the rows where the logits' own rounding (``tol / 2`` per row, about as much on ``TV``) is larger;
     the other rows (logits near 0: maps near uniform) from the logits by centred ``expm1``
     (:func:`tv_uniform`, no cancellation).  ``top``: each row's largest logit's index, if known.
     """
-    small = (tol < _P_ROUTE_EPS * torch.finfo(l.dtype).eps).nonzero().squeeze(-1)
-    if len(small) == l.shape[0]:
-        tv, peak = tv_uniform(l, tmp)
+    small = (tol < _P_ROUTE_EPS * torch.finfo(logits.dtype).eps).nonzero().squeeze(-1)
+    if len(small) == logits.shape[0]:
+        tv, peak = tv_uniform(logits, tmp)
         return tv, peak, None
-    exact = tv_uniform(l.index_select(0, small), tmp[: len(small)]) if len(small) else None
-    tv, peak, total = _tv_uniform_p(softmax_rows_(l), tmp, top)
+    exact = tv_uniform(logits.index_select(0, small), tmp[: len(small)]) if len(small) else None
+    tv, peak, total = _tv_uniform_p(softmax_rows_(logits), tmp, top)
     if exact is not None:
         tv[small], peak[small] = exact
     return tv, peak, total
@@ -105,7 +109,7 @@ class Block:
 
     out: dict[str, torch.Tensor]
     top1: torch.Tensor
-    sl: tuple
+    sl: tuple[int, slice]
     topk: int
     tol_a: torch.Tensor
     tol_b: torch.Tensor
@@ -113,7 +117,8 @@ class Block:
 
 def rank_stats(la: torch.Tensor, lb: torch.Tensor, block: Block, rank: bool,
                defer: bool = False) -> tuple[Callable[[torch.Tensor, torch.Tensor], None], torch.Tensor, torch.Tensor] | None:
-    """Tie-aware top-1 / top-k agreement, the top sets (:func:`top_set`) and Spearman of one row block; reads ``la``, ``lb`` only.
+    """Tie-aware top-1 / top-k agreement, the top sets (:func:`top_set`) and Spearman of one row block; reads ``la``,
+    ``lb`` only.
 
     The top k of each map (:func:`_topk_rows`) and each map's logits at the other's, then :func:`agreement`.
     With ``defer``, the top sets' excesses are finished by the returned function, called with both maps'
@@ -174,8 +179,10 @@ def agreement(
     top1[sl] = sa | sb
     out["ra"][sl], out["rb"][sl] = ra, rb
     if not defer:
+        assert isinstance(ea, torch.Tensor) and isinstance(eb, torch.Tensor)  # top_set finishes them without defer
         out["ea"][sl], out["eb"][sl] = ea, eb
         return None
+    assert isinstance(ea, TopExcess) and isinstance(eb, TopExcess)  # with defer they wait for the peaks
 
     def finish(peak_a: torch.Tensor, peak_b: torch.Tensor) -> None:
         out["ea"][sl] = ea.finish(peak_a / m)
@@ -257,20 +264,21 @@ def top_set(
 
 def favourite(ratio_a: torch.Tensor, excess_a: torch.Tensor, ua: torch.Tensor,
               ratio_b: torch.Tensor, excess_b: torch.Tensor, ub: torch.Tensor) -> torch.Tensor:
-    """``top1_weight``: the smaller of the two directions' ratios (:func:`top_set`), each counted where its set carries ``TOP_SHARE`` of its map's excess over uniform."""
+    """``top1_weight``: the smaller of the two directions' ratios (:func:`top_set`), each counted where its set carries
+    ``TOP_SHARE`` of its map's excess over uniform."""
     one = torch.ones_like(ratio_a)
     fa = torch.where((excess_a >= TOP_SHARE * ua) & (ua > 0), ratio_a, one)
     fb = torch.where((excess_b >= TOP_SHARE * ub) & (ub > 0), ratio_b, one)
     return torch.minimum(fa, fb)
 
 
-def tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``TV(softmax(l), U)`` and the peak ``M max_j P_j`` per row without cancellation.
+def tv_uniform(logits: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``TV(softmax(logits), U)`` and the peak ``M max_j P_j`` per row without cancellation.
 
-    With ``u = l - mean l``: ``TV = 1/2 mean_j |e^{u_j} - mean e^u| / mean e^u`` and
+    With ``u = logits - mean logits``: ``TV = 1/2 mean_j |e^{u_j} - mean e^u| / mean e^u`` and
     ``M max_j P_j = e^{max u} / mean e^u``.
     """
-    u = torch.sub(l, l.mean(dim=-1, keepdim=True), out=tmp)
+    u = torch.sub(logits, logits.mean(dim=-1, keepdim=True), out=tmp)
     u_max = u.amax(dim=-1)
     wide = (u_max - u.amin(dim=-1)) > TILT_MAX_GAP
     any_wide = bool(wide.any())
@@ -283,9 +291,9 @@ def tv_uniform(l: torch.Tensor, tmp: torch.Tensor) -> tuple[torch.Tensor, torch.
     tv = 0.5 * e.sub_(mean.unsqueeze(-1)).abs_().mean(dim=-1) / (1.0 + mean)
     if any_wide:
         idx = wide.nonzero().squeeze(-1)
-        p = torch.softmax(l[idx], dim=-1)
-        tv[idx] = 0.5 * (p - 1.0 / l.shape[-1]).abs().sum(dim=-1)
-        peak[idx] = p.amax(dim=-1) * l.shape[-1]
+        p = torch.softmax(logits[idx], dim=-1)
+        tv[idx] = 0.5 * (p - 1.0 / logits.shape[-1]).abs().sum(dim=-1)
+        peak[idx] = p.amax(dim=-1) * logits.shape[-1]
     return tv, peak
 
 
@@ -293,7 +301,7 @@ def block_stats(
     la: torch.Tensor,
     lb: torch.Tensor,
     out: dict[str, torch.Tensor],
-    sl: tuple,
+    sl: tuple[int, slice],
     op_a: tuple["Operands", torch.Tensor, torch.Tensor],
     op_b: tuple["Operands", torch.Tensor, torch.Tensor],
     tmp: torch.Tensor,

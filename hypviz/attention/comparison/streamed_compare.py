@@ -196,8 +196,8 @@ def _block_rows_for(m: int, itemsize: int, budget: int | None, dev: torch.device
 
 def _key_sqnorms(keys: torch.Tensor) -> torch.Tensor:
     """``|kappa_s|^2`` of every key in float64, ``(..., M)``: one pass per block of keys, no float64 copy of all."""
-    return torch.cat([torch.linalg.vector_norm(c, dim=-1, dtype=torch.float64) for c in keys[..., 1:].split(65536, dim=-2)],
-                     dim=-1).square()
+    return torch.cat([torch.linalg.vector_norm(c, dim=-1, dtype=torch.float64)
+                      for c in torch.split(keys[..., 1:], 65536, dim=-2)], dim=-1).square()
 
 
 def _difference_rounding(sh: SharedLogits, alpha: float, keys: torch.Tensor, k: float, nk: torch.Tensor) -> torch.Tensor:
@@ -225,7 +225,8 @@ def _difference_rounding(sh: SharedLogits, alpha: float, keys: torch.Tensor, k: 
     w64 = nk / (keys[..., 0].double() + math.sqrt(k))
     w_max = w.amax(dim=-1, keepdim=True)
     dw = (w - w64).abs().amax(dim=-1, keepdim=True) + (keys.shape[-1] + 5) * torch.finfo(torch.float64).eps * w_max
-    size = torch.linalg.vector_norm(sh.A, dim=-1, dtype=torch.float64) * torch.linalg.vector_norm(
+    # torch.linalg's functions are typed as returning Any
+    size: torch.Tensor = torch.linalg.vector_norm(sh.A, dim=-1, dtype=torch.float64) * torch.linalg.vector_norm(
         sh.B, dim=-1, dtype=torch.float64).amax(dim=-1, keepdim=True)
     return abs(alpha) * sh.c.double().abs() * (dw + 5.0 * u * w_max) + u * size
 
@@ -280,7 +281,9 @@ def _shared_blocks(
             s = torch.mm(sh.A[h, i:j].to(dev), b_t, out=buf_s[:r])
             la, lb = _two_rows(s, c, w, alpha_a, alpha_b, buf_d[:r])
             ta, tb = tol[0][sl], tol[1][sl]
-            finish_top, top_a, top_b = rank_stats(la, lb, Block(out, top1, sl, topk, ta, tb), rank, defer=True)
+            ranked = rank_stats(la, lb, Block(out, top1, sl, topk, ta, tb), rank, defer=True)
+            assert ranked is not None  # defer=True: the function that finishes the top sets, and the top indices
+            finish_top, top_a, top_b = ranked
             out["gap"][sl] = c * w_span if abs(sign) == 1.0 else abs(sign) * c * w_span  # spread of log P_a - log P_b
             # the baselines (the other map's logits are consumed here), then P_b in place
             ua, peak_a, _ = baseline(la, ta, tmp[:r], top_a)
@@ -359,11 +362,13 @@ def _fused_blocks(
             def whole(idx: torch.Tensor | None, s: torch.Tensor = s, c: torch.Tensor = c,
                       w: torch.Tensor = w) -> tuple[torch.Tensor, torch.Tensor]:
                 x, cx = (s, c) if idx is None else (s.index_select(0, idx), c.index_select(0, idx))
-                return tuple(x.clone() if alpha == 0.0 else torch.addr(x, cx, w, alpha=-alpha) for alpha in alphas)
+                xa, xb = (x.clone() if alpha == 0.0 else torch.addr(x, cx, w, alpha=-alpha) for alpha in alphas)
+                return xa, xb
 
             va, vb, a_at_ib, b_at_ia = (res[x].to(dtype) for x in ("va", "vb", "a_at_ib", "b_at_ia"))
             finish_top = agreement((va, res["ia"]), (vb, res["ib"]), (a_at_ib, b_at_ia), s.shape[-1], whole,
                                    Block(out, top1, sl, topk, ta, tb), defer=True)
+            assert finish_top is not None  # defer=True returns it
             flags = res["flags"]
             for bit, side in ((2, "a"), (4, "b")):  # near-uniform rows too wide for the kernel: tv_uniform's own route
                 idx = (flags & bit).nonzero().squeeze(-1)
@@ -484,7 +489,8 @@ def compare(
 
     .. math::
 
-        \mathrm{TV}(P, U) = \frac{\operatorname{mean}_j \bigl|e^{u_j} - \operatorname{mean}_l e^{u_l}\bigr|}{2 \operatorname{mean}_l e^{u_l}},
+        \mathrm{TV}(P, U) = \frac{\operatorname{mean}_j \bigl|e^{u_j} - \operatorname{mean}_l e^{u_l}\bigr|}
+                                {2 \operatorname{mean}_l e^{u_l}},
 
     likewise (by the softmax for rows whose logits span more than 30; in the one-product path, by the
     computed weights on rows whose logits' rounding bound exceeds :math:`4\varepsilon`).

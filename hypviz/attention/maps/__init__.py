@@ -15,8 +15,15 @@ a new computation subclasses :class:`Kernel` and registers it (:func:`register_k
 """
 
 from hypviz.attention.maps.checks import resolve_device
-from hypviz.attention.maps.dense import (KINDS, MODEL_KINDS, SOFTMAX_KINDS, attention_map, focused_linear_attention,
-                                         focused_linear_map, scores)
+from hypviz.attention.maps.dense import (
+    KINDS,
+    MODEL_KINDS,
+    SOFTMAX_KINDS,
+    attention_map,
+    focused_linear_attention,
+    focused_linear_map,
+    scores,
+)
 from hypviz.attention.maps.kernels import Kernel, Operands, Option, register_kernel, unregister_kernel
 from hypviz.attention.maps.top_keys import TopKeys, top_attention
 

@@ -1,4 +1,5 @@
-r"""The logit kernels: for each kind of :mod:`hypviz.base.kinds`, the operands, the finishing, the rounding bound and the dense map.
+r"""The logit kernels: for each kind of :mod:`hypviz.base.kinds`, the operands, the finishing, the rounding bound and
+the dense map.
 
 Every comparable kind's log-weights are ONE matrix product of operands, then a finishing step in place:
 
@@ -18,7 +19,7 @@ unchecked: the public functions check their arguments once (:mod:`hypviz.attenti
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, cast
 
 import torch
 
@@ -28,10 +29,10 @@ from hypviz.base.kinds import Kind
 from hypviz.base.messages import short
 from hypviz.lorentz import distance_operands
 
-__all__ = ["FEATURE_EPS", "Option", "Operands", "DenseRows", "SharedLogits", "Kernel", "KERNELS", "register_kernel", "unregister_kernel",
-           "kernel_for", "score_kinds", "operands", "option_names", "unknown_options", "dense_map", "raw_scores", "distance_logits", "check_logit_range",
-           "softmax_rows_", "logit_error", "rows_for", "feature_map", "norm_scale_eps", "options", "log_rounding",
-           "logit_rounding", "as_is_", "clamp_nonpositive_", "log_"]
+__all__ = ["FEATURE_EPS", "Option", "Operands", "DenseRows", "SharedLogits", "Kernel", "KERNELS", "register_kernel",
+           "unregister_kernel", "kernel_for", "score_kinds", "operands", "option_names", "unknown_options", "dense_map",
+           "raw_scores", "distance_logits", "check_logit_range", "softmax_rows_", "logit_error", "rows_for", "feature_map",
+           "norm_scale_eps", "options", "log_rounding", "logit_rounding", "as_is_", "clamp_nonpositive_", "log_"]
 
 FEATURE_EPS = 1e-6  # Hypformer's offsets in phi: (relu(x) + 1e-6) / (|norm_scale| + 1e-6)
 
@@ -46,7 +47,7 @@ def softmax_rows_(x: torch.Tensor) -> torch.Tensor:
     """
     if x.device.type == "cpu" and x.is_contiguous():
         try:
-            return torch.ops.aten._softmax.out(x, -1, False, out=x)
+            return cast(torch.Tensor, torch.ops.aten._softmax.out(x, -1, False, out=x))  # torch.ops is untyped
         except RuntimeError:  # pragma: no cover - depends on the torch build
             pass
     x.sub_(x.amax(dim=-1, keepdim=True)).exp_()
@@ -85,7 +86,8 @@ def logit_rounding(a: torch.Tensor, b: torch.Tensor, err: torch.Tensor | None = 
     """
     c = a.shape[-1]
     worst = logit_error(a, b) if err is None else err
-    size = torch.linalg.vector_norm(a, dim=-1) * (torch.linalg.vector_norm(b, dim=-1).amax(dim=-1, keepdim=True) if b.shape[-2] else 0.0)
+    b_max = torch.linalg.vector_norm(b, dim=-1).amax(dim=-1, keepdim=True) if b.shape[-2] else 0.0
+    size = torch.linalg.vector_norm(a, dim=-1) * b_max
     return torch.minimum(worst, (math.sqrt(c + 3) + 2.0) * torch.finfo(a.dtype).eps * size)
 
 
@@ -105,7 +107,10 @@ def feature_map(xs: torch.Tensor, power: float) -> torch.Tensor:
     z = y / y.amax(dim=-1, keepdim=True)
     if torch.is_grad_enabled() and z.requires_grad:  # out of place, so autograd can follow
         z = z.pow(power)
-        return z * (torch.linalg.vector_norm(y, dim=-1, keepdim=True) / torch.linalg.vector_norm(z, dim=-1, keepdim=True))
+        # torch.linalg's functions are typed as returning Any
+        scale: torch.Tensor = (torch.linalg.vector_norm(y, dim=-1, keepdim=True)
+                               / torch.linalg.vector_norm(z, dim=-1, keepdim=True))
+        return z * scale
     z.pow_(power)  # in place: no second (N, d) buffer
     ratio = torch.linalg.vector_norm(y, dim=-1, keepdim=True) / torch.linalg.vector_norm(z, dim=-1, keepdim=True)
     return z.mul_(ratio)
@@ -310,7 +315,8 @@ class Kernel:
                          f"scores exist for {', '.join(map(repr, score_kinds()))}")
 
     def has_operands(self) -> bool:
-        """Whether :meth:`operands` is this kernel's own; without, compare takes the log of its dense rows (:class:`DenseRows`)."""
+        """Whether :meth:`operands` is this kernel's own; without, compare takes the log of its dense rows
+        (:class:`DenseRows`)."""
         return type(self).operands is not Kernel.operands
 
     def has_scores(self) -> bool:
@@ -352,7 +358,8 @@ class DenseRows(Operands):
 
     def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """The log of the dense map's rows ``a_rows`` (query points) against the keys ``b_t`` (transposed), into ``out``."""
-        out.copy_(self.kernel.dense(self.entry, a_rows, b_t.transpose(0, 1), k=self.k, temperature=self.temperature, opts=self.opts))
+        out.copy_(self.kernel.dense(self.entry, a_rows, b_t.transpose(0, 1), k=self.k, temperature=self.temperature,
+                                    opts=self.opts))
         return self.finish_(out)
 
     def largest(self) -> float:
@@ -396,28 +403,38 @@ class Bilinear(Kernel):
     share one product (:class:`SharedLogits`).
     """
 
-    def _ab(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-        if kind.bias == 1.0:
+    @staticmethod
+    def _bias(kind: Kind) -> float:
+        assert kind.bias is not None  # Kind requires it of every "bilinear" kind
+        return kind.bias
+
+    def _ab(
+        self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, k: float, temperature: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        bias = self._bias(kind)
+        if bias == 1.0:
             return q[..., 1:] * (1.0 / temperature), keys[..., 1:]
         a, b = distance_operands(q, keys, k=k, temperature=temperature)
-        if kind.bias == 0.0:
+        if bias == 0.0:
             return a, b
-        return torch.cat([a, q[..., :1] * (kind.bias / temperature)], dim=-1), torch.cat([b, keys[..., :1]], dim=-1)
+        return torch.cat([a, q[..., :1] * (bias / temperature)], dim=-1), torch.cat([b, keys[..., :1]], dim=-1)
 
     def _finish(self, kind: Kind) -> Callable[[torch.Tensor], torch.Tensor]:
         return clamp_nonpositive_ if kind.bias == 0.0 and kind.constant == 0.0 else as_is_
 
-    def operands(self, kind, q, keys, *, k, temperature, opts):
+    def operands(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
+                 opts: dict[str, Any]) -> Operands:
         a, b = self._ab(kind, q, keys, k, temperature)
         err = logit_error(a, b)
         return Operands(kind.name, a, b, err, finish=self._finish(kind), rounding=logit_rounding(a, b, err))
 
-    def dense(self, kind, q, keys, *, k, temperature, opts):
+    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
+              opts: dict[str, Any]) -> torch.Tensor:
         a, b = self._ab(kind, q, keys, k, temperature)
         logits = a @ b.transpose(-1, -2)  # (..., N, M): the only N x M allocation
         return _softmax(self._finish(kind)(logits))
 
-    def scores(self, kind, q, keys, *, k):
+    def scores(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float) -> torch.Tensor:
         r"""Raw scores :math:`-\frac12\|q - \kappa\|_L^2 + c\, q_t \kappa_t - o k`, by the direct product where one exists."""
         if kind.bias == 1.0 and kind.constant == 1.0:  # q_s . kappa_s
             return q[..., 1:] @ keys[..., 1:].transpose(-1, -2)
@@ -427,28 +444,33 @@ class Bilinear(Kernel):
         s = self._finish(kind)(a @ b.transpose(-1, -2))
         return s.sub_(kind.constant * k)
 
-    def shares_product(self, a, b):
+    def shares_product(self, a: Kind, b: Kind) -> bool:
         return kernel_for(a) is self and kernel_for(b) is self and a.bias != b.bias
 
-    def shared(self, a, b, q, keys, *, k, temperature):
-        return SharedLogits(q, keys, k=k, temperature=temperature), (1.0 - a.bias, 1.0 - b.bias)
+    def shared(self, a: Kind, b: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float,
+               temperature: float) -> tuple[SharedLogits, tuple[float, float]]:
+        return SharedLogits(q, keys, k=k, temperature=temperature), (1.0 - self._bias(a), 1.0 - self._bias(b))
 
 
 class Focused(Kernel):
     """Hypformer's focused map: ``log-weights = log(fp(q_s) . fp(kappa_s))`` (``norm_scale`` cancels; :func:`feature_map`)."""
 
-    options = {"power": Option(_check_power, 2.0, recorded=True), "norm_scale": Option(_check_norm_scale, 1.0, recorded=True)}
+    options = {"power": Option(_check_power, 2.0, recorded=True),
+               "norm_scale": Option(_check_norm_scale, 1.0, recorded=True)}
 
-    def operands(self, kind, q, keys, *, k, temperature, opts):
+    def operands(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
+                 opts: dict[str, Any]) -> Operands:
         a, b = feature_map(q[..., 1:], opts["power"]), feature_map(keys[..., 1:], opts["power"])
-        # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c, plus the log's own rounding
+        # all terms positive: each product has relative error <= gamma_c, so its log is off by <= gamma_c,
+        # plus the log's own rounding
         gamma = (a.shape[-1] + 3) * torch.finfo(q.dtype).eps
         return Operands(kind.name, a, b, gamma + log_rounding(a, b), finish=log_)
 
-    def largest_logit(self, kind, ops, dtype):
+    def largest_logit(self, kind: Kind, ops: Operands, dtype: torch.dtype) -> float:
         return 0.0  # the log of a finite float cannot overflow
 
-    def dense(self, kind, q, keys, *, k, temperature, opts, eps: float = 0.0):
+    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
+              opts: dict[str, Any], eps: float = 0.0) -> torch.Tensor:
         fq, fk = feature_map(q[..., 1:], opts["power"]), feature_map(keys[..., 1:], opts["power"])
         a = fq @ fk.transpose(-1, -2)
         return a.div_(a.sum(dim=-1, keepdim=True).add_(norm_scale_eps(eps, opts["norm_scale"])))
@@ -459,14 +481,17 @@ class Gate(Kernel):
 
     options = {"bias": Option(lambda v, name: validate.number(v, name), 0.0, recorded=False)}
 
-    def dense(self, kind, q, keys, *, k, temperature, opts):
+    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
+              opts: dict[str, Any]) -> torch.Tensor:
         return torch.sigmoid(distance_logits(q, keys, k=k, temperature=temperature).add_(opts["bias"]))
 
 
 class Geodesic(Kernel):
-    r"""The softmax of the hyperbolic distance itself, :math:`-d(q, \kappa)/\tau`, :math:`d = \sqrt k \operatorname{arcosh}(1 + \|q-\kappa\|_L^2/2k)`."""
+    r"""The softmax of the hyperbolic distance itself, :math:`-d(q, \kappa)/\tau`,
+    :math:`d = \sqrt k \operatorname{arcosh}(1 + \|q-\kappa\|_L^2/2k)`."""
 
-    def dense(self, kind, q, keys, *, k, temperature, opts):
+    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
+              opts: dict[str, Any]) -> torch.Tensor:
         u = distance_logits(q, keys, k=k, temperature=-k)  # |q - kappa|^2_L / 2k; arcosh(1 + u) = log1p(u + sqrt(u (u + 2)))
         dist = math.sqrt(k) * torch.log1p(u + torch.sqrt(u * (u + 2.0)))
         return torch.softmax(-dist / temperature, dim=-1)
@@ -549,7 +574,9 @@ def operands(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float, temper
     return kernel_for(kind).operands(kind, q, keys, k=k, temperature=temperature, opts=opts)
 
 
-def dense_map(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]) -> torch.Tensor:
+def dense_map(
+    name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, opts: dict[str, Any]
+) -> torch.Tensor:
     """The map of the kind ``name``, ``(..., N, M)``, from checked points."""
     kind = kinds.get(name)
     return kernel_for(kind).dense(kind, q, keys, k=k, temperature=temperature, opts=opts)
@@ -564,8 +591,9 @@ def raw_scores(name: str, q: torch.Tensor, keys: torch.Tensor, *, k: float) -> t
 class SharedLogits:
     r"""Two ``"bilinear"`` kinds from ONE product: logits :math:`S - \alpha\, c\, w^\top` with :math:`\alpha = 1 - \mathrm{bias}`.
 
-    ``S = q_s kappa_s^T / temperature``, ``c = q_t / temperature`` and ``w = kappa_t - sqrt(k) = |kappa_s|^2 / (kappa_t + sqrt(k))``
-    (no cancellation): by identities 1 and 4, :math:`-\frac12\|q - \kappa\|_L^2/\tau + \mathrm{bias}\, q_t\kappa_t/\tau
+    ``S = q_s kappa_s^T / temperature``, ``c = q_t / temperature`` and
+    ``w = kappa_t - sqrt(k) = |kappa_s|^2 / (kappa_t + sqrt(k))`` (no cancellation): by identities 1 and 4,
+    :math:`-\frac12\|q - \kappa\|_L^2/\tau + \mathrm{bias}\, q_t\kappa_t/\tau
     = S - (1 - \mathrm{bias})\, c\, w^\top` plus a row constant, which does not change a softmax.  So two such
     kinds differ by a rank-one update, exact in every digit that matters to a softmax.  ``err(alpha)``
     bounds each row's rounding of the logits of the kind with that :math:`\alpha` (any summation order).
@@ -575,7 +603,8 @@ class SharedLogits:
         self.A = q[..., 1:] * (1.0 / temperature)  # (H, N, d)
         self.B = keys[..., 1:]  # (H, M, d), a view
         self.c = q[..., 0] * (1.0 / temperature)  # (H, N)
-        self.w = torch.linalg.vector_norm(keys[..., 1:], dim=-1).square_().div_(keys[..., 0] + math.sqrt(k))  # (H, M)
+        # (H, M); torch.linalg's functions are typed as returning Any
+        self.w: torch.Tensor = torch.linalg.vector_norm(keys[..., 1:], dim=-1).square_().div_(keys[..., 0] + math.sqrt(k))
         self._err_s = logit_error(self.A, self.B)  # gamma * sum |A| max|B|
         self._size = self._err_s / ((self.A.shape[-1] + 3) * torch.finfo(q.dtype).eps)  # sum_c |A_ic| max_j |B_jc| >= |S_ij|
         self._cw = self.c.abs() * self.w.amax(dim=-1, keepdim=True) if self.w.numel() else torch.zeros_like(self.c)
@@ -594,7 +623,8 @@ class SharedLogits:
         return self._err_s + 3.0 * torch.finfo(self.A.dtype).eps * self.largest(alpha)
 
     def rounding(self, alpha: float) -> torch.Tensor:
-        """Per row, the realistic rounding level (:func:`logit_rounding`) of the logits of the kind with this ``alpha`` (at most :meth:`err`)."""
+        """Per row, the realistic rounding level (:func:`logit_rounding`) of the logits of the kind with this ``alpha``
+        (at most :meth:`err`)."""
         if alpha == 0.0:
             return self._rnd_s
         eps = torch.finfo(self.A.dtype).eps
