@@ -35,8 +35,8 @@ Points are checked in the dtype they were made in: float32/float64 at that dtype
 (arrays of either byte order), float16/bfloat16 at theirs (``rtol = 8 eps`` of that dtype, the
 arithmetic done in float32 on their exact values).  Where the compute dtype (``--dtype``; by
 default the inputs', float32 for half-precision inputs) differs from the dtype they were made in,
-the time coordinate is then recomputed from the spatial parts in the compute dtype.  Inputs must be regular files (a FIFO, device or socket
-is refused, never read).  What a file may make hypviz read is bounded, each limit set by an environment
+the time coordinate is then recomputed from the spatial parts in the compute dtype.  Inputs must be regular files
+(a FIFO, device or socket is refused, never read).  What a file may make hypviz read is bounded, each limit set by an environment
 variable that its one-line error names: ``HYPVIZ_MAX_INPUT_BYTES`` (default 2 GiB = 2147483648; a unit may follow the
 number: ``512MiB``, ``2GiB``, ``2GB``, :func:`hypviz.base.messages.byte_count`) bounds
 what the arrays take once dense (elements x item size): for ``.npy``/``.npz`` the array read, from its
@@ -486,14 +486,14 @@ def _kernel_options(args: argparse.Namespace) -> dict[str, Any]:
             file=sys.stderr,
         )
     given = {opt: getattr(args, attr) for _, attr, opt in _KIND_OPTIONS if getattr(args, attr) is not None}
-    flags = {opt: flag for flag, _, opt in _KIND_OPTIONS if opt in given}
+    given_as = {opt: flag for flag, _, opt in _KIND_OPTIONS if opt in given}
     options: dict[str, Any] = {}
     for name, value in args.option or []:
         if name not in read:
             raise UsageError(f"--option {name}: no compared kind reads it (the compared kinds read: "
                              f"{', '.join(read) or 'no option'}; compared: {', '.join(compared)})")
-        if name in flags:
-            raise UsageError(f"--option {name}: given as {flags[name]} too; give it once")
+        if name in given_as:
+            raise UsageError(f"--option {name}: given as {given_as[name]} too; give it once")
         options[name] = value
     return {**given, **options}
 

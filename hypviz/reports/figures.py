@@ -23,13 +23,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from hypviz import attention
 import hypviz.plots.style as style
+from hypviz import attention
 from hypviz.reports import model_report
 from hypviz.reports.point_report import Result
 
 __all__ = ["MAX_SCATTER", "SHARED_SCALE_RATIO", "SHOWN_WIDTH_PX", "MIN_TEXT_PX", "DPI", "heatmap_scales", "difference_label",
-           "text_pt", "readable", "legend_below", "figures", "rows_figure", "plotly_rows", "layers_figure", "model_figure", "scatter_rows", "png_bytes", "literal"]
+           "text_pt", "readable", "legend_below", "figures", "rows_figure", "plotly_rows", "layers_figure", "model_figure",
+           "scatter_rows", "png_bytes", "literal"]
 
 MAX_SCATTER = 4000  # rows drawn per comparison in the row figures (evenly spaced, plus the worst ones)
 SHARED_SCALE_RATIO = 3.0  # heatmaps share one colour scale only when their largest weights lie within this factor
@@ -249,6 +250,7 @@ def rows_figure(result: Result) -> Any:
         if not comp.bound_applies:
             continue
         idx = scatter_rows(comp)
+        assert comp.delta is not None and comp.allowance is not None  # compare fills both where the bound applies
         tv, bound = _np(comp.tv)[idx], np.tanh(_np(comp.delta + comp.allowance)[idx] / 4)
         if not ((tv > 0) & (bound > 0) & np.isfinite(bound)).any():
             continue  # (bound_scatter_mpl refuses a comparison with nothing to draw on log axes)
@@ -286,9 +288,9 @@ def plotly_rows(result: Result) -> Any:
         n = comp.n_queries
         tv, base, kl = _np(comp.tv)[idx], _np(comp.tv_uniform_b)[idx], _np(comp.kl)[idx]
         ok = (tv > 0) & (base > 0)
-        query = (lambda r: r) if comp.row_index is None else (lambda r, ix=comp.row_index.tolist(): ix[r])
+        query = list(range(n)) if comp.row_index is None else comp.row_index.tolist()  # each computed row's query
         text = [
-            f"head {labels[i // n]}, query {query(i % n)}<br>TV {tv[j]:.3g}, baseline TV(P_b, U) {base[j]:.3g}<br>KL {kl[j]:.3g}"
+            f"head {labels[i // n]}, query {query[i % n]}<br>TV {tv[j]:.3g}, baseline TV(P_b, U) {base[j]:.3g}<br>KL {kl[j]:.3g}"
             for j, i in enumerate(idx)
             if ok[j]
         ]

@@ -20,9 +20,9 @@ from importlib import resources
 from typing import Any, Sequence
 
 from hypviz import attention
+from hypviz.reports.figures import MAX_SCATTER
 from hypviz.reports.model_report import LayerResult, layer_sentence, worst_queries
 from hypviz.reports.point_report import FAR_RATIO, ROW_FIELDS, Result, fmt, kind_words, per_head, sentences
-from hypviz.reports.figures import MAX_SCATTER
 
 __all__ = ["template", "page", "model_page", "table", "verdict_html", "ratio_html"]
 
@@ -30,7 +30,7 @@ __all__ = ["template", "page", "model_page", "table", "verdict_html", "ratio_htm
 @lru_cache(maxsize=None)
 def template(name: str) -> string.Template:
     """The page template ``hypviz/reports/templates/<name>`` (package data)."""
-    return string.Template(resources.files("hypviz.reports").joinpath("templates", name).read_text(encoding="utf-8"))
+    return string.Template((resources.files("hypviz.reports") / "templates" / name).read_text(encoding="utf-8"))
 
 
 def table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
@@ -48,7 +48,8 @@ def verdict_html(v: str, fractions: dict[str, float] | None = None) -> str:
     with ``fractions``, the rows' verdicts beside it when they are not all one."""
     cls = {"identical": "ok", "close": "ok", "different": "bad", "uninformative": "note", "mixed": "warn",
            "unresolved": "warn"}[v]
-    rows = "" if fractions is None or max(fractions.values()) == 1.0 else f' <small>({html.escape(attention.describe_fractions(fractions))})</small>'
+    rows = ("" if fractions is None or max(fractions.values()) == 1.0
+            else f' <small>({html.escape(attention.describe_fractions(fractions))})</small>')
     return f'<span class="{cls}">{v}</span>{rows}'
 
 
@@ -61,6 +62,7 @@ def _rule_html() -> str:
 def _bound_html(comp: attention.Comparison) -> str:
     if not comp.bound_applies:
         return "not applicable"
+    assert comp.bound_met is not None  # compare fills it wherever the bound applies
     met = int(comp.bound_met.sum())
     text = f"{met} / {comp.n_rows} met"
     return text if met == comp.n_rows else f'<span class="bad">{text}</span>'
@@ -129,9 +131,9 @@ def _head_tables(result: Result) -> str:
     out = []
     for comp in result.comparisons:
         rows = [
-            [e(label), verdict_html(h["verdict"], h["row_verdicts"]), fmt(h["mean_tv"]), fmt(h["max_tv"]), fmt(h["mean_tv_uniform_a"]),
-             fmt(h["mean_tv_uniform_b"]), ratio_html(h["gap_ratio"], comp.b), fmt(h["top1_agreement"]), fmt(h["rank_correlation"]),
-             fmt(h["bound_met_fraction"])]
+            [e(label), verdict_html(h["verdict"], h["row_verdicts"]), fmt(h["mean_tv"]), fmt(h["max_tv"]),
+             fmt(h["mean_tv_uniform_a"]), fmt(h["mean_tv_uniform_b"]), ratio_html(h["gap_ratio"], comp.b),
+             fmt(h["top1_agreement"]), fmt(h["rank_correlation"]), fmt(h["bound_met_fraction"])]
             for label, h in zip(result.inputs.head_labels, per_head(comp))
         ]
         out.append(
@@ -227,7 +229,9 @@ def _model_heads_table(results: Sequence[LayerResult]) -> str:
                        fmt(oh["mean_tv_uniform_a"]), fmt(oh["mean_tv_uniform_b"]), fmt(oh["top1_agreement"]),
                        fmt(oh["rank_correlation"])]
             out_ratio = (own_heads[h] if own_heads is not None else th)["output_ratio"]
-            rows.append([e(lr.label), e(lr.verification), str(h), *own, ratio_html(out_ratio, "distance", "map's output") if lr.record.values is not None else "no values recorded",
+            out_gap = (ratio_html(out_ratio, "distance", "map's output") if lr.record.values is not None
+                       else "no values recorded")
+            rows.append([e(lr.label), e(lr.verification), str(h), *own, out_gap,
                          verdict_html(th["verdict"], th["row_verdicts"]), fmt(th["mean_tv"]), fmt(th["mean_tv_uniform_a"])])
     return table(["layer", "verified (error)", "head", "model's map", "verdict", "TV", "TV(model, U)", "TV(dist, U)", "top-1",
                   "Spearman", "output gap / baseline", "spatial softmax verdict", "its TV", "TV(spatial, U)"], rows, left=4)
@@ -239,7 +243,8 @@ def model_page(results: Sequence[LayerResult], png: bytes, meta: dict[str, Any])
     e = html.escape
     worst = [[e(w["layer"]), str(w["head"]), str(w["query"]), fmt(w["query_norm"]), fmt(w["tv"]),
               fmt(w["tv_uniform_reference"]), e(w["comparison"])] for w in worst_queries(results)]
-    layers = [[e(lr.label), e(lr.record.mode), e(getattr(lr.record, "detail", None) or ""), e(lr.record.kind), fmt(lr.record.k), e(lr.temperature_text),
+    layers = [[e(lr.label), e(lr.record.mode), e(getattr(lr.record, "detail", None) or ""), e(lr.record.kind),
+               fmt(lr.record.k), e(lr.temperature_text),
                fmt(lr.record.power), fmt(lr.record.norm_scale), str(lr.record.n_heads), str(lr.record.n_queries),
                str(lr.record.n_keys), str(lr.record.dim),
                {True: "train", False: "eval", None: "not recorded"}[getattr(lr.record, "training", None)],

@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from hypviz.base.messages import UsageError, env_limit, show, short, size_text, torch_load_reason, what_is
+from hypviz.base.messages import UsageError, env_limit, short, show, size_text, torch_load_reason, what_is
 
 __all__ = [
     "FORMATS", "ROLE_NAMES", "MAX_INPUT_ENV", "DEFAULT_MAX_INPUT_BYTES", "STORED_K", "check_file",

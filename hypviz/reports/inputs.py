@@ -1,4 +1,5 @@
-r"""What ``hypviz compare`` and ``hypviz demo`` compute on: checked points (:class:`Inputs`) and the run's settings (:class:`Settings`).
+r"""What ``hypviz compare`` and ``hypviz demo`` compute on: checked points (:class:`Inputs`) and the run's settings
+(:class:`Settings`).
 
 :func:`prepare` turns two float arrays (read by :mod:`hypviz.reports.input_files`, or given directly) into
 :class:`Inputs`: torch tensors of hyperboloid points ``(*lead, N, d + 1)``, time coordinate first,

@@ -146,10 +146,10 @@ def analyse(records: Sequence[Any], *, temperature: float | None = None, device:
     layer's, see :mod:`hypviz.capture`), else at ``temperature``, else at :math:`\sqrt{d}`.  The
     model's map is compared unless it is the distance softmax (kind ``"distance"``) or the record is not
     verified -- re-checked here from what the record holds (:func:`hypviz.capture.verification.recheck`: the output
-    stored at capture rebuilt from the stored points and map, every field's digest unchanged) (one verdict policy: a layer whose output hypviz did not rebuild gets no verdict about its own
-    map, ``own`` is None); a record's kind takes the kernel's options the record holds (a focused layer's ``power``
-    and ``norm_scale``).  A record with a mask or
-    an adjacency is compared as the layer applies it: every map the softmax over the keys the layer attends
+    stored at capture rebuilt from the stored points and map, every field's digest unchanged) (one verdict policy: a
+    layer whose output hypviz did not rebuild gets no verdict about its own map, ``own`` is None); a record's kind
+    takes the kernel's options the record holds (a focused layer's ``power`` and ``norm_scale``).  A record with a
+    mask or an adjacency is compared as the layer applies it: every map the softmax over the keys the layer attends
     (:func:`hypviz.capture.records.masked_softmax`, exact at any norm).  ``device`` and ``progress`` are passed to
     :func:`hypviz.attention.compare`.  Returns one :class:`LayerResult` per record, in order.
     """
@@ -275,7 +275,7 @@ def _query_norms(rec: Any) -> np.ndarray:
 
 def worst_queries(results: Sequence[LayerResult], count: int = _WORST) -> list[dict[str, Any]]:
     """The query rows whose model map is farthest from the distance map (by TV), across the model."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for lr in results:
         comp = lr.own or lr.thread
         tv = comp.tv.double().reshape(lr.record.n_heads, -1).numpy()
@@ -396,7 +396,8 @@ def summary(results: Sequence[LayerResult], out: Path, files: list[str], max_row
         mode = {True: "train", False: "eval", None: "train/eval not recorded"}[getattr(rec, "training", None)]
         detail = getattr(rec, "detail", None)
         checked = getattr(rec, "checked", None)
-        lines.append(f"  {lr.label}: {rec.mode}{f' ({detail})' if detail else ''}, kind {rec.kind}, {rec.n_heads} head(s) x {rec.n_queries} queries x "
+        lines.append(f"  {lr.label}: {rec.mode}{f' ({detail})' if detail else ''}, kind {rec.kind}, "
+                     f"{rec.n_heads} head(s) x {rec.n_queries} queries x "
                      f"{rec.n_keys} keys, d = {rec.dim}, k = {fmt(rec.k)}, tau = {lr.temperature_text}, {mode}, "
                      + (f"{lr.verification_bound}" + (f"; checked: {checked}" if checked else "") if lr.verified
                         else str(getattr(rec, "verify_note", None) or "not verified")))

@@ -45,9 +45,8 @@ import torch
 from hypviz import attention
 from hypviz.reports.inputs import Inputs, Settings
 
-__all__ = ["ROW_FIELDS", "FAR_RATIO", "Result", "fmt", "kind_words", "share_words", "ratio_words", "temperature_words", "sentence",
-           "sentences", "per_head",
-           "analyse", "json_ready", "metrics", "row_arrays", "summary"]
+__all__ = ["ROW_FIELDS", "FAR_RATIO", "Result", "fmt", "kind_words", "share_words", "ratio_words", "temperature_words",
+           "sentence", "sentences", "per_head", "analyse", "json_ready", "metrics", "row_arrays", "summary"]
 
 ROW_FIELDS = (
     "tv",
@@ -154,7 +153,7 @@ def ratio_words(gap_ratio: float | None, a: str, b: str) -> str:
             f"so the gap measures the {a} map's own structure.")
 
 
-def temperature_words(temperature: float, dim: int) -> str:
+def temperature_words(temperature: float | None, dim: int | None) -> str:
     r"""The note that names a default temperature next to a verdict read against it:
     ``"at hypviz's default tau = sqrt(d) = 2 (d = 4; not a temperature you gave)"``."""
     return f"at hypviz's default tau = sqrt(d) = {fmt(temperature)} (d = {dim}; not a temperature you gave)"
@@ -231,11 +230,14 @@ def per_head(comp: attention.Comparison) -> list[dict[str, Any]]:
     """
     n = comp.n_queries
 
-    def flat(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else _flat(t, n).double()
+    def full(t: torch.Tensor) -> torch.Tensor:
+        return _flat(t, n).double()
 
-    tv, kl, ua, ub = flat(comp.tv), flat(comp.kl), flat(comp.tv_uniform_a), flat(comp.tv_uniform_b)
-    top1, topk, rho = flat(comp.top1), flat(comp.topk_overlap), flat(comp.spearman)
+    def flat(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else full(t)
+
+    tv, kl, ua, ub = full(comp.tv), full(comp.kl), full(comp.tv_uniform_a), full(comp.tv_uniform_b)
+    top1, topk, rho = full(comp.top1), full(comp.topk_overlap), flat(comp.spearman)
     delta, met = flat(comp.delta), flat(comp.bound_met)
     og, oub = flat(comp.output_gap), flat(comp.output_uniform_b)
     rows = []
@@ -258,7 +260,7 @@ def per_head(comp: attention.Comparison) -> list[dict[str, Any]]:
                 "rank_correlation": None if rho is None else float(rho[h].mean()),
                 "mean_delta": None if delta is None else float(delta[h].mean()),
                 "bound_met_fraction": None if met is None else float(met[h].mean()),
-                "output_ratio": None if not out_base else float(og[h].mean()) / out_base,
+                "output_ratio": None if not out_base or og is None else float(og[h].mean()) / out_base,
             }
         )
     return rows
@@ -333,7 +335,8 @@ def metrics(result: Result, options: dict[str, Any] | None = None) -> dict[str, 
             "setup": {
                 "k": comp0.k,
                 "temperature": comp0.temperature,
-                "options": {name: value for comp in result.comparisons for name, value in comp.plan.options.items()},
+                "options": {name: value for comp in result.comparisons if comp.plan is not None
+                            for name, value in comp.plan.options.items()},
                 "device": comp0.device,
                 "dtype": comp0.dtype,
                 "heads_shape": list(result.lead),
@@ -384,9 +387,9 @@ def sentences(result: Result) -> list[str]:
 def summary(result: Result, out: Path, files: list[str], show_inputs: bool = False, max_heads: int = 8) -> str:
     r"""The one-screen text the command prints.
 
-    First one plain sentence per comparison (:func:`sentences`), then one line per comparison (verdict, mean TV, baseline :math:`\mathrm{TV}(P_b, U)`, gap / baseline,
-    top-1 agreement, how many rows meet the bound), then up to ``max_heads`` per-head lines of the
-    first comparison, and where the files are.
+    First one plain sentence per comparison (:func:`sentences`), then one line per comparison (verdict, mean TV,
+    baseline :math:`\mathrm{TV}(P_b, U)`, gap / baseline, top-1 agreement, how many rows meet the bound), then up to
+    ``max_heads`` per-head lines of the first comparison, and where the files are.
     """
     comp0 = result.comparisons[0]
     inp = result.inputs.described
@@ -403,6 +406,7 @@ def summary(result: Result, out: Path, files: list[str], show_inputs: bool = Fal
     width = max(len(f"{c.a} vs {c.b}") for c in result.comparisons)
     for comp in result.comparisons:
         if comp.bound_applies:
+            assert comp.bound_met is not None  # compare fills it wherever the bound applies
             met = int(comp.bound_met.sum())
             check = f"theory check {met}/{comp.n_rows}" + ("" if met == comp.n_rows else "  <-- bound NOT met on some rows")
         else:

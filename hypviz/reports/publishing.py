@@ -127,7 +127,8 @@ def check_out(out: Path, force: bool, inputs: Sequence[Path] = ()) -> Path:
         while not os.path.lexists(probe) and probe.parent != probe:
             probe = probe.parent
         if os.path.lexists(probe) and not os.path.isdir(probe):
-            where = f"the parent of --out, {show(probe)}," if probe == parent else f"--out {show(out)} lies under {show(probe)}, which"
+            where = (f"the parent of --out, {show(probe)}," if probe == parent
+                     else f"--out {show(out)} lies under {show(probe)}, which")
             raise UsageError(f"{where} is {what_is(probe)}, not a folder; choose an --out inside a folder")
         if os.path.isdir(probe) and not os.access(probe, os.X_OK):
             raise UsageError(f"cannot look inside {show(probe)} (permission denied) for the parent of --out {show(out)}")

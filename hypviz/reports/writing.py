@@ -44,7 +44,7 @@ def write_point_report(result: point_report.Result, folder: Path, options: dict[
         (folder / f"{name}.png").write_bytes(data)
     meta = point_report.metrics(result, options)
     _write_json(folder / "metrics.json", meta)
-    np.savez_compressed(folder / "rows.npz", **point_report.row_arrays(result))
+    np.savez_compressed(folder / "rows.npz", **point_report.row_arrays(result))  # type: ignore[arg-type]  # numpy's stub: a ** mapping might name allow_pickle
     div = pio.to_html(
         figures.plotly_rows(result),
         include_plotlyjs=False,
@@ -68,7 +68,7 @@ def write_model_report(results: Sequence[model_report.LayerResult], folder: Path
     (folder / "layers.png").write_bytes(png)
     data = model_report.metrics(results, meta)
     _write_json(folder / "metrics.json", data)
-    np.savez_compressed(folder / "rows.npz", **model_report.row_arrays(results))
+    np.savez_compressed(folder / "rows.npz", **model_report.row_arrays(results))  # type: ignore[arg-type]  # numpy's stub: a ** mapping might name allow_pickle
     page = html.model_page(results, png, {**meta, "version": data["version"], "created": data["created"]})
     (folder / "report.html").write_text(page, encoding="utf-8")
     return sorted(p.name for p in folder.iterdir())
