@@ -687,6 +687,7 @@ class KeyIndex:
         if why is not None:
             res = exact_top_keys(q, self.keys, top, k=k)
             return KeySearch(res.indices, res.logits, "exact", 1.0, self.recall_asked, self.sample, why, self.trials)
+        assert self.shells is not None  # without shells self.reason says why, and the exact search answered
         idx, logits = _search(self.shells, q.reshape(-1, q.shape[-1]), self.keys, self._b, self._b_norm, k, top, self.ef)
         shape = (*q.shape[:-1], top)
         return KeySearch(idx.view(shape), logits.view(shape), self.method, self.recall, self.recall_asked, self.sample,
@@ -696,7 +697,7 @@ class KeyIndex:
 def _fingerprint(keys: torch.Tensor, k: float) -> tuple[tuple[int, ...], str, float, str]:
     """``(shape, dtype, k, SHA-256 of the bytes)`` of a key set."""
     data = keys.detach().cpu().contiguous().numpy()
-    digest = hashlib.sha256(memoryview(data).cast("B")).hexdigest()
+    digest = hashlib.sha256(data.data.cast("B")).hexdigest()
     return tuple(keys.shape), str(keys.dtype).removeprefix("torch."), float(k), digest
 
 
@@ -779,7 +780,8 @@ def _check_tries(tries: Any) -> tuple[tuple[int, int], ...]:
     try:
         pairs = tuple(tuple(pair) for pair in tries)
         ok = len(pairs) > 0 and all(len(pair) == 2 for pair in pairs) and all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) and 1 <= v <= TRIES_MAX for pair in pairs for v in pair)
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) and 1 <= int(v) <= TRIES_MAX
+            for pair in pairs for v in pair)
     except TypeError:
         ok = False
     if not ok:

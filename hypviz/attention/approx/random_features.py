@@ -38,7 +38,8 @@ larger than the differences between the weights (of size :math:`r^2/\tau`).  ``c
 .. math::
 
     \hat w_{ij} = e^{-\sqrt k w_j / \tau}\Bigl[1 + a_i \cdot b_j
-        + \frac1D \sum_{\omega} \bigl(\varphi_\omega(a_i)\varphi_\omega(b_j) - (1 + \omega \cdot a_i)(1 + \omega \cdot b_j)\bigr)\Bigr],
+        + \frac1D \sum_{\omega} \bigl(\varphi_\omega(a_i)\varphi_\omega(b_j)
+        - (1 + \omega \cdot a_i)(1 + \omega \cdot b_j)\bigr)\Bigr],
 
 still unbiased (:math:`\mathbb{E}[(1 + \omega \cdot a)(1 + \omega \cdot b)] = 1 + a \cdot b`) and still one
 product of an :math:`N \times (2D + d + 2)` and an :math:`(2D + d + 2) \times M` matrix, on the rows where
@@ -75,9 +76,11 @@ import torch
 from hypviz.attention.maps.checks import check_temperature, checked_inputs, flatten_batch
 from hypviz.attention.maps.kernels import Kernel, Operands, Option, log_, log_rounding, register_kernel
 from hypviz.base import validate
+from hypviz.base.kinds import Kind
 from hypviz.lorentz import lift
 
-__all__ = ["AGGREGATIONS", "random_directions", "performer_weights", "feature_operands", "distance_rf_map", "distance_linear_attention", "RandomFeatures"]
+__all__ = ["AGGREGATIONS", "random_directions", "performer_weights", "feature_operands", "distance_rf_map",
+           "distance_linear_attention", "RandomFeatures"]
 
 ArrayLike = Any
 
@@ -140,13 +143,16 @@ def _draw(d_feat: int, dim: int, seed: int, orth: bool) -> torch.Tensor:
         return torch.randn(d_feat, dim, generator=gen, dtype=torch.float64)
     n_blocks = math.ceil(d_feat / dim)
     g = torch.randn(n_blocks, dim, dim, generator=gen, dtype=torch.float64)
-    lengths = torch.randn(n_blocks, dim, dim, generator=gen, dtype=torch.float64).norm(dim=-1)  # chi_dim, independent
+    # chi_dim, independent (Tensor.norm is typed as returning Any)
+    lengths: torch.Tensor = torch.randn(n_blocks, dim, dim, generator=gen, dtype=torch.float64).norm(dim=-1)
     qm, rm = np.linalg.qr(g.numpy())  # one stacked factorisation (LAPACK; faster than torch's for many small blocks)
-    qm = torch.from_numpy(qm * np.sign(np.diagonal(rm, axis1=-2, axis2=-1))[..., None, :])  # Haar: orthonormal columns
-    return (qm.transpose(-1, -2) * lengths.unsqueeze(-1)).reshape(n_blocks * dim, dim)[:d_feat].contiguous()
+    haar = torch.from_numpy(qm * np.sign(np.diagonal(rm, axis1=-2, axis2=-1))[..., None, :])  # orthonormal columns
+    return (haar.transpose(-1, -2) * lengths.unsqueeze(-1)).reshape(n_blocks * dim, dim)[:d_feat].contiguous()
 
 
-def performer_weights(queries: ArrayLike, keys: ArrayLike, omega: torch.Tensor, *, temperature: float, k: float = 1.0) -> torch.Tensor:
+def performer_weights(
+    queries: ArrayLike, keys: ArrayLike, omega: torch.Tensor, *, temperature: float, k: float = 1.0
+) -> torch.Tensor:
     r"""The textbook estimate, unnormalised and unstabilised, shape ``(..., N, M)``: for measuring the estimator itself.
 
     .. math::
@@ -206,7 +212,8 @@ def _spread(omega: torch.Tensor) -> float:
 def _positive_rows(a_norm: torch.Tensor, reach: torch.Tensor, spread: float) -> torch.Tensor:
     r"""Rows on which the control-variate estimate of every weight is provably at least half the exact first-order term.
 
-    From :math:`e^y \ge 1 + y`, :math:`\varphi_\omega(a)\varphi_\omega(b) \ge 1 + \omega \cdot (a + b) - (\|a\|^2 + \|b\|^2)/2`, so
+    From :math:`e^y \ge 1 + y`,
+    :math:`\varphi_\omega(a)\varphi_\omega(b) \ge 1 + \omega \cdot (a + b) - (\|a\|^2 + \|b\|^2)/2`, so
 
     .. math::
 
@@ -253,7 +260,8 @@ def _query_block(a: torch.Tensor, omega: torch.Tensor, shift: torch.Tensor, c0: 
 
 def _key_block(b: torch.Tensor, logkey: torch.Tensor, omega: torch.Tensor, shift: torch.Tensor, c0: torch.Tensor,
                control: bool) -> torch.Tensor:
-    """Key operands of a block of keys ``b (H, m, c)``: ``(H, m, C)``; plain columns scaled by ``exp(-shift)`` (per head and feature), the control variate's by ``exp(-c0)``."""
+    """Key operands of a block of keys ``b (H, m, c)``: ``(H, m, C)``; plain columns scaled by ``exp(-shift)`` (per head
+    and feature), the control variate's by ``exp(-c0)``."""
     pb, lb = _key_logs(b, logkey, omega)
     plain = torch.exp(lb - shift)
     if not control:
@@ -274,7 +282,8 @@ def _any_control(q: torch.Tensor, k: float, tau: float, reach: torch.Tensor, spr
 def feature_operands(
     queries: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float, omega: torch.Tensor, control_variate: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Unchecked: operands ``A (H, N, C)``, ``B (H, M, C)`` with :math:`\hat w_{ij} = c_i\, A_i \cdot B_j` (:math:`c_i > 0` per row).
+    r"""Unchecked: operands ``A (H, N, C)``, ``B (H, M, C)`` with :math:`\hat w_{ij} = c_i\, A_i \cdot B_j`
+    (:math:`c_i > 0` per row).
 
     ``queries``, ``keys``: checked points with their leading axes flattened into one, ``(H, N, d + 1)``
     and ``(H, M, d + 1)``; ``omega``: ``(D, d + 1)`` (:func:`random_directions`).  ``C = D`` for plain
@@ -489,7 +498,8 @@ class RandomFeatures(Kernel):
     options = {"features": Option(lambda v, name: validate.features(v), 256),
                "seed": Option(lambda v, name: validate.seed(v, name), 0)}
 
-    def operands(self, kind, q, keys, *, k, temperature, opts):
+    def operands(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
+                 opts: dict[str, Any]) -> Operands:
         omega = random_directions(opts["features"], q.shape[-1], seed=opts["seed"], dtype=q.dtype).to(q.device)
         a, b = feature_operands(q, keys, k=k, temperature=temperature, omega=omega)
         # the log of A @ B^T: on rows of positive terms (no control variate) off by <= gamma_c; on rows with
@@ -503,10 +513,11 @@ class RandomFeatures(Kernel):
         # plus the log's own rounding; on mixed rows the smallest weight is only known to be >= the clamp
         return Operands(kind.name, a, b, err + log_rounding(a, b, mixed), finish=log_)
 
-    def largest_logit(self, kind, ops, dtype):
+    def largest_logit(self, kind: Kind, ops: Operands, dtype: torch.dtype) -> float:
         return 0.0  # the log of a finite float cannot overflow
 
-    def dense(self, kind, q, keys, *, k, temperature, opts):
+    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
+              opts: dict[str, Any]) -> torch.Tensor:
         return distance_rf_map(q, keys, k=k, temperature=temperature, features=opts["features"], seed=opts["seed"])
 
 

@@ -108,15 +108,23 @@ from typing import Any, NamedTuple, Sequence
 
 import torch
 
+from hypviz.attention.approx.key_search import (
+    KeyIndex,
+    KeySearch,
+    block_top,
+    fit_key_index,
+    logit_rounding,
+    search_top_keys,
+)
+from hypviz.attention.approx.random_features import AGGREGATIONS
 from hypviz.attention.maps.checks import check_temperature, checked_inputs, flatten_batch
 from hypviz.attention.maps.kernels import Kernel, Operands, Option, clamp_nonpositive_, logit_error, register_kernel
-from hypviz.attention.approx.key_search import KeyIndex, KeySearch, block_top, fit_key_index, logit_rounding, search_top_keys
-from hypviz.attention.approx.random_features import AGGREGATIONS
 from hypviz.base import validate
 from hypviz.base.kinds import Kind
 from hypviz.lorentz import distance_operands, lift
 
-__all__ = ["LEVELS", "SEARCHES", "MARGIN", "TOL", "SAMPLES", "TAIL_SAMPLES", "TopkTail", "distance_topk_attention", "TopkOperands", "TopkTailKernel"]
+__all__ = ["LEVELS", "SEARCHES", "MARGIN", "TOL", "SAMPLES", "TAIL_SAMPLES", "TopkTail", "distance_topk_attention",
+           "TopkOperands", "TopkTailKernel"]
 
 ArrayLike = Any
 
@@ -158,7 +166,8 @@ class TopkTail(NamedTuple):
     ``offsets[i] : offsets[i] + top_counts[i]``; a flat layout, since a few rows with many top keys would make a
     padded array of ``N x max k_i`` entries); ``top_counts``, ``(..., N)`` :math:`k_i` (0 for a row weighted by the
     tail alone, :math:`M` for a row with every key exact, whose weights are the exact map's row and are not listed:
-    it has no entries, as listing them would take :math:`M` per row); ``tail_mass``, ``(..., N)`` the tail's share :math:`\sum_{j \notin T_i} \hat P_{ij}`;
+    it has no entries, as listing them would take :math:`M` per row); ``tail_mass``, ``(..., N)`` the tail's share
+    :math:`\sum_{j \notin T_i} \hat P_{ij}`;
     ``row_error``, ``(..., N)`` :math:`\hat\varepsilon_i`, the estimate of :math:`\mathrm{TV}(\hat P_i, P_i)`
     (see the module); ``row_baseline``, ``(..., N)`` the estimate of :math:`\mathrm{TV}(\hat P_i, U)`;
     ``row_bound``, ``(..., N)`` a proven upper bound on :math:`\mathrm{TV}(\hat P_i, P_i)` (``inf`` where none:
@@ -166,7 +175,8 @@ class TopkTail(NamedTuple):
     ``row_baseline_low``, ``(..., N)`` a proven lower bound on :math:`\mathrm{TV}(\hat P_i, U)` (0 where none: rows of
     the tail alone); ``met``, ``(..., N)`` whether the bound meets the target, ``row_bound <= tol * row_baseline_low``
     (a guarantee); ``estimated``, ``(..., N)`` the rows whose estimate meets the
-    target, ``row_error <= tol * row_baseline``, where the bound does not (their accuracy is an estimate); ``cut``, ``(..., N, 3)``
+    target, ``row_error <= tol * row_baseline``, where the bound does not (their accuracy is an estimate); ``cut``,
+    ``(..., N, 3)``
     :math:`(t_i, \beta_i, \gamma_i)`, the cut's logit and the tail polynomial; ``search``, the top-key
     search used (``"exact"``, or each index's one-line summary, fallbacks with their reason); ``recall``, its
     measured recall of the exact top keys (the smallest over the searches; 1.0 for the exact search);
@@ -250,7 +260,8 @@ class _ExactSearch:
 
 
 class _IndexSearch:
-    """The index search of one head's points (:func:`hypviz.attention.approx.key_search.search_top_keys`), recording each call's method and recall."""
+    """The index search of one head's points (:func:`hypviz.attention.approx.key_search.search_top_keys`), recording
+    each call's method and recall."""
 
     block_rows = 4096
 
@@ -295,7 +306,8 @@ def _faiss_available() -> bool:
 # the fit
 # --------------------------------------------------------------------------- #
 def _fit(u: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Per row, :math:`(\beta, \gamma)` minimising :math:`\sum_j w_j (1 + \beta u_j + \gamma u_j^2 - e^{u_j})^2`, kept positive (float64)."""
+    r"""Per row, :math:`(\beta, \gamma)` minimising :math:`\sum_j w_j (1 + \beta u_j + \gamma u_j^2 - e^{u_j})^2`, kept
+    positive (float64)."""
     r = torch.expm1(u)
     u2 = u * u
     g11, g12, g22 = (w * u2).sum(-1), (w * u2 * u).sum(-1), (w * u2 * u2).sum(-1)
@@ -606,7 +618,8 @@ def _logit_floor(a64: torch.Tensor, ms: torch.Tensor, reach: float, err: torch.T
     >>> float(_logit_floor(torch.tensor([[3.0, 4.0]]), torch.tensor([1.0]), 2.0, torch.tensor([0.25])))
     -9.5
     """
-    return ms - a64.norm(dim=-1) * reach - 2.0 * err
+    norms: torch.Tensor = a64.norm(dim=-1)  # (Tensor.norm is typed as returning Any)
+    return ms - norms * reach - 2.0 * err
 
 
 def _rounding(err: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
@@ -812,6 +825,8 @@ class TopkOperands(Operands):
     maps them to the log-weights, :math:`s` on the top keys and :math:`t + \log p(s - t)` below the cut.
     """
 
+    spread: float  # set by TopkTailKernel.operands: the bound on |log p| it adds to the largest logit
+
     def logits(self, a_rows: torch.Tensor, b_t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         torch.mm(a_rows, b_t, out=out)
         out.clamp_max_(0.0)
@@ -822,7 +837,8 @@ class TopkOperands(Operands):
 
 
 def _bound_factor(cut: torch.Tensor, largest: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Per row, :math:`G \ge \sup_{u \le 0} |p'(u)/p(u)|` (:math:`|\beta| + \sqrt{\gamma/\eta}`) and a bound on :math:`|\log p|` over :math:`|u| \le 2\,\mathrm{largest}`."""
+    r"""Per row, :math:`G \ge \sup_{u \le 0} |p'(u)/p(u)|` (:math:`|\beta| + \sqrt{\gamma/\eta}`) and a bound on
+    :math:`|\log p|` over :math:`|u| \le 2\,\mathrm{largest}`."""
     beta, gamma = cut[..., 1].abs(), cut[..., 2]
     g = beta + torch.sqrt(gamma / MARGIN)
     span = 2.0 * largest + cut[..., 0].abs()  # |u| = |s - t|
@@ -843,7 +859,8 @@ class TopkTailKernel(Kernel):
         heads = [_plan(a[h], b[h], _ExactSearch(a[h], b[h]), settings, keep=False) for h in range(a.shape[0])]
         return batch, a, b, heads
 
-    def operands(self, kind: Kind, q, keys, *, k, temperature, opts):
+    def operands(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
+                 opts: dict[str, Any]) -> Operands:
         with torch.no_grad():
             _, a, b, heads = self._plans(q, keys, k, temperature, opts)
             cut = torch.stack([h.cut for h in heads]).to(a.dtype)
@@ -859,7 +876,8 @@ class TopkTailKernel(Kernel):
             ops.spread = float(logp.max()) if logp.numel() else 0.0
             return ops
 
-    def dense(self, kind: Kind, q, keys, *, k, temperature, opts):
+    def dense(self, kind: Kind, q: torch.Tensor, keys: torch.Tensor, *, k: float, temperature: float,
+              opts: dict[str, Any]) -> torch.Tensor:
         """The map, differentiable in the points with each row's plan (its cut and polynomial) held fixed."""
         with torch.no_grad():
             batch, _, _, heads = self._plans(q.detach(), keys.detach(), k, temperature, opts)
@@ -878,7 +896,7 @@ register_kernel("topk_tail", TopkTailKernel())
 # --------------------------------------------------------------------------- #
 def _check_top(top: Any) -> tuple[int, ...]:
     if isinstance(top, (str, bytes)) or not isinstance(top, Sequence) or not top or not all(
-            isinstance(t, numbers.Integral) and not isinstance(t, bool) and t >= 0 for t in top):
+            isinstance(t, numbers.Integral) and not isinstance(t, bool) and int(t) >= 0 for t in top):
         raise ValueError(f"top must be a non-empty sequence of non-negative integers (numbers of exact keys), got {top!r:.80}")
     return tuple(sorted(set(int(t) for t in top)))
 
@@ -933,7 +951,8 @@ def _search_summary(searches: list[Any]) -> tuple[str, float]:
 
 
 def _value_sums(b: torch.Tensor, vals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    r"""Key sums (float64, blocked over keys): :math:`\bar b`, :math:`\sum_j v_j`, :math:`\sum_j b'_j v_j^\top`, :math:`\sum_j b'_j \otimes b'_j \otimes v_j`."""
+    r"""Key sums (float64, blocked over keys): :math:`\bar b`, :math:`\sum_j v_j`, :math:`\sum_j b'_j v_j^\top`,
+    :math:`\sum_j b'_j \otimes b'_j \otimes v_j`."""
     m, c = b.shape
     dv = vals.shape[-1]
     bbar = b.double().mean(0)

@@ -8,13 +8,22 @@ arrays come from one matrix product, never from broadcasting ``N x M x d``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from hypviz.attention.maps.checks import check_eps, check_kind, check_norm_scale, check_power, check_temperature, checked_inputs
-from hypviz.attention.maps.kernels import KERNELS, check_logit_range, dense_map, feature_map, norm_scale_eps, raw_scores
-from hypviz.attention.maps.kernels import option_names, unknown_options
+from hypviz.attention.maps.kernels import (
+    KERNELS,
+    Focused,
+    check_logit_range,
+    dense_map,
+    feature_map,
+    norm_scale_eps,
+    option_names,
+    raw_scores,
+    unknown_options,
+)
 from hypviz.attention.maps.kernels import options as kernel_options
 from hypviz.base import kinds
 
@@ -253,7 +262,8 @@ def focused_linear_map(
     """
     q, kappa, _, k, _ = checked_inputs(queries, keys, k=k)
     opts = dict(power=check_power(power), norm_scale=check_norm_scale(norm_scale))
-    return KERNELS["focused"].dense(kinds.get("focused"), q, kappa, k=k, temperature=0.0, opts=opts, eps=check_eps(eps))
+    focused = cast(Focused, KERNELS["focused"])  # the built-in kernel, whose dense map takes eps
+    return focused.dense(kinds.get("focused"), q, kappa, k=k, temperature=0.0, opts=opts, eps=check_eps(eps))
 
 
 def focused_linear_attention(
@@ -299,6 +309,7 @@ def focused_linear_attention(
     (torch.Size([4, 2]), True)
     """
     q, kappa, v, _, _ = checked_inputs(queries, keys, k=k, values=values)
+    assert v is not None  # values were given, so checked_inputs returns them checked
     p, s, e = check_power(power), check_norm_scale(norm_scale), check_eps(eps)
     fq, fk = feature_map(q[..., 1:], p), feature_map(kappa[..., 1:], p)
     kv = fk.transpose(-1, -2) @ v[..., 1:]  # (..., d, d_v)

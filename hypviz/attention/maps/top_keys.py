@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Sequence
 
-import numpy as np
 import torch
 
-from hypviz.base import validate
 from hypviz import lorentz as L
 from hypviz.attention.maps import dense as A
 from hypviz.attention.maps.checks import check_temperature
 from hypviz.base import kinds as registry
+from hypviz.base import validate
 
 __all__ = ["TopKeys", "top_attention", "TIE_RTOL"]
 
