@@ -3,9 +3,7 @@
 ruff checks every ``.py`` file outside ``notebooks/`` (pyflakes, pycodestyle at 130 columns, import order,
 bugbear); mypy checks ``hypviz``, ``scripts``, ``benchmarks``, ``tests`` and the site's ``docs/conf.py`` and
 ``docs/_ext``, strictly on ``hypviz.base``, ``hypviz.lorentz`` and ``hypviz.attention``.  Each tool runs once per
-test process; its findings are split in two: the files being rewritten now (:data:`REWRITTEN`) are checked by their
-own test functions, which fail until that rewrite is done, so that the rest stays green and a finding there does
-not hide one elsewhere.  A failure is one line: the count by rule and the first few places.
+test process, over the whole house.  A failure is one line: the count by rule and the first few places.
 
 The same checks by hand::
 
@@ -26,10 +24,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-
-#: the folders and files under a rewrite (issue 43): their findings are reported by the ``..._rewritten`` tests
-REWRITTEN = ("hypviz/attention/", "hypviz/reports/", "hypviz/cli/", "tests/test_kernel_options.py",
-             "tests/test_house_sizes.py")
 
 #: at most this many places are named in a failure's line
 SHOWN = 5
@@ -76,10 +70,6 @@ def mypy_findings() -> tuple[tuple[str, int, str, str], ...]:
     return errors
 
 
-def rewritten(path: str) -> bool:
-    return path.startswith(REWRITTEN)
-
-
 def summary(tool: str, findings: list[tuple[str, int, str, str]]) -> str:
     """One line: how many, by rule, and the first :data:`SHOWN` places."""
     by_rule = ", ".join(f"{rule} {n}" for rule, n in Counter(f[2] for f in findings).most_common())
@@ -89,22 +79,12 @@ def summary(tool: str, findings: list[tuple[str, int, str, str]]) -> str:
 
 
 def test_ruff_passes():
-    findings = [f for f in ruff_findings() if not rewritten(f[0])]
+    findings = list(ruff_findings())
     assert not findings, summary("ruff check", findings)
 
 
 def test_mypy_passes():
-    findings = [f for f in mypy_findings() if not rewritten(f[0])]
-    assert not findings, summary("mypy", findings)
-
-
-def test_ruff_passes_on_the_rewritten_files():
-    findings = [f for f in ruff_findings() if rewritten(f[0])]
-    assert not findings, summary("ruff check", findings)
-
-
-def test_mypy_passes_on_the_rewritten_files():
-    findings = [f for f in mypy_findings() if rewritten(f[0])]
+    findings = list(mypy_findings())
     assert not findings, summary("mypy", findings)
 
 
