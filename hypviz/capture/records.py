@@ -335,6 +335,11 @@ class LayerRecord:
             raise ValueError(f"LayerRecord {short(self.name)}: training must be True, False or None, got {short(self.training)}")
         if registry.get(self.kind).temperature and self.temperature is None:
             raise ValueError(f"LayerRecord {short(self.name)}: kind {short(self.kind)} needs a temperature, got None")
+        self._check_points()
+        self._check_extras()
+
+    def _check_points(self) -> None:
+        """Queries, keys and values: Lorentz points, (H, N|M, d + 1), one dtype; and the heads' temperatures."""
         where = f"LayerRecord {short(self.name)}"
         self.queries = _record_tensor(self.queries, f"{where} queries", "N")
         self.keys = _record_tensor(self.keys, f"{where} keys", "M")
@@ -363,6 +368,11 @@ class LayerRecord:
             self.head_temperatures = [opt_float(t, f"{where}: head_temperatures", positive=True, none_ok=False) for t in ht]
             if self.temperature is None:
                 raise ValueError(f"{where}: a record with head_temperatures needs temperature (their geometric mean), got None")
+
+    def _check_extras(self) -> None:
+        """The optional fields checked against the points: checked output, self term, digests, batch, mask, adjacency."""
+        where = f"LayerRecord {short(self.name)}"
+        q, kk = self.queries, self.keys
         for field in ("checked_output", "self_term"):
             t = getattr(self, field)
             if t is not None and (not isinstance(t, torch.Tensor) or t.layout != torch.strided or not t.is_floating_point()):
