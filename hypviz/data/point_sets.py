@@ -95,13 +95,26 @@ def wrapped_normal(
         Dimension of the hyperbolic space (points have ``d + 1`` coordinates).
     std : float
         Standard deviation of each tangent coordinate, :math:`> 0`.
-    k, seed, dtype, device
-        Curvature parameter, random seed, ``torch.float32`` or ``torch.float64``, device.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    seed : int, torch.Generator, numpy.random.Generator or None, default 0
+        Random seed (an int :math:`\ge 0`) or generator; ``None`` uses torch's global generator.
+    dtype : torch.dtype, default torch.float64
+        ``torch.float32`` or ``torch.float64``.
+    device : torch.device or str, optional
+        Device of the result; default the CPU.
 
     Returns
     -------
     torch.Tensor
         Shape ``(*n, d + 1)``, on :math:`\langle x, x\rangle_L = -k`.
+
+    Raises
+    ------
+    ValueError
+        When ``n`` is not a positive integer or a non-empty tuple of them, ``d`` is not an integer
+        :math:`\ge 1`, ``std`` is not a positive finite number, or :math:`k \le 0`; ``TypeError`` for
+        another ``seed`` or ``dtype``.
     """
     shape = _check_shape(n)
     d = validate.integer(d, "d", 1)
@@ -141,10 +154,34 @@ def lifted_gaussian(
     03, 05 and 06.  Drawn in float64, then cast to ``dtype``; other parameters as
     :func:`wrapped_normal`.
 
+    Parameters
+    ----------
+    n : int or tuple of int
+        Number of points, or a batch shape.
+    d : int
+        Dimension of the hyperbolic space (points have ``d + 1`` coordinates).
+    mean_norm : float
+        :math:`r`, the mean spatial norm, :math:`> 0`.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    seed : int, torch.Generator, numpy.random.Generator or None, default 0
+        Random seed (an int :math:`\ge 0`) or generator; ``None`` uses torch's global generator.
+    dtype : torch.dtype, default torch.float64
+        ``torch.float32`` or ``torch.float64``.
+    device : torch.device or str, optional
+        Device of the result; default the CPU.
+
     Returns
     -------
     torch.Tensor
         Shape ``(*n, d + 1)``, on :math:`\langle x, x\rangle_L = -k`.
+
+    Raises
+    ------
+    ValueError
+        When ``n`` is not a positive integer or a non-empty tuple of them, ``d`` is not an integer
+        :math:`\ge 1`, ``mean_norm`` is not a positive finite number, or :math:`k \le 0`; ``TypeError`` for
+        another ``seed`` or ``dtype``.
     """
     shape = _check_shape(n)
     d = validate.integer(d, "d", 1)
@@ -189,7 +226,7 @@ def htc_layer(
         Same dtype and device as ``x``.
     bias : array or tensor, shape (d_out,), optional
         Same dtype and device as ``x``.
-    k_in, k_out : float
+    k_in, k_out : float, default 1.0
         Curvature parameters of the input and output hyperboloids.
 
     Returns
@@ -252,14 +289,25 @@ def random_htc_qk(
         Points on :math:`\langle x, x\rangle_L = -k_{\mathrm{in}}` (from this module or anywhere).
     d_out : int
         Spatial dimension of the queries and keys.
-    k_in, k_out, seed, gain
-        Curvatures, random seed, Xavier gain.
+    k_in, k_out : float, default 1.0
+        Curvature parameters of the input and output hyperboloids.
+    seed : int, torch.Generator, numpy.random.Generator or None, default 0
+        Random seed (an int :math:`\ge 0`) or generator; ``None`` uses torch's global generator.
+    gain : float, default sqrt(2)
+        Xavier gain, :math:`> 0`.
 
     Returns
     -------
     (queries, keys) : tuple of torch.Tensor
         Each ``(..., N, d_out + 1)`` on :math:`\langle y, y\rangle_L = -k_{\mathrm{out}}`, dtype and
         device of ``points``.
+
+    Raises
+    ------
+    ValueError
+        When ``points`` fail :func:`hypviz.lorentz.check_points` for ``k_in``, ``d_out`` is not an integer
+        :math:`\ge 1`, ``gain`` is not a positive finite number, or a curvature parameter is :math:`\le 0`;
+        ``TypeError`` for another ``seed``.
     """
     ki = check_k(k_in)
     p = check_points(points, k=ki, name="points")

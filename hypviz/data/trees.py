@@ -65,7 +65,7 @@ def distortion(d_hyp: ArrayLike, d_graph: ArrayLike, edge_length: float = 1.0) -
     d_hyp, d_graph : array or tensor, shape (N, N)
         Hyperbolic distances and graph (hop) distances, :math:`N \ge 2`; only the upper triangle is
         read, and ``d_graph`` must be positive and finite there.
-    edge_length : float
+    edge_length : float, default 1.0
         The edge length the graph metric is scaled by.
 
     Returns
@@ -112,7 +112,10 @@ def _hop_matrix(graph: nx.Graph, nodes: Sequence[Hashable]) -> np.ndarray:
 class TreeEmbedding:
     r"""A tree (or a graph through a spanning tree) embedded in the hyperbolic plane.
 
-    Attributes
+    A frozen dataclass: each parameter is kept as the attribute of the same name; :attr:`max_norm` and
+    :attr:`max_radius` are computed from ``points``.
+
+    Parameters
     ----------
     points : torch.Tensor
         ``(N, 3)`` float64 points on :math:`\langle x, x\rangle_L = -k`, time first; row ``i`` is ``nodes[i]``.
@@ -131,11 +134,11 @@ class TreeEmbedding:
     worst_distortion, average_distortion : float
         :func:`distortion` of all pairwise geodesic distances against ``edge_length`` times the tree's
         hop distance.
-    graph_edges : torch.Tensor or None
+    graph_edges : torch.Tensor or None, default None
         For a graph embedded through a spanning tree: ``(E', 2)`` row indices of all its edges.
-    graph_worst_distortion, graph_average_distortion : float or None
+    graph_worst_distortion, graph_average_distortion : float or None, default None
         The same distortion figures against the original graph's shortest-path hop distances.
-    node_data : dict
+    node_data : dict, default {}
         Per-node attributes carried over from the source graph (tuples in row order).
     """
 
@@ -326,12 +329,12 @@ def embed_tree(
         no node lies farther than ``MAX_RADIUS * sqrt(k)`` from the origin (the float64 limit of the
         module docstring); when the cap binds the target is not met and ``worst_distortion`` says by
         how much.
-    k : float
-        Curvature parameter.
-    parent_gap : float
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    parent_gap : float, default PARENT_GAP
         :math:`g` above, :math:`> 0`.  The default 1.35 minimises the edge length the branching-3,
         depth-5 tree needs for worst-case distortion 1.1 (5.37 against Sarkar's even spacing's 6.7).
-    max_distortion : float
+    max_distortion : float, default 1.1
         Target worst-case distortion for the default ``edge_length``, :math:`> 1`; unused when ``edge_length`` is given.
 
     Returns
@@ -457,6 +460,32 @@ def balanced_tree(
     nodes (at most 5000).  With the defaults, branching 3 and depth 5 (364 nodes) get worst-case
     distortion :math:`\le 1.1` (edge length about :math:`5.37\sqrt{k}`).  Other parameters as
     :func:`embed_tree`.
+
+    Parameters
+    ----------
+    branching : int
+        :math:`b`, children per inner node, :math:`\ge 1`.
+    depth : int
+        :math:`h`, levels below the root, :math:`\ge 1`.
+    edge_length : float, optional
+        Edge length (hyperbolic distance); default as :func:`embed_tree`.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    parent_gap : float, default PARENT_GAP
+        Angular gap between a node's parent edge and its nearest child edge, as :func:`embed_tree`, :math:`> 0`.
+    max_distortion : float, default 1.1
+        Target worst-case distortion for the default ``edge_length``, :math:`> 1`; unused when ``edge_length`` is given.
+
+    Returns
+    -------
+    TreeEmbedding
+        Row ``i`` is node ``i`` of ``nx.balanced_tree(branching, depth)``; node 0, the root, at the origin.
+
+    Raises
+    ------
+    ValueError
+        When ``branching`` or ``depth`` is not an integer :math:`\ge 1`, the tree has more than 5000 nodes,
+        or as :func:`embed_tree`.
     """
     b = validate.integer(branching, "branching", 1)
     h = validate.integer(depth, "depth", 1)
@@ -478,7 +507,7 @@ def karate_club(
     parent_gap: float = PARENT_GAP,
     max_distortion: float = 1.1,
 ) -> TreeEmbedding:
-    """Zachary's karate club (``nx.karate_club_graph()``, 34 members, 78 ties) through a BFS spanning tree.
+    r"""Zachary's karate club (``nx.karate_club_graph()``, 34 members, 78 ties) through a BFS spanning tree.
 
     The tree is ``nx.bfs_tree(G, root)`` (default root 0, the instructor "Mr. Hi", a centre of the
     graph), embedded by :func:`embed_tree` with that root at the origin.  Both distortions are
@@ -488,10 +517,23 @@ def karate_club(
     ties left out of the tree are stretched to tree paths).  ``node_data["club"]`` holds each
     member's faction after the split ("Mr. Hi" or "Officer").  Other parameters as :func:`embed_tree`.
 
+    Parameters
+    ----------
+    root : int, default 0
+        The member placed at the origin, an int in 0..33.
+    edge_length : float, optional
+        Edge length (hyperbolic distance); default as :func:`embed_tree`.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    parent_gap : float, default PARENT_GAP
+        Angular gap between a node's parent edge and its nearest child edge, as :func:`embed_tree`, :math:`> 0`.
+    max_distortion : float, default 1.1
+        Target worst-case distortion for the default ``edge_length``, :math:`> 1`; unused when ``edge_length`` is given.
+
     Raises
     ------
     ValueError
-        When ``root`` is not a member (an int in 0..33).
+        When ``root`` is not a member (an int in 0..33), or as :func:`embed_tree`.
     """
     graph = nx.karate_club_graph()
     if isinstance(root, bool) or root not in graph:

@@ -47,6 +47,15 @@ def origin(d: int, *, k: float = 1.0, dtype: torch.dtype = torch.float64) -> tor
 
         o = (\sqrt{k}, 0, \dots, 0)
 
+    Parameters
+    ----------
+    d : int
+        Dimension of the hyperbolic space, :math:`\ge 1` (the origin has ``d + 1`` coordinates).
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    dtype : torch.dtype, default torch.float64
+        Dtype of the result.
+
     Raises
     ------
     ValueError
@@ -70,6 +79,18 @@ def lift(x_s: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     .. math::
 
         x = \Bigl(\sqrt{\|x_s\|^2 + k},\; x_s\Bigr)
+
+    Parameters
+    ----------
+    x_s : array or tensor, shape (..., d)
+        Spatial parts, :math:`d \ge 1`, finite.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(..., d + 1)`` on :math:`\langle x, x\rangle_L = -k`, dtype and device of ``x_s``.
 
     Raises
     ------
@@ -99,6 +120,23 @@ def inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
     .. math::
 
         \langle x, y\rangle_L = -x_t y_t + x_s \cdot y_s
+
+    Parameters
+    ----------
+    x, y : array or tensor, shape (..., d + 1)
+        Vectors of :math:`\mathbb{R}^{d+1}`, time first, not checked to lie on a hyperboloid; their batch
+        shapes broadcast.  One dtype and device.
+
+    Returns
+    -------
+    torch.Tensor
+        The broadcast batch shape ``(...)``.
+
+    Raises
+    ------
+    ValueError
+        When ``x`` and ``y`` differ in ``d`` or their batch shapes do not broadcast; ``TypeError`` when
+        their dtypes differ.
 
     Examples
     --------
@@ -174,6 +212,19 @@ def sqdist(x: ArrayLike, y: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     ``x`` and ``y`` are ``(..., d + 1)`` points (checked by :func:`check_points`) whose batch
     shapes broadcast.
 
+    Parameters
+    ----------
+    x, y : array or tensor, shape (..., d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k` (checked by :func:`check_points`), time first;
+        their batch shapes broadcast.  One dtype (float32 or float64) and device.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Returns
+    -------
+    torch.Tensor
+        The broadcast batch shape ``(...)``, dtype and device of the inputs.
+
     Raises
     ------
     ValueError
@@ -213,6 +264,25 @@ def dist(x: ArrayLike, y: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     unlike ``arcosh`` of a clamped inner product.  Differentiable everywhere: at :math:`x = y`,
     where the distance has a kink, the gradient is the subgradient 0 (not NaN).
 
+    Parameters
+    ----------
+    x, y : array or tensor, shape (..., d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k` (checked by :func:`check_points`), time first;
+        their batch shapes broadcast.  One dtype (float32 or float64) and device.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Returns
+    -------
+    torch.Tensor
+        The broadcast batch shape ``(...)``, dtype and device of the inputs.
+
+    Raises
+    ------
+    ValueError
+        When the points are off the hyperboloid (see :func:`check_points`), differ in ``d``, or their
+        batch shapes do not broadcast; ``TypeError`` when their dtypes differ.
+
     Examples
     --------
     >>> from hypviz.lorentz import dist, lift
@@ -250,6 +320,19 @@ def pairwise_inner(x: ArrayLike, y: ArrayLike) -> torch.Tensor:
     ``x`` is ``(..., N, d + 1)``, ``y`` is ``(..., M, d + 1)``; the result is ``(..., N, M)``
     (no ``N x M x (d + 1)`` intermediate).  The points are not checked to lie on a hyperboloid.
 
+    Parameters
+    ----------
+    x : array or tensor, shape (..., N, d + 1)
+        First set, time first.
+    y : array or tensor, shape (..., M, d + 1)
+        Second set, of the same ``d``, dtype and device; the batch shapes ``(...)`` broadcast.
+
+    Raises
+    ------
+    ValueError
+        When ``x`` or ``y`` has fewer than 2 axes, they differ in ``d``, or their batch shapes do not
+        broadcast; ``TypeError`` when their dtypes differ.
+
     Examples
     --------
     >>> from hypviz.lorentz import lift, pairwise_inner
@@ -278,6 +361,20 @@ def pairwise_sqdist(x: ArrayLike, y: ArrayLike, *, k: float = 1.0) -> torch.Tens
     logits, where only differences along a row matter).  For the relative accuracy on nearby pairs
     of :func:`sqdist`, call ``sqdist(x[..., :, None, :], y[..., None, :, :], k=k)``, which costs
     ``N x M x d`` memory.
+
+    Parameters
+    ----------
+    x : array or tensor, shape (..., N, d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k` (checked by :func:`check_points`), time first.
+    y : array or tensor, shape (..., M, d + 1)
+        Points as ``x``, of the same ``d``, dtype and device; the batch shapes ``(...)`` broadcast.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Raises
+    ------
+    ValueError
+        When the points fail :func:`check_points`, or as :func:`pairwise_inner`.
 
     Examples
     --------
@@ -320,6 +417,27 @@ def distance_operands(
     points already checked with :func:`check_points` (they are not validated here; ``k`` and ``temperature``
     are: :math:`k > 0`, :math:`\tau` finite and nonzero, negative for :math:`+\tfrac12\|x - y\|_L^2 / |\tau|`).
 
+    Parameters
+    ----------
+    x : torch.Tensor, shape (..., N, d + 1)
+        Points already checked with :func:`check_points`.
+    y : torch.Tensor, shape (..., M, d + 1)
+        Points already checked with :func:`check_points`, of the dtype and device of ``x``.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    temperature : float, default 1.0
+        :math:`\tau`, finite and nonzero.
+
+    Returns
+    -------
+    (A, B) : tuple of torch.Tensor
+        Shapes ``(..., N, d + 3)`` and ``(..., M, d + 3)``.
+
+    Raises
+    ------
+    ValueError
+        When :math:`k \le 0` or ``temperature`` is not a finite nonzero number.
+
     Examples
     --------
     >>> from hypviz.lorentz import distance_operands, lift
@@ -356,6 +474,18 @@ def expmap0(u: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
         x_t = \sqrt{\|x_s\|^2 + k} = \sqrt{k}\,\cosh\Bigl(\frac{\|u_s\|}{\sqrt{k}}\Bigr)
 
     ``u`` is ``(..., d + 1)`` with ``u[..., 0] == 0`` (as in geoopt); :math:`u_s = 0` gives the origin.
+
+    Parameters
+    ----------
+    u : array or tensor, shape (..., d + 1)
+        Tangent vectors at the origin, :math:`u = (0, u_s)`, finite.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(..., d + 1)`` on :math:`\langle x, x\rangle_L = -k`, dtype and device of ``u``.
 
     Raises
     ------
@@ -405,6 +535,18 @@ def logmap0(x: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
 
     so that :math:`\|u_s\| = d(o, x)`.  The points are checked with :func:`check_points`.
 
+    Parameters
+    ----------
+    x : array or tensor, shape (..., d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k` (checked by :func:`check_points`), time first.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Raises
+    ------
+    ValueError
+        When the points fail :func:`check_points` or :math:`k \le 0`.
+
     Examples
     --------
     >>> from hypviz.lorentz import expmap0, logmap0
@@ -429,6 +571,18 @@ def to_poincare(x: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     .. math::
 
         p = \frac{\sqrt{k}\,x_s}{x_t + \sqrt{k}}
+
+    Parameters
+    ----------
+    x : array or tensor, shape (..., d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k` (checked by :func:`check_points`), time first.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Raises
+    ------
+    ValueError
+        When the points fail :func:`check_points` or :math:`k \le 0`.
 
     Examples
     --------
@@ -463,6 +617,18 @@ def from_poincare(p: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
         x_s = \frac{2k\,p}{k - \|p\|^2}, \qquad
         x_t = \sqrt{\|x_s\|^2 + k} = \frac{\sqrt{k}\,(k + \|p\|^2)}{k - \|p\|^2}
 
+    Parameters
+    ----------
+    p : array or tensor, shape (..., d)
+        Points of the open Poincare ball, :math:`\|p\| < \sqrt{k}`, :math:`d \ge 1`.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(..., d + 1)`` on :math:`\langle x, x\rangle_L = -k`, dtype and device of ``p``.
+
     Raises
     ------
     ValueError
@@ -488,6 +654,18 @@ def to_klein(x: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
 
         K = \frac{\sqrt{k}\,x_s}{x_t}
 
+    Parameters
+    ----------
+    x : array or tensor, shape (..., d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k` (checked by :func:`check_points`), time first.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Raises
+    ------
+    ValueError
+        When the points fail :func:`check_points` or :math:`k \le 0`.
+
     Examples
     --------
     >>> from hypviz.lorentz import to_klein
@@ -505,6 +683,18 @@ def from_klein(q: ArrayLike, *, k: float = 1.0) -> torch.Tensor:
     .. math::
 
         x_t = \frac{k}{\sqrt{k - \|K\|^2}}, \qquad x_s = \frac{x_t\,K}{\sqrt{k}}
+
+    Parameters
+    ----------
+    q : array or tensor, shape (..., d)
+        Points :math:`K` of the open Klein ball, :math:`\|K\| < \sqrt{k}`, :math:`d \ge 1`.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape ``(..., d + 1)`` on :math:`\langle x, x\rangle_L = -k`, dtype and device of ``q``.
 
     Raises
     ------
@@ -562,10 +752,10 @@ def geodesic(x: ArrayLike, y: ArrayLike, n: int = 64, *, k: float = 1.0) -> torc
     x, y : array or tensor, shape (..., d + 1)
         Points on :math:`\langle x, x\rangle_L = -k` (checked by :func:`check_points`), time first;
         their batch shapes broadcast.  One dtype (float32 or float64) and device.
-    n : int
+    n : int, default 64
         Number of samples, :math:`\ge 2`.
-    k : float
-        Curvature parameter.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
 
     Returns
     -------

@@ -29,6 +29,18 @@ def as_tensor(x: ArrayLike, name: str = "x") -> torch.Tensor:
     byte order, same values); nested lists go through ``numpy.asarray``; a tensor is returned as it is.
     ``name`` names ``x`` in the error message.
 
+    Parameters
+    ----------
+    x : array, tensor or nested list of floats
+        The values, any shape; float16, float32 or float64 (a tensor may be any floating dtype).
+    name : str, default "x"
+        What ``x`` is called in the error message.
+
+    Returns
+    -------
+    torch.Tensor
+        ``x`` with its dtype; a tensor is not copied, a C-contiguous writeable float array shares its memory.
+
     Raises
     ------
     TypeError
@@ -94,10 +106,20 @@ def _not_dense(t: torch.Tensor) -> str | None:
 
 
 def check_k(k: float) -> float:
-    """Return the curvature parameter ``k`` as a Python float, or raise if it is not a number > 0.
+    r"""Return the curvature parameter ``k`` as a Python float, or raise if it is not a number > 0.
 
     ``k`` is a fixed number here (as in Hypformer's code): a tensor that requires grad is refused
     rather than silently detached, and so is a bool.
+
+    Parameters
+    ----------
+    k : float or 0-d tensor
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Returns
+    -------
+    float
+        ``k`` as a Python float.
 
     Raises
     ------
@@ -179,11 +201,11 @@ def check_points(
     ----------
     x : array or tensor, shape (..., d + 1)
         The points, time first, :math:`d \ge 1`.
-    k : float
-        Curvature parameter.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
     atol, rtol : float, optional
         Tolerances; default ``rtol = 1e-5`` (float32) or ``1e-10`` (float64) and ``atol = rtol * k``.
-    name : str
+    name : str, default "x"
         What the points are called in the error message.
 
     Returns

@@ -50,10 +50,19 @@ GRID_MAX_REACH = 12.0
 class DisplayProjection(NamedTuple):
     r"""Points brought to the 2-D hyperbolic plane for display (the result of :func:`project_for_display`).
 
-    ``points``: ``(N, 3)`` on :math:`\langle x, x\rangle_L = -k`; ``basis``: :math:`B`, ``(d, 2)``
-    orthonormal directions in the tangent space at the origin (``None`` when :math:`d = 2`: nothing
-    projected); ``kept``: the fraction of :math:`\sum_i \|\log_o(x_i)\|^2` kept; ``note``: the
-    sentence stated on the figure (empty when :math:`d = 2`).
+    A named tuple: each parameter is the field of the same name.
+
+    Parameters
+    ----------
+    points : torch.Tensor, shape (N, 3)
+        The projected points, on :math:`\langle x, x\rangle_L = -k`.
+    basis : torch.Tensor, shape (d, 2), or None
+        :math:`B`, orthonormal directions in the tangent space at the origin (``None`` when
+        :math:`d = 2`: nothing projected).
+    kept : float
+        The fraction of :math:`\sum_i \|\log_o(x_i)\|^2` kept.
+    note : str
+        The sentence stated on the figure (empty when :math:`d = 2`).
 
     Examples
     --------
@@ -101,6 +110,20 @@ def project_for_display(points: ArrayLike, *, k: float = 1.0) -> DisplayProjecti
     Distances from the origin are kept for points in the kept plane and shrink otherwise; other
     distances are not kept.  The returned ``note`` says so and is written on every figure.
     ``points`` are ``(..., d + 1)``; the result's ``points`` ``(N, 3)``.
+
+    Parameters
+    ----------
+    points : array or tensor, shape (..., d + 1)
+        Points on :math:`\langle x, x\rangle_L = -k` (checked by :func:`check_points`), time first,
+        :math:`d \ge 2`; the batch axes are flattened to ``N`` rows.
+    k : float, default 1.0
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+
+    Returns
+    -------
+    DisplayProjection
+        ``points`` ``(N, 3)``, ``basis``, ``kept`` and ``note``; for :math:`d = 2` the points unchanged,
+        ``basis=None``, ``kept=1.0`` and ``note=""``.
 
     Raises
     ------
@@ -181,6 +204,27 @@ def geodesic_grid(
     :func:`hypviz.lorentz.geodesic`.  Lines shorter than rounding are left out; no line: shape
     ``(0, n, 3)``.
 
+    Parameters
+    ----------
+    k : float
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    radius : float
+        The lines are at signed distances :math:`|a| <` ``radius`` from the origin, :math:`> 0`.
+    spacing : float
+        Hyperbolic distance between neighbouring parallel lines, :math:`> 0`.
+    n : int, default 48
+        Samples along each line, :math:`\ge 2`.
+    reach : float, optional
+        Hyperbolic radius at which the lines are cut; default ``radius``.
+    dtype : torch.dtype, default torch.float64
+        Dtype of the result.
+
+    Raises
+    ------
+    ValueError
+        When ``radius``, ``spacing`` or ``reach`` is not a positive finite number, ``n`` is not an integer
+        :math:`\ge 2`, or :math:`k \le 0`.
+
     Examples
     --------
     >>> from hypviz.lorentz import geodesic_grid
@@ -225,6 +269,23 @@ def polar_sheet(
 
     both evenly spaced (``n_radial`` and ``n_angle`` values, ends included).
 
+    Parameters
+    ----------
+    k : float
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    radius : float
+        Largest hyperbolic distance from the origin, :math:`> 0`.
+    n_radial, n_angle : int
+        Numbers of radii and of angles, each :math:`\ge 1`.
+    dtype : torch.dtype, default torch.float64
+        Dtype of the result.
+
+    Raises
+    ------
+    ValueError
+        When ``radius`` is not a positive finite number, ``n_radial`` or ``n_angle`` is not an integer
+        :math:`\ge 1`, or :math:`k \le 0`.
+
     Examples
     --------
     >>> from hypviz.lorentz import inner, polar_sheet
@@ -258,11 +319,28 @@ def poincare_polar_grid(
     evenly spaced, so the grid stays fine where fields steepen near the boundary; ``edge`` in
     :math:`(0, 1)` is the outermost radius as a fraction of :math:`\sqrt{k}`.
 
+    Parameters
+    ----------
+    k : float
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    n_radial, n_angle : int
+        Numbers of radii and of angles, each :math:`\ge 1`.
+    edge : float
+        Outermost radius as a fraction of :math:`\sqrt{k}`, in :math:`(0, 1)`.
+    dtype : torch.dtype, default torch.float64
+        Dtype of the result.
+
     Returns
     -------
     tuple of torch.Tensor
         ``(px, py, points)``: the disk coordinates, each ``(n_radial, n_angle)``, and the grid
         lifted to the hyperboloid by :func:`hypviz.lorentz.from_poincare`, ``(n_radial * n_angle, 3)``.
+
+    Raises
+    ------
+    ValueError
+        When ``edge`` is not in :math:`(0, 1)`, ``n_radial`` or ``n_angle`` is not an integer :math:`\ge 1`,
+        or :math:`k \le 0`.
 
     Examples
     --------
@@ -295,6 +373,13 @@ def disk_boundary(*, k: float, n: int = 121) -> np.ndarray:
         \varphi_j = \frac{2\pi j}{n - 1}, \quad j = 0, \dots, n - 1
 
     (closed: the last point is the first).  A numpy array, since it is only ever drawn.
+
+    Parameters
+    ----------
+    k : float
+        Curvature parameter :math:`k > 0` of the hyperboloid :math:`\langle x, x\rangle_L = -k`.
+    n : int, default 121
+        Number of points, :math:`\ge 2`.
 
     Examples
     --------
