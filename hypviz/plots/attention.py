@@ -32,6 +32,7 @@ from hypviz.plots._common import as_1d as _as_1d
 from hypviz.plots._common import as_2d as _as_2d
 
 if TYPE_CHECKING:  # matplotlib is imported lazily, inside the functions
+    import torch
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -221,6 +222,26 @@ def _level_values(values: np.ndarray, levels: int | Sequence[float]) -> np.ndarr
     return np.sort(_as_1d(levels, "levels"))
 
 
+def _disk_points(query: ArrayLike, keys: ArrayLike, k: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``query (3,)`` (or ``(1, 3)``) and ``keys (M, 3)``: points of the hyperbolic plane on ``<x, x>_L = -k``, one dtype."""
+    from hypviz import lorentz as L
+
+    q = L.as_tensor(query, "query")
+    kk = L.as_tensor(keys, "keys")
+    if q.dim() == 2 and q.shape[0] == 1:
+        q = q[0]
+    if q.shape != (3,):
+        raise ValueError("disk_level_sets_mpl: query must be one point of the hyperbolic plane, shape (3,); "
+                         f"got {tuple(q.shape)}")
+    if kk.dim() != 2 or kk.shape[-1] != 3 or kk.shape[0] < 1:
+        raise ValueError(f"disk_level_sets_mpl: keys must be points of the hyperbolic plane, shape (M, 3); got {tuple(kk.shape)}")
+    if kk.dtype != q.dtype:
+        kk = kk.to(q.dtype)
+    L.check_points(q, k=k, name="query")
+    L.check_points(kk, k=k, name="keys")
+    return q, kk
+
+
 def disk_level_sets_mpl(
     query: ArrayLike,
     keys: ArrayLike,
@@ -269,19 +290,7 @@ def disk_level_sets_mpl(
     from hypviz.lorentz.projections import poincare_polar_grid
 
     kf = L.check_k(k)
-    q = L.as_tensor(query, "query")
-    kk = L.as_tensor(keys, "keys")
-    if q.dim() == 2 and q.shape[0] == 1:
-        q = q[0]
-    if q.shape != (3,):
-        raise ValueError("disk_level_sets_mpl: query must be one point of the hyperbolic plane, shape (3,); "
-                         f"got {tuple(q.shape)}")
-    if kk.dim() != 2 or kk.shape[-1] != 3 or kk.shape[0] < 1:
-        raise ValueError(f"disk_level_sets_mpl: keys must be points of the hyperbolic plane, shape (M, 3); got {tuple(kk.shape)}")
-    if kk.dtype != q.dtype:
-        kk = kk.to(q.dtype)
-    L.check_points(q, k=kf, name="query")
-    L.check_points(kk, k=kf, name="keys")
+    q, kk = _disk_points(query, keys, kf)
     if not (isinstance(grid, (tuple, list)) and len(grid) == 2):
         raise ValueError(f"disk_level_sets_mpl: grid must be (radii, angles), each >= 4; got {grid!r}")
     n_radial, n_angle = (validate.integer(g, "grid", 4) for g in grid)

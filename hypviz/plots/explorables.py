@@ -46,7 +46,7 @@ weights and norms, ``RdBu_r`` centred on zero for differences.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -119,9 +119,59 @@ def _gap_and_weights(q: torch.Tensor, keys: torch.Tensor, qi: int, k: float,
     return c.mean_tv, c.mean_tv_uniform_b, math.nan if c.gap_ratio is None else c.gap_ratio, w_a, w_b
 
 
+def _weight_range(weight_range: tuple[float, float]) -> tuple[float, float]:
+    """``weight_range`` checked: ``(low, high)`` with ``0 < low < 1 < high``."""
+    lo_w, hi_w = (validate.number(v, "weight_range") for v in weight_range)
+    if not 0 < lo_w < 1 < hi_w:
+        raise ValueError(f"weight_range must be (low, high) with 0 < low < 1 < high, got {weight_range!r}")
+    return lo_w, hi_w
+
+
+def _weight_axes(fig: go.Figure, lo_w: float, hi_w: float) -> None:
+    """Panel 3's log axes: ``M P_j`` (distance) against ``M S_j`` (spatial) over ``weight_range``."""
+    fig.update_xaxes(decades(range=log_range(lo_w, hi_w), title_text="M·P<sub>j</sub>: distance map × M"), row=1, col=3)
+    fig.update_yaxes(decades(range=log_range(lo_w, hi_w), title_text="M·S<sub>j</sub>: spatial map × M"), row=1, col=3)
+
+
 # --------------------------------------------------------------------------- #
 # (a) norm scale and temperature
 # --------------------------------------------------------------------------- #
+def _norm_temperature_sweep(q0: torch.Tensor, k0: torch.Tensor, rs: np.ndarray, taus: np.ndarray, qi: int,
+                            kf: float) -> tuple[np.ndarray, ...]:
+    """Gap, baseline, ratio ``(T, R)`` and query ``qi``'s weights under each map ``(T, R, M)``, every ``r`` and tau."""
+    R, T, M = len(rs), len(taus), k0.shape[0]
+    gap, base, ratio = np.zeros((T, R)), np.zeros((T, R)), np.zeros((T, R))
+    w_s, w_d = np.zeros((T, R, M)), np.zeros((T, R, M))
+    for i, r in enumerate(rs.tolist()):
+        Q, K = L.lift(r * q0[:, 1:], k=kf), L.lift(r * k0[:, 1:], k=kf)
+        for t, tau in enumerate(taus.tolist()):
+            gap[t, i], base[t, i], ratio[t, i], w_s[t, i], w_d[t, i] = _gap_and_weights(Q, K, qi, kf, tau)
+    return gap, base, ratio, w_s, w_d
+
+
+def _norm_temperature_curves(go: Any, fig: go.Figure, rs: np.ndarray, taus: np.ndarray, x_coll: np.ndarray,
+                             sweep: tuple[np.ndarray, ...], digits: int) -> None:
+    """Panels 1 and 2: gap and baseline against ``r`` and ``r^2/tau``, one colour per temperature, and the legend."""
+    gap, base, ratio = sweep[:3]
+    for t, tau in enumerate(taus.tolist()):
+        colour = COLOURS[t % len(COLOURS)]
+        for col, xs in ((1, rs), (2, x_coll[t])):
+            for field, dash, what in ((gap, "solid", "gap TV(S, P)"), (base, "dash", "baseline TV(P, U)")):
+                fig.add_trace(go.Scatter(
+                    x=sig(xs, digits), y=sig(field[t], digits), customdata=sig(ratio[t], 3),
+                    mode="lines+markers", line=dict(color=colour, dash=dash, width=2), marker=dict(size=5, color=colour),
+                    name=f"τ = {label(tau)}: {what}" + ("" if col == 1 else " against r²/τ"), showlegend=False,
+                    hovertemplate=(f"τ = {label(tau)}, {what}<br>r = %{{x:.3g}}<br>value %{{y:.4g}}"
+                                   "<br>gap / baseline %{customdata:.3g}<extra></extra>" if col == 1 else
+                                   f"τ = {label(tau)}, {what}<br>r²/τ = %{{x:.3g}}<br>value %{{y:.4g}}"
+                                   "<br>gap / baseline %{customdata:.3g}<extra></extra>"),
+                ), row=1, col=col)
+    for t, tau in enumerate(taus.tolist()):  # the legend: one entry per colour, one per line style
+        fig.add_trace(legend_line(go, f"τ = {label(tau)}", COLOURS[t % len(COLOURS)], "solid"))
+    fig.add_trace(legend_line(go, "solid: gap TV(S, P)", style.BLACK, "solid"))
+    fig.add_trace(legend_line(go, "dashed: baseline TV(P, U)", style.BLACK, "dash"))
+
+
 def norm_temperature_explorer(
     queries: ArrayLike,
     keys: ArrayLike,
@@ -174,17 +224,11 @@ def norm_temperature_explorer(
         raise ValueError(f"start must be a pair (r, temperature) of grid values or None, got {start!r}")
     ir = grid_position(None if start is None else start[0], rs, "start[0] (r)", len(rs) // 2)
     it = grid_position(None if start is None else start[1], taus, "start[1] (temperature)", len(taus) // 2)
-    lo_w, hi_w = (validate.number(v, "weight_range") for v in weight_range)
-    if not 0 < lo_w < 1 < hi_w:
-        raise ValueError(f"weight_range must be (low, high) with 0 < low < 1 < high, got {weight_range!r}")
-    R, T, M = len(rs), len(taus), k0.shape[0]
+    lo_w, hi_w = _weight_range(weight_range)
+    T, M = len(taus), k0.shape[0]
 
-    gap, base, ratio = np.zeros((T, R)), np.zeros((T, R)), np.zeros((T, R))
-    w_s, w_d = np.zeros((T, R, M)), np.zeros((T, R, M))
-    for i, r in enumerate(rs.tolist()):
-        Q, K = L.lift(r * q0[:, 1:], k=kf), L.lift(r * k0[:, 1:], k=kf)
-        for t, tau in enumerate(taus.tolist()):
-            gap[t, i], base[t, i], ratio[t, i], w_s[t, i], w_d[t, i] = _gap_and_weights(Q, K, qi, kf, tau)
+    sweep = _norm_temperature_sweep(q0, k0, rs, taus, qi, kf)
+    gap, base, _, w_s, w_d = sweep
     key_norm = k0[:, 1:].norm(dim=-1).numpy()
     rel_norm = fixed(key_norm / key_norm.mean(), 3)
     x_coll = rs[None, :] ** 2 / taus[:, None]  # r^2 / tau, (T, R)
@@ -194,23 +238,7 @@ def norm_temperature_explorer(
         "against r²/τ: the curves coincide",
         f"one query's weights × M (query {qi})",
     ))
-    for t, tau in enumerate(taus.tolist()):
-        colour = COLOURS[t % len(COLOURS)]
-        for col, xs in ((1, rs), (2, x_coll[t])):
-            for field, dash, what in ((gap, "solid", "gap TV(S, P)"), (base, "dash", "baseline TV(P, U)")):
-                fig.add_trace(go.Scatter(
-                    x=sig(xs, digits), y=sig(field[t], digits), customdata=sig(ratio[t], 3),
-                    mode="lines+markers", line=dict(color=colour, dash=dash, width=2), marker=dict(size=5, color=colour),
-                    name=f"τ = {label(tau)}: {what}" + ("" if col == 1 else " against r²/τ"), showlegend=False,
-                    hovertemplate=(f"τ = {label(tau)}, {what}<br>r = %{{x:.3g}}<br>value %{{y:.4g}}"
-                                   "<br>gap / baseline %{customdata:.3g}<extra></extra>" if col == 1 else
-                                   f"τ = {label(tau)}, {what}<br>r²/τ = %{{x:.3g}}<br>value %{{y:.4g}}"
-                                   "<br>gap / baseline %{customdata:.3g}<extra></extra>"),
-                ), row=1, col=col)
-    for t, tau in enumerate(taus.tolist()):  # the legend: one entry per colour, one per line style
-        fig.add_trace(legend_line(go, f"τ = {label(tau)}", COLOURS[t % len(COLOURS)], "solid"))
-    fig.add_trace(legend_line(go, "solid: gap TV(S, P)", style.BLACK, "solid"))
-    fig.add_trace(legend_line(go, "dashed: baseline TV(P, U)", style.BLACK, "dash"))
+    _norm_temperature_curves(go, fig, rs, taus, x_coll, sweep, digits)
     fig.add_trace(diagonal(go, lo_w, hi_w, "x3", "y3"))
     fig.add_trace(uniform_point(go, "x3", "y3"))
     first = len(fig.data)
@@ -234,27 +262,13 @@ def norm_temperature_explorer(
     marker_idx = list(range(first, first + 2 * T))
     weight_idx = list(range(first + 2 * T, first + 3 * T))
 
-    r_args = []
-    for i in range(R):
-        xs, ys = [], []
-        for t in range(T):
-            x1, y1, x2, y2 = marker_xy(i, t)
-            xs += [x1, x2]
-            ys += [y1, y2]
-        xs += [sig(w_d[t, i], 3) for t in range(T)]
-        ys += [sig(w_s[t, i], 3) for t in range(T)]
-        r_args.append([{"x": xs, "y": ys}, marker_idx + weight_idx])
-    tau_args = []
-    for t in range(T):
-        vis = [u == t for u in range(T) for _ in range(2)] + [u == t for u in range(T)]
-        tau_args.append([{"visible": vis}, marker_idx + weight_idx])
+    r_args, tau_args = _norm_temperature_steps(marker_xy, w_s, w_d, marker_idx + weight_idx)
 
     fig.update_xaxes(decades(title_text="norm scale r (mean ‖q<sub>s</sub>‖, spatial units)"), row=1, col=1)
     fig.update_xaxes(decades(title_text="r²/τ (dimensionless)"), row=1, col=2)
     fig.update_yaxes(decades(title_text="mean row total variation (probability)"), row=1, col=1)
     fig.update_yaxes(decades(), row=1, col=2)
-    fig.update_xaxes(decades(range=log_range(lo_w, hi_w), title_text="M·P<sub>j</sub>: distance map × M"), row=1, col=3)
-    fig.update_yaxes(decades(range=log_range(lo_w, hi_w), title_text="M·S<sub>j</sub>: spatial map × M"), row=1, col=3)
+    _weight_axes(fig, lo_w, hi_w)
     fig.update_layout(
         template=TEMPLATE, **frame(height, 2),
         title=title_dict("Spatial S vs distance P softmax: the gap and the baseline depend on r and τ through r²/τ",
@@ -270,9 +284,67 @@ def norm_temperature_explorer(
     return fig
 
 
+def _norm_temperature_steps(marker_xy: Callable[[int, int], tuple[list, list, list, list]], w_s: np.ndarray,
+                            w_d: np.ndarray, idx: list[int]) -> tuple[list, list]:
+    """The restyle steps of the ``r`` slider (markers and weights of every temperature) and of the tau slider."""
+    T, R = w_s.shape[:2]
+    r_args = []
+    for i in range(R):
+        xs, ys = [], []
+        for t in range(T):
+            x1, y1, x2, y2 = marker_xy(i, t)
+            xs += [x1, x2]
+            ys += [y1, y2]
+        xs += [sig(w_d[t, i], 3) for t in range(T)]
+        ys += [sig(w_s[t, i], 3) for t in range(T)]
+        r_args.append([{"x": xs, "y": ys}, idx])
+    tau_args = []
+    for t in range(T):
+        vis = [u == t for u in range(T) for _ in range(2)] + [u == t for u in range(T)]
+        tau_args.append([{"visible": vis}, idx])
+    return r_args, tau_args
+
+
 # --------------------------------------------------------------------------- #
 # (b) the key-norm spread
 # --------------------------------------------------------------------------- #
+def _unit_directions_and_offsets(directions: ArrayLike, offsets: ArrayLike, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``directions (M, d)`` normalised to unit rows and ``offsets (M,)`` in ``[-1, 1]``, float64, checked."""
+    u = L.as_tensor(directions, "directions")
+    if u.dim() != 2 or u.shape[1] != d or u.shape[0] < 2:
+        raise ValueError(f"directions: expected shape (M, {d}) with M >= 2 (the queries have d = {d}), "
+                         f"got shape {tuple(u.shape)}")
+    u = u.detach().cpu().to(torch.float64)
+    lengths = u.norm(dim=-1)
+    if not bool(torch.isfinite(u).all()) or not bool((lengths > 0).all()):
+        raise ValueError("directions: every row must be finite and non-zero (it is normalised to a unit vector)")
+    u = u / lengths[:, None]
+    w = L.as_tensor(offsets, "offsets").detach().cpu().to(torch.float64).reshape(-1)
+    if w.numel() != u.shape[0] or not bool(torch.isfinite(w).all()) or float(w.abs().max()) > 1.0:
+        raise ValueError(f"offsets: expected {u.shape[0]} finite values in [-1, 1] (one per key), got {w.numel()} values")
+    return u, w
+
+
+def _key_spread_curves(go: Any, fig: go.Figure, ss: np.ndarray, sweep: tuple[np.ndarray, np.ndarray, np.ndarray],
+                       digits: int) -> None:
+    """Panels 1 and 2: gap and baseline against ``s``, and their ratio with the ``"close"`` threshold."""
+    gap, base, ratio = sweep
+    for field, dash, what, colour in ((gap, "solid", "gap TV(S, P)", COLOURS[0]),
+                                      (base, "dash", "baseline TV(P, U)", COLOURS[1])):
+        fig.add_trace(go.Scatter(x=sig(ss, digits), y=sig(field, digits), mode="lines+markers",
+                                 line=dict(color=colour, dash=dash, width=2), marker=dict(size=5, color=colour),
+                                 name=what, hovertemplate=f"{what}<br>s = %{{x:.3g}}<br>%{{y:.4g}}<extra></extra>"),
+                      row=1, col=1)
+    fig.add_trace(go.Scatter(x=sig(ss, digits), y=sig(ratio, digits), mode="lines+markers",
+                             line=dict(color=COLOURS[2], width=2), marker=dict(size=5, color=COLOURS[2]),
+                             name="gap / baseline", hovertemplate="s = %{x:.3g}<br>gap / baseline %{y:.3g}<extra></extra>"),
+                  row=1, col=2)
+    close = float(att.CLOSE_RATIO)
+    fig.add_trace(go.Scatter(x=sig([ss.min(), ss.max()], digits), y=[close, close], mode="lines",
+                             line=dict(color=REFERENCE, dash="dot", width=1.5), hoverinfo="skip",
+                             name=f"'close' threshold {close:g}"), row=1, col=2)
+
+
 def key_spread_explorer(
     queries: ArrayLike,
     directions: ArrayLike,
@@ -314,18 +386,7 @@ def key_spread_explorer(
     kf = L.check_k(k)
     q = checked_points(queries, "queries", k=kf)
     d = q.shape[1] - 1
-    u = L.as_tensor(directions, "directions")
-    if u.dim() != 2 or u.shape[1] != d or u.shape[0] < 2:
-        raise ValueError(f"directions: expected shape (M, {d}) with M >= 2 (the queries have d = {d}), "
-                         f"got shape {tuple(u.shape)}")
-    u = u.detach().cpu().to(torch.float64)
-    lengths = u.norm(dim=-1)
-    if not bool(torch.isfinite(u).all()) or not bool((lengths > 0).all()):
-        raise ValueError("directions: every row must be finite and non-zero (it is normalised to a unit vector)")
-    u = u / lengths[:, None]
-    w = L.as_tensor(offsets, "offsets").detach().cpu().to(torch.float64).reshape(-1)
-    if w.numel() != u.shape[0] or not bool(torch.isfinite(w).all()) or float(w.abs().max()) > 1.0:
-        raise ValueError(f"offsets: expected {u.shape[0]} finite values in [-1, 1] (one per key), got {w.numel()} values")
+    u, w = _unit_directions_and_offsets(directions, offsets, d)
     ss = checked_grid(spreads, "spreads")
     m = checked_positive(mean_norm, "mean_norm")
     tau = checked_positive(temperature, "temperature")
@@ -334,9 +395,7 @@ def key_spread_explorer(
     if float(ss.max()) * float(w.abs().max()) >= 1.0:
         raise ValueError(f"spreads: s * max|w| must stay below 1 (key norms m (1 + s w) > 0), got s up to {ss.max():g}")
     js = grid_position(start, ss, "start (s)", 0)
-    lo_w, hi_w = (validate.number(v, "weight_range") for v in weight_range)
-    if not 0 < lo_w < 1 < hi_w:
-        raise ValueError(f"weight_range must be (low, high) with 0 < low < 1 < high, got {weight_range!r}")
+    lo_w, hi_w = _weight_range(weight_range)
     S, M = len(ss), u.shape[0]
 
     gap, base, ratio = np.zeros(S), np.zeros(S), np.zeros(S)
@@ -347,20 +406,7 @@ def key_spread_explorer(
 
     fig = three_panels(("gap and baseline against the spread s", "gap / baseline",
                          f"one query's weights × M (query {qi})"))
-    for field, dash, what, colour in ((gap, "solid", "gap TV(S, P)", COLOURS[0]),
-                                      (base, "dash", "baseline TV(P, U)", COLOURS[1])):
-        fig.add_trace(go.Scatter(x=sig(ss, digits), y=sig(field, digits), mode="lines+markers",
-                                 line=dict(color=colour, dash=dash, width=2), marker=dict(size=5, color=colour),
-                                 name=what, hovertemplate=f"{what}<br>s = %{{x:.3g}}<br>%{{y:.4g}}<extra></extra>"),
-                      row=1, col=1)
-    fig.add_trace(go.Scatter(x=sig(ss, digits), y=sig(ratio, digits), mode="lines+markers",
-                             line=dict(color=COLOURS[2], width=2), marker=dict(size=5, color=COLOURS[2]),
-                             name="gap / baseline", hovertemplate="s = %{x:.3g}<br>gap / baseline %{y:.3g}<extra></extra>"),
-                  row=1, col=2)
-    close = float(att.CLOSE_RATIO)
-    fig.add_trace(go.Scatter(x=sig([ss.min(), ss.max()], digits), y=[close, close], mode="lines",
-                             line=dict(color=REFERENCE, dash="dot", width=1.5), hoverinfo="skip",
-                             name=f"'close' threshold {close:g}"), row=1, col=2)
+    _key_spread_curves(go, fig, ss, (gap, base, ratio), digits)
     fig.add_trace(diagonal(go, lo_w, hi_w, "x3", "y3"))
     fig.add_trace(uniform_point(go, "x3", "y3"))
     first = len(fig.data)
@@ -392,8 +438,7 @@ def key_spread_explorer(
     fig.update_yaxes(decades(title_text="mean row total variation (probability)"), row=1, col=1)
     fig.update_xaxes(decades(autorange=order, title_text="s (dimensionless)"), row=1, col=2)
     fig.update_yaxes(rangemode="tozero", title_text="TV(S, P) / TV(P, U) (ratio of means)", row=1, col=2)
-    fig.update_xaxes(decades(range=log_range(lo_w, hi_w), title_text="M·P<sub>j</sub>: distance map × M"), row=1, col=3)
-    fig.update_yaxes(decades(range=log_range(lo_w, hi_w), title_text="M·S<sub>j</sub>: spatial map × M"), row=1, col=3)
+    _weight_axes(fig, lo_w, hi_w)
     fig.update_layout(
         template=TEMPLATE, **frame(height, 2),
         title=title_dict("Shrinking the key-norm spread: the spatial map converges to the distance map, not to uniform",
@@ -409,6 +454,31 @@ def key_spread_explorer(
 # --------------------------------------------------------------------------- #
 # (c) one query moving in the Poincare disk
 # --------------------------------------------------------------------------- #
+def _disk_frame(go: Any, fig: go.Figure, root_k: float, disk_q: np.ndarray) -> None:
+    """In both panels: the disk's boundary, the query's path (dotted) and the origin."""
+    angle = np.linspace(0.0, 2.0 * math.pi, 121)
+    path_x, path_y = fixed(disk_q[:, 0], 4), fixed(disk_q[:, 1], 4)
+    for col in (1, 2):
+        legend = col == 1
+        fig.add_trace(go.Scatter(x=fixed(root_k * np.cos(angle), 4), y=fixed(root_k * np.sin(angle), 4), mode="lines",
+                                 line=dict(color=style.BLACK, width=1.2), name="boundary |p| = √k (ideal points)",
+                                 hoverinfo="skip", showlegend=legend), row=1, col=col)
+        fig.add_trace(go.Scatter(x=path_x, y=path_y, mode="lines", line=dict(color=QUERY, width=1, dash="dot"),
+                                 name="the query's path", hoverinfo="skip", showlegend=legend), row=1, col=col)
+        fig.add_trace(go.Scatter(x=[0.0], y=[0.0], mode="markers", marker=dict(symbol="cross", size=8, color=style.BLACK),
+                                 name="origin", hoverinfo="skip", showlegend=legend), row=1, col=col)
+
+
+def _disk_axes(fig: go.Figure, root_k: float) -> None:
+    """Both panels' axes: the disk of radius ``sqrt(k)`` with a margin, equal aspect."""
+    lim = round(1.05 * root_k, 4)
+    for col in (1, 2):
+        anchor = "x" if col == 1 else "x2"
+        fig.update_xaxes(range=[-lim, lim], zeroline=False, title_text="p₁ (Poincaré disk of radius √k)", row=1, col=col)
+        fig.update_yaxes(range=[-lim, lim], zeroline=False, scaleanchor=anchor, scaleratio=1, title_text="p₂",
+                         row=1, col=col)
+
+
 def disk_query_explorer(
     queries: ArrayLike,
     keys: ArrayLike,
@@ -474,19 +544,9 @@ def disk_query_explorer(
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=(
         "spatial map: softmax<sub>j</sub>(q<sub>s</sub>·κ<sub>s,j</sub> / τ)",
         "distance map: softmax<sub>j</sub>(−½‖q − κ<sub>j</sub>‖²<sub>L</sub> / τ)"))
-    angle = np.linspace(0.0, 2.0 * math.pi, 121)
-    path_x, path_y = fixed(disk_q[:, 0], 4), fixed(disk_q[:, 1], 4)
+    _disk_frame(go, fig, root_k, disk_q)
     hover = ("key κ<sub>%{pointNumber}</sub>, %{text}<br>d(q, κ) = %{customdata[0]:.3g}"
              "<br>spatial weight %{customdata[1]:.4g}<br>distance weight %{customdata[2]:.4g}<extra></extra>")
-    for col in (1, 2):
-        legend = col == 1
-        fig.add_trace(go.Scatter(x=fixed(root_k * np.cos(angle), 4), y=fixed(root_k * np.sin(angle), 4), mode="lines",
-                                 line=dict(color=style.BLACK, width=1.2), name="boundary |p| = √k (ideal points)",
-                                 hoverinfo="skip", showlegend=legend), row=1, col=col)
-        fig.add_trace(go.Scatter(x=path_x, y=path_y, mode="lines", line=dict(color=QUERY, width=1, dash="dot"),
-                                 name="the query's path", hoverinfo="skip", showlegend=legend), row=1, col=col)
-        fig.add_trace(go.Scatter(x=[0.0], y=[0.0], mode="markers", marker=dict(symbol="cross", size=8, color=style.BLACK),
-                                 name="origin", hoverinfo="skip", showlegend=legend), row=1, col=col)
     first = len(fig.data)
     norm_text = [f"‖κ<sub>s</sub>‖ = {v}" for v in (label(x) for x in key_norm.tolist())]
     for col, kind in ((1, "spatial"), (2, "distance")):
@@ -512,12 +572,7 @@ def disk_query_explorer(
         # one restyle for the four traces: the keys keep their places (x, y repeated), the query moves
         args.append([{"marker.color": [c1, c2, QUERY, QUERY], "marker.size": [s1, s2, 17, 17],
                       "customdata": [d1, d2, qn, qn], "x": [key_x, key_x, qx, qx], "y": [key_y, key_y, qy, qy]}, idx])
-    lim = round(1.05 * root_k, 4)
-    for col in (1, 2):
-        anchor = "x" if col == 1 else "x2"
-        fig.update_xaxes(range=[-lim, lim], zeroline=False, title_text="p₁ (Poincaré disk of radius √k)", row=1, col=col)
-        fig.update_yaxes(range=[-lim, lim], zeroline=False, scaleanchor=anchor, scaleratio=1, title_text="p₂",
-                         row=1, col=col)
+    _disk_axes(fig, root_k)
     fig.update_layout(
         template=TEMPLATE, **frame(height, 1),
         title=title_dict("One query q moving through the Poincaré disk: the keys' weights under both maps",

@@ -95,6 +95,83 @@ def _axis_key(ref: str | None, letter: str) -> str:
     return f"{letter}axis" + ref[1:]
 
 
+def _draw_trace(t: dict, ax: Any, panels: Any, coloraxis: dict, colour_images: list[tuple[Any, Any, dict]],
+                handles: list[Any]) -> None:
+    """Draw one visible trace ``t`` (heatmap, lines, markers) on ``ax``; note its colour bar and legend handle."""
+    from matplotlib.colors import Normalize
+
+    if t.get("type") == "heatmap":
+        z = trace_array(t["z"])
+        cmap = _colormap(t["colorscale"])
+        norm = Normalize(t.get("zmin", np.nanmin(z)), t.get("zmax", np.nanmax(z)))
+        image = ax.pcolormesh(np.arange(z.shape[1] + 1) - 0.5, np.arange(z.shape[0] + 1) - 0.5, z, cmap=cmap,
+                              norm=norm, rasterized=True)
+        if t.get("showscale", True) is not False:
+            colour_images.append((image, [ax], t.get("colorbar", {})))
+        return
+    mode = t.get("mode", "lines")
+    x, y = trace_array(t.get("x")), trace_array(t.get("y"))
+    line = t.get("line", {})
+    marker = t.get("marker", {})
+    label = _mpl_text(t.get("name")) if t.get("showlegend", True) is not False else None
+    if "lines" in mode:
+        (h,) = ax.plot(x, y, color=line.get("color", style.CYCLE[0]), lw=0.75 * float(line.get("width", 2)),
+                       ls=_DASHES.get(line.get("dash"), "-"),
+                       marker="o" if "markers" in mode else None,
+                       ms=0.75 * float(marker.get("size", 6)) if "markers" in mode else 0)
+        if label:
+            h.set_label(label)
+            handles.append(h)
+        return
+    colour = marker.get("color", style.CYCLE[0])
+    size = marker.get("size", 6)
+    symbol = _SYMBOLS.get(marker.get("symbol"), "o")
+    edge = marker.get("line", {})
+    diameter = 0.75 * np.asarray(trace_array(size) if isinstance(size, list) else size)
+    kwargs: dict[str, Any] = dict(marker=symbol, s=diameter**2, linewidths=0.75 * float(edge.get("width", 0.5)), zorder=3)
+    if isinstance(colour, list):
+        cax = coloraxis if marker.get("coloraxis") else marker
+        kwargs.update(c=trace_array(colour), cmap=_colormap(cax.get("colorscale", [[0, "#440154"], [1, "#fde725"]])),
+                      norm=Normalize(cax.get("cmin"), cax.get("cmax")), edgecolors=edge.get("color", "#333333"))
+    elif str(colour).startswith("rgba(0,0,0,0)"):
+        kwargs.update(facecolors="none", edgecolors=edge.get("color", style.BLACK))
+    else:
+        kwargs.update(color=colour, edgecolors=edge.get("color", colour))
+    h = ax.scatter(x, y, **kwargs)
+    if isinstance(colour, list) and marker.get("coloraxis"):  # one colour bar per colour axis (drawn below)
+        colour_images.append((h, list(panels), coloraxis.setdefault("colorbar", {})))
+    if label:
+        h.set_label(label)
+        handles.append(h)
+
+
+def _style_axes(name: str, ax: Any, layout: dict) -> None:
+    """Axis ``name``'s scales, ranges, labels, direction, aspect, grid and subplot title, from the plotly layout."""
+    xa = layout.get(_axis_key(name, "x"), {})
+    ya = layout.get(_axis_key("y" + name[1:], "y"), {})
+    for spec, setter_scale, setter_lim, setter_label in ((xa, ax.set_xscale, ax.set_xlim, ax.set_xlabel),
+                                                        (ya, ax.set_yscale, ax.set_ylim, ax.set_ylabel)):
+        log = spec.get("type") == "log"
+        if log:
+            setter_scale("log")
+        rng = spec.get("range")
+        if rng:
+            setter_lim(*(10.0 ** np.asarray(rng) if log else rng))
+        setter_label(_mpl_text((spec.get("title") or {}).get("text")))
+    if ya.get("autorange") == "reversed":
+        ax.invert_yaxis()
+    if xa.get("autorange") == "reversed":
+        ax.invert_xaxis()
+    if ya.get("scaleanchor"):
+        ax.set_aspect("equal")
+    if not ax.collections or not any(type(c).__name__ == "QuadMesh" for c in ax.collections):
+        ax.grid(True, alpha=0.3)  # no grid lines over a heatmap
+    domain = xa.get("domain", [0, 1])
+    for ann in layout.get("annotations", []):
+        if ann.get("xref") == "paper" and domain[0] <= float(ann.get("x", -1)) <= domain[1]:
+            ax.set_title(_mpl_text(ann.get("text")), fontsize=9)
+
+
 def still_png(fig: go.Figure, *, dpi: int = 72, width_px: int = 1150) -> bytes:
     """A PNG of the figure's default state (the sliders' starting positions), drawn with matplotlib.
 
@@ -106,7 +183,6 @@ def still_png(fig: go.Figure, *, dpi: int = 72, width_px: int = 1150) -> bytes:
     (pillow, which matplotlib depends on), a third of the RGBA size: notebooks must stay small.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
 
     dpi = int(validate.positive(dpi, "dpi"))
@@ -124,75 +200,11 @@ def still_png(fig: go.Figure, *, dpi: int = 72, width_px: int = 1150) -> bytes:
     handles: list[Any] = []
 
     for t in traces:
-        ax = by_name[t.get("xaxis", "x")]
-        if t.get("type") == "heatmap":
-            z = trace_array(t["z"])
-            cmap = _colormap(t["colorscale"])
-            norm = Normalize(t.get("zmin", np.nanmin(z)), t.get("zmax", np.nanmax(z)))
-            image = ax.pcolormesh(np.arange(z.shape[1] + 1) - 0.5, np.arange(z.shape[0] + 1) - 0.5, z, cmap=cmap,
-                                  norm=norm, rasterized=True)
-            if t.get("showscale", True) is not False:
-                colour_images.append((image, [ax], t.get("colorbar", {})))
-            continue
-        mode = t.get("mode", "lines")
-        x, y = trace_array(t.get("x")), trace_array(t.get("y"))
-        line = t.get("line", {})
-        marker = t.get("marker", {})
-        label = _mpl_text(t.get("name")) if t.get("showlegend", True) is not False else None
-        if "lines" in mode:
-            (h,) = ax.plot(x, y, color=line.get("color", style.CYCLE[0]), lw=0.75 * float(line.get("width", 2)),
-                           ls=_DASHES.get(line.get("dash"), "-"),
-                           marker="o" if "markers" in mode else None,
-                           ms=0.75 * float(marker.get("size", 6)) if "markers" in mode else 0)
-            if label:
-                h.set_label(label)
-                handles.append(h)
-            continue
-        colour = marker.get("color", style.CYCLE[0])
-        size = marker.get("size", 6)
-        symbol = _SYMBOLS.get(marker.get("symbol"), "o")
-        edge = marker.get("line", {})
-        diameter = 0.75 * np.asarray(trace_array(size) if isinstance(size, list) else size)
-        kwargs: dict[str, Any] = dict(marker=symbol, s=diameter**2, linewidths=0.75 * float(edge.get("width", 0.5)), zorder=3)
-        if isinstance(colour, list):
-            cax = coloraxis if marker.get("coloraxis") else marker
-            kwargs.update(c=trace_array(colour), cmap=_colormap(cax.get("colorscale", [[0, "#440154"], [1, "#fde725"]])),
-                          norm=Normalize(cax.get("cmin"), cax.get("cmax")), edgecolors=edge.get("color", "#333333"))
-        elif str(colour).startswith("rgba(0,0,0,0)"):
-            kwargs.update(facecolors="none", edgecolors=edge.get("color", style.BLACK))
-        else:
-            kwargs.update(color=colour, edgecolors=edge.get("color", colour))
-        h = ax.scatter(x, y, **kwargs)
-        if isinstance(colour, list) and marker.get("coloraxis"):  # one colour bar per colour axis (drawn below)
-            colour_images.append((h, list(panels), coloraxis.setdefault("colorbar", {})))
-        if label:
-            h.set_label(label)
-            handles.append(h)
+        _draw_trace(t, by_name[t.get("xaxis", "x")], panels, coloraxis, colour_images, handles)
 
     for name, ax in by_name.items():
-        xa = layout.get(_axis_key(name, "x"), {})
-        ya = layout.get(_axis_key("y" + name[1:], "y"), {})
-        for spec, setter_scale, setter_lim, setter_label in ((xa, ax.set_xscale, ax.set_xlim, ax.set_xlabel),
-                                                            (ya, ax.set_yscale, ax.set_ylim, ax.set_ylabel)):
-            log = spec.get("type") == "log"
-            if log:
-                setter_scale("log")
-            rng = spec.get("range")
-            if rng:
-                setter_lim(*(10.0 ** np.asarray(rng) if log else rng))
-            setter_label(_mpl_text((spec.get("title") or {}).get("text")))
-        if ya.get("autorange") == "reversed":
-            ax.invert_yaxis()
-        if xa.get("autorange") == "reversed":
-            ax.invert_xaxis()
-        if ya.get("scaleanchor"):
-            ax.set_aspect("equal")
-        if not ax.collections or not any(type(c).__name__ == "QuadMesh" for c in ax.collections):
-            ax.grid(True, alpha=0.3)  # no grid lines over a heatmap
-        domain = xa.get("domain", [0, 1])
-        for ann in layout.get("annotations", []):
-            if ann.get("xref") == "paper" and domain[0] <= float(ann.get("x", -1)) <= domain[1]:
-                ax.set_title(_mpl_text(ann.get("text")), fontsize=9)
+        _style_axes(name, ax, layout)
+
     seen = set()
     for artist, axs, bar in colour_images:
         key = id(bar)
