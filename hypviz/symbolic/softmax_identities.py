@@ -14,7 +14,7 @@ on real rows) are in :mod:`hypviz.attention.comparison.accuracy`.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import mpmath
 import sympy as sp
@@ -452,6 +452,35 @@ def hoeffding_bound(n: int = 3) -> Derivation:
     )
 
 
+def _kl_supremum_checks(D: sp.Symbol, nn: sp.Symbol, E: sp.Expr,
+                        ts_expr: sp.Expr) -> tuple[Callable[[], tuple[bool, str]], ...]:
+    r"""The checks of :func:`kl_supremum`: :math:`\theta^* > 0`, :math:`\theta^* \le 1/2`, :math:`K \le \Delta^2/8`."""
+
+    def positive_theta() -> tuple[bool, str]:
+        same = is_zero(ts_expr - (E - 1 - D) / (D * (E - 1)))[0]
+        series = is_zero(sp.Sum(D**nn / sp.factorial(nn), (nn, 2, sp.oo)).doit() - (E - 1 - D))[0]
+        return same and series, "theta* = (e^D - 1 - D) / (D (e^D - 1)), e^D - 1 - D = sum_{n>=2} D^n/n! > 0 (and e^D - 1 > 0)"
+
+    def below_half() -> tuple[bool, str]:
+        num = D * E - 2 * E + D + 2
+        same = is_zero(sp.Rational(1, 2) - ts_expr - num / (2 * D * (E - 1)))[0]
+        series = is_zero(sp.Sum((nn - 2) * D**nn / sp.factorial(nn), (nn, 3, sp.oo)).doit() - num)[0]
+        return same and series, "1/2 - theta* = N / (2 D (e^D - 1)), N = D e^D - 2 e^D + D + 2 = sum_{n>=3} (n - 2) D^n/n! > 0"
+
+    def below_hoeffding() -> tuple[bool, str]:
+        from hypviz.base.oracle import kl_supremum_mpmath  # on demand: importing the derivations stays light
+
+        below = []
+        with mpmath.workdps(40):
+            for dv in ("0.001", "0.1", "1", "2.5", "8", "20", "100"):
+                x = mpmath.mpf(dv)
+                below.append(kl_supremum_mpmath(x, dps=40) < x * x / 8)
+        return all(below), ("integrate the previous step from 0, where Delta^2/8 - K vanishes (step series); "
+                            "spot check: below Delta^2/8 at 7 values of Delta (40 digits)")
+
+    return positive_theta, below_half, below_hoeffding
+
+
 def kl_supremum(n: int = 3) -> Derivation:
     r"""The exact supremum of :math:`\mathrm{KL}(P \,\|\, S)` over all rows whose bias spans :math:`\Delta`.
 
@@ -500,28 +529,7 @@ def kl_supremum(n: int = 3) -> Derivation:
                    r"S \propto (1 - \theta, \theta e^\Delta) \text{ (a two-point row, bias } (0, \Delta))"),
     ]
 
-    def positive_theta() -> tuple[bool, str]:
-        same = is_zero(ts_expr - (E - 1 - D) / (D * (E - 1)))[0]
-        series = is_zero(sp.Sum(D**nn / sp.factorial(nn), (nn, 2, sp.oo)).doit() - (E - 1 - D))[0]
-        return same and series, "theta* = (e^D - 1 - D) / (D (e^D - 1)), e^D - 1 - D = sum_{n>=2} D^n/n! > 0 (and e^D - 1 > 0)"
-
-    def below_half() -> tuple[bool, str]:
-        num = D * E - 2 * E + D + 2
-        same = is_zero(sp.Rational(1, 2) - ts_expr - num / (2 * D * (E - 1)))[0]
-        series = is_zero(sp.Sum((nn - 2) * D**nn / sp.factorial(nn), (nn, 3, sp.oo)).doit() - num)[0]
-        return same and series, "1/2 - theta* = N / (2 D (e^D - 1)), N = D e^D - 2 e^D + D + 2 = sum_{n>=3} (n - 2) D^n/n! > 0"
-
-    def below_hoeffding() -> tuple[bool, str]:
-        from hypviz.base.oracle import kl_supremum_mpmath  # on demand: importing the derivations stays light
-
-        below = []
-        with mpmath.workdps(40):
-            for dv in ("0.001", "0.1", "1", "2.5", "8", "20", "100"):
-                x = mpmath.mpf(dv)
-                below.append(kl_supremum_mpmath(x, dps=40) < x * x / 8)
-        return all(below), ("integrate the previous step from 0, where Delta^2/8 - K vanishes (step series); "
-                            "spot check: below Delta^2/8 at 7 values of Delta (40 digits)")
-
+    positive_theta, below_half, below_hoeffding = _kl_supremum_checks(D, nn, E, ts_expr)
     steps = [
         Step(kl2, F, "a two-point row with $P = (1 - \\theta, \\theta)$ and bias $(0, \\Delta)$ reaches Hoeffding's "
              "$F(\\theta)$ (Hoeffding, steps 1-3: every row with $E_P[b] = \\min b + \\theta\\Delta$ has "
@@ -665,6 +673,30 @@ def _gaussian_expectation(expr: Any, zs: Sequence[sp.Symbol], sigma: sp.Expr) ->
     return sp.expand(total)
 
 
+def _gaussian_covariance(a: Any, b: Any, zs: Sequence[sp.Symbol], sigma: sp.Expr) -> sp.Expr:
+    r""":math:`\mathrm{Cov}(a, b) = \mathbb{E}[ab] - \mathbb{E}[a]\mathbb{E}[b]` for independent
+    :math:`z_i \sim \mathcal{N}(0, \sigma^2)` (polynomials ``a``, ``b``; ``a = b`` gives the variance).
+
+    Examples
+    --------
+    >>> import sympy as sp
+    >>> z, s = sp.Symbol("z", real=True), sp.Symbol("sigma", positive=True)
+    >>> _gaussian_covariance(z**2, z**2, [z], s)
+    2*sigma**4
+    """
+    return (_gaussian_expectation(a * b, zs, sigma)
+            - _gaussian_expectation(a, zs, sigma) * _gaussian_expectation(b, zs, sigma))
+
+
+def _gaussian_mad() -> tuple[bool, str]:
+    r"""The check :math:`\mathbb{E}|X| = \sigma\sqrt{2/\pi}` for :math:`X \sim \mathcal{N}(0, \sigma^2)`, by sympy."""
+    x = sp.Symbol("x", real=True)
+    s_ = sp.Symbol("s", positive=True)
+    density = sp.exp(-x**2 / (2 * s_**2)) / sp.sqrt(2 * sp.pi * s_**2)
+    value = 2 * sp.integrate(x * density, (x, 0, sp.oo))
+    return sp.simplify(value - s_ * sp.sqrt(2 / sp.pi)) == 0, "E|X| = 2 * integral of x phi(x) over x > 0, by sympy"
+
+
 def first_order_gap_ratio(n: int = 3, *, k: Any = None, d: int = 3) -> Derivation:
     r"""The first-order ratio :math:`\mathrm{TV}(S, P)/\mathrm{TV}(P, U) \approx (1 + 2\rho^2\kappa_t^2/q_t^2)^{-1/2}`
     for Gaussian points.
@@ -719,10 +751,8 @@ def first_order_gap_ratio(n: int = 3, *, k: Any = None, d: int = 3) -> Derivatio
     dot = sum(a * z for a, z in zip(qc, zs))
     sqn = sum(z * z for z in zs)
     qn2 = sum(a * a for a in qc)
-    var = lambda e: _gaussian_expectation(e**2, zs, sigma) - _gaussian_expectation(e, zs, sigma) ** 2  # noqa: E731
-    cov = (_gaussian_expectation(dot * sqn, zs, sigma)
-           - _gaussian_expectation(dot, zs, sigma) * _gaussian_expectation(sqn, zs, sigma))
-    x = sp.Symbol("x", real=True)
+    var = lambda e: _gaussian_covariance(e, e, zs, sigma)  # noqa: E731
+    cov = _gaussian_covariance(dot, sqn, zs, sigma)
     s_ = sp.Symbol("s", positive=True)
     dd = sp.Symbol("d", positive=True, integer=True)
     rho = sp.Symbol("rho", nonnegative=True)
@@ -731,11 +761,6 @@ def first_order_gap_ratio(n: int = 3, *, k: Any = None, d: int = 3) -> Derivatio
     Q2 = sp.Symbol("Q2", nonnegative=True)               # |q_s|^2
     T2 = sp.Symbol("T2", positive=True)                  # kappa_t^2 = k + d sigma^2, the keys' time coordinate squared
     vz = sp.Symbol("v", real=True)                       # |z|^2 - d
-
-    def gaussian_mad() -> tuple[bool, str]:
-        density = sp.exp(-x**2 / (2 * s_**2)) / sp.sqrt(2 * sp.pi * s_**2)
-        value = 2 * sp.integrate(x * density, (x, 0, sp.oo))
-        return sp.simplify(value - s_ * sp.sqrt(2 / sp.pi)) == 0, "E|X| = 2 * integral of x phi(x) over x > 0, by sympy"
 
     ratio = sp.sqrt(B2 / (A2 + B2))
     steps = [
@@ -764,7 +789,7 @@ def first_order_gap_ratio(n: int = 3, *, k: Any = None, d: int = 3) -> Derivatio
              name="var_logits"),
         Step(sp.Symbol("E|X|"), s_ * sp.sqrt(2 / sp.pi), "a Gaussian deviation has mean absolute value "
              "$\\sqrt{2/\\pi}\\,\\mathrm{sd}$; with many keys and large $d$ (both deviations Gaussian) the ratio of the "
-             "TVs is the ratio of the standard deviations", kind="check", check=gaussian_mad, name="gaussian_mad"),
+             "TVs is the ratio of the standard deviations", kind="check", check=_gaussian_mad, name="gaussian_mad"),
         Step(ratio.subs({A2: Q2 * sigma**2, B2: 2 * dd * (qt / (2 * sp.sqrt(T2))) ** 2 * sigma**4}),
              (1 + 2 * rho**2 * T2 / qt**2) ** sp.Rational(-1, 2),
              "$\\mathrm{sd}(b)/\\mathrm{sd}(f)$ with $\\|q_s\\|^2 = \\rho^2 d\\sigma^2$ ($\\rho$: query norm over the keys' "
