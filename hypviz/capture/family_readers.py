@@ -286,7 +286,7 @@ class Reader:
     mask_argument: ClassVar[str | None] = None
     mask_true_masks: ClassVar[bool] = True
     checked: ClassVar[str] = "the layer's output"
-    #: the family's module: its attributes (``num_heads``, ``manifold``, ...) are its own, unknown to torch's types
+    # the family's module: its attributes (num_heads, manifold, ...) are its own, unknown to torch's types
     layer: Any
 
     def __init__(self, cap: Recorder, name: str, layer: nn.Module):

@@ -274,7 +274,7 @@ class HypformerReader:
     ``final_linear``, whose input is what is checked.
     """
 
-    #: the family's module: its attributes (``Wq``, ``attention_type``, ...) are its own, unknown to torch's types
+    # the family's module: its attributes (Wq, attention_type, ...) are its own, unknown to torch's types
     layer: Any
 
     def __init__(self, cap: Recorder, name: str, layer: nn.Module, *, k: float | None):
