@@ -434,8 +434,10 @@ def killed(tmp_path_factory, pts):
                       {**ENV, publishing.PAUSE_ENV: stage})
     # the children must start with SIGINT at its default, as from a shell: a test runner's worker may
     # ignore it (pytest-xdist's do), and an ignored SIGINT is inherited and, rightly, left ignored by
-    # hypviz (nohup); a Python-level handler here becomes the default in a child that execs
+    # hypviz (nohup); a Python-level handler here becomes the default in a child that execs.  SIGHUP likewise: a
+    # suite run under nohup ignores it, and the children would inherit that
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous_hup = signal.signal(signal.SIGHUP, signal.SIG_DFL)
     try:
         with ThreadPoolExecutor(max_workers=4) as pool:
             futures = {name: pool.submit(subprocess.run, cmd, cwd=d, env=env, capture_output=True, text=True, timeout=120)
@@ -444,6 +446,7 @@ def killed(tmp_path_factory, pts):
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGHUP, previous_hup)
 
 
 @pytest.mark.parametrize("case", list(STAGES))
